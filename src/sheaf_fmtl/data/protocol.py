@@ -1,0 +1,115 @@
+"""The paper's data protocol (Section 5, "Evaluation"): per-client 75/25 split, stratified for
+classification; half of the clients keep 20% of their training data; features standardised with
+training statistics only. Everything depends only on ``seed``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .base import ClientSplit, DatasetError, FederatedDataset, RawClient, RawFederated
+
+
+@dataclass(frozen=True)
+class ProtocolOptions:
+    train_fraction: float = 0.75
+    reduced_clients_fraction: float = 0.5  # "half of the clients"
+    reduced_keep: float = 0.2  # "... keep only 20% of their training data"
+    standardize: bool = True
+
+
+def _rng(seed: int, *stream: int) -> np.random.Generator:
+    """A generator that depends only on (seed, stream): the same partition on any machine."""
+    return np.random.default_rng(np.random.SeedSequence([seed, *stream]))
+
+
+def train_test_indices(
+    y: np.ndarray, train_fraction: float, stratify: bool, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Split ``range(len(y))`` into train/test; per class when ``stratify`` (at least one test
+    sample per class that has two or more samples)."""
+    n = len(y)
+    if not stratify:
+        perm = rng.permutation(n)
+        n_train = int(round(train_fraction * n))
+        n_train = min(max(n_train, 1), n - 1) if n > 1 else n
+        return np.sort(perm[:n_train]), np.sort(perm[n_train:])
+    train, test = [], []
+    for label in np.unique(y):
+        idx = np.flatnonzero(y == label)
+        idx = idx[rng.permutation(len(idx))]
+        k = int(round(train_fraction * len(idx)))
+        if len(idx) > 1:
+            k = min(max(k, 1), len(idx) - 1)
+        train.append(idx[:k])
+        test.append(idx[k:])
+    return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
+
+
+def subsample(y: np.ndarray, keep: float, stratify: bool, rng: np.random.Generator) -> np.ndarray:
+    """Indices of a ``keep`` fraction of ``y`` (at least one sample; per class when stratified)."""
+    if not stratify:
+        k = max(1, int(round(keep * len(y))))
+        return np.sort(rng.permutation(len(y))[:k])
+    kept = []
+    for label in np.unique(y):
+        idx = np.flatnonzero(y == label)
+        k = max(1, int(round(keep * len(idx))))
+        kept.append(idx[rng.permutation(len(idx))[:k]])
+    return np.sort(np.concatenate(kept))
+
+
+def _standardize(
+    x_train: np.ndarray, x_test: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    mean = x_train.mean(axis=0, keepdims=True)
+    std = x_train.std(axis=0, keepdims=True)
+    std = np.where(std > 1e-12, std, 1.0)
+    return ((x_train - mean) / std).astype(np.float32), ((x_test - mean) / std).astype(np.float32)
+
+
+def apply_protocol(raw: RawFederated, seed: int, options: ProtocolOptions = ProtocolOptions()) -> FederatedDataset:
+    """Split every client of ``raw`` by the paper's protocol (deterministic in ``seed``)."""
+    if not 0.0 < options.train_fraction < 1.0:
+        raise DatasetError(f"train_fraction must be in (0, 1), got {options.train_fraction}")
+    stratify = raw.task == "classification"
+    n_clients = len(raw.clients)
+    n_reduced = int(round(options.reduced_clients_fraction * n_clients))
+    reduced = set(_rng(seed, 1).permutation(n_clients)[:n_reduced].tolist())
+    out = []
+    for i, client in enumerate(raw.clients):
+        _check_finite(raw.name, i, client)
+        rng = _rng(seed, 2, i)
+        if client.x_test is not None and client.y_test is not None:
+            x_tr, y_tr, x_te, y_te = client.x, client.y, client.x_test, client.y_test
+        else:
+            tr, te = train_test_indices(client.y, options.train_fraction, stratify, rng)
+            x_tr, y_tr, x_te, y_te = client.x[tr], client.y[tr], client.x[te], client.y[te]
+        if i in reduced:
+            keep = subsample(y_tr, options.reduced_keep, stratify, rng)
+            x_tr, y_tr = x_tr[keep], y_tr[keep]
+        x_tr = np.asarray(x_tr, dtype=np.float32)
+        x_te = np.asarray(x_te, dtype=np.float32)
+        if options.standardize:
+            x_tr, x_te = _standardize(x_tr, x_te)
+        ydtype = np.int64 if stratify else np.float32
+        out.append(ClientSplit(x_tr, np.asarray(y_tr, ydtype), x_te, np.asarray(y_te, ydtype)))
+    return FederatedDataset(raw.name, raw.task, raw.num_classes, tuple(out))
+
+
+def reduced_clients(num_clients: int, seed: int, fraction: float = 0.5) -> list[int]:
+    """Which clients keep only part of their training data (same rule as :func:`apply_protocol`)."""
+    n = int(round(fraction * num_clients))
+    return sorted(_rng(seed, 1).permutation(num_clients)[:n].tolist())
+
+
+def _check_finite(name: str, i: int, client: RawClient) -> None:
+    if len(client.x) != len(client.y):
+        raise DatasetError(f"{name}: client {i} has {len(client.x)} feature rows but {len(client.y)} targets")
+    if len(client.y) < 2 and client.x_test is None:
+        raise DatasetError(f"{name}: client {i} has {len(client.y)} samples; at least 2 are needed to split")
+    if not np.all(np.isfinite(client.x)):
+        raise DatasetError(f"{name}: client {i} has NaN or infinite features")
+    if not np.all(np.isfinite(client.y)):
+        raise DatasetError(f"{name}: client {i} has NaN or infinite targets")
