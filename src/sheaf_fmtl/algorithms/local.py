@@ -1,0 +1,43 @@
+"""Local training: every client runs SGD on its own L2-regularised loss, no communication
+(Sheaf-FMTL with ``lam = 0``, paper Remark 1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import RunConfig
+from ..runtime.transport import Payload
+from .base import Context, State, register, sgd_step
+
+
+@register("local")
+class Local:
+    name = "local"
+
+    def __init__(self, config: RunConfig) -> None:
+        self.alpha = config.alpha
+        self.local_steps = config.local_steps
+
+    def init(self, ctx: Context) -> State:
+        return State(thetas=ctx.init_thetas())
+
+    def local(self, state: State, ctx: Context) -> State:
+        for _ in range(self.local_steps):
+            grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
+            state.thetas = sgd_step(state.thetas, grads, self.alpha)
+        return state
+
+    def phases(self, state: State) -> int:
+        return 0
+
+    def send(self, state: State, phase: int, ctx: Context) -> Payload:
+        raise RuntimeError("local training sends nothing")
+
+    def receive(self, state: State, incoming: Payload, phase: int, ctx: Context) -> State:
+        raise RuntimeError("local training receives nothing")
+
+    def penalty(self, state: State, ctx: Context) -> None:
+        return None
+
+    def checkpoint(self, state: State, ctx: Context) -> dict[str, Any]:
+        return {}

@@ -1,0 +1,1 @@
+"""Metrics: recorder, bits, memory."""

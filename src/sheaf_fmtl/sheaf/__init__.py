@@ -1,0 +1,1 @@
+"""Cellular sheaves on client graphs: graph, stalks, stacked maps, operators, dense oracle."""

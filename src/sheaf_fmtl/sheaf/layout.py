@@ -1,0 +1,118 @@
+"""Where every client, half-edge and message lives in the stacked tensors.
+
+Clients of one architecture form a *cohort*; their thetas are stacked ``[C, d]``. Half-edges whose
+source is in cohort ``c`` and whose edge stalk has size ``d_e`` form a *bucket*; their maps are
+stacked ``[H_b, d_e, d]``. Messages ``P_ij theta_i`` live in one flat buffer, bucket after bucket,
+each bucket's block a row-major ``[H_b, d_e]`` view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..runtime.edges import EdgeLayout
+from .graph import ClientGraph
+from .stalks import edge_dims
+
+
+@dataclass(frozen=True, eq=False)
+class Bucket:
+    """Half-edges with source cohort ``cohort`` and edge stalk ``edge_dim``."""
+
+    cohort: int
+    edge_dim: int
+    node_dim: int
+    half_edges: np.ndarray  # [H_b] graph half-edge ids
+    src_pos: torch.Tensor  # [H_b] row of the source client in its cohort's theta stack
+    first: int  # buffer position of the bucket's first half-edge
+
+    @property
+    def size(self) -> int:
+        return len(self.half_edges)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.size, self.edge_dim, self.node_dim)
+
+
+@dataclass(frozen=True, eq=False)
+class SheafLayout:
+    graph: ClientGraph
+    node_dims: np.ndarray  # [N]
+    edge_dims: np.ndarray  # [E] per undirected edge
+    cohort_of: np.ndarray  # [N]
+    position: np.ndarray  # [N] row within the cohort stack
+    cohorts: tuple[np.ndarray, ...]  # client ids per cohort
+    buckets: tuple[Bucket, ...]
+    order: np.ndarray  # [H] graph half-edge id at each buffer position
+    slot: np.ndarray  # [H] buffer position of each graph half-edge
+    messages: EdgeLayout  # message buffer (sizes d_e per buffer position)
+
+    @property
+    def num_clients(self) -> int:
+        return self.graph.num_nodes
+
+    def half_edge_dims(self) -> np.ndarray:
+        """``[H]`` edge-stalk size per graph half-edge."""
+        return np.repeat(self.edge_dims, 2)
+
+    def map_shape(self, h: int) -> tuple[int, int]:
+        return int(self.edge_dims[h // 2]), int(self.node_dims[self.graph.src[h]])
+
+    def bucket_messages(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """Views ``[H_b, d_e]`` of a flat message buffer, one per bucket."""
+        out = []
+        for b in self.buckets:
+            start = int(self.messages.offsets[b.first]) if b.size else 0
+            out.append(flat[start : start + b.size * b.edge_dim].view(b.size, b.edge_dim))
+        return out
+
+    def map_bytes(self, element_size: int = 4) -> int:
+        return sum(int(np.prod(b.shape)) for b in self.buckets) * element_size
+
+
+def build_layout(
+    graph: ClientGraph,
+    node_dims: Sequence[int],
+    cohort_of: Sequence[int],
+    gamma: float,
+    *,
+    edge_dim_override: np.ndarray | None = None,
+) -> SheafLayout:
+    """Group clients into cohorts and half-edges into shape buckets.
+
+    ``cohort_of[i]``: the cohort (architecture) of client ``i``; clients of one cohort must share
+    ``d_i``. ``edge_dim_override``: ``[E]`` explicit edge stalks (special cases such as hybrid FL).
+    """
+    dims = np.asarray(node_dims, np.int64)
+    coh = np.asarray(cohort_of, np.int64)
+    n = graph.num_nodes
+    if len(dims) != n or len(coh) != n:
+        raise ValueError("node_dims and cohort_of need one entry per client")
+    n_cohorts = int(coh.max()) + 1
+    cohorts = tuple(np.flatnonzero(coh == c) for c in range(n_cohorts))
+    position = np.zeros(n, np.int64)
+    for members in cohorts:
+        if len(set(dims[members].tolist())) > 1:
+            raise ValueError("clients of one cohort must have the same parameter count")
+        position[members] = np.arange(len(members))
+    ed = edge_dims(graph, dims, gamma) if edge_dim_override is None else np.asarray(edge_dim_override, np.int64)
+    half_dims = np.repeat(ed, 2)
+    keys = np.stack([coh[graph.src], half_dims], axis=1)
+    order_parts, buckets, first = [], [], 0
+    for cohort, d_e in sorted({(int(a), int(b)) for a, b in keys.tolist()}):
+        members = np.flatnonzero((keys[:, 0] == cohort) & (keys[:, 1] == d_e))
+        src_pos = torch.as_tensor(position[graph.src[members]], dtype=torch.long)
+        node_dim = int(dims[cohorts[cohort][0]])
+        buckets.append(Bucket(cohort, d_e, node_dim, members, src_pos, first))
+        order_parts.append(members)
+        first += len(members)
+    order = np.concatenate(order_parts) if order_parts else np.zeros(0, np.int64)
+    slot = np.empty_like(order)
+    slot[order] = np.arange(len(order))
+    messages = EdgeLayout(half_dims[order], slot[graph.rev[order]])
+    return SheafLayout(graph, dims, ed, coh, position, cohorts, tuple(buckets), order, slot, messages)

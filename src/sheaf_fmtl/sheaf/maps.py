@@ -1,0 +1,67 @@
+"""Restriction maps ``P_ij`` stacked per shape bucket, and the paper's initialisations.
+
+Ablation (Section "Effect of the Restriction Maps Initialization"): Gaussian ``N(0, sigma^2)``,
+uniform ``U(-a, a)``, orthogonal rows (``P P^T = I``), identity rows plus ``N(0, 0.01^2)`` noise.
+``identity`` (no noise) gives the fixed maps of the special cases (dFedU with ``a_ij = 1``).
+Zero maps are rejected: the map gradient ``r theta^T`` then keeps them zero (the paper's Remark).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .layout import SheafLayout
+
+MAP_INITS = ("gaussian", "uniform", "orthogonal", "identity-noise", "identity")
+DEFAULT_SCALE = {"gaussian": 1.0, "uniform": 1.0, "identity-noise": 0.01, "orthogonal": 1.0, "identity": 1.0}
+MAP_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+class MapInitError(ValueError):
+    pass
+
+
+def _one_map(init: str, scale: float, d_e: int, d: int, gen: torch.Generator) -> torch.Tensor:
+    if init == "gaussian":
+        return torch.randn(d_e, d, generator=gen) * scale
+    if init == "uniform":
+        return (torch.rand(d_e, d, generator=gen) * 2 - 1) * scale
+    if init == "orthogonal":
+        q, _ = torch.linalg.qr(torch.randn(d, d_e, generator=gen))
+        return q.T.contiguous() * scale
+    eye = torch.eye(d_e, d)
+    if init == "identity":
+        return eye * scale
+    if init == "identity-noise":
+        return eye + torch.randn(d_e, d, generator=gen) * scale
+    raise MapInitError(f"unknown map_init {init!r}; allowed: {', '.join(MAP_INITS)}")
+
+
+def init_maps(
+    layout: SheafLayout,
+    init: str,
+    scale: float | None = None,
+    *,
+    dtype: torch.dtype = torch.float32,
+    generator: torch.Generator,
+    device: torch.device | str = "cpu",
+) -> list[torch.Tensor]:
+    """One ``[H_b, d_e, d]`` tensor per bucket of ``layout``, maps drawn in half-edge order."""
+    if init == "zeros":
+        raise MapInitError("map_init=zeros is rejected: zero restriction maps never learn (paper Remark 2)")
+    if init not in MAP_INITS:
+        raise MapInitError(f"unknown map_init {init!r}; allowed: {', '.join(MAP_INITS)}")
+    s = DEFAULT_SCALE[init] if scale is None else float(scale)
+    if s == 0.0 and init != "identity-noise":
+        raise MapInitError(f"map_scale=0 with map_init={init} gives zero maps, which never learn")
+    maps = [torch.empty(b.shape, dtype=dtype, device=device) for b in layout.buckets]
+    # Draw per half-edge in graph order so that a map does not depend on how buckets are formed.
+    where = {}
+    for bi, b in enumerate(layout.buckets):
+        for k, h in enumerate(b.half_edges.tolist()):
+            where[h] = (bi, k)
+    for h in range(layout.graph.num_half_edges):
+        bi, k = where[h]
+        b = layout.buckets[bi]
+        maps[bi][k] = _one_map(init, s, b.edge_dim, b.node_dim, generator).to(dtype)
+    return maps

@@ -1,0 +1,107 @@
+"""Sheaf operators on stacked state, never a dense matrix.
+
+Messages ``m_ij = P_ij theta_i``; residuals ``r_ij = P_ij theta_i - P_ji theta_j`` (the coboundary
+of edge ``{i, j}`` seen from ``i``); Laplacian action ``(L theta)_i = sum_j P_ij^T r_ij`` (paper
+eq. for ``L_{j,i}``); energy ``theta^T L theta = sum_e ||r_e||^2`` (Lemma 1).
+Maps may be stored in a narrower dtype than the thetas; products are taken in the theta dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .layout import SheafLayout
+
+# Convert at most this many map elements at a time when map and theta dtypes differ.
+_CHUNK_ELEMENTS = 1 << 24
+
+
+def _chunks(p: torch.Tensor) -> list[slice]:
+    per = max(1, _CHUNK_ELEMENTS // max(1, p.shape[1] * p.shape[2]))
+    return [slice(s, min(s + per, p.shape[0])) for s in range(0, p.shape[0], per)]
+
+
+def apply_maps(p: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``[H, d_e, d] x [H, d] -> [H, d_e]``: ``P_h x_h`` for every half-edge."""
+    if p.dtype == x.dtype:
+        return torch.bmm(p, x.unsqueeze(-1)).squeeze(-1)
+    out = x.new_empty(p.shape[:2])
+    for s in _chunks(p):
+        out[s] = torch.bmm(p[s].to(x.dtype), x[s].unsqueeze(-1)).squeeze(-1)
+    return out
+
+
+def apply_maps_t(p: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """``[H, d_e, d] x [H, d_e] -> [H, d]``: ``P_h^T r_h`` for every half-edge."""
+    if p.dtype == r.dtype:
+        return torch.bmm(r.unsqueeze(1), p).squeeze(1)
+    out = r.new_empty((p.shape[0], p.shape[2]))
+    for s in _chunks(p):
+        out[s] = torch.bmm(r[s].unsqueeze(1), p[s].to(r.dtype)).squeeze(1)
+    return out
+
+
+def rank_one_update_(p: torch.Tensor, r: torch.Tensor, x: torch.Tensor, scale: float) -> None:
+    """In place ``P_h += scale * r_h x_h^T`` without materialising the outer products as a new tensor."""
+    if p.dtype == r.dtype:
+        p.addcmul_(r.unsqueeze(2), x.unsqueeze(1), value=scale)
+        return
+    for s in _chunks(p):
+        p[s] = p[s].to(r.dtype).addcmul_(r[s].unsqueeze(2), x[s].unsqueeze(1), value=scale).to(p.dtype)
+
+
+def messages(layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Flat buffer of ``P_ij theta_i`` for every half-edge (buffer order of ``layout.messages``)."""
+    ref = thetas[0]
+    out = ref.new_empty(layout.messages.total)
+    for b, p, view in zip(layout.buckets, maps, layout.bucket_messages(out), strict=True):
+        view.copy_(apply_maps(p, thetas[b.cohort][b.src_pos]))
+    return out
+
+
+def residuals(layout: SheafLayout, outgoing: torch.Tensor, incoming: torch.Tensor | None = None) -> torch.Tensor:
+    """``r_ij = P_ij theta_i - P_ji theta_j`` for every half-edge; ``incoming`` defaults to the
+    in-process exchange of ``outgoing``."""
+    if incoming is None:
+        incoming = outgoing[layout.messages.exchange_index(outgoing.device)]
+    return outgoing - incoming
+
+
+def transpose_sum(
+    layout: SheafLayout, maps: Sequence[torch.Tensor], per_edge: torch.Tensor, thetas: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    """Per cohort ``[C, d]``: ``sum_j P_ij^T v_ij`` for a flat per-half-edge buffer ``v``."""
+    out = [torch.zeros_like(t) for t in thetas]
+    for b, p, v in zip(layout.buckets, maps, layout.bucket_messages(per_edge), strict=True):
+        out[b.cohort].index_add_(0, b.src_pos, apply_maps_t(p, v))
+    return out
+
+
+def laplacian_action(
+    layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    """``L_F theta`` per cohort, ``(L theta)_i = sum_j P_ij^T (P_ij theta_i - P_ji theta_j)``."""
+    return transpose_sum(layout, maps, residuals(layout, messages(layout, thetas, maps)), thetas)
+
+
+def energy_from_residuals(r: torch.Tensor) -> torch.Tensor:
+    """``sum_e ||r_e||^2`` over undirected edges; each appears twice in the buffer (``r_ji = -r_ij``)."""
+    return 0.5 * (r.double() ** 2).sum()
+
+
+def energy(layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``theta^T L_F theta = sum_{e={i,j}} ||P_ij theta_i - P_ji theta_j||^2`` (Lemma 1)."""
+    return energy_from_residuals(residuals(layout, messages(layout, thetas, maps)))
+
+
+def map_frobenius(layout: SheafLayout, maps: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``[N, N]`` matrix of ``||P_ij||_F`` (row ``i``: owner, column ``j``: neighbour); zero off-graph."""
+    n = layout.num_clients
+    out = torch.zeros(n, n, dtype=torch.float64)
+    g = layout.graph
+    for b, p in zip(layout.buckets, maps, strict=True):
+        norms = torch.linalg.vector_norm(p.double(), dim=(1, 2))
+        out[g.src[b.half_edges], g.dst[b.half_edges]] = norms
+    return out

@@ -1,0 +1,24 @@
+"""Stalk dimensions: ``d_i`` per client (its parameter count) and ``d_ij`` per edge."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .graph import ClientGraph
+
+
+def edge_dim(gamma: float, d_i: int, d_j: int) -> int:
+    """``d_ij = max(1, floor(gamma * min(d_i, d_j)))`` (paper Section 5, "Parameters").
+
+    A tiny tolerance keeps ``floor(0.29 * 100)`` at 29 despite binary rounding.
+    """
+    if not 0.0 < gamma <= 1.0:
+        raise ValueError(f"gamma must be in (0, 1], got {gamma}")
+    return max(1, math.floor(gamma * min(d_i, d_j) + 1e-9))
+
+
+def edge_dims(graph: ClientGraph, node_dims: np.ndarray, gamma: float) -> np.ndarray:
+    """``[E]`` edge-stalk sizes for the undirected edges of ``graph``."""
+    return np.array([edge_dim(gamma, int(node_dims[i]), int(node_dims[j])) for i, j in graph.edges], np.int64)
