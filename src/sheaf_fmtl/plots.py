@@ -1,0 +1,85 @@
+"""Figures from recorded results only (``metrics.csv``, ``config.yaml``, ``checkpoint.pt``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+import yaml  # noqa: E402
+
+from .metrics.recorder import read_metrics  # noqa: E402
+
+
+def _label(run_dir: Path) -> str:
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    label = cfg["algorithm"]
+    if cfg["algorithm"] == "sheaf-fmtl":
+        label += f" (gamma={cfg['gamma']:g})"
+    return label
+
+
+def _metric_name(run_dir: Path) -> str:
+    summary = run_dir / "summary.json"
+    if summary.is_file():
+        return "test MSE" if json.loads(summary.read_text()).get("metric") == "mse" else "test accuracy"
+    return "test metric"
+
+
+def plot_runs(run_dirs: list[str | Path], out_dir: str | Path | None = None) -> list[Path]:
+    """Test metric vs rounds and vs transmitted bits (all runs on one figure each), and one
+    ``||P_ij||_F`` heatmap per run that has learned maps. Returns the PNG paths written."""
+    runs = [Path(r) for r in run_dirs]
+    for r in runs:
+        if not (r / "metrics.csv").is_file():
+            raise FileNotFoundError(f"{r} is not a run folder (no metrics.csv)")
+    out = Path(out_dir) if out_dir is not None else runs[0]
+    out.mkdir(parents=True, exist_ok=True)
+    ylabel = _metric_name(runs[0])
+    written = []
+
+    fig, (ax_r, ax_b) = plt.subplots(1, 2, figsize=(11, 4))
+    for r in runs:
+        m = read_metrics(r)
+        label = _label(r)
+        ax_r.plot(m["round"], m["test_metric"], marker=".", label=label)
+        bits = m["transmitted_bits"]
+        if max(bits, default=0) > 0:
+            pts = [(b, v) for b, v in zip(bits, m["test_metric"], strict=True) if b > 0 and not math.isnan(v)]
+            ax_b.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=label)
+        elif m["test_metric"]:
+            ax_b.axhline(m["test_metric"][-1], ls="--", color="gray", label=f"{label} (no communication)")
+    ax_r.set(xlabel="communication round", ylabel=ylabel, title=f"{ylabel} vs rounds")
+    ax_b.set(xlabel="transmitted bits (whole network)", ylabel=ylabel, title=f"{ylabel} vs transmitted bits")
+    ax_b.set_xscale("log")
+    for ax in (ax_r, ax_b):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "metric_vs_rounds_and_bits.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    written.append(path)
+
+    for r in runs:
+        ckpt = r / "checkpoint.pt"
+        if not ckpt.is_file():
+            continue
+        norms = torch.load(ckpt, weights_only=True).get("map_norms")
+        if norms is None:
+            continue
+        fig, ax = plt.subplots(figsize=(5.5, 4.5))
+        im = ax.imshow(norms.numpy(), cmap="viridis")
+        fig.colorbar(im, ax=ax, label=r"$\|P_{ij}\|_F$")
+        ax.set(xlabel="neighbour j", ylabel="client i", title=f"Restriction map norms: {_label(r)}")
+        fig.tight_layout()
+        path = out / f"map_norms_{r.name}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+    return written
