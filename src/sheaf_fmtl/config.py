@@ -94,6 +94,11 @@ def _check(name: str, value: Any) -> Any:
     if value is None and name in _OPTIONAL:
         return None
     types = _TYPES[name]
+    if float in types and isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+        try:
+            value = float(value)
+        except ValueError:
+            pass
     if isinstance(value, bool) and bool not in types or not isinstance(value, types):
         want = " or ".join(t.__name__ for t in types)
         raise ConfigError(f"config key '{name}': expected {want}, got {type(value).__name__} {value!r}")
