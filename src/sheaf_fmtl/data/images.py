@@ -151,6 +151,7 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
         ("numpy._core.multiarray", "scalar"),
         ("numpy", "ndarray"),
         ("numpy", "dtype"),
+        ("_codecs", "encode"),  # bytes pickled by Python 3 with protocol 2
     }
 
     def find_class(self, module: str, name: str) -> Any:
