@@ -16,7 +16,8 @@ from sheaf_fmtl.data.school import read_school_mat, read_school_npz
 
 def _real_dir() -> Path | None:
     env = os.environ.get("SHEAF_FMTL_DATA")
-    for d in ([Path(env)] if env else []) + [Path.cwd().parent / "shared" / "data", Path("/work/shared/data")]:
+    defaults = [Path.cwd().parent / "shared" / "data", Path("/work/shared/data")]
+    for d in ([Path(env)] if env else []) + defaults:
         if d.is_dir():
             return d
     return None
