@@ -71,19 +71,19 @@ def vehicle(request: DataRequest) -> RawFederated:
         clients = read_mocha_mat(path, VEHICLE["clients"], VEHICLE["features"])
         return RawFederated("vehicle", "classification", 2, tuple(clients))
     path = find_file("vehicle", ["vehicle.mat", "vehicle/vehicle.mat", VEHICLE_SUBSET], request.data_dir)
-    warnings.warn(
-        f"vehicle: vehicle.mat not found; using {path}, a small pre-standardised subset (1,860 of "
-        "~43,700 rows) -- fine for smoke tests, not for reproducing the paper's Vehicle numbers",
-        stacklevel=2,
-    )
     parts = read_npz_clients(path)
     if len(parts) != VEHICLE["clients"]:
         raise DatasetError(f"{path}: {len(parts)} clients; expected {VEHICLE['clients']}")
     xs = [as_features(c["x"], path, f"x_{i}", VEHICLE["features"]) for i, c in enumerate(parts)]
     ys = [as_targets(c["y"], path, f"y_{i}", len(x)) for i, (c, x) in enumerate(zip(parts, xs, strict=True))]
     labels = [map_labels(y, path, f"y_{i}", {-1.0: 0, 1.0: 1}) for i, y in enumerate(ys)]
-    clients = tuple(RawClient(x.astype(np.float32), y) for x, y in zip(xs, labels, strict=True))
-    return RawFederated("vehicle", "classification", 2, clients)
+    subset = tuple(RawClient(x.astype(np.float32), y) for x, y in zip(xs, labels, strict=True))
+    warnings.warn(
+        f"vehicle: vehicle.mat not found; using {path}, a small pre-standardised subset (1,860 of "
+        "~43,700 rows) -- fine for smoke tests, not for reproducing the paper's Vehicle numbers",
+        stacklevel=3,
+    )
+    return RawFederated("vehicle", "classification", 2, subset)
 
 
 @register("gleam")

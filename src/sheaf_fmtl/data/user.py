@@ -127,12 +127,10 @@ def load_user(spec: str, request: DataRequest) -> RawFederated:
     num_classes = 0
     if task == "classification":
         y_all = np.concatenate(ys)
-        if np.any(y_all != np.round(y_all)) or y_all.min() < 0:
-            raise DatasetError(f"file:{spec}: classification targets must be integers >= 0")
-        labels = np.unique(y_all)
-        if labels.min() < 0 or labels.max() >= int(o["max_classes"]):
-            raise DatasetError(f"file:{spec}: labels must lie in 0..{int(o['max_classes']) - 1}")
-        num_classes = int(labels.max()) + 1
+        top = int(o["max_classes"]) - 1
+        if np.any(y_all != np.round(y_all)) or y_all.min() < 0 or y_all.max() > top:
+            raise DatasetError(f"file:{spec}: classification targets must be integers in 0..{top}")
+        num_classes = max(int(y_all.max()) + 1, 2)
     ydt = np.int64 if task == "classification" else np.float32
     clients = tuple(
         RawClient(
@@ -143,4 +141,4 @@ def load_user(spec: str, request: DataRequest) -> RawFederated:
         )
         for x, y, xt, yt in arrays
     )
-    return RawFederated(f"file:{path.name}", task, max(num_classes, 2) if num_classes else 0, clients)
+    return RawFederated(f"file:{path.name}", task, num_classes, clients)
