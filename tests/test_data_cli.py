@@ -151,3 +151,20 @@ def test_describe_regression_and_bad_option(tmp_path, capsys):
     assert "139 clients" in out and "min 22, max 251, total 15362" in out
     assert run(["describe", "school", "--data-dir", str(SHARED), "-o", "nope=1"]) == 2
     assert "unknown option" in capsys.readouterr().err
+
+
+def test_fetch_unpacks_uci_style_nested_zip(server, tmp_path, monkeypatch):
+    import io
+    import zipfile
+
+    www, base = server
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as zf:
+        zf.writestr("UCI HAR Dataset/train/y_train.txt", "1\n2\n")
+    with zipfile.ZipFile(www / "har.zip", "w") as zf:
+        zf.writestr("UCI HAR Dataset.zip", inner.getvalue())
+        zf.writestr("UCI HAR Dataset.names", "about")
+    dest = tmp_path / "dest"
+    assert run(["fetch", "har", "--dest", str(dest), "--url", f"{base}/har.zip"]) == 0
+    assert (dest / "UCI HAR Dataset" / "train" / "y_train.txt").read_text() == "1\n2\n"
+    assert not (dest / "UCI HAR Dataset.zip").exists()

@@ -128,3 +128,15 @@ def test_vehicle_falls_back_to_subset_with_warning():
     assert [len(c.y_train) for c in a.clients] != [len(c.y_train) for c in b.clients] or any(
         not np.array_equal(x.y_train, y.y_train) for x, y in zip(a.clients, b.clients, strict=True)
     )
+
+
+@pytest.mark.parametrize("name", ["school.mat", "school.npz", "mnist.npz", "vehicle_ditto_train_subset.npz"])
+def test_truncated_copies_of_real_files_are_rejected(tmp_path, name):
+    from sheaf_fmtl.data.base import DatasetError
+
+    d = need(name)
+    data = (d / name).read_bytes()
+    (tmp_path / name).write_bytes(data[: len(data) // 2])
+    dataset = {"school.mat": "school", "school.npz": "school", "mnist.npz": "rmnist"}.get(name, "vehicle")
+    with pytest.raises(DatasetError, match=name.replace(".", r"\.")):
+        load_raw(dataset, DataRequest(data_dir=tmp_path))
