@@ -40,9 +40,17 @@ def dataset_names() -> list[str]:
 
 def load_raw(name: str, request: DataRequest) -> RawFederated:
     _import_builtin()
+    if name.startswith("file:"):
+        from .user import load_user
+
+        raw = load_user(name[len("file:") :], request)
+        return _take_clients(name, raw, request)
     if name not in _BUILDERS:
         raise DatasetError(f"unknown dataset {name!r}; known: {', '.join(sorted(_BUILDERS))}")
-    raw = _BUILDERS[name](request)
+    return _take_clients(name, _BUILDERS[name](request), request)
+
+
+def _take_clients(name: str, raw: RawFederated, request: DataRequest) -> RawFederated:
     if request.clients is not None and request.clients != len(raw.clients):
         if request.clients > len(raw.clients):
             raise DatasetError(
@@ -58,4 +66,10 @@ def load(name: str, request: DataRequest, protocol: ProtocolOptions = ProtocolOp
 
 
 def _import_builtin() -> None:
-    from . import synthetic  # noqa: F401  (registers synthetic, synthetic-hetero)
+    from . import (  # noqa: F401  (each module registers its datasets)
+        har,
+        images,  # rmnist, hcifar10
+        mocha,  # vehicle, gleam
+        school,
+        synthetic,  # synthetic, synthetic-hetero
+    )

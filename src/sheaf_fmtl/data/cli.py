@@ -1,0 +1,158 @@
+"""``sheaf-fmtl data list | describe | fetch`` (hooked into the main CLI through :func:`add_parser`).
+
+``describe`` prints what the paper's Table "Data partitioning" reports (min/max training samples
+n_k per client after the protocol) plus class balance and a non-IID summary: the mean total-variation
+distance between each client's label distribution and the global one (classification) or the spread
+of per-client target means (regression).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from .base import DatasetError, FederatedDataset
+from .fetch import SOURCES, fetch
+from .files import search_dirs, try_find
+from .protocol import apply_protocol
+from .registry import DataRequest, dataset_names, load_raw
+
+#: Files that make each file-based dataset available (any one of each inner list suffices).
+DATASET_FILES: dict[str, list[str]] = {
+    "vehicle": ["vehicle.mat", "vehicle/vehicle.mat", "vehicle_ditto_train_subset.npz"],
+    "gleam": ["gleam.mat", "gleam/gleam.mat"],
+    "har": ["UCI HAR Dataset/train/X_train.txt", "har/UCI HAR Dataset/train/X_train.txt"],
+    "school": ["school.mat", "school.npz", "school/school.mat"],
+    "rmnist": ["mnist.npz", "mnist/mnist.npz", "train-images-idx3-ubyte", "train-images-idx3-ubyte.gz"],
+    "hcifar10": ["cifar-10-batches-py/data_batch_1", "cifar10/cifar-10-batches-py/data_batch_1"],
+}
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add the ``data`` command group to an ``argparse`` sub-parser collection."""
+    p = subparsers.add_parser("data", help="list, describe and fetch datasets")
+    sub = p.add_subparsers(dest="data_command", required=True)
+    ls = sub.add_parser("list", help="which datasets are available, and where")
+    ls.add_argument("--data-dir", type=Path, default=None)
+    d = sub.add_parser("describe", help="per-client counts, class balance, non-IID summary")
+    d.add_argument("name", help="dataset name or file:PATH")
+    d.add_argument("--data-dir", type=Path, default=None)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--clients", type=int, default=None)
+    d.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE",
+                   help="dataset option, e.g. -o use_test=true (value parsed as YAML)")
+    f = sub.add_parser("fetch", help="download a dataset and verify its SHA-256")
+    f.add_argument("name", choices=sorted(SOURCES))
+    f.add_argument("--dest", type=Path, required=True)
+    f.add_argument("--url", default=None, help="download from here instead of the official address")
+    f.add_argument("--sha256", default=None, help="expected SHA-256 where the table has none")
+    p.set_defaults(func=main_data)
+
+
+def _options(pairs: Sequence[str]) -> dict[str, Any]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise DatasetError(f"option {pair!r} is not KEY=VALUE")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def cmd_list(data_dir: Path | None) -> int:
+    print("searched: " + ", ".join(str(d) for d in search_dirs(data_dir)))
+    for name in dataset_names():
+        if name not in DATASET_FILES:
+            print(f"{name:18s} built-in (generated)")
+            continue
+        found = try_find(DATASET_FILES[name], data_dir)
+        if found is None:
+            print(f"{name:18s} missing  (get it: sheaf-fmtl data fetch {name} --dest DIR)")
+            continue
+        subset = name == "vehicle" and found.suffix == ".npz"
+        print(f"{name:18s} found    {found}" + (" (small subset; vehicle.mat preferred)" if subset else ""))
+    return 0
+
+
+def summarize(ds: FederatedDataset) -> dict[str, Any]:
+    """Numbers printed by ``describe`` (also used by tests)."""
+    n_train = np.array([len(c.y_train) for c in ds.clients])
+    n_test = np.array([len(c.y_test) for c in ds.clients])
+    out: dict[str, Any] = {
+        "clients": ds.num_clients,
+        "feature_shapes": sorted({ds.feature_shape(i) for i in range(ds.num_clients)}),
+        "n_train_min": int(n_train.min()), "n_train_max": int(n_train.max()),
+        "n_train_total": int(n_train.sum()), "n_test_total": int(n_test.sum()),
+    }
+    if ds.task == "classification":
+        c = ds.num_classes
+        counts = np.stack([np.bincount(cl.y_train, minlength=c)[:c] for cl in ds.clients]).astype(float)
+        glob = counts.sum(0) / counts.sum()
+        local = counts / np.maximum(counts.sum(1, keepdims=True), 1)
+        out["class_fractions"] = glob.round(4).tolist()
+        out["mean_tv_distance"] = float(0.5 * np.abs(local - glob).sum(1).mean())
+        out["classes_per_client_min"] = int((counts > 0).sum(1).min())
+        out["classes_per_client_max"] = int((counts > 0).sum(1).max())
+    else:
+        means = np.array([float(np.mean(cl.y_train)) for cl in ds.clients])
+        out["target_mean"] = float(np.concatenate([cl.y_train for cl in ds.clients]).mean())
+        out["client_mean_std"] = float(means.std())
+        out["client_mean_range"] = [float(means.min()), float(means.max())]
+    return out
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    req = DataRequest(clients=args.clients, seed=args.seed, data_dir=args.data_dir,
+                      options=_options(args.option))
+    raw = load_raw(args.name, req)
+    ds = apply_protocol(raw, args.seed)
+    s = summarize(ds)
+    sizes = [len(c.y) + (0 if c.y_test is None else len(c.y_test)) for c in raw.clients]
+    print(f"{ds.name}: {ds.task}, {s['clients']} clients, feature shape(s) {s['feature_shapes']}")
+    print(f"samples per client before the protocol: min {min(sizes)}, max {max(sizes)}, total {sum(sizes)}")
+    print(f"training samples per client n_k: min {s['n_train_min']}, max {s['n_train_max']} "
+          f"(total train {s['n_train_total']}, test {s['n_test_total']}; seed {args.seed})")
+    if ds.task == "classification":
+        print(f"class balance (train): {s['class_fractions']}")
+        print(f"classes per client: {s['classes_per_client_min']}..{s['classes_per_client_max']}")
+        print(f"non-IID: mean total-variation distance of client label distributions to the global one "
+              f"= {s['mean_tv_distance']:.3f}")
+    else:
+        lo, hi = s["client_mean_range"]
+        print(f"targets: global mean {s['target_mean']:.3f}; per-client means std "
+              f"{s['client_mean_std']:.3f}, range {lo:.3f}..{hi:.3f}")
+    print("per-client n_train: " + " ".join(str(len(c.y_train)) for c in ds.clients))
+    return 0
+
+
+def main_data(args: argparse.Namespace) -> int:
+    """Run one ``data`` sub-command; DatasetError is printed to stderr and gives exit status 2."""
+    try:
+        if args.data_command == "list":
+            return cmd_list(args.data_dir)
+        if args.data_command == "describe":
+            return cmd_describe(args)
+        if args.data_command == "fetch":
+            fetch(args.name, args.dest, url=args.url, sha256=args.sha256)
+            return 0
+        raise DatasetError(f"unknown data command {args.data_command!r}")
+    except DatasetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def run(argv: Sequence[str]) -> int:
+    """``sheaf-fmtl data ARGV...`` without the main CLI (for tests and ``python -m``)."""
+    parser = argparse.ArgumentParser(prog="sheaf-fmtl")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    return main_data(parser.parse_args(["data", *argv]))
+
+
+if __name__ == "__main__":
+    sys.exit(run(sys.argv[1:]))

@@ -1,0 +1,144 @@
+"""``file:PATH`` -- the user's own federated data.
+
+Two layouts: an ``.npz`` in the per-client convention of ``data/DATA.md`` (``num_clients``, ``x_i``,
+``y_i``, optional ``x_test_i``/``y_test_i`` used as a fixed test split), or a folder with one CSV per
+client (sorted by file name, last column the target, an optional non-numeric header row). The task
+is inferred (integer targets with at most ``max_classes`` distinct values -> classification) or
+forced with option ``task``. Clients may have different feature counts (the setting of the paper's
+Section 5.2 with different model sizes).
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .base import DatasetError, RawClient, RawFederated, Task
+from .files import as_features, as_targets, check_options
+from .registry import DataRequest
+
+USER_DEFAULTS: dict[str, Any] = {"task": None, "max_classes": 100}
+_NPZ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile)
+
+
+def read_npz_clients(path: Path) -> list[dict[str, np.ndarray]]:
+    """Arrays of each client of a per-client ``.npz`` (keys ``x``, ``y``, maybe ``x_test``, ``y_test``).
+
+    Everything is read eagerly so a truncated member fails here, with the file named."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            keys = set(z.files)
+            if "num_clients" not in keys:
+                raise DatasetError(f"{path}: no 'num_clients' key (per-client .npz layout, see DATA.md)")
+            n = int(np.asarray(z["num_clients"]).reshape(()))
+            if n < 1:
+                raise DatasetError(f"{path}: num_clients = {n}")
+            out = []
+            for i in range(n):
+                if f"x_{i}" not in keys or f"y_{i}" not in keys:
+                    raise DatasetError(f"{path}: client {i} of {n}: keys x_{i} and y_{i} are required")
+                client = {"x": z[f"x_{i}"], "y": z[f"y_{i}"]}
+                has_test = (f"x_test_{i}" in keys, f"y_test_{i}" in keys)
+                if any(has_test) and not all(has_test):
+                    raise DatasetError(f"{path}: client {i} has only one of x_test_{i}, y_test_{i}")
+                if all(has_test):
+                    client["x_test"], client["y_test"] = z[f"x_test_{i}"], z[f"y_test_{i}"]
+                out.append(client)
+            return out
+    except DatasetError:
+        raise
+    except _NPZ_ERRORS as e:
+        raise DatasetError(f"{path}: cannot read as .npz ({type(e).__name__}: {e})") from e
+
+
+def _read_csv(path: Path) -> np.ndarray:
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise DatasetError(f"{path}: cannot read ({e})") from e
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if lines:
+        try:
+            [float(v) for v in lines[0].split(",")]
+        except ValueError:
+            lines = lines[1:]  # a header row
+    rows = []
+    width = None
+    for k, ln in enumerate(lines):
+        try:
+            row = [float(v) for v in ln.split(",")]
+        except ValueError as e:
+            raise DatasetError(f"{path}: line {k + 1} is not numeric ({e})") from e
+        if width is not None and len(row) != width:
+            raise DatasetError(f"{path}: line {k + 1} has {len(row)} columns; earlier lines have {width}")
+        width = len(row)
+        rows.append(row)
+    if not rows or (width or 0) < 2:
+        raise DatasetError(f"{path}: need at least one row with a feature column and a target column")
+    return np.asarray(rows)
+
+
+def infer_task(ys: list[np.ndarray], max_classes: int) -> Task:
+    """Classification when all targets are integers with at most ``max_classes`` distinct values."""
+    y = np.concatenate([np.ravel(v) for v in ys])
+    if np.all(y == np.round(y)) and len(np.unique(y)) <= max_classes:
+        return "classification"
+    return "regression"
+
+
+def load_user(spec: str, request: DataRequest) -> RawFederated:
+    """Build a :class:`RawFederated` from ``file:PATH`` (``spec`` is PATH)."""
+    o = check_options(f"file:{spec}", request.options, USER_DEFAULTS)
+    if o["task"] not in (None, "classification", "regression"):
+        raise DatasetError(f"file:{spec}: option task must be 'classification' or 'regression'")
+    path = Path(spec).expanduser()
+    if not path.is_absolute() and request.data_dir is not None and not path.exists():
+        path = Path(request.data_dir) / path
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix.lower() == ".csv")
+        if not files:
+            raise DatasetError(f"{path}: folder has no .csv files (one per client expected)")
+        parts = []
+        for f in files:
+            table = _read_csv(f)
+            parts.append((f, {"x": table[:, :-1], "y": table[:, -1]}))
+    elif path.is_file():
+        parts = [(path, c) for c in read_npz_clients(path)]
+    else:
+        raise DatasetError(f"file:{spec}: {path} does not exist (give an .npz file or a folder of CSVs)")
+    arrays = []
+    for i, (src, c) in enumerate(parts):
+        what = f"client {i}"
+        x = as_features(c["x"], src, f"{what} features", allow_nd=True)
+        y = as_targets(c["y"], src, f"{what} targets", len(x))
+        xt = yt = None
+        if "x_test" in c:
+            xt = as_features(c["x_test"], src, f"{what} test features", allow_nd=True)
+            yt = as_targets(c["y_test"], src, f"{what} test targets", len(xt))
+            if xt.shape[1:] != x.shape[1:]:
+                shapes = f"{xt.shape[1:]} (test) vs {x.shape[1:]} (train)"
+                raise DatasetError(f"{src}: {what} feature shapes differ: {shapes}")
+        arrays.append((x, y, xt, yt))
+    ys = [a[1] for a in arrays] + [a[3] for a in arrays if a[3] is not None]
+    task: Task = o["task"] or infer_task(ys, int(o["max_classes"]))
+    num_classes = 0
+    if task == "classification":
+        y_all = np.concatenate(ys)
+        top = int(o["max_classes"]) - 1
+        if np.any(y_all != np.round(y_all)) or y_all.min() < 0 or y_all.max() > top:
+            raise DatasetError(f"file:{spec}: classification targets must be integers in 0..{top}")
+        num_classes = max(int(y_all.max()) + 1, 2)
+    ydt = np.int64 if task == "classification" else np.float32
+    clients = tuple(
+        RawClient(
+            x.astype(np.float32),
+            y.astype(ydt),
+            None if xt is None else xt.astype(np.float32),
+            None if yt is None else yt.astype(ydt),
+        )
+        for x, y, xt, yt in arrays
+    )
+    return RawFederated(f"file:{path.name}", task, num_classes, clients)

@@ -1,0 +1,170 @@
+"""``sheaf-fmtl data list | describe | fetch``; fetch runs against a local http.server thread."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sheaf_fmtl.data import fetch as fetch_mod
+from sheaf_fmtl.data.cli import run, summarize
+from sheaf_fmtl.data.fetch import SOURCES, Source, _unpack
+from sheaf_fmtl.data.registry import DataRequest, load
+
+SHARED = Path("/work/shared/data")
+
+
+@pytest.fixture
+def server(tmp_path):
+    """Serve ``tmp_path / 'www'`` on 127.0.0.1; yields (folder, base URL)."""
+    www = tmp_path / "www"
+    www.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(www))
+    handler.log_message = lambda *a, **k: None  # type: ignore[assignment]
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield www, f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
+def test_fetch_verifies_sha256_then_moves_into_place(server, tmp_path, capsys):
+    if not (SHARED / "school.mat").exists():
+        pytest.skip(f"{SHARED / 'school.mat'} absent (real file needed: its SHA-256 is in the table)")
+    www, base = server
+    shutil.copy(SHARED / "school.mat", www / "school.mat")
+    dest = tmp_path / "dest"
+    assert run(["fetch", "school", "--dest", str(dest), "--url", f"{base}/school.mat"]) == 0
+    assert (dest / "school.mat").read_bytes() == (SHARED / "school.mat").read_bytes()
+    assert "verified" in capsys.readouterr().out
+    assert sorted(p.name for p in dest.iterdir()) == ["school.mat"]
+    assert load("school", DataRequest(data_dir=dest)).num_clients == 139
+
+
+def test_fetch_refuses_wrong_checksum_and_leaves_nothing(server, tmp_path, capsys):
+    www, base = server
+    (www / "school.mat").write_bytes(b"not the MALSAR file" * 100)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "school.mat").write_bytes(b"old")  # an existing file is not replaced by a bad download
+    assert run(["fetch", "school", "--dest", str(dest), "--url", f"{base}/school.mat"]) == 2
+    err = capsys.readouterr().err
+    assert "SHA-256" in err and "school.mat" in err
+    assert sorted(p.name for p in dest.iterdir()) == ["school.mat"]
+    assert (dest / "school.mat").read_bytes() == b"old"
+
+
+def test_fetch_without_known_checksum_warns_and_honours_given_sha(server, tmp_path, capsys):
+    www, base = server
+    payload = b"pretend vehicle.mat"
+    (www / "v.mat").write_bytes(payload)
+    dest = tmp_path / "dest"
+    assert SOURCES["vehicle"][0].sha256 is None
+    assert run(["fetch", "vehicle", "--dest", str(dest), "--url", f"{base}/v.mat"]) == 0
+    out = capsys.readouterr().out
+    assert "no official SHA-256" in out and hashlib.sha256(payload).hexdigest() in out
+    assert (dest / "vehicle.mat").read_bytes() == payload
+    wrong = "0" * 64
+    assert run(["fetch", "vehicle", "--dest", str(tmp_path / "d2"), "--url", f"{base}/v.mat",
+                "--sha256", wrong]) == 2
+    assert not (tmp_path / "d2" / "vehicle.mat").exists()
+
+
+def test_fetch_unreachable_url_and_gleam_without_url(tmp_path, capsys):
+    assert run(["fetch", "school", "--dest", str(tmp_path), "--url", "http://127.0.0.1:9/school.mat"]) == 2
+    assert "download" in capsys.readouterr().err
+    assert run(["fetch", "gleam", "--dest", str(tmp_path)]) == 2
+    assert "--url" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fetch_unpacks_verified_tar_archive(server, tmp_path, monkeypatch):
+    import tarfile
+
+    www, base = server
+    src = tmp_path / "src" / "cifar-10-batches-py"
+    src.mkdir(parents=True)
+    (src / "readme.html").write_text("hi")
+    with tarfile.open(www / "c.tar.gz", "w:gz") as tf:
+        tf.add(src, arcname="cifar-10-batches-py")
+    digest = hashlib.sha256((www / "c.tar.gz").read_bytes()).hexdigest()
+    entry = SOURCES["hcifar10"][0]
+    monkeypatch.setitem(SOURCES, "hcifar10", [Source(entry.filename, entry.url, digest, unpack=True)])
+    dest = tmp_path / "dest"
+    assert run(["fetch", "hcifar10", "--dest", str(dest), "--url", f"{base}/c.tar.gz"]) == 0
+    assert (dest / "cifar-10-batches-py" / "readme.html").read_text() == "hi"
+
+
+def test_unpack_refuses_paths_outside_destination(tmp_path):
+    import zipfile
+
+    archive = tmp_path / "evil.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("../escape.txt", "x")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(fetch_mod.DatasetError, match="outside"):
+        _unpack(archive, dest)
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_list_reports_found_and_missing(tmp_path, capsys):
+    np.savez(tmp_path / "school.npz", num_clients=np.int64(1), x_0=np.zeros((2, 28)), y_0=np.zeros(2))
+    assert run(["list", "--data-dir", str(tmp_path)]) == 0
+    lines = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()[1:]}
+    assert "found" in lines["school"] and str(tmp_path / "school.npz") in lines["school"]
+    for name in ("gleam", "har", "hcifar10", "rmnist", "vehicle"):
+        assert "missing" in lines[name]
+
+
+def test_describe_label_skew_of_pure_clients(tmp_path, capsys):
+    # every client holds one class only: each client's label distribution is a point mass, so the mean
+    # TV distance to the global one is 1 - mean_k g[c_k], i.e. 0.5 for two clients of classes 0 and 1,
+    # whatever the protocol does to the client sizes.
+    path = tmp_path / "pure.npz"
+    np.savez(path, num_clients=np.int64(2), x_0=np.random.default_rng(0).normal(size=(20, 3)),
+             y_0=np.zeros(20, np.int64), x_1=np.random.default_rng(1).normal(size=(20, 3)),
+             y_1=np.ones(20, np.int64))
+    s = summarize(load(f"file:{path}", DataRequest(seed=0)))
+    assert s["mean_tv_distance"] == pytest.approx(0.5)
+    assert s["classes_per_client_max"] == 1
+    assert run(["describe", f"file:{path}", "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "0.500" in out and "min 3, max 15" in out  # 20 -> 15 train; the reduced client keeps 20% of 15
+
+
+def test_describe_regression_and_bad_option(tmp_path, capsys):
+    if not (SHARED / "school.mat").exists():
+        pytest.skip("school.mat absent")
+    assert run(["describe", "school", "--data-dir", str(SHARED), "--seed", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "139 clients" in out and "min 22, max 251, total 15362" in out
+    assert run(["describe", "school", "--data-dir", str(SHARED), "-o", "nope=1"]) == 2
+    assert "unknown option" in capsys.readouterr().err
+
+
+def test_fetch_unpacks_uci_style_nested_zip(server, tmp_path, monkeypatch):
+    import io
+    import zipfile
+
+    www, base = server
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as zf:
+        zf.writestr("UCI HAR Dataset/train/y_train.txt", "1\n2\n")
+    with zipfile.ZipFile(www / "har.zip", "w") as zf:
+        zf.writestr("UCI HAR Dataset.zip", inner.getvalue())
+        zf.writestr("UCI HAR Dataset.names", "about")
+    dest = tmp_path / "dest"
+    assert run(["fetch", "har", "--dest", str(dest), "--url", f"{base}/har.zip"]) == 0
+    assert (dest / "UCI HAR Dataset" / "train" / "y_train.txt").read_text() == "1\n2\n"
+    assert not (dest / "UCI HAR Dataset.zip").exists()
