@@ -3,8 +3,17 @@
 Theta step (eq. ``thetaupdate``):
     ``theta_i <- theta_i - alpha (g_i + lam sum_j P_ij^T (P_ij theta_i - P_ji theta_j))``
 Map step with the new thetas (eq. ``pijaupdate``):
-    ``P_ij <- P_ij - eta lam (P_ij theta_i - P_ji theta_j) theta_i^T``
-``eta = 0`` keeps the maps fixed (the special cases) and skips the second exchange.
+    ``P_ij <- P_ij - eta lam r_ij theta_i^T``,  ``r_ij = P_ij theta_i - P_ji theta_j``.
+
+Message modes (same iterates):
+- ``literal``: every round sends ``P_ij theta_i`` (for the theta step) and ``P_ij theta_i^new``
+  (for the map step): two ``d_ij`` vectors per neighbour.
+- ``compact``: after the map step ``P_ij' theta_i = P_ij theta_i - eta lam r_ij ||theta_i||^2``, so
+  the next round's first message is rebuilt by the receiver from the second one plus the scalar
+  ``||theta_i||^2``: one ``d_ij`` vector and one scalar per neighbour and round (after a first
+  round that sends both). The map step also returns ``P_ij'^T (r_ij^next)`` from the same sweep
+  over the maps (DESIGN.md identity 2), so a round reads the maps twice and writes them once.
+``eta = 0`` keeps the maps fixed (the special cases) and needs only one message per round.
 """
 
 from __future__ import annotations
@@ -12,9 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..config import RunConfig
+from ..runtime.edges import EdgeLayout
 from ..runtime.transport import EdgeTensor, Payload
 from ..sheaf import ops
 from ..sheaf.layout import SheafLayout, build_layout
@@ -27,7 +38,17 @@ class SheafState(State):
     layout: SheafLayout | None = None
     maps: list[torch.Tensor] | None = None
     grads: list[torch.Tensor] | None = None
-    sent: torch.Tensor | None = None  # own outgoing messages of the current phase
+    own: torch.Tensor | None = None  # P_ij theta_i for the coming theta step (flat, per half-edge)
+    theirs: torch.Tensor | None = None  # P_ji theta_j for the coming theta step, as received/rebuilt
+    coupling: list[torch.Tensor] | None = None  # sum_j P_ij^T (own - theirs), per cohort, when known
+    sent: torch.Tensor | None = None  # P_ij theta_i^new sent for the map step
+    scalars: EdgeLayout | None = None  # layout of one scalar per half-edge
+    greet: bool = True  # this round starts by exchanging P_ij theta_i (messages not known yet)
+
+
+def _sq_norms(layout: SheafLayout, thetas: list[torch.Tensor]) -> torch.Tensor:
+    """``||theta_i||^2`` for the source of every half-edge, in message-buffer order ``[H]``."""
+    return torch.cat([(thetas[b.cohort][b.src_pos] ** 2).sum(1) for b in layout.buckets])
 
 
 @register("sheaf-fmtl")
@@ -39,6 +60,8 @@ class SheafFMTL:
         self.alpha = config.alpha
         self.eta = config.eta
         self.local_steps = config.local_steps
+        self.compact = config.message_mode == "compact"
+        self.learn_maps = config.eta > 0 and config.lam > 0
 
     def init(self, ctx: Context) -> SheafState:
         cfg = ctx.config
@@ -47,40 +70,82 @@ class SheafFMTL:
             layout, cfg.map_init, cfg.map_scale, dtype=MAP_DTYPES[cfg.map_dtype], generator=ctx.init_gen,
             device=cfg.device,
         )
-        return SheafState(thetas=ctx.init_thetas(), layout=layout, maps=maps)
+        scalars = EdgeLayout(np.ones(layout.graph.num_half_edges, np.int64), layout.messages.rev)
+        return SheafState(thetas=ctx.init_thetas(), layout=layout, maps=maps, scalars=scalars)
 
+    # -- rounds ---------------------------------------------------------------------------------
     def local(self, state: SheafState, ctx: Context) -> SheafState:  # type: ignore[override]
         state.grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
+        state.greet = state.theirs is None
+        if not state.greet:  # this round's messages are already known (compact mode)
+            self._theta_steps(state, ctx)
         return state
 
     def phases(self, state: SheafState) -> int:  # type: ignore[override]
-        return 2 if self.eta > 0 and self.lam > 0 else 1
+        return int(state.greet) + int(self.learn_maps)
 
     def send(self, state: SheafState, phase: int, ctx: Context) -> Payload:  # type: ignore[override]
-        assert state.layout is not None and state.maps is not None
+        assert state.layout is not None and state.maps is not None and state.scalars is not None
         state.sent = ops.messages(state.layout, state.thetas, state.maps)
-        return {"msg": EdgeTensor(state.sent, state.layout.messages)}
+        payload = {"msg": EdgeTensor(state.sent, state.layout.messages)}
+        if self._is_map_phase(state, phase) and self.compact:
+            payload["sq_norm"] = EdgeTensor(_sq_norms(state.layout, state.thetas), state.scalars)
+        return payload
 
     def receive(self, state: SheafState, incoming: Payload, phase: int, ctx: Context) -> SheafState:  # type: ignore[override]
-        assert state.layout is not None and state.maps is not None and state.sent is not None
-        layout, maps, theirs = state.layout, state.maps, incoming["msg"].data
-        if phase == 0:
-            grads = state.grads
-            assert grads is not None
-            for step in range(self.local_steps):
-                if step > 0:  # further local steps: fresh gradients, the same received messages
-                    grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
-                    state.sent = ops.messages(layout, state.thetas, maps)
-                coupling = ops.transpose_sum(layout, maps, state.sent - theirs, state.thetas)
-                state.thetas = [
-                    t - self.alpha * (g + self.lam * c) for t, g, c in zip(state.thetas, grads, coupling, strict=True)
-                ]
-        else:
-            residual = state.sent - theirs
-            for b, p, r in zip(layout.buckets, maps, layout.bucket_messages(residual), strict=True):
-                ops.rank_one_update_(p, r, state.thetas[b.cohort][b.src_pos], -self.eta * self.lam)
+        if self._is_map_phase(state, phase):
+            self._map_step(state, incoming)
+        else:  # greeting: the messages for the theta step of this round
+            state.own, state.theirs, state.coupling = state.sent, incoming["msg"].data, None
+            self._theta_steps(state, ctx)
         return state
 
+    def _is_map_phase(self, state: SheafState, phase: int) -> bool:
+        return self.learn_maps and phase == int(state.greet)
+
+    # -- the two updates --------------------------------------------------------------------------
+    def _theta_steps(self, state: SheafState, ctx: Context) -> None:
+        """Eq. (thetaupdate), ``local_steps`` times with the same received ``P_ji theta_j``."""
+        assert state.layout is not None and state.maps is not None and state.grads is not None
+        layout, maps, grads = state.layout, state.maps, state.grads
+        assert state.own is not None and state.theirs is not None
+        for step in range(self.local_steps):
+            if step > 0:
+                grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
+                state.own, state.coupling = ops.messages(layout, state.thetas, maps), None
+            coupling = state.coupling
+            if coupling is None:
+                coupling = ops.transpose_sum(layout, maps, state.own - state.theirs, state.thetas)
+            state.thetas = [
+                t - self.alpha * (g + self.lam * c) for t, g, c in zip(state.thetas, grads, coupling, strict=True)
+            ]
+        state.theirs = state.own = state.coupling = None  # used up: this round's messages
+
+    def _map_step(self, state: SheafState, incoming: Payload) -> None:
+        """Eq. (pijaupdate) in one sweep; in compact mode also rebuild the next round's messages and
+        take the next sheaf term ``sum_j P_ij'^T (P_ij' theta_i - P_ji' theta_j)`` from that sweep."""
+        assert state.layout is not None and state.maps is not None and state.sent is not None
+        layout, maps = state.layout, state.maps
+        scale = -self.eta * self.lam
+        mine, theirs = state.sent, incoming["msg"].data
+        residual = mine - theirs
+        probe = None
+        if self.compact:
+            own_sq = _sq_norms(layout, state.thetas)
+            their_sq = incoming["sq_norm"].data
+            state.own = mine + scale * residual * _per_element(layout, own_sq)
+            state.theirs = theirs - scale * residual * _per_element(layout, their_sq)
+            probe = state.own - state.theirs
+        views = layout.bucket_messages
+        coupling = [torch.zeros_like(t) for t in state.thetas]
+        for b, p, r, v in zip(layout.buckets, maps, views(residual), views(probe) if probe is not None else
+                              [None] * len(maps), strict=True):
+            y = ops.update_maps_(p, r, state.thetas[b.cohort][b.src_pos], scale, v)
+            if y is not None:
+                coupling[b.cohort].index_add_(0, b.src_pos, y)
+        state.coupling = coupling if self.compact else None
+
+    # -- reporting --------------------------------------------------------------------------------
     def penalty(self, state: SheafState, ctx: Context) -> tuple[float, float]:  # type: ignore[override]
         assert state.layout is not None and state.maps is not None
         e = float(ops.energy(state.layout, state.thetas, state.maps))
@@ -94,3 +159,8 @@ class SheafFMTL:
             "bucket_half_edges": [torch.as_tensor(b.half_edges) for b in layout.buckets],
             "map_norms": ops.map_frobenius(layout, state.maps),
         }
+
+
+def _per_element(layout: SheafLayout, per_edge: torch.Tensor) -> torch.Tensor:
+    """Repeat one value per half-edge over that half-edge's ``d_ij`` message elements."""
+    return torch.repeat_interleave(per_edge, torch.as_tensor(layout.messages.sizes, device=per_edge.device))

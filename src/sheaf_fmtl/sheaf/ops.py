@@ -105,3 +105,50 @@ def map_frobenius(layout: SheafLayout, maps: Sequence[torch.Tensor]) -> torch.Te
         norms = torch.linalg.vector_norm(p.double(), dim=(1, 2))
         out[g.src[b.half_edges], g.dst[b.half_edges]] = norms
     return out
+
+
+# Map blocks of about this many bytes are processed while they sit in cache (see update_maps_).
+BLOCK_BYTES = 1 << 20
+
+
+def _blocks(p: torch.Tensor, block_bytes: int) -> list[tuple[slice, slice]]:
+    """Tiles ``(half-edges, columns)`` of ``p [H, d_e, d]`` of about ``block_bytes`` each (float32 size)."""
+    h, e, d = p.shape
+    per_map = e * d * 4
+    if h * per_map <= block_bytes:
+        return [(slice(0, h), slice(0, d))]
+    if per_map <= block_bytes:
+        step = block_bytes // per_map
+        return [(slice(s, min(s + step, h)), slice(0, d)) for s in range(0, h, step)]
+    cols = max(16, block_bytes // (e * 4))
+    return [(slice(s, s + 1), slice(c, min(c + cols, d))) for s in range(h) for c in range(0, d, cols)]
+
+
+def update_maps_(
+    p: torch.Tensor,
+    r: torch.Tensor,
+    x_src: torch.Tensor,
+    scale: float,
+    probe: torch.Tensor | None = None,
+    *,
+    block_bytes: int = BLOCK_BYTES,
+) -> torch.Tensor | None:
+    """Map step ``P_h += scale * r_h x_h^T`` in place, in one sweep over ``p``.
+
+    With ``probe`` (``[H, d_e]``), also return ``P_h'^T probe_h`` for the UPDATED maps, taken from
+    each block before it is written: ``P'^T v = P^T v + scale * x (r . v)`` (DESIGN.md, identity 2),
+    so the next round's sheaf term costs no extra pass over the maps.
+    """
+    out = None if probe is None else x_src.new_empty(x_src.shape)
+    narrow = p.dtype != x_src.dtype
+    for hs, cs in _blocks(p, block_bytes):
+        blk = p[hs, :, cs]
+        work = blk.to(x_src.dtype) if narrow else blk
+        if out is not None and probe is not None:
+            out[hs, cs] = torch.bmm(probe[hs].unsqueeze(1), work).squeeze(1)
+        work.addcmul_(r[hs].unsqueeze(2), x_src[hs, cs].unsqueeze(1), value=scale)
+        if narrow:
+            blk.copy_(work)
+    if out is not None and probe is not None:
+        out.add_(x_src * ((r * probe).sum(1, keepdim=True) * scale))
+    return out
