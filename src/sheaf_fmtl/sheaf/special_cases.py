@@ -95,7 +95,8 @@ def set_fixed_maps(sim: Simulation, edge_dims: np.ndarray, map_of: MapOf) -> Non
     if not isinstance(state, SheafState) or sim.config.eta != 0.0:
         raise ValueError("fixed maps need algorithm=sheaf-fmtl with eta=0")
     fed, graph = sim.ctx.fed, sim.ctx.graph
-    layout = build_layout(graph, fed.node_dims(), fed.cohort_of, 1.0, edge_dim_override=edge_dims)
+    dims, cohorts = fed.node_dims().tolist(), fed.cohort_of.tolist()
+    layout = build_layout(graph, dims, cohorts, 1.0, edge_dim_override=edge_dims)
     dtype = MAP_DTYPES[sim.config.map_dtype]
     maps = []
     for b in layout.buckets:
