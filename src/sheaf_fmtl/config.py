@@ -47,6 +47,12 @@ class RunConfig:
     data_dir: str = ""
     device: str = "cpu"
     data: dict[str, Any] = field(default_factory=dict)  # dataset-specific options
+    # Baselines (algorithms/*.py); see each algorithm's docstring.
+    dpsgd_order: str = "lian"  # lian: x <- W x - alpha g(x); atc: x <- W (x - alpha g(x))
+    inner_steps: int = 5  # pFedMe: gradient steps of the inner (Moreau envelope) solve
+    inner_lr: float = 0.05  # pFedMe: step size of the inner solve
+    pfedme_beta: float = 1.0  # pFedMe: server mixing w <- (1 - beta) w + beta mean_i w_i
+    perfedavg_beta: float = 0.01  # Per-FedAvg: meta (outer) step size; alpha is the adaptation step
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -61,6 +67,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "map_dtype": tuple(MAP_DTYPES),
     "message_mode": ("compact", "literal"),
     "device": ("cpu", "cuda"),
+    "dpsgd_order": ("lian", "atc"),
 }
 # key -> (lower, lower inclusive, upper, upper inclusive, text)
 _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
@@ -79,6 +86,10 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "l2": (0.0, True, None, False, "l2 >= 0"),
     "eval_every": (1, True, None, False, "eval_every >= 1"),
     "seed": (0, True, None, False, "seed >= 0"),
+    "inner_steps": (1, True, None, False, "inner_steps >= 1"),
+    "inner_lr": (0.0, False, None, False, "inner_lr > 0"),
+    "pfedme_beta": (0.0, False, None, False, "pfedme_beta > 0"),
+    "perfedavg_beta": (0.0, False, None, False, "perfedavg_beta > 0"),
 }
 _TYPES: dict[str, tuple[type, ...]] = {}
 for _f in fields(RunConfig):

@@ -6,7 +6,7 @@ import importlib
 
 from .base import ALGORITHMS, Algorithm, Context, State, make_algorithm, register
 
-_MODULES = ("sheaf_fmtl", "local")
+_MODULES = ("sheaf_fmtl", "local", "dpsgd", "dfedu", "fedavg", "ditto", "pfedme", "perfedavg")
 
 
 def load_all() -> None:

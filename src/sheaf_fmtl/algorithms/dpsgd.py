@@ -1,0 +1,79 @@
+"""D-PSGD: Lian et al., "Can Decentralized Algorithms Outperform Centralized Algorithms?" (2017).
+
+Mixing matrix: Metropolis-Hastings weights ``w_ij = 1 / (1 + max(deg_i, deg_j))`` on edges,
+``w_ii = 1 - sum_j w_ij`` (symmetric, doubly stochastic). On a complete graph every ``w_ij = 1/N``.
+Round (``dpsgd_order``), after ``local_steps - 1`` plain local SGD steps:
+- ``lian`` (default, the paper's Algorithm 1): ``x_i <- sum_j w_ij x_j - alpha g_i(x_i)``, the
+  gradient taken at the pre-mixing point; clients send ``x_i``.
+- ``atc`` (adapt then combine): ``x_i <- sum_j w_ij (x_j - alpha g_j(x_j))``; clients send the
+  stepped model. On a complete graph with equal sample counts this is FedAvg, round for round.
+Every client sends its whole model (``d`` floats) to each neighbour. There is no coupling term
+(consensus is sought through mixing): ``penalty`` is ``None``. ``thetas``: the local models ``x_i``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..config import RunConfig
+from ..runtime.transport import Payload
+from ..sheaf.graph import ClientGraph
+from .base import Context, register
+from .common import GossipState, gossip_init, gradient, sgd_steps
+
+
+def metropolis_weights(graph: ClientGraph) -> tuple[np.ndarray, np.ndarray]:
+    """``(w per half-edge [H], w_ii per node [N])``: Metropolis-Hastings mixing weights."""
+    deg = graph.degrees()
+    w = 1.0 / (1.0 + np.maximum(deg[graph.src], deg[graph.dst]))
+    self_w = 1.0 - np.bincount(graph.src, weights=w, minlength=graph.num_nodes)
+    return w, self_w
+
+
+@register("dpsgd")
+class DPSGD:
+    name = "dpsgd"
+
+    def __init__(self, config: RunConfig) -> None:
+        self.alpha = config.alpha
+        self.local_steps = config.local_steps
+        self.order = config.dpsgd_order
+
+    def init(self, ctx: Context) -> GossipState:
+        state = gossip_init(ctx, self.name)
+        w, self_w = metropolis_weights(ctx.graph)
+        ref = state.thetas[0]
+        state.mixing = (torch.as_tensor(w, dtype=ref.dtype, device=ref.device)[:, None],
+                        torch.as_tensor(self_w, dtype=ref.dtype, device=ref.device)[:, None])
+        return state
+
+    def local(self, state: GossipState, ctx: Context) -> GossipState:  # type: ignore[override]
+        theta = sgd_steps(ctx, state, state.thetas[0], self.local_steps - 1, self.alpha)
+        state.thetas = [theta]
+        state.grads = gradient(ctx, theta, state)
+        state.outgoing = theta - self.alpha * state.grads if self.order == "atc" else theta
+        return state
+
+    def phases(self, state: GossipState) -> int:  # type: ignore[override]
+        return 1
+
+    def send(self, state: GossipState, phase: int, ctx: Context) -> Payload:  # type: ignore[override]
+        assert state.gossip is not None and state.outgoing is not None
+        return {"model": state.gossip.send(state.outgoing)}
+
+    def receive(self, state: GossipState, incoming: Payload, phase: int, ctx: Context) -> GossipState:  # type: ignore[override]
+        gossip, own, mixing = state.gossip, state.outgoing, state.mixing
+        assert gossip is not None and own is not None and mixing is not None and state.grads is not None
+        w, self_w = mixing
+        mixed = self_w * own + gossip.neighbour_sum(w * gossip.received(incoming["model"]))
+        state.thetas = [mixed - self.alpha * state.grads if self.order == "lian" else mixed]
+        return state
+
+    def penalty(self, state: GossipState, ctx: Context) -> None:  # type: ignore[override]
+        return None
+
+    def checkpoint(self, state: GossipState, ctx: Context) -> dict[str, Any]:  # type: ignore[override]
+        return {}

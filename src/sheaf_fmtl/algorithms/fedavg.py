@@ -1,0 +1,31 @@
+"""FedAvg: McMahan et al., "Communication-Efficient Learning of Deep Networks from Decentralized
+Data" (2017), full participation.
+
+Round ``t``: every client starts from the global model ``w^t``, runs ``local_steps`` local SGD steps
+``w_i <- w_i - alpha g_i(w_i)``, uplinks ``w_i``; the server sets ``w^{t+1} = sum_i n_i w_i / sum_i n_i``
+(``n_i``: training sample counts) and downlinks it. Traffic per round: ``d`` floats up and ``d``
+down per client. ``thetas``: the global model, one copy per client (evaluated on each client's data).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import Context, register
+from .common import ServerAlgorithm, ServerState, sgd_steps
+
+
+@register("fedavg")
+class FedAvg(ServerAlgorithm):
+    name = "fedavg"
+
+    def local_update(self, state: ServerState, ctx: Context) -> ServerState:
+        assert state.glob is not None
+        state.glob = sgd_steps(ctx, state, state.glob, self.local_steps, self.alpha)
+        state.thetas = [state.glob]
+        return state
+
+    def after_average(self, state: ServerState, avg: torch.Tensor, ctx: Context) -> ServerState:
+        state.glob = avg
+        state.thetas = [avg]
+        return state
