@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from _baselines_problems import (
+from ._baselines_problems import (
     L2,
     client_arrays,
     federation,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from _baselines_problems import complete_graph, federation, path_graph, regression_dataset, simulation
+from ._baselines_problems import complete_graph, federation, path_graph, regression_dataset, simulation
 from sheaf_fmtl.runtime.edges import EdgeLayout
 from sheaf_fmtl.runtime.transport import EdgeTensor, InProcessTransport, ServerTensor
 from sheaf_fmtl.sheaf.stalks import edge_dim
