@@ -32,9 +32,11 @@ HETERO_DEFAULTS: dict[str, Any] = {
     "features": 40,
     "classes": 5,
     "feature_counts": [16, 24, 32],
-    "groups": 4,
-    "relatedness": 0.8,
+    "groups": 1,
+    "relatedness": 0.9,
     "beta": 0.5,
+    "min_samples": 20,
+    "max_samples": 120,
 }
 
 
