@@ -58,7 +58,9 @@ def test_one_round_is_gradient_descent_on_psi(mode):
         grads = torch.autograd.grad(psi, theta0)
         expected_theta = [(t.double() - cfg.alpha * g).detach() for t, g in zip(theta0, grads, strict=True)]
         for i in range(6):
-            torch.testing.assert_close(_client_theta(sim, i).double(), expected_theta[i], rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(
+                _client_theta(sim, i).double(), expected_theta[i], rtol=1e-5, atol=1e-6
+            )
         # map step: P <- P - eta * grad_P Psi evaluated at the NEW thetas and the old maps
         maps_leaf = {k: v.detach().clone().requires_grad_(True) for k, v in maps0.items()}
         psi_new = _psi(dataset, graph, expected_theta, maps_leaf, cfg.lam, cfg.l2, 3)
@@ -66,7 +68,9 @@ def test_one_round_is_gradient_descent_on_psi(mode):
         map_grads = torch.autograd.grad(psi_new, [maps_leaf[k] for k in keys])
         got = _edge_maps(sim)
         for k, g in zip(keys, map_grads, strict=True):
-            torch.testing.assert_close(got[k].double(), (maps_leaf[k].double() - cfg.eta * g).detach(), rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(
+                got[k].double(), (maps_leaf[k].double() - cfg.eta * g).detach(), rtol=1e-5, atol=1e-6
+            )
 
 
 def test_lambda_zero_gives_local_iterates_exactly():
@@ -89,8 +93,11 @@ def test_lambda_positive_differs_from_local():
     graph = make_graph("erdos-renyi", 5, p=0.7, seed=2)
     out = []
     for algorithm, lam in (("sheaf-fmtl", 0.5), ("local", 0.0)):
-        sim = build_simulation(RunConfig(algorithm=algorithm, lam=lam, batch_size=7), fed=build_federation(
-            dataset, "logistic"), graph=graph)
+        sim = build_simulation(
+            RunConfig(algorithm=algorithm, lam=lam, batch_size=7),
+            fed=build_federation(dataset, "logistic"),
+            graph=graph,
+        )
         sim.step()
         out.append(sim.state.thetas[0].clone())
     assert not torch.allclose(out[0], out[1])

@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ._baselines_problems import federation, regression_dataset, simulation
 from sheaf_fmtl.algorithms import ALGORITHMS, load_all
 from sheaf_fmtl.algorithms.base import State
+
+from ._baselines_problems import federation, regression_dataset, simulation
 
 load_all()
 NAMES = sorted(ALGORITHMS)

@@ -7,6 +7,10 @@ import numpy as np
 import pytest
 import torch
 
+from sheaf_fmtl.algorithms.common import ServerState
+from sheaf_fmtl.algorithms.dpsgd import metropolis_weights
+from sheaf_fmtl.sheaf.graph import make_graph
+
 from ._baselines_problems import (
     L2,
     client_arrays,
@@ -17,9 +21,6 @@ from ._baselines_problems import (
     simulation,
     thetas_np,
 )
-from sheaf_fmtl.algorithms.common import ServerState
-from sheaf_fmtl.algorithms.dpsgd import metropolis_weights
-from sheaf_fmtl.sheaf.graph import make_graph
 
 ALPHA, LAM = 0.05, 0.1
 DATA = regression_dataset()  # sample counts 6, 8, 10

@@ -7,9 +7,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ._baselines_problems import complete_graph, config, federation, path_graph, regression_dataset, simulation
 from sheaf_fmtl.runtime.simulate import build_simulation
 from sheaf_fmtl.sheaf.special_cases import conventional_fmtl
+
+from ._baselines_problems import (
+    complete_graph,
+    config,
+    federation,
+    path_graph,
+    regression_dataset,
+    simulation,
+)
 
 ROUNDS = 5
 

@@ -8,10 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from ._baselines_problems import L2, client_arrays, config, regression_dataset
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 from sheaf_fmtl.runtime.simulate import Simulation
 from sheaf_fmtl.sheaf.special_cases import hybrid_fl, linear_selection, personalised_fl, with_server_node
+
+from ._baselines_problems import L2, client_arrays, config, regression_dataset
 
 
 def _client_thetas(sim: Simulation) -> list[torch.Tensor]:

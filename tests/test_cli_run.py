@@ -25,8 +25,19 @@ def test_run_on_synthetic_hetero_writes_every_file(tmp_path, capsys):
     for name in ("config.yaml", "metrics.csv", "summary.json", "checkpoint.pt"):
         assert (out / name).is_file(), name
     s = _summary(out)
-    for key in ("algorithm", "dataset", "num_clients", "rounds", "seed", "metric", "final", "per_client",
-                "transmitted_bits", "wall_seconds", "peak_rss_bytes"):
+    for key in (
+        "algorithm",
+        "dataset",
+        "num_clients",
+        "rounds",
+        "seed",
+        "metric",
+        "final",
+        "per_client",
+        "transmitted_bits",
+        "wall_seconds",
+        "peak_rss_bytes",
+    ):
         assert key in s, key
     assert s["dataset"] == "synthetic-hetero" and s["metric"] == "accuracy" and s["num_clients"] == 8
     assert len(s["per_client"]) == 8 and 0.0 <= s["final"] <= 1.0
@@ -53,7 +64,9 @@ def test_same_config_and_seed_give_identical_numbers(tmp_path):
     assert main(["run", *FAST, "--set", "seed=1", "--out", str(c)]) == 0
     volatile = {"wall_seconds", "peak_rss_bytes"}
     sa, sb, sc = (_summary(p) for p in (a, b, c))
-    assert {k: v for k, v in sa.items() if k not in volatile} == {k: v for k, v in sb.items() if k not in volatile}
+    assert {k: v for k, v in sa.items() if k not in volatile} == {
+        k: v for k, v in sb.items() if k not in volatile
+    }
     assert sa["per_client"] != sc["per_client"]
 
 

@@ -41,15 +41,20 @@ def test_compact_equals_literal_over_20_rounds_with_fewer_bits():
     assert com_bits[0] == (2 * msg + half_edges) * 32  # the first round also sends the greeting
     assert com_bits[1:] == [(msg + half_edges) * 32] * 19  # one d_ij vector + one scalar
     # the paper's cost table: sum_j d_ij per client per message
-    per_client = [sum(int(layout.edge_dims[e]) for e, (i, j) in enumerate(layout.graph.edges.tolist())
-                      if c in (i, j)) for c in range(7)]
+    per_client = [
+        sum(int(layout.edge_dims[e]) for e, (i, j) in enumerate(layout.graph.edges.tolist()) if c in (i, j))
+        for c in range(7)
+    ]
     assert sum(per_client) == msg
 
 
 def test_fixed_maps_send_one_message_per_round():
     dataset = make_dataset([4] * 4, n=20)
-    sim = build_simulation(RunConfig(eta=0.0, gamma=1.0, map_init="identity"), fed=build_federation(dataset),
-                           graph=make_graph("complete", 4))
+    sim = build_simulation(
+        RunConfig(eta=0.0, gamma=1.0, map_init="identity"),
+        fed=build_federation(dataset),
+        graph=make_graph("complete", 4),
+    )
     start = [t.clone() for t in sim.state.maps]
     sim.step()
     assert sim.transport.bits == 12 * 15 * 32  # 12 half-edges x d_ij = d = 3 x (4 + 1) floats, one message
@@ -66,16 +71,26 @@ def test_design_identities():
     x = torch.randn(5, 3, generator=g, dtype=torch.float64)
     c = 0.37
     p_new = p - c * torch.einsum("he,hd->hed", r, th)
-    torch.testing.assert_close(ops.apply_maps(p_new, th), ops.apply_maps(p, th) - c * r * (th * th).sum(1, keepdim=True))
-    torch.testing.assert_close(ops.apply_maps_t(p_new, x), ops.apply_maps_t(p, x) - c * th * (r * x).sum(1, keepdim=True))
+    torch.testing.assert_close(
+        ops.apply_maps(p_new, th), ops.apply_maps(p, th) - c * r * (th * th).sum(1, keepdim=True)
+    )
+    torch.testing.assert_close(
+        ops.apply_maps_t(p_new, x), ops.apply_maps_t(p, x) - c * th * (r * x).sum(1, keepdim=True)
+    )
 
 
-@pytest.mark.parametrize("block_bytes", [1 << 30, 3 * 4 * 7 * 2, 4 * 3 * 4])  # whole, map chunks, column tiles
+@pytest.mark.parametrize(
+    "block_bytes", [1 << 30, 3 * 4 * 7 * 2, 4 * 3 * 4]
+)  # whole, map chunks, column tiles
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_update_maps_sweep_matches_naive(block_bytes, dtype):
     g = torch.Generator().manual_seed(1)
     p = torch.randn(5, 3, 70, generator=g).to(dtype)
-    r, th, probe = torch.randn(5, 3, generator=g), torch.randn(5, 70, generator=g), torch.randn(5, 3, generator=g)
+    r, th, probe = (
+        torch.randn(5, 3, generator=g),
+        torch.randn(5, 70, generator=g),
+        torch.randn(5, 3, generator=g),
+    )
     expected_p = (p.float() - 0.1 * torch.einsum("he,hd->hed", r, th)).to(dtype)
     expected_y = ops.apply_maps_t(expected_p.float(), probe)
     got = p.clone()

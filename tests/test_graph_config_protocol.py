@@ -24,8 +24,9 @@ def test_graphs_are_connected_seeded_and_have_consistent_half_edges(kind):
 
 
 def test_erdos_renyi_differs_between_seeds_and_redraws_when_disconnected():
-    assert not np.array_equal(make_graph("erdos-renyi", 20, p=0.3, seed=1).edges,
-                              make_graph("erdos-renyi", 20, p=0.3, seed=2).edges)
+    assert not np.array_equal(
+        make_graph("erdos-renyi", 20, p=0.3, seed=1).edges, make_graph("erdos-renyi", 20, p=0.3, seed=2).edges
+    )
     g = make_graph("erdos-renyi", 20, p=0.12, seed=0)  # often disconnected on a first draw
     assert g.is_connected()
     with pytest.raises(GraphError, match="disconnected in all"):

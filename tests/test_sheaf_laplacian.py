@@ -23,7 +23,10 @@ def _setup(n: int, p: float, dims: list[int], gamma: float, seed: int, init: str
     layout = build_layout(graph, dims, cohort_of, gamma)
     gen = torch.Generator().manual_seed(seed)
     maps = [m.double() for m in init_maps(layout, init, generator=gen)]
-    thetas = [torch.randn(len(c), distinct[k], generator=gen, dtype=torch.float64) for k, c in enumerate(layout.cohorts)]
+    thetas = [
+        torch.randn(len(c), distinct[k], generator=gen, dtype=torch.float64)
+        for k, c in enumerate(layout.cohorts)
+    ]
     return graph, layout, maps, thetas
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -20,8 +19,9 @@ def _default_out(algorithm: str, dataset: str) -> Path:
 
 def _print_summary(summary: dict, out: Path) -> None:
     final = summary["final"]
-    print(f"{summary['algorithm']} on {summary['dataset']}: final mean test {summary['metric']} = {final:.4f} "
-          f"over {summary['num_clients']} clients, {summary['transmitted_bits']:,} bits transmitted, "
+    print(f"{summary['algorithm']} on {summary['dataset']}: "
+          f"final mean test {summary['metric']} = {final:.4f} over {summary['num_clients']} clients, "
+          f"{summary['transmitted_bits']:,} bits transmitted, "
           f"{summary['wall_seconds']:.1f} s")
     print(f"results: {out}/ (config.yaml, metrics.csv, summary.json, checkpoint.pt)")
 
@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("config", nargs="?", help="YAML config file (keys: see README)")
-        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key")
         p.add_argument("--out", help="output folder")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
 

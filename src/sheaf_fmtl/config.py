@@ -95,8 +95,15 @@ _TYPES: dict[str, tuple[type, ...]] = {}
 for _f in fields(RunConfig):
     t = str(_f.type)
     _TYPES[_f.name] = (
-        (int,) if t.startswith("int") else (int, float) if t.startswith("float") else (bool,) if t == "bool"
-        else (dict,) if t.startswith("dict") else (str,)
+        (int,)
+        if t.startswith("int")
+        else (int, float)
+        if t.startswith("float")
+        else (bool,)
+        if t == "bool"
+        else (dict,)
+        if t.startswith("dict")
+        else (str,)
     )
 _OPTIONAL = {"clients", "map_scale"}
 
@@ -113,13 +120,17 @@ def _check(name: str, value: Any) -> Any:
     if isinstance(value, bool) and bool not in types or not isinstance(value, types):
         want = " or ".join(t.__name__ for t in types)
         raise ConfigError(f"config key '{name}': expected {want}, got {type(value).__name__} {value!r}")
-    if float in types:
+    if float in types and isinstance(value, int | float):
         value = float(value)
     if name == "map_init" and value == "zeros":
-        raise ConfigError("config key 'map_init' = zeros is rejected: zero restriction maps never learn "
-                          f"(paper Remark); allowed: {', '.join(_CHOICES[name])}")
+        raise ConfigError(
+            "config key 'map_init' = zeros is rejected: zero restriction maps never learn "
+            f"(paper Remark); allowed: {', '.join(_CHOICES[name])}"
+        )
     if name in _CHOICES and value not in _CHOICES[name]:
-        raise ConfigError(f"config key '{name}': {value!r} is not allowed; allowed: {', '.join(_CHOICES[name])}")
+        raise ConfigError(
+            f"config key '{name}': {value!r} is not allowed; allowed: {', '.join(_CHOICES[name])}"
+        )
     if name in _RANGES:
         lo, lo_in, hi, hi_in, text = _RANGES[name]
         bad = (lo is not None and (value < lo if lo_in else value <= lo)) or (
@@ -136,8 +147,10 @@ def validate(config: RunConfig) -> RunConfig:
     if out.graph == "file" and not out.graph_file:
         raise ConfigError("config key 'graph_file' must name an edge-list file when graph = file")
     if out.map_init in ("gaussian", "uniform", "orthogonal") and out.map_scale == 0.0:
-        raise ConfigError(f"config key 'map_scale' = 0 gives zero maps with map_init={out.map_init}; "
-                          "zero restriction maps never learn (allowed: map_scale > 0)")
+        raise ConfigError(
+            f"config key 'map_scale' = 0 gives zero maps with map_init={out.map_init}; "
+            "zero restriction maps never learn (allowed: map_scale > 0)"
+        )
     return out
 
 

@@ -20,7 +20,9 @@ from .data.base import FederatedDataset
 from .models import build_model, default_model
 
 
-def _pad(arrays: list[np.ndarray], dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def _pad(
+    arrays: list[np.ndarray], dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     n = torch.tensor([len(a) for a in arrays], dtype=torch.long)
     n_max = max(1, int(n.max()))
     out = torch.zeros((len(arrays), n_max, *arrays[0].shape[1:]), dtype=dtype)
@@ -84,7 +86,9 @@ class Cohort:
         data = (self._per_sample(self._forward(flat, x), y) * mask).sum() / count.clamp(min=1)
         return data + (count > 0).to(flat.dtype) * 0.5 * self.l2 * (flat * flat).sum()
 
-    def sample(self, batch_size: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample(
+        self, batch_size: int, gen: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """A mini-batch per client: ``min(batch_size, n_i)`` samples drawn without replacement.
         ``batch_size <= 0`` (or at least every client's size) gives the full local data."""
         n_max = self.x_train.shape[1]
@@ -124,8 +128,9 @@ class Cohort:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(int(np.random.SeedSequence([seed, 7, client]).generate_state(1)[0]))
                 for m in self.module.modules():
-                    if hasattr(m, "reset_parameters"):
-                        m.reset_parameters()
+                    reset = getattr(m, "reset_parameters", None)
+                    if callable(reset):
+                        reset()
                 rows.append(torch.cat([p.detach().reshape(-1) for p in self.module.parameters()]))
         return torch.stack(rows).to(self.x_train.device)
 

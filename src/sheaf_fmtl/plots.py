@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -31,7 +32,7 @@ def _metric_name(run_dir: Path) -> str:
     return "test metric"
 
 
-def plot_runs(run_dirs: list[str | Path], out_dir: str | Path | None = None) -> list[Path]:
+def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = None) -> list[Path]:
     """Test metric vs rounds and vs transmitted bits (all runs on one figure each), and one
     ``||P_ij||_F`` heatmap per run that has learned maps. Returns the PNG paths written."""
     runs = [Path(r) for r in run_dirs]

@@ -77,7 +77,8 @@ class Algorithm(Protocol):
     def checkpoint(self, state: State, ctx: Context) -> dict[str, Any]: ...
 
 
-AlgorithmFactory = Callable[["RunConfig"], Algorithm]
+# Factories are algorithm classes whose methods take their own State subclass, hence ``Any``.
+AlgorithmFactory = Callable[["RunConfig"], Any]
 ALGORITHMS: dict[str, AlgorithmFactory] = {}
 
 
@@ -95,7 +96,8 @@ def make_algorithm(config: RunConfig) -> Algorithm:
     load_all()
     if config.algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {config.algorithm!r}; allowed: {', '.join(sorted(ALGORITHMS))}")
-    return ALGORITHMS[config.algorithm](config)
+    algorithm: Algorithm = ALGORITHMS[config.algorithm](config)
+    return algorithm
 
 
 def sgd_step(thetas: list[torch.Tensor], grads: list[torch.Tensor], alpha: float) -> list[torch.Tensor]:

@@ -65,34 +65,38 @@ class SheafFMTL:
 
     def init(self, ctx: Context) -> SheafState:
         cfg = ctx.config
-        layout = build_layout(ctx.graph, ctx.fed.node_dims(), ctx.fed.cohort_of, cfg.gamma)
+        layout = build_layout(ctx.graph, ctx.fed.node_dims().tolist(), ctx.fed.cohort_of.tolist(), cfg.gamma)
         maps = init_maps(
-            layout, cfg.map_init, cfg.map_scale, dtype=MAP_DTYPES[cfg.map_dtype], generator=ctx.init_gen,
+            layout,
+            cfg.map_init,
+            cfg.map_scale,
+            dtype=MAP_DTYPES[cfg.map_dtype],
+            generator=ctx.init_gen,
             device=cfg.device,
         )
         scalars = EdgeLayout(np.ones(layout.graph.num_half_edges, np.int64), layout.messages.rev)
         return SheafState(thetas=ctx.init_thetas(), layout=layout, maps=maps, scalars=scalars)
 
     # -- rounds ---------------------------------------------------------------------------------
-    def local(self, state: SheafState, ctx: Context) -> SheafState:  # type: ignore[override]
+    def local(self, state: SheafState, ctx: Context) -> SheafState:
         state.grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
         state.greet = state.theirs is None
         if not state.greet:  # this round's messages are already known (compact mode)
             self._theta_steps(state, ctx)
         return state
 
-    def phases(self, state: SheafState) -> int:  # type: ignore[override]
+    def phases(self, state: SheafState) -> int:
         return int(state.greet) + int(self.learn_maps)
 
-    def send(self, state: SheafState, phase: int, ctx: Context) -> Payload:  # type: ignore[override]
+    def send(self, state: SheafState, phase: int, ctx: Context) -> Payload:
         assert state.layout is not None and state.maps is not None and state.scalars is not None
         state.sent = ops.messages(state.layout, state.thetas, state.maps)
-        payload = {"msg": EdgeTensor(state.sent, state.layout.messages)}
+        payload: Payload = {"msg": EdgeTensor(state.sent, state.layout.messages)}
         if self._is_map_phase(state, phase) and self.compact:
             payload["sq_norm"] = EdgeTensor(_sq_norms(state.layout, state.thetas), state.scalars)
         return payload
 
-    def receive(self, state: SheafState, incoming: Payload, phase: int, ctx: Context) -> SheafState:  # type: ignore[override]
+    def receive(self, state: SheafState, incoming: Payload, phase: int, ctx: Context) -> SheafState:
         if self._is_map_phase(state, phase):
             self._map_step(state, incoming)
         else:  # greeting: the messages for the theta step of this round
@@ -117,7 +121,8 @@ class SheafFMTL:
             if coupling is None:
                 coupling = ops.transpose_sum(layout, maps, state.own - state.theirs, state.thetas)
             state.thetas = [
-                t - self.alpha * (g + self.lam * c) for t, g, c in zip(state.thetas, grads, coupling, strict=True)
+                t - self.alpha * (g + self.lam * c)
+                for t, g, c in zip(state.thetas, grads, coupling, strict=True)
             ]
         state.theirs = state.own = state.coupling = None  # used up: this round's messages
 
@@ -138,20 +143,25 @@ class SheafFMTL:
             probe = state.own - state.theirs
         views = layout.bucket_messages
         coupling = [torch.zeros_like(t) for t in state.thetas]
-        for b, p, r, v in zip(layout.buckets, maps, views(residual), views(probe) if probe is not None else
-                              [None] * len(maps), strict=True):
+        for b, p, r, v in zip(
+            layout.buckets,
+            maps,
+            views(residual),
+            views(probe) if probe is not None else [None] * len(maps),
+            strict=True,
+        ):
             y = ops.update_maps_(p, r, state.thetas[b.cohort][b.src_pos], scale, v)
             if y is not None:
                 coupling[b.cohort].index_add_(0, b.src_pos, y)
         state.coupling = coupling if self.compact else None
 
     # -- reporting --------------------------------------------------------------------------------
-    def penalty(self, state: SheafState, ctx: Context) -> tuple[float, float]:  # type: ignore[override]
+    def penalty(self, state: SheafState, ctx: Context) -> tuple[float, float]:
         assert state.layout is not None and state.maps is not None
         e = float(ops.energy(state.layout, state.thetas, state.maps))
         return 0.5 * self.lam * e, e
 
-    def checkpoint(self, state: SheafState, ctx: Context) -> dict[str, Any]:  # type: ignore[override]
+    def checkpoint(self, state: SheafState, ctx: Context) -> dict[str, Any]:
         assert state.layout is not None and state.maps is not None
         layout = state.layout
         return {

@@ -60,17 +60,16 @@ def subsample(y: np.ndarray, keep: float, stratify: bool, rng: np.random.Generat
     return np.sort(np.concatenate(kept))
 
 
-def _standardize(
-    x_train: np.ndarray, x_test: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def _standardize(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mean = x_train.mean(axis=0, keepdims=True)
     std = x_train.std(axis=0, keepdims=True)
     std = np.where(std > 1e-12, std, 1.0)
     return ((x_train - mean) / std).astype(np.float32), ((x_test - mean) / std).astype(np.float32)
 
 
-def apply_protocol(raw: RawFederated, seed: int, options: ProtocolOptions = ProtocolOptions()) -> FederatedDataset:
+def apply_protocol(raw: RawFederated, seed: int, options: ProtocolOptions | None = None) -> FederatedDataset:
     """Split every client of ``raw`` by the paper's protocol (deterministic in ``seed``)."""
+    options = options or ProtocolOptions()
     if not 0.0 < options.train_fraction < 1.0:
         raise DatasetError(f"train_fraction must be in (0, 1), got {options.train_fraction}")
     stratify = raw.task == "classification"

@@ -60,9 +60,9 @@ def _take_clients(name: str, raw: RawFederated, request: DataRequest) -> RawFede
     return raw
 
 
-def load(name: str, request: DataRequest, protocol: ProtocolOptions = ProtocolOptions()) -> FederatedDataset:
+def load(name: str, request: DataRequest, protocol: ProtocolOptions | None = None) -> FederatedDataset:
     """Read or generate ``name`` and split it by the paper's protocol."""
-    return apply_protocol(load_raw(name, request), request.seed, protocol)
+    return apply_protocol(load_raw(name, request), request.seed, protocol or ProtocolOptions())
 
 
 def _import_builtin() -> None:

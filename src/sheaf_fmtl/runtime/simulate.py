@@ -49,7 +49,9 @@ class Simulation:
     def evaluate(self) -> dict[str, Any]:
         fed = self.ctx.fed
         with torch.no_grad():
-            metric = fed.per_client([c.test_metric(t) for c, t in zip(fed.cohorts, self.state.thetas, strict=True)])
+            metric = fed.per_client(
+                [c.test_metric(t) for c, t in zip(fed.cohorts, self.state.thetas, strict=True)]
+            )
             f = fed.per_client([c.train_loss(t) for c, t in zip(fed.cohorts, self.state.thetas, strict=True)])
         pen = self.algorithm.penalty(self.state, self.ctx)
         return {
@@ -63,7 +65,9 @@ class Simulation:
 
 def load_dataset(config: RunConfig):  # noqa: ANN201 - FederatedDataset
     request = DataRequest(
-        clients=config.clients, seed=config.seed, data_dir=Path(config.data_dir) if config.data_dir else None,
+        clients=config.clients,
+        seed=config.seed,
+        data_dir=Path(config.data_dir) if config.data_dir else None,
         options=config.data,
     )
     return load(config.dataset, request, ProtocolOptions(standardize=config.standardize))
@@ -71,7 +75,12 @@ def load_dataset(config: RunConfig):  # noqa: ANN201 - FederatedDataset
 
 def build_graph(config: RunConfig, num_clients: int) -> ClientGraph:
     return make_graph(
-        config.graph, num_clients, p=config.graph_p, k=config.graph_k, m=config.graph_m, seed=config.seed,
+        config.graph,
+        num_clients,
+        p=config.graph_p,
+        k=config.graph_k,
+        m=config.graph_m,
+        seed=config.seed,
         path=config.graph_file or None,
     )
 
@@ -82,7 +91,9 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def build_simulation(config: RunConfig, fed: Federation | None = None, graph: ClientGraph | None = None) -> Simulation:
+def build_simulation(
+    config: RunConfig, fed: Federation | None = None, graph: ClientGraph | None = None
+) -> Simulation:
     """Everything a run needs, from the config alone (data, federation, graph, algorithm, state)."""
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
@@ -91,7 +102,9 @@ def build_simulation(config: RunConfig, fed: Federation | None = None, graph: Cl
     if graph is None:
         graph = build_graph(config, fed.num_clients)
     if graph.num_nodes != fed.num_clients:
-        raise ValueError(f"graph has {graph.num_nodes} nodes but the federation has {fed.num_clients} clients")
+        raise ValueError(
+            f"graph has {graph.num_nodes} nodes but the federation has {fed.num_clients} clients"
+        )
     init_gen = torch.Generator().manual_seed(_derive(config.seed, 1))
     batch_gen = torch.Generator().manual_seed(_derive(config.seed, 2))
     ctx = Context(fed, graph, config, init_gen, batch_gen)
@@ -122,8 +135,13 @@ def run(config: RunConfig, out_dir: str | Path, *, progress: bool = True) -> dic
     fed = sim.ctx.fed
     metric_name = "accuracy" if fed.task == "classification" else "mse"
     last = _record(sim, recorder, 0, t0)
-    bar = tqdm(range(1, config.rounds + 1), desc=f"{config.algorithm} on {config.dataset}", unit="round",
-               disable=not progress, dynamic_ncols=True)
+    bar = tqdm(
+        range(1, config.rounds + 1),
+        desc=f"{config.algorithm} on {config.dataset}",
+        unit="round",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
     diverged_at = None
     try:
         for k in bar:
@@ -163,8 +181,13 @@ def run(config: RunConfig, out_dir: str | Path, *, progress: bool = True) -> dic
         recorder.summary(summary)
         raise DivergenceError(summary["message"])
     recorder.checkpoint(
-        {"thetas": [sim.state.thetas[fed.cohort_of[i]][fed.position[i]].cpu() for i in range(fed.num_clients)],
-         "edges": torch.as_tensor(sim.ctx.graph.edges), **sim.algorithm.checkpoint(sim.state, sim.ctx)}
+        {
+            "thetas": [
+                sim.state.thetas[fed.cohort_of[i]][fed.position[i]].cpu() for i in range(fed.num_clients)
+            ],
+            "edges": torch.as_tensor(sim.ctx.graph.edges),
+            **sim.algorithm.checkpoint(sim.state, sim.ctx),
+        }
     )
     recorder.summary(summary)
     return summary
@@ -172,8 +195,12 @@ def run(config: RunConfig, out_dir: str | Path, *, progress: bool = True) -> dic
 
 def _record(sim: Simulation, recorder: Recorder, k: int, t0: float) -> dict[str, Any]:
     ev = sim.evaluate()
-    row = {"round": k, **{key: ev[key] for key in ("test_metric", "train_loss", "objective", "sheaf_energy")},
-           "transmitted_bits": sim.transport.bits, "wall_seconds": time.perf_counter() - t0}
+    row = {
+        "round": k,
+        **{key: ev[key] for key in ("test_metric", "train_loss", "objective", "sheaf_energy")},
+        "transmitted_bits": sim.transport.bits,
+        "wall_seconds": time.perf_counter() - t0,
+    }
     if math.isfinite(ev["objective"]):
         recorder.log(row)
     return ev

@@ -100,7 +100,11 @@ def build_layout(
         if len(set(dims[members].tolist())) > 1:
             raise ValueError("clients of one cohort must have the same parameter count")
         position[members] = np.arange(len(members))
-    ed = edge_dims(graph, dims, gamma) if edge_dim_override is None else np.asarray(edge_dim_override, np.int64)
+    ed = (
+        edge_dims(graph, dims, gamma)
+        if edge_dim_override is None
+        else np.asarray(edge_dim_override, np.int64)
+    )
     half_dims = np.repeat(ed, 2)
     keys = np.stack([coh[graph.src], half_dims], axis=1)
     order_parts, buckets, first = [], [], 0

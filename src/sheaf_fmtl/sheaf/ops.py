@@ -52,7 +52,9 @@ def rank_one_update_(p: torch.Tensor, r: torch.Tensor, x: torch.Tensor, scale: f
         p[s] = p[s].to(r.dtype).addcmul_(r[s].unsqueeze(2), x[s].unsqueeze(1), value=scale).to(p.dtype)
 
 
-def messages(layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Sequence[torch.Tensor]) -> torch.Tensor:
+def messages(
+    layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Sequence[torch.Tensor]
+) -> torch.Tensor:
     """Flat buffer of ``P_ij theta_i`` for every half-edge (buffer order of ``layout.messages``)."""
     ref = thetas[0]
     out = ref.new_empty(layout.messages.total)
@@ -61,7 +63,9 @@ def messages(layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Sequence
     return out
 
 
-def residuals(layout: SheafLayout, outgoing: torch.Tensor, incoming: torch.Tensor | None = None) -> torch.Tensor:
+def residuals(
+    layout: SheafLayout, outgoing: torch.Tensor, incoming: torch.Tensor | None = None
+) -> torch.Tensor:
     """``r_ij = P_ij theta_i - P_ji theta_j`` for every half-edge; ``incoming`` defaults to the
     in-process exchange of ``outgoing``."""
     if incoming is None:

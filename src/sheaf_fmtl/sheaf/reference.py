@@ -15,7 +15,9 @@ from .graph import ClientGraph
 MapLookup = Callable[[int, int], np.ndarray]  # (i, j) -> P_ij as a dense [d_ij, d_i] array
 
 
-def dense_coboundary(graph: ClientGraph, node_dims: np.ndarray, edge_dims: np.ndarray, P: MapLookup) -> np.ndarray:
+def dense_coboundary(
+    graph: ClientGraph, node_dims: np.ndarray, edge_dims: np.ndarray, P: MapLookup
+) -> np.ndarray:
     col = np.concatenate([[0], np.cumsum(node_dims)])
     row = np.concatenate([[0], np.cumsum(edge_dims)])
     delta = np.zeros((int(row[-1]), int(col[-1])))
@@ -26,7 +28,9 @@ def dense_coboundary(graph: ClientGraph, node_dims: np.ndarray, edge_dims: np.nd
     return delta
 
 
-def dense_laplacian(graph: ClientGraph, node_dims: np.ndarray, edge_dims: np.ndarray, P: MapLookup) -> np.ndarray:
+def dense_laplacian(
+    graph: ClientGraph, node_dims: np.ndarray, edge_dims: np.ndarray, P: MapLookup
+) -> np.ndarray:
     """``L_F`` block by block from the paper's formula: ``L_ii = sum_j P_ij^T P_ij``,
     ``L_ji = -P_ji^T P_ij`` for an edge ``{i, j}`` (independent of the coboundary route)."""
     col = np.concatenate([[0], np.cumsum(node_dims)])
