@@ -96,6 +96,10 @@ def test_server_node_has_no_loss() -> None:
     assert ds.num_clients == 4 and len(ds.clients[0].y_train) == 0
     sim = personalised_fl(config("sheaf-fmtl"), regression_dataset())
     assert float(sim.ctx.fed.cohorts[0].train_loss(sim.state.thetas[0])[0]) == 0.0
+    sim.step()
+    ev = sim.evaluate()  # the data-less server is left out of the mean test metric
+    assert ev["per_client"][0] is None and len(ev["per_client"]) == 4
+    assert ev["test_metric"] == pytest.approx(sum(ev["per_client"][1:]) / 3)
 
 
 # ------------------------------------------------------------------------------ hybrid FL

@@ -47,16 +47,18 @@ class Simulation:
         return ok and (self.state.batch_loss is None or bool(torch.isfinite(self.state.batch_loss).all()))
 
     def evaluate(self) -> dict[str, Any]:
+        """Test metric per client and its mean over the clients that have test data (a data-less
+        server node of the special cases is left out of the mean and reported as ``None``)."""
         fed = self.ctx.fed
+        pairs = list(zip(fed.cohorts, self.state.thetas, strict=True))
         with torch.no_grad():
-            metric = fed.per_client(
-                [c.test_metric(t) for c, t in zip(fed.cohorts, self.state.thetas, strict=True)]
-            )
-            f = fed.per_client([c.train_loss(t) for c, t in zip(fed.cohorts, self.state.thetas, strict=True)])
+            metric = fed.per_client([c.test_metric(t) for c, t in pairs])
+            f = fed.per_client([c.train_loss(t) for c, t in pairs])
+            tested = fed.per_client([c.n_test > 0 for c, _ in pairs])
         pen = self.algorithm.penalty(self.state, self.ctx)
         return {
-            "per_client": metric.tolist(),
-            "test_metric": float(metric.mean()),
+            "per_client": [float(v) if ok else None for v, ok in zip(metric.tolist(), tested.tolist(), strict=True)],
+            "test_metric": float(metric[tested].mean()),
             "train_loss": float(f.mean()),
             "objective": float(f.sum()) + (pen[0] if pen else 0.0),
             "sheaf_energy": pen[1] if pen else None,

@@ -108,7 +108,7 @@ def map_frobenius(layout: SheafLayout, maps: Sequence[torch.Tensor]) -> torch.Te
     out = torch.zeros(n, n, dtype=torch.float64)
     g = layout.graph
     for b, p in zip(layout.buckets, maps, strict=True):
-        norms = torch.linalg.vector_norm(p.double(), dim=(1, 2))
+        norms = torch.cat([torch.linalg.vector_norm(p[s].double(), dim=(1, 2)) for s in _chunks(p)])
         out[g.src[b.half_edges], g.dst[b.half_edges]] = norms
     return out
 
@@ -151,6 +151,8 @@ def update_maps_(
     """
     out = None if probe is None else torch.zeros_like(x_src)
     narrow = p.dtype != x_src.dtype
+    if narrow:  # tiles are widened to the theta dtype: keep those copies small
+        block_bytes = min(block_bytes, _CHUNK_ELEMENTS * 4)
     for hs, rows in _tiles(p, block_bytes):
         tile = p[hs, rows]
         work = tile.to(x_src.dtype) if narrow else tile

@@ -13,8 +13,8 @@ All of them run the ``sheaf-fmtl`` algorithm with ``eta = 0`` (maps never change
   energy is ``sum_i ||theta_i - Pi_i theta_0||^2`` (Zhang et al. 2022, Eq. 6 with ``mu_1 = 0``).
 - local training is ``lam = 0`` (any maps).
 
-Node 0 of the star graphs is the server; it is a node of the federation, so the recorded mean test
-metric averages over it too (a server without data scores 0).
+Node 0 of the star graphs is the server; it is a node of the federation without test data, so
+the recorded mean test metric leaves it out (its ``per_client`` entry is ``None``).
 """
 
 from __future__ import annotations
