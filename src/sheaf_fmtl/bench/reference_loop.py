@@ -70,7 +70,9 @@ def from_simulation(sim: Simulation, edges: Iterable[int] | None = None) -> Refe
     return ReferenceState(thetas, out)
 
 
-def client_gradient(fed: Federation, i: int, theta: torch.Tensor, batch: torch.Tensor | None = None) -> torch.Tensor:
+def client_gradient(
+    fed: Federation, i: int, theta: torch.Tensor, batch: torch.Tensor | None = None
+) -> torch.Tensor:
     """``grad f_i(theta)`` by plain autograd on client ``i`` alone: mean per-sample loss over its
     training rows (``batch``: row indices; default all) plus ``l2/2 ||theta||^2``."""
     cohort = fed.cohorts[int(fed.cohort_of[i])]
@@ -94,7 +96,7 @@ def full_batch_gradients(fed: Federation) -> GradientFn:
 
 
 def minibatch_gradients(fed: Federation, batch_size: int, seed: int = 0) -> GradientFn:
-    """Per-client autograd gradients on ``batch_size`` random rows (timing only: not the library's batches)."""
+    """Per-client autograd gradients on ``batch_size`` random rows (for timing: not the library's batches)."""
     gen = torch.Generator().manual_seed(seed)
 
     def grad(i: int, theta: torch.Tensor) -> torch.Tensor:
@@ -126,7 +128,9 @@ def map_step(state: ReferenceState, lam: float, eta: float) -> None:
         p -= eta * lam * torch.outer(msg[(i, j)] - msg[(j, i)], state.thetas[i])
 
 
-def reference_round(state: ReferenceState, gradient: GradientFn, lam: float, alpha: float, eta: float) -> None:
+def reference_round(
+    state: ReferenceState, gradient: GradientFn, lam: float, alpha: float, eta: float
+) -> None:
     """One synchronous round of Algorithm 1 (``local_steps = 1``); ``eta = 0`` keeps maps fixed."""
     grads = {i: gradient(i, theta) for i, theta in state.thetas.items()}
     theta_step(state, grads, lam, alpha)

@@ -45,8 +45,9 @@ def _flat_size(layers: list[nn.Module], shape: tuple[int, int, int]) -> int:
         return math.prod(nn.Sequential(*layers)(torch.zeros(1, *shape)).shape[1:])
 
 
-def _build(input_shape: tuple[int, ...], convs: list[tuple[int, int, int, bool]], hidden: list[int],
-           num_outputs: int) -> nn.Sequential:
+def _build(
+    input_shape: tuple[int, ...], convs: list[tuple[int, int, int, bool]], hidden: list[int], num_outputs: int
+) -> nn.Sequential:
     """``convs``: ``(out_channels, kernel, padding, pool_after)``; then flatten and FC layers."""
     lead, shape = _channels_first(input_shape)
     body: list[nn.Module] = []
