@@ -107,7 +107,7 @@ QUICK_PAPER = dataclasses.replace(
 COHORT_CLIENTS = 40
 SMOKE = [
     dataclasses.replace(
-        SMALL, name="small-smoke", clients=8, graph_p=0.4, samples=60, rounds=3, ref_rounds=2
+        SMALL, name="small-smoke", clients=8, graph_p=0.4, samples=60, rounds=2, warmup=1, ref_rounds=1
     ),
     dataclasses.replace(
         PAPER,
@@ -117,6 +117,7 @@ SMOKE = [
         samples=40,
         gamma=0.001,
         rounds=2,
+        ref_rounds=1,
         ref_max_bytes=1 << 20,
     ),
 ]
@@ -153,7 +154,7 @@ def build(s: Setting, device: str = "cpu") -> Simulation:
 
 def lower_bound_bytes(sim: Simulation) -> dict[str, int]:
     """What a run cannot do without: every map, every model, every client's data (unpadded)."""
-    maps = sum(m.numel() * m.element_size() for m in sim.state.maps)
+    maps = sum(m.numel() * m.element_size() for m in ref.sheaf_state(sim).maps)
     models = sum(t.numel() * t.element_size() for t in sim.state.thetas)
     data = sum(
         c.x_train.nbytes + c.y_train.nbytes + c.x_test.nbytes + c.y_test.nbytes
@@ -200,7 +201,7 @@ def time_steps(sim: Simulation, warmup: int, rounds: int, device: str, desc: str
 def reference_edges(sim: Simulation, max_bytes: int) -> tuple[list[int], float]:
     """Undirected edges whose two maps fit in ``max_bytes`` (all when possible), and the factor that
     scales the subset's edge time to all edges (ratio of map bytes)."""
-    layout = sim.state.layout
+    layout = ref.sheaf_state(sim).layout
     per_edge = np.zeros(sim.ctx.graph.num_edges)
     for b in layout.buckets:
         np.add.at(per_edge, b.half_edges // 2, b.edge_dim * b.node_dim * 4)  # both maps of an edge count
@@ -222,14 +223,15 @@ def time_reference(sim: Simulation, s: Setting, device: str) -> dict[str, Any]:
     grad_s, edge_s = [], []
     for _ in tqdm(range(s.ref_rounds), desc=f"{s.name}: loop reference", unit="round", leave=False):
         grads: dict[int, torch.Tensor] = {}
-        grad_s.append(
-            timed(lambda g=grads: g.update({i: grad(i, t) for i, t in state.thetas.items()}), device)
-        )
+
+        def grad_part(g: dict[int, torch.Tensor] = grads) -> None:
+            g.update({i: grad(i, t) for i, t in state.thetas.items()})
 
         def edge_part(g: dict[int, torch.Tensor] = grads) -> None:
             ref.theta_step(state, g, cfg.lam, cfg.alpha)
             ref.map_step(state, cfg.lam, cfg.eta)
 
+        grad_s.append(timed(grad_part, device))
         edge_s.append(timed(edge_part, device))
     g, e = statistics.median(grad_s), statistics.median(edge_s)
     return {
@@ -286,7 +288,7 @@ def run_setting(s: Setting, device: str = "cpu") -> dict[str, Any]:
         "num_edges": sim.ctx.graph.num_edges,
         "half_edges": sim.ctx.graph.num_half_edges,
         "node_dims": sorted({int(d) for d in sim.ctx.fed.node_dims()}),
-        "edge_dims": sorted({int(d) for d in sim.state.layout.edge_dims}),
+        "edge_dims": sorted({int(d) for d in ref.sheaf_state(sim).layout.edge_dims}),
         "bytes": bounds,
         "step_s": steps,
         "s_per_round": statistics.median(steps),
@@ -382,7 +384,7 @@ def scaling_sweep(quick: bool, device: str = "cpu", smoke: bool = False) -> list
     if quick:
         features, clients = 149, [8, 12, 16, 20]
     if smoke:
-        features, clients, gammas = 19, [4, 6, 8], [0.1, 0.3, 0.6]
+        features, clients, gammas = 19, [4, 8], [0.2, 0.6]
     base = Setting(
         "scaling",
         20,
@@ -405,7 +407,7 @@ def scaling_sweep(quick: bool, device: str = "cpu", smoke: bool = False) -> list
     for sweep, s in tqdm(points, desc="scaling sweep", unit="setting"):
         sim = build(s, device)
         bounds = lower_bound_bytes(sim)
-        layout = sim.state.layout
+        layout = ref.sheaf_state(sim).layout
         steps = time_steps(sim, s.warmup, s.rounds, device, "")
         b = layout.buckets[0]
         out.append(
@@ -646,7 +648,7 @@ def run_bench(
         results["settings"][s.name] = r
     print("[bench] cohort gradients", file=sys.stderr)
     t0 = time.perf_counter()
-    results["cohort"] = cohort_benchmark(cohort_clients, repeats=3, device=device)
+    results["cohort"] = cohort_benchmark(cohort_clients, repeats=1 if smoke else 3, device=device)
     print(f"[bench] cohort done in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     if scaling:
         results["scaling"] = scaling_sweep(quick or smoke, device, smoke)

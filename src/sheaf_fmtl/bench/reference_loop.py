@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +51,12 @@ class ReferenceState:
         return sum(p.numel() * p.element_size() for p in self.maps.values())
 
 
+def sheaf_state(sim: Simulation) -> Any:
+    """The simulation's Sheaf-FMTL state (``thetas``, ``maps`` per bucket ``[H_b, d_e, d]``, ``layout``);
+    typed loosely so the harness follows whatever state class the kernel uses."""
+    return sim.state
+
+
 def client_theta(sim: Simulation, i: int) -> torch.Tensor:
     fed = sim.ctx.fed
     return sim.state.thetas[int(fed.cohort_of[i])][int(fed.position[i])]
@@ -58,7 +65,7 @@ def client_theta(sim: Simulation, i: int) -> torch.Tensor:
 def from_simulation(sim: Simulation, edges: Iterable[int] | None = None) -> ReferenceState:
     """Copy thetas (all clients) and the maps of ``edges`` (undirected edge ids; default: all)
     out of the library's stacked state (``maps[b][k]`` is the map of half-edge ``b.half_edges[k]``)."""
-    layout, maps = sim.state.layout, sim.state.maps
+    layout, maps = sheaf_state(sim).layout, sheaf_state(sim).maps
     graph = sim.ctx.graph
     keep = set(range(graph.num_edges)) if edges is None else {int(e) for e in edges}
     thetas = {i: client_theta(sim, i).detach().clone() for i in range(graph.num_nodes)}
