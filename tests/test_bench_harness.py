@@ -24,7 +24,7 @@ def test_linear_fit() -> None:
 
 
 def test_bench_smoke_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "--smoke", "--out", str(tmp_path)]) == 0
+    assert main(["bench", "--smoke", "--threads", "1", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert set(SUMMARY.findall(out)) == {"small-smoke", "cnn-smoke"}
     assert (

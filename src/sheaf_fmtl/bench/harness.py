@@ -621,8 +621,25 @@ def run_bench(
     ``smoke``: tiny settings that finish in seconds (tests); ``threads``: torch threads everywhere."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    previous_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
+    try:
+        return _run_bench(quick, device, out, setting_list, cohort_clients, scaling, threads, smoke)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _run_bench(
+    quick: bool,
+    device: str,
+    out: Path,
+    setting_list: list[Setting] | None,
+    cohort_clients: int,
+    scaling: bool,
+    threads: int | None,
+    smoke: bool,
+) -> dict[str, Any]:
     if smoke:
         setting_list = setting_list or SMOKE
         cohort_clients = min(cohort_clients, 4)
