@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _extensions() -> list:
     """Sub-command groups contributed by other modules (``add_parser(subparsers)``)."""
     found = []
-    for module in ("sheaf_fmtl.data.cli",):
+    for module in ("sheaf_fmtl.data.cli", "sheaf_fmtl.bench.cli"):
         try:
             found.append(__import__(module, fromlist=["add_parser"]).add_parser)
         except ModuleNotFoundError:

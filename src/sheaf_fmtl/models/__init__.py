@@ -6,10 +6,11 @@ from collections.abc import Callable
 
 from torch import nn
 
+from .cnn import CNN_MODELS
 from .linear import linear, logistic
 
 ModelBuilder = Callable[[tuple[int, ...], int], nn.Module]
-MODELS: dict[str, ModelBuilder] = {"logistic": logistic, "linear": linear}
+MODELS: dict[str, ModelBuilder] = {"logistic": logistic, "linear": linear, **CNN_MODELS}
 
 
 def register_model(name: str, builder: ModelBuilder) -> None:

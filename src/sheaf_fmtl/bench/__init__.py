@@ -1,0 +1,1 @@
+"""Benchmarks: the loop reference of Algorithm 1 and the bandwidth-floor harness (``sheaf-fmtl bench``)."""
