@@ -43,14 +43,15 @@ def _psi(dataset, graph, thetas, maps, lam: float, l2: float, classes: int) -> t
     return total
 
 
-@pytest.mark.parametrize("mode", ["literal", "compact"])
-def test_one_round_is_gradient_descent_on_psi(mode):
+@pytest.mark.parametrize("mode, defer", [("literal", 1), ("compact", 1), ("compact", 2)])
+def test_one_round_is_gradient_descent_on_psi(mode, defer):
     dataset = make_dataset([3, 5, 3, 4, 5, 3])
-    cfg = RunConfig(batch_size=0, lam=0.3, alpha=0.1, eta=0.05, gamma=0.6, l2=0.01, message_mode=mode)
+    cfg = RunConfig(batch_size=0, lam=0.3, alpha=0.1, eta=0.05, gamma=0.6, l2=0.01, message_mode=mode,
+                    map_defer=defer)
     graph = make_graph("erdos-renyi", 6, p=0.6, seed=1)
     fed = build_federation(dataset, "logistic", l2=cfg.l2)
     sim = build_simulation(cfg, fed=fed, graph=graph)
-    for _ in range(2):  # the second round checks the state carried between rounds too
+    for _ in range(3):  # later rounds check the state carried between rounds (and a deferred fold)
         theta0 = [_client_theta(sim, i).detach().clone().requires_grad_(True) for i in range(6)]
         maps0 = {k: v.requires_grad_(True) for k, v in _edge_maps(sim).items()}
         sim.step()

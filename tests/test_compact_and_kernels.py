@@ -9,6 +9,7 @@ from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.federation import build_federation
 from sheaf_fmtl.runtime.simulate import build_simulation
 from sheaf_fmtl.sheaf import ops
+from sheaf_fmtl.sheaf.deferred import DeferredMaps, auto_depth
 from sheaf_fmtl.sheaf.graph import make_graph
 
 from .conftest import make_dataset
@@ -27,9 +28,11 @@ def _run(mode: str, rounds: int, **kw):
     return sim, bits
 
 
-def test_compact_equals_literal_over_20_rounds_with_fewer_bits():
-    lit, lit_bits = _run("literal", 20)
-    com, com_bits = _run("compact", 20)
+@pytest.mark.parametrize("defer", [1, 3])
+def test_compact_equals_literal_over_20_rounds_with_fewer_bits(defer):
+    """Literal messages with eager map updates vs compact messages with map steps deferred."""
+    lit, lit_bits = _run("literal", 20, map_defer=1)
+    com, com_bits = _run("compact", 20, map_defer=defer)
     for a, b in zip(lit.state.thetas, com.state.thetas, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     for a, b in zip(lit.state.maps, com.state.maps, strict=True):
@@ -79,26 +82,30 @@ def test_design_identities():
     )
 
 
-@pytest.mark.parametrize(
-    "block_bytes", [1 << 30, 3 * 4 * 7 * 2, 4 * 3 * 4]
-)  # whole, map chunks, column tiles
+@pytest.mark.parametrize("depth", [1, 3, None])  # every round, folds every 3 updates, auto
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_update_maps_sweep_matches_naive(block_bytes, dtype):
+def test_deferred_maps_match_eager_updates(depth, dtype):
     g = torch.Generator().manual_seed(1)
-    p = torch.randn(5, 3, 70, generator=g).to(dtype)
-    r, th, probe = (
-        torch.randn(5, 3, generator=g),
-        torch.randn(5, 70, generator=g),
-        torch.randn(5, 3, generator=g),
-    )
-    expected_p = (p.float() - 0.1 * torch.einsum("he,hd->hed", r, th)).to(dtype)
-    expected_y = ops.apply_maps_t(expected_p.float(), probe)
-    got = p.clone()
-    y = ops.update_maps_(got, r, th, -0.1, probe, block_bytes=block_bytes)
-    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 5e-2}
-    torch.testing.assert_close(got.float(), expected_p.float(), **tol)
-    torch.testing.assert_close(y, expected_y, **tol)
-    assert ops.update_maps_(p.clone(), r, th, -0.1, None, block_bytes=block_bytes) is None
+    base = torch.randn(5, 20, 70, generator=g)
+    store = DeferredMaps([base.clone().to(dtype)], depth)
+    eager = base.double()
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 0.15}
+    for _ in range(7):  # crosses several folds
+        r, x = torch.randn(5, 20, generator=g), torch.randn(5, 70, generator=g)
+        store.add_rank_one(0, r, x, -0.05)
+        eager -= 0.05 * torch.einsum("he,hd->hed", r.double(), x.double())
+        px, pr = torch.randn(5, 70, generator=g), torch.randn(5, 20, generator=g)
+        want_x = torch.einsum("hed,hd->he", eager, px.double())
+        want_r = torch.einsum("hed,he->hd", eager, pr.double())
+        torch.testing.assert_close(store.apply(0, px).double(), want_x, **tol)
+        torch.testing.assert_close(store.apply_t(0, pr).double(), want_r, **tol)
+    assert store.count[0] < store.depth[0]
+    torch.testing.assert_close(store.materialize()[0].double(), eager, **tol)
+    assert store.count[0] == 0
+
+
+def test_auto_depth_defers_only_for_wide_edge_stalks():
+    assert auto_depth(4) == 1 and auto_depth(348) == 18 and auto_depth(10_000) == 32
 
 
 def test_bfloat16_maps_halve_memory_and_track_float32():

@@ -40,6 +40,7 @@ class RunConfig:
     map_scale: float | None = None  # sigma (gaussian), a (uniform), noise sigma (identity-noise)
     map_dtype: str = "float32"
     message_mode: str = "compact"
+    map_defer: int = -1  # rounds between folds of the rank-one map steps (-1 auto, 1 = every round)
     l2: float = 1e-4
     standardize: bool = True
     seed: int = 0
@@ -84,6 +85,7 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "gamma": (0.0, False, 1.0, True, "0 < gamma <= 1"),
     "map_scale": (0.0, True, None, False, "map_scale >= 0"),
     "l2": (0.0, True, None, False, "l2 >= 0"),
+    "map_defer": (-1, True, None, False, "map_defer >= -1 (-1 = auto)"),
     "eval_every": (1, True, None, False, "eval_every >= 1"),
     "seed": (0, True, None, False, "seed >= 0"),
     "inner_steps": (1, True, None, False, "inner_steps >= 1"),

@@ -11,9 +11,10 @@ Message modes (same iterates):
 - ``compact``: after the map step ``P_ij' theta_i = P_ij theta_i - eta lam r_ij ||theta_i||^2``, so
   the next round's first message is rebuilt by the receiver from the second one plus the scalar
   ``||theta_i||^2``: one ``d_ij`` vector and one scalar per neighbour and round (after a first
-  round that sends both). The map step also returns ``P_ij'^T (r_ij^next)`` from the same sweep
-  over the maps (DESIGN.md identity 2), so a round reads the maps twice and writes them once.
-``eta = 0`` keeps the maps fixed (the special cases) and needs only one message per round.
+  round that sends both).
+The rank-one map steps are deferred and folded into the stacked maps every few rounds
+(:mod:`sheaf_fmtl.sheaf.deferred`, ``map_defer``), so a round reads the maps twice and rarely writes
+them. ``eta = 0`` keeps the maps fixed (the special cases) and needs one message per round.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..config import RunConfig
 from ..runtime.edges import EdgeLayout
 from ..runtime.transport import EdgeTensor, Payload
 from ..sheaf import ops
+from ..sheaf.deferred import DeferredMaps
 from ..sheaf.layout import SheafLayout, build_layout
 from ..sheaf.maps import MAP_DTYPES, init_maps
 from .base import Context, State, register
@@ -36,14 +38,24 @@ from .base import Context, State, register
 @dataclass
 class SheafState(State):
     layout: SheafLayout | None = None
-    maps: list[torch.Tensor] | None = None
+    store: DeferredMaps | None = None  # the restriction maps (with pending rank-one updates)
     grads: list[torch.Tensor] | None = None
     own: torch.Tensor | None = None  # P_ij theta_i for the coming theta step (flat, per half-edge)
     theirs: torch.Tensor | None = None  # P_ji theta_j for the coming theta step, as received/rebuilt
-    coupling: list[torch.Tensor] | None = None  # sum_j P_ij^T (own - theirs), per cohort, when known
     sent: torch.Tensor | None = None  # P_ij theta_i^new sent for the map step
     scalars: EdgeLayout | None = None  # layout of one scalar per half-edge
     greet: bool = True  # this round starts by exchanging P_ij theta_i (messages not known yet)
+    map_defer: int = -1
+
+    @property
+    def maps(self) -> list[torch.Tensor]:
+        """The stacked maps ``[H_b, d_e, d]`` per bucket, with every pending update folded in."""
+        assert self.store is not None
+        return self.store.materialize()
+
+    @maps.setter
+    def maps(self, maps: list[torch.Tensor]) -> None:
+        self.store = DeferredMaps(maps, self.map_defer, self.thetas[0].dtype)
 
 
 def _sq_norms(layout: SheafLayout, thetas: list[torch.Tensor]) -> torch.Tensor:
@@ -75,7 +87,9 @@ class SheafFMTL:
             device=cfg.device,
         )
         scalars = EdgeLayout(np.ones(layout.graph.num_half_edges, np.int64), layout.messages.rev)
-        return SheafState(thetas=ctx.init_thetas(), layout=layout, maps=maps, scalars=scalars)
+        state = SheafState(thetas=ctx.init_thetas(), layout=layout, scalars=scalars, map_defer=cfg.map_defer)
+        state.maps = maps
+        return state
 
     # -- rounds ---------------------------------------------------------------------------------
     def local(self, state: SheafState, ctx: Context) -> SheafState:
@@ -89,8 +103,8 @@ class SheafFMTL:
         return int(state.greet) + int(self.learn_maps)
 
     def send(self, state: SheafState, phase: int, ctx: Context) -> Payload:
-        assert state.layout is not None and state.maps is not None and state.scalars is not None
-        state.sent = ops.messages(state.layout, state.thetas, state.maps)
+        assert state.layout is not None and state.store is not None and state.scalars is not None
+        state.sent = ops.messages(state.layout, state.thetas, state.store)
         payload: Payload = {"msg": EdgeTensor(state.sent, state.layout.messages)}
         if self._is_map_phase(state, phase) and self.compact:
             payload["sq_norm"] = EdgeTensor(_sq_norms(state.layout, state.thetas), state.scalars)
@@ -100,7 +114,7 @@ class SheafFMTL:
         if self._is_map_phase(state, phase):
             self._map_step(state, incoming)
         else:  # greeting: the messages for the theta step of this round
-            state.own, state.theirs, state.coupling = state.sent, incoming["msg"].data, None
+            state.own, state.theirs = state.sent, incoming["msg"].data
             self._theta_steps(state, ctx)
         return state
 
@@ -110,59 +124,44 @@ class SheafFMTL:
     # -- the two updates --------------------------------------------------------------------------
     def _theta_steps(self, state: SheafState, ctx: Context) -> None:
         """Eq. (thetaupdate), ``local_steps`` times with the same received ``P_ji theta_j``."""
-        assert state.layout is not None and state.maps is not None and state.grads is not None
-        layout, maps, grads = state.layout, state.maps, state.grads
+        assert state.layout is not None and state.store is not None and state.grads is not None
         assert state.own is not None and state.theirs is not None
+        layout, maps, grads = state.layout, state.store, state.grads
         for step in range(self.local_steps):
-            if step > 0:
+            if step > 0:  # further local steps: fresh gradients, own messages from the current theta
                 grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
-                state.own, state.coupling = ops.messages(layout, state.thetas, maps), None
-            coupling = state.coupling
-            if coupling is None:
-                coupling = ops.transpose_sum(layout, maps, state.own - state.theirs, state.thetas)
+                state.own = ops.messages(layout, state.thetas, maps)
+            coupling = ops.transpose_sum(layout, maps, state.own - state.theirs, state.thetas)
             state.thetas = [
                 t - self.alpha * (g + self.lam * c)
                 for t, g, c in zip(state.thetas, grads, coupling, strict=True)
             ]
-        state.theirs = state.own = state.coupling = None  # used up: this round's messages
+        state.theirs = state.own = None  # used up: this round's messages
 
     def _map_step(self, state: SheafState, incoming: Payload) -> None:
-        """Eq. (pijaupdate) in one sweep; in compact mode also rebuild the next round's messages and
-        take the next sheaf term ``sum_j P_ij'^T (P_ij' theta_i - P_ji' theta_j)`` from that sweep."""
-        assert state.layout is not None and state.maps is not None and state.sent is not None
-        layout, maps = state.layout, state.maps
+        """Eq. (pijaupdate) with the new thetas; in compact mode also rebuild the next round's
+        messages: ``P_ij' theta_i = P_ij theta_i - eta lam r_ij ||theta_i||^2`` on both ends."""
+        assert state.layout is not None and state.store is not None and state.sent is not None
+        layout = state.layout
         scale = -self.eta * self.lam
         mine, theirs = state.sent, incoming["msg"].data
         residual = mine - theirs
-        probe = None
+        for k, (b, r) in enumerate(zip(layout.buckets, layout.bucket_messages(residual), strict=True)):
+            state.store.add_rank_one(k, r, state.thetas[b.cohort][b.src_pos], scale)
         if self.compact:
-            own_sq = _sq_norms(layout, state.thetas)
-            their_sq = incoming["sq_norm"].data
-            state.own = mine + scale * residual * _per_element(layout, own_sq)
-            state.theirs = theirs - scale * residual * _per_element(layout, their_sq)
-            probe = state.own - state.theirs
-        views = layout.bucket_messages
-        coupling = [torch.zeros_like(t) for t in state.thetas]
-        for b, p, r, v in zip(
-            layout.buckets,
-            maps,
-            views(residual),
-            views(probe) if probe is not None else [None] * len(maps),
-            strict=True,
-        ):
-            y = ops.update_maps_(p, r, state.thetas[b.cohort][b.src_pos], scale, v)
-            if y is not None:
-                coupling[b.cohort].index_add_(0, b.src_pos, y)
-        state.coupling = coupling if self.compact else None
+            own_sq = _per_element(layout, _sq_norms(layout, state.thetas))
+            their_sq = _per_element(layout, incoming["sq_norm"].data)
+            state.own = mine + scale * residual * own_sq
+            state.theirs = theirs - scale * residual * their_sq
 
     # -- reporting --------------------------------------------------------------------------------
     def penalty(self, state: SheafState, ctx: Context) -> tuple[float, float]:
-        assert state.layout is not None and state.maps is not None
-        e = float(ops.energy(state.layout, state.thetas, state.maps))
+        assert state.layout is not None and state.store is not None
+        e = float(ops.energy(state.layout, state.thetas, state.store))
         return 0.5 * self.lam * e, e
 
     def checkpoint(self, state: SheafState, ctx: Context) -> dict[str, Any]:
-        assert state.layout is not None and state.maps is not None
+        assert state.layout is not None and state.store is not None
         layout = state.layout
         return {
             "maps": [m.cpu() for m in state.maps],

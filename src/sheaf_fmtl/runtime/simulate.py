@@ -57,7 +57,9 @@ class Simulation:
             tested = fed.per_client([c.n_test > 0 for c, _ in pairs])
         pen = self.algorithm.penalty(self.state, self.ctx)
         return {
-            "per_client": [float(v) if ok else None for v, ok in zip(metric.tolist(), tested.tolist(), strict=True)],
+            "per_client": [
+                float(v) if ok else None for v, ok in zip(metric.tolist(), tested.tolist(), strict=True)
+            ],
             "test_metric": float(metric[tested].mean()),
             "train_loss": float(f.mean()),
             "objective": float(f.sum()) + (pen[0] if pen else 0.0),

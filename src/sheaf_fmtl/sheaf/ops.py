@@ -9,6 +9,7 @@ Maps may be stored in a narrower dtype than the thetas; products are taken in th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -45,23 +46,22 @@ def apply_maps_t(p: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def rank_one_update_(p: torch.Tensor, r: torch.Tensor, x: torch.Tensor, scale: float) -> None:
-    """In place ``P_h += scale * r_h x_h^T`` without materialising the outer products as a new tensor."""
-    if p.dtype == r.dtype:
-        p.addcmul_(r.unsqueeze(2), x.unsqueeze(1), value=scale)
-        return
-    for s in _chunks(p):
-        p[s] = p[s].to(r.dtype).addcmul_(r[s].unsqueeze(2), x[s].unsqueeze(1), value=scale).to(p.dtype)
+Maps = Sequence[torch.Tensor] | Any  # stacked tensors per bucket, or a DeferredMaps (sheaf.deferred)
 
 
-def messages(
-    layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Sequence[torch.Tensor]
-) -> torch.Tensor:
+def _apply(maps: Maps, b: int, x: torch.Tensor) -> torch.Tensor:
+    return maps.apply(b, x) if hasattr(maps, "apply") else apply_maps(maps[b], x)
+
+
+def _apply_t(maps: Maps, b: int, r: torch.Tensor) -> torch.Tensor:
+    return maps.apply_t(b, r) if hasattr(maps, "apply_t") else apply_maps_t(maps[b], r)
+
+
+def messages(layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Maps) -> torch.Tensor:
     """Flat buffer of ``P_ij theta_i`` for every half-edge (buffer order of ``layout.messages``)."""
-    ref = thetas[0]
-    out = ref.new_empty(layout.messages.total)
-    for b, p, view in zip(layout.buckets, maps, layout.bucket_messages(out), strict=True):
-        view.copy_(apply_maps(p, thetas[b.cohort][b.src_pos]))
+    out = thetas[0].new_empty(layout.messages.total)
+    for k, (b, view) in enumerate(zip(layout.buckets, layout.bucket_messages(out), strict=True)):
+        view.copy_(_apply(maps, k, thetas[b.cohort][b.src_pos]))
     return out
 
 
@@ -76,18 +76,16 @@ def residuals(
 
 
 def transpose_sum(
-    layout: SheafLayout, maps: Sequence[torch.Tensor], per_edge: torch.Tensor, thetas: Sequence[torch.Tensor]
+    layout: SheafLayout, maps: Maps, per_edge: torch.Tensor, thetas: Sequence[torch.Tensor]
 ) -> list[torch.Tensor]:
     """Per cohort ``[C, d]``: ``sum_j P_ij^T v_ij`` for a flat per-half-edge buffer ``v``."""
     out = [torch.zeros_like(t) for t in thetas]
-    for b, p, v in zip(layout.buckets, maps, layout.bucket_messages(per_edge), strict=True):
-        out[b.cohort].index_add_(0, b.src_pos, apply_maps_t(p, v))
+    for k, (b, v) in enumerate(zip(layout.buckets, layout.bucket_messages(per_edge), strict=True)):
+        out[b.cohort].index_add_(0, b.src_pos, _apply_t(maps, k, v))
     return out
 
 
-def laplacian_action(
-    layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Sequence[torch.Tensor]
-) -> list[torch.Tensor]:
+def laplacian_action(layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Maps) -> list[torch.Tensor]:
     """``L_F theta`` per cohort, ``(L theta)_i = sum_j P_ij^T (P_ij theta_i - P_ji theta_j)``."""
     return transpose_sum(layout, maps, residuals(layout, messages(layout, thetas, maps)), thetas)
 
@@ -97,7 +95,7 @@ def energy_from_residuals(r: torch.Tensor) -> torch.Tensor:
     return 0.5 * (r.double() ** 2).sum()
 
 
-def energy(layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Sequence[torch.Tensor]) -> torch.Tensor:
+def energy(layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Maps) -> torch.Tensor:
     """``theta^T L_F theta = sum_{e={i,j}} ||P_ij theta_i - P_ji theta_j||^2`` (Lemma 1)."""
     return energy_from_residuals(residuals(layout, messages(layout, thetas, maps)))
 
@@ -110,57 +108,4 @@ def map_frobenius(layout: SheafLayout, maps: Sequence[torch.Tensor]) -> torch.Te
     for b, p in zip(layout.buckets, maps, strict=True):
         norms = torch.cat([torch.linalg.vector_norm(p[s].double(), dim=(1, 2)) for s in _chunks(p)])
         out[g.src[b.half_edges], g.dst[b.half_edges]] = norms
-    return out
-
-
-# Map tiles of about this many bytes are processed while they sit in cache (see update_maps_).
-BLOCK_BYTES = 4 << 20
-
-
-def _tiles(p: torch.Tensor, block_bytes: int) -> list[tuple[slice, slice]]:
-    """Tiles ``(half-edges, rows)`` of ``p [H, d_e, d]`` of about ``block_bytes`` (float32 size) each.
-
-    Tiles are whole rows, so every tile is contiguous within each map: several small maps at once,
-    or a band of rows of one large map.
-    """
-    h, e, d = p.shape
-    per_map, per_row = e * d * 4, d * 4
-    if h * per_map <= block_bytes:
-        return [(slice(0, h), slice(0, e))]
-    if per_map <= block_bytes:
-        step = block_bytes // per_map
-        return [(slice(s, min(s + step, h)), slice(0, e)) for s in range(0, h, step)]
-    rows = max(1, block_bytes // per_row)
-    return [(slice(s, s + 1), slice(a, min(a + rows, e))) for s in range(h) for a in range(0, e, rows)]
-
-
-def update_maps_(
-    p: torch.Tensor,
-    r: torch.Tensor,
-    x_src: torch.Tensor,
-    scale: float,
-    probe: torch.Tensor | None = None,
-    *,
-    block_bytes: int = BLOCK_BYTES,
-) -> torch.Tensor | None:
-    """Map step ``P_h += scale * r_h x_h^T`` in place, in one sweep over ``p``.
-
-    With ``probe`` (``[H, d_e]``), also return ``P_h'^T probe_h`` for the UPDATED maps, taken from
-    each tile before it is written: ``P'^T v = P^T v + scale * x (r . v)`` (DESIGN.md, identity 2),
-    so the next round's sheaf term costs no extra pass over the maps.
-    """
-    out = None if probe is None else torch.zeros_like(x_src)
-    narrow = p.dtype != x_src.dtype
-    if narrow:  # tiles are widened to the theta dtype: keep those copies small
-        block_bytes = min(block_bytes, _CHUNK_ELEMENTS * 4)
-    for hs, rows in _tiles(p, block_bytes):
-        tile = p[hs, rows]
-        work = tile.to(x_src.dtype) if narrow else tile
-        if out is not None and probe is not None:
-            out[hs] += torch.bmm(probe[hs, None, rows], work).squeeze(1)
-        work.addcmul_(r[hs, rows, None], x_src[hs, None, :], value=scale)
-        if narrow:
-            tile.copy_(work)
-    if out is not None and probe is not None:
-        out.add_(x_src * ((r * probe).sum(1, keepdim=True) * scale))
     return out
