@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .ops import _chunks, apply_maps, apply_maps_t
+from .ops import _chunks, apply_maps, apply_maps_t, widened
 
 MAX_DEPTH = 32
 
@@ -101,7 +101,7 @@ class DeferredMaps:
             p.baddbmm_(uu, vv)
         else:  # narrow storage: widen a chunk, fold in float32, round once
             for s in _chunks(p):
-                p[s] = torch.baddbmm(p[s].to(uu.dtype), uu[s], vv[s]).to(p.dtype)
+                p[s].copy_(widened(p[s], uu.dtype).baddbmm_(uu[s], vv[s]))
         self.count[b] = 0
 
     def materialize(self) -> list[torch.Tensor]:
@@ -116,4 +116,4 @@ def _rank_one_now(p: torch.Tensor, r: torch.Tensor, x: torch.Tensor, scale: floa
         p.addcmul_(r.unsqueeze(2), x.unsqueeze(1), value=scale)
         return
     for s in _chunks(p):
-        p[s] = p[s].to(r.dtype).addcmul_(r[s].unsqueeze(2), x[s].unsqueeze(1), value=scale).to(p.dtype)
+        p[s].copy_(widened(p[s], r.dtype).addcmul_(r[s].unsqueeze(2), x[s].unsqueeze(1), value=scale))

@@ -19,6 +19,21 @@ from .layout import SheafLayout
 _CHUNK_ELEMENTS = 1 << 24
 
 
+_WORKSPACE: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def widened(p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``p`` (one chunk of narrow maps) copied into a reused buffer of ``dtype``: converting into
+    fresh allocations is several times slower (page faults) than into a warm buffer."""
+    key = (dtype, p.device)
+    buf = _WORKSPACE.get(key)
+    if buf is None or buf.numel() < p.numel():
+        buf = _WORKSPACE[key] = torch.empty(max(p.numel(), _CHUNK_ELEMENTS), dtype=dtype, device=p.device)
+    out = buf[: p.numel()].view(p.shape)
+    out.copy_(p)
+    return out
+
+
 def _chunks(p: torch.Tensor) -> list[slice]:
     per = max(1, _CHUNK_ELEMENTS // max(1, p.shape[1] * p.shape[2]))
     return [slice(s, min(s + per, p.shape[0])) for s in range(0, p.shape[0], per)]
@@ -32,7 +47,7 @@ def apply_maps(p: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return torch.bmm(x.unsqueeze(1), p.transpose(1, 2)).squeeze(1)
     out = x.new_empty(p.shape[:2])
     for s in _chunks(p):
-        out[s] = torch.bmm(x[s].unsqueeze(1), p[s].to(x.dtype).transpose(1, 2)).squeeze(1)
+        out[s] = torch.bmm(x[s].unsqueeze(1), widened(p[s], x.dtype).transpose(1, 2)).squeeze(1)
     return out
 
 
@@ -42,7 +57,7 @@ def apply_maps_t(p: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         return torch.bmm(r.unsqueeze(1), p).squeeze(1)
     out = r.new_empty((p.shape[0], p.shape[2]))
     for s in _chunks(p):
-        out[s] = torch.bmm(r[s].unsqueeze(1), p[s].to(r.dtype)).squeeze(1)
+        out[s] = torch.bmm(r[s].unsqueeze(1), widened(p[s], r.dtype)).squeeze(1)
     return out
 
 
