@@ -68,6 +68,7 @@ class Setting:
     ref_max_bytes: int = 1 << 30  # the reference copies at most this many map bytes (else: a subset of edges)
     ref_rounds: int = 2
     seed: int = 0
+    map_dtype: str = "float32"
 
     def config(self, device: str = "cpu") -> RunConfig:
         return validate(
@@ -86,6 +87,7 @@ class Setting:
                 l2=1e-4,
                 seed=self.seed,
                 device=device,
+                map_dtype=self.map_dtype,
             )
         )
 
@@ -103,6 +105,16 @@ QUICK_PAPER = dataclasses.replace(
     gamma=0.002,
     rounds=3,
     ref_max_bytes=64 << 20,
+)
+# The paper's largest setting (R-MNIST, gamma = 0.03, 24 GB in the paper): bfloat16 maps (~17 GiB).
+LARGEST = dataclasses.replace(
+    PAPER,
+    name="paper-g0.03-bf16",
+    gamma=0.03,
+    map_dtype="bfloat16",
+    rounds=2,
+    ref_max_bytes=256 << 20,
+    ref_rounds=1,
 )
 COHORT_CLIENTS = 40
 SMOKE = [
@@ -198,6 +210,25 @@ def time_steps(sim: Simulation, warmup: int, rounds: int, device: str, desc: str
     ]
 
 
+def time_map_work(sim: Simulation, device: str) -> float:
+    """Mean seconds of a round's map work (sheaf term of the theta step, messages, exchanges, map
+    step including its periodic folds) with the local gradients frozen, over a whole fold period
+    (``map_defer`` rounds), so that the folds are paid for in the mean."""
+    frozen = sim.ctx.stochastic_gradients(sim.state.thetas)
+    store = getattr(sim.state, "store", None)
+    rounds = max(2, max(store.depth) if store is not None and store.depth else 1)
+    sim.ctx.stochastic_gradients = lambda thetas: frozen  # type: ignore[method-assign]
+    try:
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in tqdm(range(rounds), desc="map work (gradients frozen)", unit="round", leave=False):
+            sim.step()
+        sync(device)
+        return (time.perf_counter() - t0) / rounds
+    finally:
+        del sim.ctx.stochastic_gradients
+
+
 def reference_edges(sim: Simulation, max_bytes: int) -> tuple[list[int], float]:
     """Undirected edges whose two maps fit in ``max_bytes`` (all when possible), and the factor that
     scales the subset's edge time to all edges (ratio of map bytes)."""
@@ -281,6 +312,7 @@ def run_setting(s: Setting, device: str = "cpu") -> dict[str, Any]:
     grads_s = [
         timed(lambda: sim.ctx.stochastic_gradients(sim.state.thetas), device) for _ in range(min(3, s.rounds))
     ]
+    map_s = time_map_work(sim, device)
     out: dict[str, Any] = {
         "setting": dataclasses.asdict(s),
         "device": device,
@@ -293,6 +325,7 @@ def run_setting(s: Setting, device: str = "cpu") -> dict[str, Any]:
         "step_s": steps,
         "s_per_round": statistics.median(steps),
         "gradients_s": statistics.median(grads_s),
+        "map_work_s": map_s,
         "threads": torch.get_num_threads(),
         "rss_after_imports": rss0,
         "peak_rss": peak,
@@ -526,15 +559,16 @@ def summarize(r: dict[str, Any], bandwidth: float) -> dict[str, float]:
     maps = r["bytes"]["maps"]
     floor = 2 * maps / bandwidth
     peak = r.get("peak_device_bytes", r["peak_rss"] - r["rss_after_imports"])
+    round_s = r["gradients_s"] + r["map_work_s"]  # folds amortised (a median of sim.step() may skip them)
     return {
         "floor_s": floor,
-        "floor_ratio": r["s_per_round"] / floor,
-        "speedup": r["reference"]["s_per_round"] / r["s_per_round"],
+        "floor_ratio": r["map_work_s"] / floor,  # the issue's target: map work within 2x of the floor
+        "round_s": round_s,
+        "round_floor_ratio": round_s / floor,
+        "speedup": r["reference"]["s_per_round"] / round_s,
         "memory_ratio": peak / r["bytes"]["total"],
         "peak_bytes": peak,
         "memory_ratio_raw": r["peak_rss"] / r["bytes"]["total"],
-        "sheaf_s": max(r["s_per_round"] - r["gradients_s"], 0.0),
-        "sheaf_floor_ratio": max(r["s_per_round"] - r["gradients_s"], 0.0) / floor,
     }
 
 
@@ -554,15 +588,16 @@ def report(results: dict[str, Any]) -> str:
         f"{results['machine']['threads']}; load average at start {results['load_average_start'][0]:.1f}, "
         f"at end {results['load_average_end'][0]:.1f} (other processes share the cores when above 0)",
         "",
-        f"{'setting':<12} {'|E|':>4} {'d_i':>7} {'d_ij':>5} {'maps GiB':>9} {'floor s':>8} {'s/round':>8} "
-        f"{'R':>6} {'ref s/rnd':>9} {'S':>6} {'peak GiB':>9} {'bound GiB':>9} {'M':>5}",
+        f"{'setting':<12} {'|E|':>4} {'d_i':>7} {'d_ij':>5} {'maps GiB':>9} {'floor s':>8} {'map s':>8} "
+        f"{'R':>6} {'s/round':>8} {'ref s/rnd':>9} {'S':>6} {'peak GiB':>9} {'bound GiB':>9} {'M':>5}",
     ]
     for name, r in results["settings"].items():
         m = r["summary"]
         lines.append(
             f"{name:<12} {r['num_edges']:>4} {','.join(map(str, r['node_dims'])):>7} "
             f"{','.join(map(str, r['edge_dims'])):>5} {_gb(r['bytes']['maps']):>9} {m['floor_s']:>8.4f} "
-            f"{r['s_per_round']:>8.4f} {m['floor_ratio']:>6.2f} {r['reference']['s_per_round']:>9.4f} "
+            f"{r['map_work_s']:>8.4f} {m['floor_ratio']:>6.2f} {m['round_s']:>8.4f} "
+            f"{r['reference']['s_per_round']:>9.4f} "
             f"{m['speedup']:>6.1f} {_gb(m['peak_bytes']):>9} {_gb(r['bytes']['total']):>9} "
             f"{m['memory_ratio']:>5.2f}"
         )
@@ -574,10 +609,11 @@ def report(results: dict[str, Any]) -> str:
                 f"{ref_['edges_total']} edges ({_gb(ref_['map_bytes_timed'])} GiB of maps; all maps twice "
                 f"would not fit) and its edge time scaled by {ref_['edge_scale']:.2f} (map bytes)"
             )
+        m = r["summary"]
         lines.append(
-            f"      {name}: sim.step() = {r['gradients_s']:.4f} s Context.stochastic_gradients + "
-            f"{r['summary']['sheaf_s']:.4f} s sheaf part (theta and map steps, exchanges) = "
-            f"{r['summary']['sheaf_floor_ratio']:.2f} x floor"
+            f"      {name}: round = {r['gradients_s']:.4f} s local gradients + {r['map_work_s']:.4f} s "
+            f"map work (sheaf term, messages, exchanges, map step and folds; gradients frozen) = "
+            f"{m['round_floor_ratio']:.2f} x floor; median sim.step() {r['s_per_round']:.4f} s"
         )
         lines.append(
             f"      {name}: loop reference = {ref_['gradient_s']:.4f} s per-client autograd gradients + "
@@ -587,7 +623,7 @@ def report(results: dict[str, Any]) -> str:
     c = results["cohort"]
     lines += [
         "",
-        f"cohort: {c['clients']} cnn clients (d={c['dim']}), batch {c['batch_size']}: vmapped "
+        f"cohort: {c['clients']} cnn clients (d={c['dim']}), batch {c['batch_size']}: batched "
         f"Cohort.gradients {c['vmap_s'] * 1e3:.1f} ms vs per-client autograd loop {c['loop_s'] * 1e3:.1f} ms"
         f" -> speed-up {c['speedup']:.1f}x (max rel diff {c['max_rel_diff']:.1e})",
     ]
