@@ -12,7 +12,9 @@ from sheaf_fmtl.cli import main
 from .conftest import shared_data_dir
 
 DATA = shared_data_dir()
-pytestmark = pytest.mark.skipif(DATA is None, reason="real datasets not found ($SHEAF_FMTL_DATA, ../shared/data)")
+pytestmark = pytest.mark.skipif(
+    DATA is None, reason="real datasets not found ($SHEAF_FMTL_DATA, ../shared/data)"
+)
 
 CASES = {
     # dataset: (overrides, tolerance on the final metric, relative?)
@@ -28,8 +30,22 @@ def test_bfloat16_maps_keep_the_float32_metric(tmp_path, dataset):
     finals = {}
     for dtype in ("float32", "bfloat16"):
         out = tmp_path / dtype
-        args = ["run", "--quiet", "--out", str(out), "--set", f"dataset={dataset}", "--set", f"data_dir={DATA}",
-                "--set", "rounds=300", "--set", "eval_every=100", "--set", f"map_dtype={dtype}"]
+        args = [
+            "run",
+            "--quiet",
+            "--out",
+            str(out),
+            "--set",
+            f"dataset={dataset}",
+            "--set",
+            f"data_dir={DATA}",
+            "--set",
+            "rounds=300",
+            "--set",
+            "eval_every=100",
+            "--set",
+            f"map_dtype={dtype}",
+        ]
         for o in overrides:
             args += ["--set", o]
         assert main(args) == 0

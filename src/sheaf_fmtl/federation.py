@@ -19,6 +19,7 @@ from torch.func import functional_call, grad, grad_and_value, vmap
 
 from .data.base import FederatedDataset
 from .models import build_model, default_model, grouped
+from .models.linear import linear_shape
 
 EVAL_CHUNK = 512  # samples per client per evaluation chunk
 
@@ -64,6 +65,9 @@ class Cohort:
         if grouped.supports(self.module):  # CNNs: grouped convolutions beat vmap(conv2d) on CPU
             self._grad = self._grouped_grad
             self._predict = self._grouped_forward
+        elif linear_shape(self.module) is not None:  # logistic / linear regression: batched matmuls
+            self._grad = self._linear_grad
+            self._predict = self._linear_forward
 
     @property
     def size(self) -> int:
@@ -79,6 +83,37 @@ class Cohort:
 
     def _forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.module, self.unflatten(flat), (x,))
+
+    def _linear_parts(self, thetas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n_in, n_out = linear_shape(self.module)  # type: ignore[misc]
+        return thetas[:, : n_out * n_in].view(-1, n_out, n_in), thetas[:, n_out * n_in :]
+
+    def _linear_forward(self, thetas: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        w, b = self._linear_parts(thetas)
+        return torch.baddbmm(b.unsqueeze(1), x.reshape(*x.shape[:2], -1), w.transpose(1, 2))
+
+    def _linear_grad(
+        self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Closed-form gradients of ``f_i`` for ``W x + b`` models, all clients in batched matmuls:
+        ``dz = (softmax(z) - onehot(y)) / n`` (cross-entropy) or ``2 (z - y) / n`` (squared loss),
+        ``grad W = dz^T X``, ``grad b = sum dz``, plus ``l2 theta``."""
+        xs = x.reshape(*x.shape[:2], -1)
+        z = self._linear_forward(thetas, x)  # [C, B, out]
+        count = mask.sum(1)
+        weight = (mask / count.clamp(min=1).unsqueeze(1)).unsqueeze(-1)
+        if self.task == "classification":
+            logp = torch.log_softmax(z, -1)
+            per = -logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+            dz = logp.exp().scatter_add_(-1, y.unsqueeze(-1), -torch.ones_like(per).unsqueeze(-1)) * weight
+        else:
+            diff = z.squeeze(-1) - y
+            per = diff * diff
+            dz = 2 * diff.unsqueeze(-1) * weight
+        has = (count > 0).to(thetas.dtype)
+        f = (per * mask).sum(1) / count.clamp(min=1) + has * 0.5 * self.l2 * (thetas * thetas).sum(1)
+        g = torch.cat([torch.bmm(dz.transpose(1, 2), xs).flatten(1), dz.sum(1)], 1)
+        return g + (has * self.l2).unsqueeze(1) * thetas, f
 
     def _grouped_forward(self, thetas: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         parts = torch.split(thetas, self.numels, dim=1)
