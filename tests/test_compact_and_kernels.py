@@ -105,7 +105,9 @@ def test_deferred_maps_match_eager_updates(depth, dtype):
 
 
 def test_auto_depth_defers_only_for_wide_edge_stalks():
-    assert auto_depth(4) == 1 and auto_depth(348) == 18 and auto_depth(10_000) == 32
+    big = 1 << 30
+    assert auto_depth(4, big) == 1 and auto_depth(348, big) == 18 and auto_depth(10_000, big) == 32
+    assert auto_depth(348, 1 << 20) == 1  # small stacks: eager updates
 
 
 def test_bfloat16_maps_halve_memory_and_track_float32():

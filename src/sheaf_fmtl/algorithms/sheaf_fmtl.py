@@ -45,6 +45,7 @@ class SheafState(State):
     sent: torch.Tensor | None = None  # P_ij theta_i^new sent for the map step
     scalars: EdgeLayout | None = None  # layout of one scalar per half-edge
     greet: bool = True  # this round starts by exchanging P_ij theta_i (messages not known yet)
+    element_edge: torch.Tensor | None = None  # [sum d_ij] buffer position of each message element's half-edge
     map_defer: int = -1
 
     @property
@@ -87,7 +88,15 @@ class SheafFMTL:
             device=cfg.device,
         )
         scalars = EdgeLayout(np.ones(layout.graph.num_half_edges, np.int64), layout.messages.rev)
-        state = SheafState(thetas=ctx.init_thetas(), layout=layout, scalars=scalars, map_defer=cfg.map_defer)
+        sizes = torch.as_tensor(layout.messages.sizes, device=cfg.device)
+        element_edge = torch.repeat_interleave(torch.arange(len(sizes), device=cfg.device), sizes)
+        state = SheafState(
+            thetas=ctx.init_thetas(),
+            layout=layout,
+            scalars=scalars,
+            map_defer=cfg.map_defer,
+            element_edge=element_edge,
+        )
         state.maps = maps
         return state
 
@@ -149,8 +158,9 @@ class SheafFMTL:
         for k, (b, r) in enumerate(zip(layout.buckets, layout.bucket_messages(residual), strict=True)):
             state.store.add_rank_one(k, r, state.thetas[b.cohort][b.src_pos], scale)
         if self.compact:
-            own_sq = _per_element(layout, _sq_norms(layout, state.thetas))
-            their_sq = _per_element(layout, incoming["sq_norm"].data)
+            assert state.element_edge is not None  # one value per half-edge, spread over its d_ij elements
+            own_sq = _sq_norms(layout, state.thetas)[state.element_edge]
+            their_sq = incoming["sq_norm"].data[state.element_edge]
             state.own = mine + scale * residual * own_sq
             state.theirs = theirs - scale * residual * their_sq
 
@@ -168,8 +178,3 @@ class SheafFMTL:
             "bucket_half_edges": [torch.as_tensor(b.half_edges) for b in layout.buckets],
             "map_norms": ops.map_frobenius(layout, state.maps),
         }
-
-
-def _per_element(layout: SheafLayout, per_edge: torch.Tensor) -> torch.Tensor:
-    """Repeat one value per half-edge over that half-edge's ``d_ij`` message elements."""
-    return torch.repeat_interleave(per_edge, torch.as_tensor(layout.messages.sizes, device=per_edge.device))

@@ -19,6 +19,7 @@ class EdgeLayout:
     sizes: np.ndarray  # [H] int64
     rev: np.ndarray  # [H] int64
     offsets: np.ndarray = field(init=False)
+    total: int = field(init=False)
     _index: dict[str, torch.Tensor] = field(init=False, default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -26,10 +27,7 @@ class EdgeLayout:
         if len(self.sizes):
             offs[1:] = np.cumsum(self.sizes)[:-1]
         object.__setattr__(self, "offsets", offs)
-
-    @property
-    def total(self) -> int:
-        return int(self.sizes.sum())
+        object.__setattr__(self, "total", int(self.sizes.sum()))
 
     def reversed(self) -> EdgeLayout:
         """The layout of what arrives: at position ``q`` the payload sent along ``rev[q]``."""

@@ -24,10 +24,17 @@ from .ops import _chunks, apply_maps, apply_maps_t, widened
 MAX_DEPTH = 32
 
 
-def auto_depth(edge_dim: int) -> int:
+# Stacks smaller than this are cheap to update eagerly; deferring would only add kernel calls.
+MIN_DEFER_BYTES = 32 << 20
+
+
+def auto_depth(edge_dim: int, stack_bytes: int = MIN_DEFER_BYTES) -> int:
     """Rounds between folds: about ``sqrt(d_e)`` balances the fold against the factors' reads
-    (the factors cost ``depth / d_e`` of a map pass); 1 (plain updates) for small edge stalks."""
-    return 1 if edge_dim < 16 else min(MAX_DEPTH, math.isqrt(edge_dim))
+    (the factors cost ``depth / d_e`` of a map pass); 1 (plain updates) for narrow edge stalks
+    and for small stacks, where per-call overhead, not memory traffic, sets the time."""
+    if edge_dim < 16 or stack_bytes < MIN_DEFER_BYTES:
+        return 1
+    return min(MAX_DEPTH, math.isqrt(edge_dim))
 
 
 class DeferredMaps:
