@@ -47,7 +47,10 @@ class DeferredMaps:
         self.base = list(base)
         self.dtype = dtype
         self.depth = [
-            auto_depth(p.shape[1]) if depth is None or depth < 0 else max(1, depth) for p in self.base
+            auto_depth(p.shape[1], p.numel() * p.element_size())
+            if depth is None or depth < 0
+            else max(1, depth)
+            for p in self.base
         ]
         self.u = [
             p.new_zeros((p.shape[0], p.shape[1], t), dtype=dtype) if t > 1 else None
