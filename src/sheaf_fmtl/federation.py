@@ -22,6 +22,7 @@ from .models import build_model, default_model, grouped
 from .models.linear import linear_shape
 
 EVAL_CHUNK = 512  # samples per client per evaluation chunk
+GROUP_CLIENTS = 8  # clients per grouped-convolution call (see Cohort._grouped_grad)
 
 
 def _pad(
@@ -136,8 +137,15 @@ class Cohort:
     def _grouped_grad(
         self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        grads, f = grad(self._grouped_losses, has_aux=True)(thetas, x, y, mask)
-        return grads, f
+        """Gradients in groups of ``GROUP_CLIENTS`` clients: oneDNN's grouped convolution slows down
+        with many groups (40 clients at once: 0.92 s; 5 groups of 8: 0.46 s; a per-client loop: 0.55 s)."""
+        parts = [
+            grad(self._grouped_losses, has_aux=True)(
+                *(t[k : k + GROUP_CLIENTS] for t in (thetas, x, y, mask))
+            )
+            for k in range(0, len(thetas), GROUP_CLIENTS)
+        ]
+        return torch.cat([g for g, _ in parts]), torch.cat([f for _, f in parts])
 
     def _per_sample(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if self.task == "classification":
