@@ -2,7 +2,9 @@
 
 A cohort's thetas are ``[C, d]``; its local losses ``f_i`` (L2-regularised cross-entropy or squared
 loss, paper Section 5 "Evaluation") and their mini-batch gradients are computed for all ``C`` clients
-in one call with ``torch.func`` (``vmap`` + ``functional_call`` + ``grad``): no loop over clients.
+at once, never client by client: closed-form batched matmuls for logistic / linear regression,
+grouped convolutions with one ``torch.func.grad`` per group of clients for CNNs, and ``torch.func``
+(``vmap`` + ``functional_call`` + ``grad``) for any other model.
 """
 
 from __future__ import annotations
@@ -176,7 +178,7 @@ class Cohort:
     def gradients(
         self, thetas: torch.Tensor, batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(grad f_i [C, d], f_i [C])`` on the batch, all clients in one vmapped call."""
+        """``(grad f_i [C, d], f_i [C])`` on the batch, all clients batched (see the module docstring)."""
         return self._grad(thetas, *batch)
 
     def _chunked(self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, n: torch.Tensor, score: str):
