@@ -61,7 +61,8 @@ class SheafState(State):
 
 def _sq_norms(layout: SheafLayout, thetas: list[torch.Tensor]) -> torch.Tensor:
     """``||theta_i||^2`` for the source of every half-edge, in message-buffer order ``[H]``."""
-    return torch.cat([(thetas[b.cohort][b.src_pos] ** 2).sum(1) for b in layout.buckets])
+    norms = [(t * t).sum(1) for t in thetas]  # per client, then spread over its half-edges
+    return torch.cat([norms[b.cohort][b.src_pos] for b in layout.buckets])
 
 
 @register("sheaf-fmtl")

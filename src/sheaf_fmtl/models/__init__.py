@@ -13,9 +13,6 @@ ModelBuilder = Callable[[tuple[int, ...], int], nn.Module]
 MODELS: dict[str, ModelBuilder] = {"logistic": logistic, "linear": linear, **CNN_MODELS}
 
 
-def register_model(name: str, builder: ModelBuilder) -> None:
-    MODELS[name] = builder
-
 
 def build_model(name: str, input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
     if name not in MODELS:

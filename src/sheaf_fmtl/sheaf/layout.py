@@ -56,13 +56,6 @@ class SheafLayout:
     def num_clients(self) -> int:
         return self.graph.num_nodes
 
-    def half_edge_dims(self) -> np.ndarray:
-        """``[H]`` edge-stalk size per graph half-edge."""
-        return np.repeat(self.edge_dims, 2)
-
-    def map_shape(self, h: int) -> tuple[int, int]:
-        return int(self.edge_dims[h // 2]), int(self.node_dims[self.graph.src[h]])
-
     def bucket_messages(self, flat: torch.Tensor) -> list[torch.Tensor]:
         """Views ``[H_b, d_e]`` of a flat message buffer, one per bucket."""
         out = []
