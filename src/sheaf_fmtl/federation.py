@@ -172,8 +172,12 @@ class Cohort:
         keys = torch.rand((self.size, n_max), generator=gen).to(valid.device)
         keys = torch.where(valid, keys, torch.full_like(keys, 2.0))
         idx = keys.topk(batch_size, dim=1, largest=False, sorted=False).indices
-        rows = torch.arange(self.size, device=idx.device)[:, None]
-        return self.x_train[rows, idx], self.y_train[rows, idx], valid[rows, idx].to(self.x_train.dtype)
+        flat = (idx + n_max * torch.arange(self.size, device=idx.device)[:, None]).flatten()
+
+        def rows(t: torch.Tensor) -> torch.Tensor:  # t[c, idx[c]]: index_select is ~3x faster than t[r, idx]
+            return t.flatten(0, 1).index_select(0, flat).view(*idx.shape, *t.shape[2:])
+
+        return rows(self.x_train), rows(self.y_train), rows(valid).to(self.x_train.dtype)
 
     def gradients(
         self, thetas: torch.Tensor, batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor]

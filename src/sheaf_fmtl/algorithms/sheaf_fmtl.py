@@ -43,6 +43,7 @@ class SheafState(State):
     own: torch.Tensor | None = None  # P_ij theta_i for the coming theta step (flat, per half-edge)
     theirs: torch.Tensor | None = None  # P_ji theta_j for the coming theta step, as received/rebuilt
     sent: torch.Tensor | None = None  # P_ij theta_i^new sent for the map step
+    sent_sq: torch.Tensor | None = None  # ||theta_i^new||^2 per half-edge, sent with it (compact mode)
     scalars: EdgeLayout | None = None  # layout of one scalar per half-edge
     greet: bool = True  # this round starts by exchanging P_ij theta_i (messages not known yet)
     element_edge: torch.Tensor | None = None  # [sum d_ij] buffer position of each message element's half-edge
@@ -62,7 +63,7 @@ class SheafState(State):
 def _sq_norms(layout: SheafLayout, thetas: list[torch.Tensor]) -> torch.Tensor:
     """``||theta_i||^2`` for the source of every half-edge, in message-buffer order ``[H]``."""
     norms = [(t * t).sum(1) for t in thetas]  # per client, then spread over its half-edges
-    return torch.cat([norms[b.cohort][b.src_pos] for b in layout.buckets])
+    return torch.cat([b.sources(norms) for b in layout.buckets])
 
 
 @register("sheaf-fmtl")
@@ -117,7 +118,8 @@ class SheafFMTL:
         state.sent = ops.messages(state.layout, state.thetas, state.store)
         payload: Payload = {"msg": EdgeTensor(state.sent, state.layout.messages)}
         if self._is_map_phase(state, phase) and self.compact:
-            payload["sq_norm"] = EdgeTensor(_sq_norms(state.layout, state.thetas), state.scalars)
+            state.sent_sq = _sq_norms(state.layout, state.thetas)
+            payload["sq_norm"] = EdgeTensor(state.sent_sq, state.scalars)
         return payload
 
     def receive(self, state: SheafState, incoming: Payload, phase: int, ctx: Context) -> SheafState:
@@ -157,13 +159,14 @@ class SheafFMTL:
         mine, theirs = state.sent, incoming["msg"].data
         residual = mine - theirs
         for k, (b, r) in enumerate(zip(layout.buckets, layout.bucket_messages(residual), strict=True)):
-            state.store.add_rank_one(k, r, state.thetas[b.cohort][b.src_pos], scale)
+            state.store.add_rank_one(k, r, b.sources(state.thetas), scale)
         if self.compact:
-            assert state.element_edge is not None  # one value per half-edge, spread over its d_ij elements
-            own_sq = _sq_norms(layout, state.thetas)[state.element_edge]
-            their_sq = incoming["sq_norm"].data[state.element_edge]
-            state.own = mine + scale * residual * own_sq
-            state.theirs = theirs - scale * residual * their_sq
+            assert state.element_edge is not None and state.sent_sq is not None
+            spread = state.element_edge  # one value per half-edge, spread over its d_ij elements
+            own_sq = state.sent_sq.index_select(0, spread)
+            their_sq = incoming["sq_norm"].data.index_select(0, spread)
+            state.own = torch.addcmul(mine, residual, own_sq, value=scale)
+            state.theirs = torch.addcmul(theirs, residual, their_sq, value=-scale)
 
     # -- reporting --------------------------------------------------------------------------------
     def penalty(self, state: SheafState, ctx: Context) -> tuple[float, float]:

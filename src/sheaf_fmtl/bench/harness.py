@@ -210,21 +210,28 @@ def time_steps(sim: Simulation, warmup: int, rounds: int, device: str, desc: str
     ]
 
 
-def time_map_work(sim: Simulation, device: str) -> float:
+def time_map_work(sim: Simulation, device: str, min_seconds: float = 0.5) -> float:
     """Mean seconds of a round's map work (sheaf term of the theta step, messages, exchanges, map
-    step including its periodic folds) with the local gradients frozen, over a whole fold period
-    (``map_defer`` rounds), so that the folds are paid for in the mean."""
+    step including its periodic folds) with the local gradients frozen. Whole fold periods
+    (``map_defer`` rounds) are timed, so the folds are paid for in the mean, and repeated until at
+    least two rounds and ``min_seconds`` have passed: a millisecond round timed twice is noise."""
     frozen = sim.ctx.stochastic_gradients(sim.state.thetas)
     store = getattr(sim.state, "store", None)
-    rounds = max(2, max(store.depth) if store is not None and store.depth else 1)
+    period = max(1, max(store.depth) if store is not None and store.depth else 1)
     sim.ctx.stochastic_gradients = lambda thetas: frozen  # type: ignore[method-assign]
     try:
-        sync(device)
-        t0 = time.perf_counter()
-        for _ in tqdm(range(rounds), desc="map work (gradients frozen)", unit="round", leave=False):
-            sim.step()
-        sync(device)
-        return (time.perf_counter() - t0) / rounds
+        rounds, elapsed = 0, 0.0
+        with tqdm(desc="map work (gradients frozen)", unit="round", leave=False) as bar:
+            while rounds < 2 or elapsed < min_seconds:
+                sync(device)
+                t0 = time.perf_counter()
+                for _ in range(period):
+                    sim.step()
+                sync(device)
+                elapsed += time.perf_counter() - t0
+                rounds += period
+                bar.update(period)
+        return elapsed / rounds
     finally:
         del sim.ctx.stochastic_gradients
 

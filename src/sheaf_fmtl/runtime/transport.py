@@ -86,7 +86,8 @@ class InProcessTransport:
                     f"payload {name!r} has {data.numel()} elements, layout expects {layout.total}"
                 )
             self.bits += payload_bits(data)
-            out[name] = EdgeTensor(data[layout.exchange_index(data.device)], layout.reversed())
+            incoming = data.index_select(0, layout.exchange_index(data.device))
+            out[name] = EdgeTensor(incoming, layout.reversed())
         return out
 
     def _via_server(self, item: ServerTensor) -> ServerTensor:

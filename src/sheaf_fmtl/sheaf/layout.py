@@ -9,7 +9,7 @@ each bucket's block a row-major ``[H_b, d_e]`` view.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -29,6 +29,20 @@ class Bucket:
     half_edges: np.ndarray  # [H_b] graph half-edge ids
     src_pos: torch.Tensor  # [H_b] row of the source client in its cohort's theta stack
     first: int  # buffer position of the bucket's first half-edge
+    _src_on: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    def src_pos_on(self, device: torch.device) -> torch.Tensor:
+        """``src_pos`` on ``device`` (cached: ``index_select`` needs the index beside the data)."""
+        key = str(device)
+        if key not in self._src_on:
+            self._src_on[key] = self.src_pos.to(device)
+        return self._src_on[key]
+
+    def sources(self, per_client: Sequence[torch.Tensor]) -> torch.Tensor:
+        """``[H_b, ...]``: each half-edge's source row of a per-cohort stack (``thetas``, norms).
+        ``index_select``, not ``x[idx]``: advanced indexing costs about 3x more per call on CPU."""
+        x = per_client[self.cohort]
+        return x.index_select(0, self.src_pos_on(x.device))
 
     @property
     def size(self) -> int:

@@ -76,7 +76,7 @@ def messages(layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Maps) ->
     """Flat buffer of ``P_ij theta_i`` for every half-edge (buffer order of ``layout.messages``)."""
     out = thetas[0].new_empty(layout.messages.total)
     for k, (b, view) in enumerate(zip(layout.buckets, layout.bucket_messages(out), strict=True)):
-        view.copy_(_apply(maps, k, thetas[b.cohort][b.src_pos]))
+        view.copy_(_apply(maps, k, b.sources(thetas)))
     return out
 
 
@@ -86,7 +86,7 @@ def residuals(
     """``r_ij = P_ij theta_i - P_ji theta_j`` for every half-edge; ``incoming`` defaults to the
     in-process exchange of ``outgoing``."""
     if incoming is None:
-        incoming = outgoing[layout.messages.exchange_index(outgoing.device)]
+        incoming = outgoing.index_select(0, layout.messages.exchange_index(outgoing.device))
     return outgoing - incoming
 
 
