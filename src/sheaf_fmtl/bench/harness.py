@@ -43,6 +43,7 @@ from ..data.protocol import apply_protocol
 from ..federation import build_federation
 from ..runtime.simulate import Simulation, build_simulation
 from . import reference_loop as ref
+from .roofline import cohort_roofline
 
 GiB = float(1 << 30)
 
@@ -210,28 +211,30 @@ def time_steps(sim: Simulation, warmup: int, rounds: int, device: str, desc: str
     ]
 
 
-def time_map_work(sim: Simulation, device: str, min_seconds: float = 0.5) -> float:
-    """Mean seconds of a round's map work (sheaf term of the theta step, messages, exchanges, map
-    step including its periodic folds) with the local gradients frozen. Whole fold periods
-    (``map_defer`` rounds) are timed, so the folds are paid for in the mean, and repeated until at
-    least two rounds and ``min_seconds`` have passed: a millisecond round timed twice is noise."""
+def time_map_work(sim: Simulation, device: str, min_seconds: float = 0.5, blocks: int = 9) -> float:
+    """Seconds of a round's map work (sheaf term of the theta step, messages, exchanges, map step
+    including its periodic folds) with the local gradients frozen: the median over up to ``blocks``
+    blocks of whole fold periods (``map_defer`` rounds, so the folds are paid for) of the mean
+    round. Blocks are repeated until ``min_seconds`` have passed: a millisecond round timed twice
+    is noise on a shared machine; a block of a large setting takes longer than ``min_seconds``."""
     frozen = sim.ctx.stochastic_gradients(sim.state.thetas)
     store = getattr(sim.state, "store", None)
     period = max(1, max(store.depth) if store is not None and store.depth else 1)
     sim.ctx.stochastic_gradients = lambda thetas: frozen  # type: ignore[method-assign]
+
+    def block() -> None:
+        for _ in range(per_block):
+            sim.step()
+
     try:
-        rounds, elapsed = 0, 0.0
+        probe = timed(sim.step, device)  # also a warm-up round
+        per_block = period * max(1, math.ceil(min_seconds / blocks / max(probe * period, 1e-9)))
+        means: list[float] = []
         with tqdm(desc="map work (gradients frozen)", unit="round", leave=False) as bar:
-            while rounds < 2 or elapsed < min_seconds:
-                sync(device)
-                t0 = time.perf_counter()
-                for _ in range(period):
-                    sim.step()
-                sync(device)
-                elapsed += time.perf_counter() - t0
-                rounds += period
-                bar.update(period)
-        return elapsed / rounds
+            while not means or (len(means) < blocks and sum(means) * per_block < min_seconds):
+                means.append(timed(block, device) / per_block)
+                bar.update(per_block)
+        return statistics.median(means)
     finally:
         del sim.ctx.stochastic_gradients
 
@@ -411,6 +414,7 @@ def cohort_benchmark(
         "loop_s": t_loop,
         "speedup": t_loop / t_vmap,
         "max_rel_diff": err,
+        "roofline": cohort_roofline(cohort.module, s.feature_shape, b, clients, t_loop, device),
     }
 
 
@@ -635,6 +639,14 @@ def report(results: dict[str, Any]) -> str:
         f"Cohort.gradients {c['vmap_s'] * 1e3:.1f} ms vs per-client autograd loop {c['loop_s'] * 1e3:.1f} ms"
         f" -> speed-up {c['speedup']:.1f}x (max rel diff {c['max_rel_diff']:.1e})",
     ]
+    if "roofline" in c:
+        roof = c["roofline"]
+        lines.append(
+            f"cohort roofline: {roof['gradient_gflop']:.1f} GFLOP per call; the loop runs at "
+            f"{roof['loop_gflops']:.0f} GFLOP/s, a GEMM of the largest layer's shape at "
+            f"{roof['gemm_gflops']:.0f} GFLOP/s -> no batching can beat the loop by more than "
+            f"{roof['best_speedup']:.1f}x here"
+        )
     for sweep, fit in results.get("scaling_fits", {}).items():
         lines.append(
             f"scaling vs {sweep}: t = {fit['intercept'] * 1e3:.2f} ms + {fit['slope']:.3g} s/unit, "
