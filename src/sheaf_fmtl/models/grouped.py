@@ -1,14 +1,21 @@
-"""One forward pass for a whole cohort of same-architecture models, as grouped operations.
+"""One forward pass for a whole cohort of same-architecture CNNs, as batched matrix products.
 
-Client ``c``'s parameters are row ``c`` of stacked tensors; a convolution of ``C`` clients is one
-convolution with ``groups = C``, a linear layer one batched matmul. ``torch.func.grad`` of the
-summed per-client losses then gives every client's gradient in one backward pass (the losses are
-independent). On CPU this is several times faster for CNNs than ``vmap`` over ``conv2d``, whose
-weight gradients fall back to slow batching rules. Supports ``nn.Sequential`` of Conv2d, Linear,
+Client ``c``'s parameters are row ``c`` of stacked tensors. Activations are kept channels-last,
+``[C, B, H, W, ch]``, so that a convolution is one im2col copy (``k_h * k_w`` slice copies) and one
+``bmm`` over the clients, ``[C, B*H'*W', k_h*k_w*ch] @ [C, k_h*k_w*ch, out]``, and its backward two
+more ``bmm`` (:class:`_Conv`); max pools run on a channels-last view; a linear layer is one ``bmm``.
+``torch.func.grad`` of the summed per-client losses gives every client's gradient in one backward
+pass (the losses are independent). On a 2-core CPU this is about 1.3x faster than a per-client loop
+and than oneDNN's grouped convolutions (one group per client), whose weight gradient slows down
+with many groups; ``vmap`` over ``conv2d`` was slower still.
+
+Supports ``nn.Sequential`` of Conv2d (stride 1, no dilation, one group, zero padding), Linear,
 ReLU, MaxPool2d, Flatten and Unflatten; :func:`supports` says whether a module qualifies.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -17,53 +24,119 @@ from torch import nn
 _SUPPORTED = (nn.Conv2d, nn.Linear, nn.ReLU, nn.MaxPool2d, nn.Flatten, nn.Unflatten)
 
 
+def _plain_conv(m: nn.Conv2d) -> bool:
+    return (
+        m.stride == (1, 1)
+        and m.dilation == (1, 1)
+        and m.groups == 1
+        and m.padding_mode == "zeros"
+        and not isinstance(m.padding, str)
+    )
+
+
 def supports(module: nn.Module) -> bool:
-    """Sequential models made of the layers above, with at least one convolution."""
+    """Sequential models made of the layers above, with at least one (plain) convolution."""
     if not isinstance(module, nn.Sequential):
         return False
     layers = list(module)
-    return any(isinstance(m, nn.Conv2d) for m in layers) and all(
-        isinstance(m, _SUPPORTED) for m in layers
-    )
+    convs = [m for m in layers if isinstance(m, nn.Conv2d)]
+    plain = all(_plain_conv(m) for m in convs)
+    return bool(convs) and plain and all(isinstance(m, _SUPPORTED) for m in layers)
+
+
+class _Conv(torch.autograd.Function):
+    """Per-client convolution of channels-last ``x: [C, B, H, W, ch]`` with ``w: [C, kh*kw*ch, out]``
+    (rows ordered ``(kh, kw, ch)``) and ``b: [C, out]`` by im2col + ``bmm``. Returns ``(y, cols)``;
+    ``cols`` is kept for the weight gradient, the input gradient is a col2im of ``dy @ w^T``."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, kernel: tuple[int, int]) -> Any:
+        clients, batch, h, wd, ch = x.shape
+        kh, kw = kernel
+        ho, wo = h - kh + 1, wd - kw + 1
+        cols = x.new_empty(clients, batch, ho, wo, kh, kw, ch)
+        for i in range(kh):
+            for j in range(kw):
+                cols[:, :, :, :, i, j].copy_(x[:, :, i : i + ho, j : j + wo])
+        cols = cols.view(clients, batch * ho * wo, kh * kw * ch)
+        y = torch.baddbmm(b.unsqueeze(1), cols, w)
+        return y.view(clients, batch, ho, wo, -1), cols
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        x, w, _, kernel = inputs
+        ctx.save_for_backward(output[1], w)
+        ctx.mark_non_differentiable(output[1])
+        ctx.kernel, ctx.in_shape = kernel, x.shape
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor, _: Any) -> Any:
+        cols, w = ctx.saved_tensors
+        clients, batch, h, wd, ch = ctx.in_shape
+        kh, kw = ctx.kernel
+        ho, wo = h - kh + 1, wd - kw + 1
+        dy2 = dy.reshape(clients, batch * ho * wo, -1)
+        dw = torch.bmm(cols.transpose(1, 2), dy2)
+        db = dy2.sum(1)
+        dx = None
+        if ctx.needs_input_grad[0]:
+            dcols = torch.bmm(dy2, w.transpose(1, 2)).view(clients, batch, ho, wo, kh, kw, ch)
+            dx = dy.new_zeros(clients, batch, h, wd, ch)
+            for i in range(kh):
+                for j in range(kw):
+                    dx[:, :, i : i + ho, j : j + wo] += dcols[:, :, :, :, i, j]
+        return dx, dw, db, None
+
+
+def conv2d_nhwc(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, padding: tuple[int, int]
+) -> torch.Tensor:
+    """``x: [C, B, H, W, ch]``, ``weight: [C, out, ch, kh, kw]`` -> ``[C, B, H', W', out]``."""
+    clients, out, ch, kh, kw = weight.shape
+    ph, pw = padding
+    if ph or pw:
+        x = F.pad(x, (0, 0, pw, pw, ph, ph))
+    w = weight.permute(0, 3, 4, 2, 1).reshape(clients, kh * kw * ch, out)
+    b = bias if bias is not None else weight.new_zeros(clients, out)
+    return _Conv.apply(x.contiguous(), w, b, (kh, kw))[0]
+
+
+def _pool_nhwc(x: torch.Tensor, layer: nn.MaxPool2d) -> torch.Tensor:
+    """Max pool of ``[C, B, H, W, ch]`` through a channels-last ``[C*B, ch, H, W]`` view."""
+    clients, batch, h, w, ch = x.shape
+    out = layer(x.reshape(clients * batch, h, w, ch).permute(0, 3, 1, 2))
+    return out.permute(0, 2, 3, 1).reshape(clients, batch, out.shape[2], out.shape[3], ch)
 
 
 def forward(module: nn.Sequential, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """``x: [C, B, *input_shape]``, ``params[name]: [C, *shape]`` -> outputs ``[C, B, ...]``."""
     clients, batch = x.shape[:2]
     h = x.reshape(clients * batch, *x.shape[2:])
-    grouped = False  # h is [B, C * channels, H, W] (grouped) or [C * B, ...] (per-sample rows)
+    nhwc = False  # h is [C, B, H, W, ch] (between convolutions) or [C * B, ...] (per-sample rows)
     for name, layer in module.named_children():
         if isinstance(layer, nn.Conv2d):
-            if not grouped:  # [C * B, ch, H, W] -> [B, C * ch, H, W]
-                h = h.reshape(clients, batch, *h.shape[1:]).transpose(0, 1).reshape(batch, -1, *h.shape[2:])
-                grouped = True
-            w = params[f"{name}.weight"]
-            b = params.get(f"{name}.bias")
-            h = F.conv2d(
-                h,
-                w.reshape(-1, *w.shape[2:]),
-                None if b is None else b.reshape(-1),
-                layer.stride,
-                layer.padding,
-                layer.dilation,
-                groups=clients * layer.groups,
-            )
-            continue
-        if grouped and not isinstance(layer, nn.ReLU | nn.MaxPool2d):  # back to per-client rows
-            h = (
-                h.reshape(batch, clients, -1, *h.shape[2:])
-                .transpose(0, 1)
-                .reshape(clients * batch, -1, *h.shape[2:])
-            )
-            grouped = False
-        if isinstance(layer, nn.Linear):
-            w = params[f"{name}.weight"]  # [C, out, in]
-            h = torch.bmm(h.reshape(clients, batch, -1), w.transpose(1, 2))
-            if f"{name}.bias" in params:
-                h = h + params[f"{name}.bias"].unsqueeze(1)
-            h = h.reshape(clients * batch, -1)
+            if not nhwc:  # [C * B, ch, H, W] -> [C, B, H, W, ch]
+                h = h.reshape(clients, batch, *h.shape[1:]).permute(0, 1, 3, 4, 2)
+                nhwc = True
+            pad = layer.padding
+            assert isinstance(pad, tuple)
+            h = conv2d_nhwc(h, params[f"{name}.weight"], params.get(f"{name}.bias"), (pad[0], pad[1]))
+        elif nhwc and isinstance(layer, nn.ReLU):
+            h = torch.relu(h)
+        elif nhwc and isinstance(layer, nn.MaxPool2d):
+            h = _pool_nhwc(h, layer)
         else:
-            h = layer(h)
-    if grouped:
-        h = h.reshape(batch, clients, -1).transpose(0, 1).reshape(clients * batch, -1)
+            if nhwc:  # back to per-sample rows in NCHW order (what Flatten expects)
+                h = h.permute(0, 1, 4, 2, 3).reshape(clients * batch, *h.shape[4:], *h.shape[2:4])
+                nhwc = False
+            if isinstance(layer, nn.Linear):
+                w = params[f"{name}.weight"]  # [C, out, in]
+                h = torch.bmm(h.reshape(clients, batch, -1), w.transpose(1, 2))
+                if f"{name}.bias" in params:
+                    h = h + params[f"{name}.bias"].unsqueeze(1)
+                h = h.reshape(clients * batch, -1)
+            else:
+                h = layer(h)
+    if nhwc:
+        h = h.permute(0, 1, 4, 2, 3).reshape(clients * batch, -1)
     return h.reshape(clients, batch, *h.shape[1:])
