@@ -44,6 +44,20 @@ def supports(module: nn.Module) -> bool:
     return bool(convs) and plain and all(isinstance(m, _SUPPORTED) for m in layers)
 
 
+def _im2col(x: torch.Tensor, kh: int, kw: int) -> torch.Tensor:
+    """``[C, B, H, W, ch] -> [C, B, H', W', kh, kw, ch]`` (contiguous): every patch of every sample."""
+    clients, batch, h, w, ch = x.shape
+    ho, wo = h - kh + 1, w - kw + 1
+    if ch >= 8:  # one strided copy (~2.5x faster than kh * kw slice copies when rows are long)
+        s = x.stride()
+        return x.as_strided((clients, batch, ho, wo, kh, kw, ch), (*s[:4], s[2], s[3], s[4])).contiguous()
+    cols = x.new_empty(clients, batch, ho, wo, kh, kw, ch)  # few channels: slice copies are faster
+    for i in range(kh):
+        for j in range(kw):
+            cols[:, :, :, :, i, j].copy_(x[:, :, i : i + ho, j : j + wo])
+    return cols
+
+
 class _Conv(torch.autograd.Function):
     """Per-client convolution of channels-last ``x: [C, B, H, W, ch]`` with ``w: [C, kh*kw*ch, out]``
     (rows ordered ``(kh, kw, ch)``) and ``b: [C, out]`` by im2col + ``bmm``. Returns ``(y, cols)``;
@@ -54,11 +68,7 @@ class _Conv(torch.autograd.Function):
         clients, batch, h, wd, ch = x.shape
         kh, kw = kernel
         ho, wo = h - kh + 1, wd - kw + 1
-        cols = x.new_empty(clients, batch, ho, wo, kh, kw, ch)
-        for i in range(kh):
-            for j in range(kw):
-                cols[:, :, :, :, i, j].copy_(x[:, :, i : i + ho, j : j + wo])
-        cols = cols.view(clients, batch * ho * wo, kh * kw * ch)
+        cols = _im2col(x, kh, kw).view(clients, batch * ho * wo, kh * kw * ch)
         y = torch.baddbmm(b.unsqueeze(1), cols, w)
         return y.view(clients, batch, ho, wo, -1), cols
 
@@ -67,6 +77,7 @@ class _Conv(torch.autograd.Function):
         x, w, _, kernel = inputs
         ctx.save_for_backward(output[1], w)
         ctx.mark_non_differentiable(output[1])
+        ctx.set_materialize_grads(False)  # no zero gradient for cols (a large fill per call)
         ctx.kernel, ctx.in_shape = kernel, x.shape
 
     @staticmethod
@@ -84,7 +95,7 @@ class _Conv(torch.autograd.Function):
             dx = dy.new_zeros(clients, batch, h, wd, ch)
             for i in range(kh):
                 for j in range(kw):
-                    dx[:, :, i : i + ho, j : j + wo] += dcols[:, :, :, :, i, j]
+                    dx[:, :, i : i + ho, j : j + wo].add_(dcols[:, :, :, :, i, j])  # `+=` would copy back
         return dx, dw, db, None
 
 
@@ -108,12 +119,22 @@ def _pool_nhwc(x: torch.Tensor, layer: nn.MaxPool2d) -> torch.Tensor:
     return out.permute(0, 2, 3, 1).reshape(clients, batch, out.shape[2], out.shape[3], ch)
 
 
+def _pool_before_relu(layers: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
+    """``relu`` then ``max pool`` equals ``max pool`` then ``relu`` (relu is monotone; the gradient
+    reaches the same input either way), and the relu then runs on 4x fewer elements."""
+    out = list(layers)
+    for k in range(len(out) - 1):
+        if isinstance(out[k][1], nn.ReLU) and isinstance(out[k + 1][1], nn.MaxPool2d):
+            out[k], out[k + 1] = out[k + 1], out[k]
+    return out
+
+
 def forward(module: nn.Sequential, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """``x: [C, B, *input_shape]``, ``params[name]: [C, *shape]`` -> outputs ``[C, B, ...]``."""
     clients, batch = x.shape[:2]
     h = x.reshape(clients * batch, *x.shape[2:])
     nhwc = False  # h is [C, B, H, W, ch] (between convolutions) or [C * B, ...] (per-sample rows)
-    for name, layer in module.named_children():
+    for name, layer in _pool_before_relu(list(module.named_children())):
         if isinstance(layer, nn.Conv2d):
             if not nhwc:  # [C * B, ch, H, W] -> [C, B, H, W, ch]
                 h = h.reshape(clients, batch, *h.shape[1:]).permute(0, 1, 3, 4, 2)
