@@ -30,3 +30,11 @@ def test_best_speedup_is_loop_time_over_flops_at_gemm_rate():
     flops = 2 * gradient_flops(model, (64,), 4)
     assert abs(r["gradient_gflop"] - flops / 1e9) < 1e-12
     assert abs(r["best_speedup"] - r["gemm_gflops"] * 1e9 / flops) < 1e-6 * r["best_speedup"]
+
+
+def test_batched_rate_is_a_positive_rate_and_its_bound_follows_from_it():
+    model = nn.Sequential(nn.Linear(32, 16))
+    r = cohort_roofline(model, (32,), batch=8, clients=2, loop_s=0.5, group=2)
+    flops = 2 * gradient_flops(model, (32,), 8)
+    assert r["bmm_gflops"] > 0
+    assert abs(r["bmm_speedup"] - 0.5 * r["bmm_gflops"] * 1e9 / flops) < 1e-6 * r["bmm_speedup"]

@@ -80,6 +80,36 @@ def gemm_rate(m: int, k: int, n: int, device: str = "cpu", seconds: float = 0.3)
     return 2 * m * k * n / best
 
 
+def batched_conv_gemm_rate(
+    m: int, k: int, n: int, group: int, device: str = "cpu", repeats: int = 7
+) -> float:
+    """FLOP/s of the three products of a convolution's forward and backward as the batched cohort
+    runs them, ``group`` clients per ``bmm``: ``cols @ W``, ``cols^T @ dY`` and ``dY @ W^T``
+    (median time of each, summed)."""
+    cols = torch.randn(group, m, k, device=device)
+    w = torch.randn(group, k, n, device=device)
+    dy = torch.randn(group, m, n, device=device)
+    forms = [
+        lambda: torch.bmm(cols, w),
+        lambda: torch.bmm(cols.transpose(1, 2), dy),
+        lambda: torch.bmm(dy, w.transpose(1, 2)),
+    ]
+    total = 0.0
+    for f in forms:
+        f()
+        times = []
+        for _ in range(repeats):
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            f()
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        total += sorted(times)[len(times) // 2]
+    return 3 * 2 * group * m * k * n / total
+
+
 def cohort_roofline(
     module: nn.Module,
     input_shape: tuple[int, ...],
@@ -87,16 +117,22 @@ def cohort_roofline(
     clients: int,
     loop_s: float,
     device: str = "cpu",
+    group: int = 4,
 ) -> dict[str, float]:
-    """The loop's achieved FLOP rate, the machine's GEMM rate on the largest layer's shape, and
-    the speed-up over the loop that a batched cohort could reach if it ran every FLOP at that rate."""
+    """The loop's achieved FLOP rate; the machine's GEMM rate on the largest layer's shape, best
+    case (one product) and as the batched cohort runs it (``group`` clients per ``bmm``, forward
+    and both backward forms, median); and the speed-up over the loop a batched cohort would reach
+    if it ran every FLOP at each rate."""
     layers = layer_macs(module, input_shape)
     _, _, (rows, k, n) = max(layers, key=lambda t: t[1])
     rate = gemm_rate(rows * batch, k, n, device)
     flops = clients * gradient_flops(module, input_shape, batch)
+    batched = batched_conv_gemm_rate(rows * batch, k, n, group, device)
     return {
         "gradient_gflop": flops / 1e9,
         "loop_gflops": flops / loop_s / 1e9,
         "gemm_gflops": rate / 1e9,
         "best_speedup": loop_s / (flops / rate),
+        "bmm_gflops": batched / 1e9,
+        "bmm_speedup": loop_s / (flops / batched),
     }
