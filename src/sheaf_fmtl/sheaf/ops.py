@@ -96,7 +96,7 @@ def transpose_sum(
     """Per cohort ``[C, d]``: ``sum_j P_ij^T v_ij`` for a flat per-half-edge buffer ``v``."""
     out = [torch.zeros_like(t) for t in thetas]
     for k, (b, v) in enumerate(zip(layout.buckets, layout.bucket_messages(per_edge), strict=True)):
-        out[b.cohort].index_add_(0, b.src_pos, _apply_t(maps, k, v))
+        out[b.cohort].index_add_(0, b.src_pos_on(v.device), _apply_t(maps, k, v))
     return out
 
 
