@@ -28,7 +28,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from ..federation import GROUP_CLIENTS, build_federation
 from ..runtime.simulate import Simulation, build_simulation
 from . import reference_loop as ref
 from .roofline import cohort_roofline
+from .timing import sync, timed
 
 GiB = float(1 << 30)
 
@@ -178,19 +178,6 @@ def lower_bound_bytes(sim: Simulation) -> dict[str, int]:
 
 
 # ------------------------------------------------------------------------------------------ timing
-
-
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def timed(fn: Callable[[], Any], device: str) -> float:
-    sync(device)
-    t0 = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - t0
 
 
 def copy_bandwidth(nbytes: int, device: str = "cpu", repeats: int = 5) -> float:

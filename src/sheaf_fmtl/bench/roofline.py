@@ -13,11 +13,13 @@ where the GEMM rate is measured on the largest layer's own im2col shape (its bes
 from __future__ import annotations
 
 import math
-import time
+import statistics
 from typing import Any
 
 import torch
 from torch import nn
+
+from .timing import timed
 
 Layer = tuple[str, int, tuple[int, int, int]]
 
@@ -69,13 +71,7 @@ def gemm_rate(m: int, k: int, n: int, device: str = "cpu", seconds: float = 0.3)
     a @ b
     best, spent = math.inf, 0.0
     while spent < seconds:
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        a @ b
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
+        dt = timed(lambda: a @ b, device)
         best, spent = min(best, dt), spent + dt
     return 2 * m * k * n / best
 
@@ -97,16 +93,7 @@ def batched_conv_gemm_rate(
     total = 0.0
     for f in forms:
         f()
-        times = []
-        for _ in range(repeats):
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            f()
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        total += sorted(times)[len(times) // 2]
+        total += statistics.median(timed(f, device) for _ in range(repeats))
     return 3 * 2 * group * m * k * n / total
 
 
