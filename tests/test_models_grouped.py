@@ -48,5 +48,5 @@ def test_conv_without_bias_and_rectangular_kernel_match_autograd_in_float64():
         torch.testing.assert_close(got_x[c], want_x)
 
 
-def test_strided_convolutions_fall_back_to_vmap():
+def test_strided_convolutions_are_not_supported():
     assert not grouped.supports(nn.Sequential(nn.Conv2d(1, 2, 3, stride=2), nn.Flatten()))

@@ -150,8 +150,8 @@ class Cohort:
     def _grouped_grad(
         self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gradients in groups of ``GROUP_CLIENTS`` clients, whose im2col buffers stay small (40 cnn
-        clients, batch 32, 2 cores: groups of 2-4 0.47 s, of 8 0.49 s, of 20 0.72 s; loop 0.59 s)."""
+        """Gradients in groups of ``GROUP_CLIENTS`` clients, so that the im2col buffers stay small
+        (larger groups were slower on a 2-core CPU; ``sheaf-fmtl bench`` times the group size in use)."""
         parts = [
             grad(self._grouped_losses, has_aux=True)(
                 *(t[k : k + GROUP_CLIENTS] for t in (thetas, x, y, mask))
