@@ -21,7 +21,7 @@ def test_linear_gradients_equal_autograd(task):
     batch = cohort.sample(5, torch.Generator().manual_seed(1))
     batch[2][3] = 0.0  # a client with an empty batch has f_i = 0 and no gradient
     g, f = cohort.gradients(thetas, batch)
-    g_ref, f_ref = vmap(grad_and_value(cohort._loss))(thetas, *batch)
+    g_ref, f_ref = vmap(grad_and_value(cohort._loss))(thetas, *batch[:3])
     torch.testing.assert_close(g, g_ref, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(f, f_ref, rtol=1e-5, atol=1e-6)
     assert float(f[3]) == 0.0 and float(g[3].abs().max()) == 0.0

@@ -79,7 +79,7 @@ def test_vmapped_cohort_gradients_equal_per_client_autograd(name: str) -> None:
     batch = cohort.sample(8, torch.Generator().manual_seed(1))
     grads, losses = cohort.gradients(thetas, batch)
     module = copy.deepcopy(cohort.module).double()
-    x, y, mask = batch
+    x, y, mask, _ = batch
     for k in range(cohort.size):
         theta = thetas[k].double().requires_grad_(True)
         keep = mask[k].bool()

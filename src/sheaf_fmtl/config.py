@@ -32,12 +32,14 @@ class RunConfig:
     rounds: int = 200
     batch_size: int = 32  # 0: full local data (deterministic gradients)
     local_steps: int = 1
+    local_epochs: int = 0  # E > 0: E passes of mini-batch SGD over each client's data per round
+    init: str = "common"  # common: one initial model per architecture; per-client: one draw each
     lam: float = 0.01
     alpha: float = 0.05
     eta: float = 0.01
     gamma: float = 0.3
     map_init: str = "gaussian"
-    map_scale: float | None = None  # sigma (gaussian), a (uniform), noise sigma (identity-noise)
+    map_scale: float | None = None  # None: auto (gaussian sigma = 1/sqrt(d_i), ...); see sheaf.maps
     map_dtype: str = "float32"
     message_mode: str = "compact"
     map_defer: int = -1  # rounds between folds of the rank-one map steps (-1 auto, 1 = every round)
@@ -45,6 +47,7 @@ class RunConfig:
     standardize: bool = True
     seed: int = 0
     eval_every: int = 10
+    stability_check: bool = True  # refuse alpha*lam*lambda_max(L) >= 2 at start-up (power iteration)
     data_dir: str = ""
     device: str = "cpu"
     data: dict[str, Any] = field(default_factory=dict)  # dataset-specific options
@@ -69,6 +72,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "message_mode": ("compact", "literal"),
     "device": ("cpu", "cuda"),
     "dpsgd_order": ("lian", "atc"),
+    "init": ("common", "per-client"),
 }
 # key -> (lower, lower inclusive, upper, upper inclusive, text)
 _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
@@ -79,6 +83,7 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "rounds": (1, True, None, False, "rounds >= 1"),
     "batch_size": (0, True, None, False, "batch_size >= 0 (0 = full batch)"),
     "local_steps": (1, True, None, False, "local_steps >= 1"),
+    "local_epochs": (0, True, None, False, "local_epochs >= 0 (0 = local_steps steps per round)"),
     "lam": (0.0, True, None, False, "lam >= 0"),
     "alpha": (0.0, False, None, False, "alpha > 0"),
     "eta": (0.0, True, None, False, "eta >= 0"),

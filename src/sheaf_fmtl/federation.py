@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -25,7 +26,31 @@ from .models import build_model, default_model, grouped
 from .models.linear import linear_shape
 
 EVAL_CHUNK = 512  # samples per client per evaluation chunk
-GROUP_CLIENTS = 4  # clients per batched CNN call (see Cohort._grouped_grad)
+EVAL_TRAIN_SAMPLES = 256  # fixed random training samples per client behind the reported train loss
+GROUP_CLIENTS = 4  # clients per batched CNN call on CPU (see Cohort._grouped_grad); all on CUDA
+
+
+class Batch(NamedTuple):
+    """One mini-batch per client of a cohort: rows ``[C, B, ...]``, labels ``[C, B]``, ``mask [C, B]``
+    (1 for a real sample). ``active``: when set, the rows are those of these clients only (the
+    others have no sample at this step and take no step)."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    mask: torch.Tensor
+    active: torch.Tensor | None = None
+
+
+@dataclass(eq=False)
+class EpochPlan:
+    """Mini-batches of one pass over every client's own training data (``DataLoader(shuffle=True,
+    drop_last=False)`` per client): step ``s`` takes positions ``[s B, (s+1) B)`` of a fresh random
+    permutation of the client's ``n_i`` samples. A client with ``n_i`` samples takes ``ceil(n_i / B)``
+    steps; the clients still active at step ``s`` and their masks depend only on the ``n_i``, so they
+    are built once."""
+
+    order: torch.Tensor  # [C, n_max] random permutation of each client's valid positions first
+    steps: int  # ceil(max n_i / B)
 
 
 def _pad(
@@ -58,8 +83,16 @@ class Cohort:
     names: list[str] = field(init=False)
     shapes: list[torch.Size] = field(init=False)
     numels: list[int] = field(init=False)
+    group: int = field(init=False)  # clients per batched CNN call
+    n_host: torch.Tensor = field(init=False)  # n_train on the CPU: plans need no device sync
+    _epoch_static: dict[int, list[tuple[torch.Tensor | None, torch.Tensor]]] = field(
+        init=False, default_factory=dict
+    )
+    _eval_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        self.group = self.size if self.x_train.is_cuda else GROUP_CLIENTS
+        self.n_host = self.n_train.cpu()
         params = dict(self.module.named_parameters())
         self.names = list(params)
         self.shapes = [p.shape for p in params.values()]
@@ -127,13 +160,11 @@ class Cohort:
         return grouped.forward(self.module, params, x)  # type: ignore[arg-type]
 
     def _grouped_predict(self, thetas: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """Outputs in groups of ``GROUP_CLIENTS`` clients: the im2col buffers of all clients at once
-        would not fit for large evaluation chunks."""
+        """Outputs in groups of ``self.group`` clients: on CPU the im2col buffers of all clients at
+        once would not fit for large evaluation chunks."""
+        g = self.group
         return torch.cat(
-            [
-                self._grouped_forward(thetas[k : k + GROUP_CLIENTS], x[k : k + GROUP_CLIENTS])
-                for k in range(0, len(thetas), GROUP_CLIENTS)
-            ]
+            [self._grouped_forward(thetas[k : k + g], x[k : k + g]) for k in range(0, len(thetas), g)]
         )
 
     def _grouped_losses(
@@ -150,13 +181,13 @@ class Cohort:
     def _grouped_grad(
         self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gradients in groups of ``GROUP_CLIENTS`` clients, so that the im2col buffers stay small
-        (larger groups were slower on a 2-core CPU; ``sheaf-fmtl bench`` times the group size in use)."""
+        """Gradients in groups of ``self.group`` clients, so that on CPU the im2col buffers stay small
+        (larger groups were slower on a 2-core CPU; ``sheaf-fmtl bench`` times the group size in use);
+        on CUDA one call takes every client."""
+        g = self.group
         parts = [
-            grad(self._grouped_losses, has_aux=True)(
-                *(t[k : k + GROUP_CLIENTS] for t in (thetas, x, y, mask))
-            )
-            for k in range(0, len(thetas), GROUP_CLIENTS)
+            grad(self._grouped_losses, has_aux=True)(*(t[k : k + g] for t in (thetas, x, y, mask)))
+            for k in range(0, len(thetas), g)
         ]
         return torch.cat([g for g, _ in parts]), torch.cat([f for _, f in parts])
 
@@ -171,30 +202,77 @@ class Cohort:
         data = (self._per_sample(self._forward(flat, x), y) * mask).sum() / count.clamp(min=1)
         return data + (count > 0).to(flat.dtype) * 0.5 * self.l2 * (flat * flat).sum()
 
-    def sample(
-        self, batch_size: int, gen: torch.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _rows(self, t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """``t[c, idx[c]]`` for every client ``c`` (``index_select`` is ~3x faster than ``t[r, idx]``)."""
+        flat = (idx + t.shape[1] * torch.arange(len(idx), device=idx.device)[:, None]).flatten()
+        return t.flatten(0, 1).index_select(0, flat).view(*idx.shape, *t.shape[2:])
+
+    def _valid(self) -> torch.Tensor:
+        return torch.arange(self.x_train.shape[1], device=self.n_train.device) < self.n_train[:, None]
+
+    def _random_keys(self, gen: torch.Generator) -> torch.Tensor:
+        """Uniform keys per (client, sample) from the CPU generator, 2 on padding (sorts last)."""
+        valid = self._valid()
+        keys = torch.rand(valid.shape, generator=gen).to(valid.device)
+        return torch.where(valid, keys, torch.full_like(keys, 2.0))
+
+    def sample(self, batch_size: int, gen: torch.Generator) -> Batch:
         """A mini-batch per client: ``min(batch_size, n_i)`` samples drawn without replacement.
         ``batch_size <= 0`` (or at least every client's size) gives the full local data."""
         n_max = self.x_train.shape[1]
-        valid = torch.arange(n_max, device=self.n_train.device) < self.n_train[:, None]
         if batch_size <= 0 or batch_size >= n_max:
-            return self.x_train, self.y_train, valid.to(self.x_train.dtype)
-        keys = torch.rand((self.size, n_max), generator=gen).to(valid.device)
-        keys = torch.where(valid, keys, torch.full_like(keys, 2.0))
-        idx = keys.topk(batch_size, dim=1, largest=False, sorted=False).indices
-        flat = (idx + n_max * torch.arange(self.size, device=idx.device)[:, None]).flatten()
+            return Batch(self.x_train, self.y_train, self._valid().to(self.x_train.dtype))
+        idx = self._random_keys(gen).topk(batch_size, dim=1, largest=False, sorted=False).indices
+        valid = self._valid()
+        mask = self._rows(valid, idx).to(self.x_train.dtype)
+        return Batch(self._rows(self.x_train, idx), self._rows(self.y_train, idx), mask)
 
-        def rows(t: torch.Tensor) -> torch.Tensor:  # t[c, idx[c]]: index_select is ~3x faster than t[r, idx]
-            return t.flatten(0, 1).index_select(0, flat).view(*idx.shape, *t.shape[2:])
+    def epoch(self, batch_size: int, gen: torch.Generator) -> EpochPlan:
+        """A fresh random order of every client's samples for one local epoch (see :class:`EpochPlan`)."""
+        n_max = int(self.x_train.shape[1])
+        b = n_max if batch_size <= 0 else min(batch_size, n_max)
+        order = self._random_keys(gen).argsort(dim=1)
+        return EpochPlan(order, max(1, math.ceil(int(self.n_host.max()) / b)))
 
-        return rows(self.x_train), rows(self.y_train), rows(valid).to(self.x_train.dtype)
+    def epoch_batch(self, plan: EpochPlan, step: int, batch_size: int) -> Batch | None:
+        """Step ``step`` of ``plan``: the clients with samples left and their next batch; ``None``
+        when no client of the cohort has any left (the cohort then takes no step)."""
+        if step >= plan.steps:
+            return None
+        n_max = int(self.x_train.shape[1])
+        b = n_max if batch_size <= 0 else min(batch_size, n_max)
+        if b not in self._epoch_static:  # active clients and masks per step: from the n_i alone
+            n = self.n_host
+            static = []
+            for s in range(plan.steps):
+                rows = torch.nonzero(n > s * b).flatten()
+                pos = torch.arange(s * b, min((s + 1) * b, n_max))
+                mask = (pos[None, :] < n[rows][:, None]).to(self.x_train.dtype)
+                idx = None if len(rows) == self.size else rows.to(self.n_train.device)
+                static.append((idx, mask.to(self.n_train.device)))
+            self._epoch_static[b] = static
+        active, mask = self._epoch_static[b][step]
+        order = plan.order[:, step * b : (step + 1) * b]
+        if active is not None:
+            order = order.index_select(0, active)
+        x = self.x_train if active is None else self.x_train.index_select(0, active)
+        y = self.y_train if active is None else self.y_train.index_select(0, active)
+        return Batch(self._rows(x, order), self._rows(y, order), mask, active)
 
     def gradients(
-        self, thetas: torch.Tensor, batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+        self, thetas: torch.Tensor, batch: Batch | tuple[torch.Tensor, ...]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(grad f_i [C, d], f_i [C])`` on the batch, all clients batched (see the module docstring)."""
-        return self._grad(thetas, *batch)
+        """``(grad f_i [C, d], f_i [C])`` on the batch, all clients batched (see the module docstring).
+        Clients left out of an ``active`` batch get a zero gradient and ``f_i = 0``."""
+        x, y, mask, *rest = batch
+        active = rest[0] if rest else None
+        if active is None:
+            return self._grad(thetas, x, y, mask)
+        g, f = self._grad(thetas.index_select(0, active), x, y, mask)
+        return (
+            torch.zeros_like(thetas).index_copy_(0, active, g),
+            thetas.new_zeros(len(thetas)).index_copy_(0, active, f),
+        )
 
     def _chunked(self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, n: torch.Tensor, score: str):
         """Per-client sums over the valid samples of ``x`` of the loss or the test score, in sample
@@ -214,9 +292,24 @@ class Cohort:
             total += (per.view(clients, -1) * valid[:, s : s + EVAL_CHUNK]).sum(1)
         return total, n.to(total.dtype)
 
-    def train_loss(self, thetas: torch.Tensor) -> torch.Tensor:
-        """Full-batch ``f_i(theta_i)`` per client ``[C]``."""
-        total, count = self._chunked(thetas, self.x_train, self.y_train, self.n_train, "loss")
+    def _eval_subsample(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``EVAL_TRAIN_SAMPLES`` training samples per client (all when fewer), fixed at first use:
+        a random subset drawn from a generator seeded by the cohort's first client."""
+        if self._eval_rows is None:
+            n_max = self.x_train.shape[1]
+            k = min(EVAL_TRAIN_SAMPLES, n_max)
+            gen = torch.Generator().manual_seed(int(self.clients[0]) + 1_000_003)
+            idx = self._random_keys(gen).argsort(dim=1)[:, :k]
+            self._eval_rows = (
+                self._rows(self.x_train, idx), self._rows(self.y_train, idx), self.n_train.clamp(max=k)
+            )
+        return self._eval_rows
+
+    def train_loss(self, thetas: torch.Tensor, full: bool = False) -> torch.Tensor:
+        """``f_i(theta_i)`` per client ``[C]``, on a fixed random subsample of ``EVAL_TRAIN_SAMPLES``
+        training samples per client (the reported estimate; ``full=True``: all training data)."""
+        x, y, n = (self.x_train, self.y_train, self.n_train) if full else self._eval_subsample()
+        total, count = self._chunked(thetas, x, y, n, "loss")
         reg = (count > 0).to(thetas.dtype) * 0.5 * self.l2 * (thetas * thetas).sum(1)
         return total / count.clamp(min=1) + reg
 
@@ -225,12 +318,19 @@ class Cohort:
         total, count = self._chunked(thetas, self.x_test, self.y_test, self.n_test, "score")
         return total / count.clamp(min=1)
 
-    def init_thetas(self, seed: int) -> torch.Tensor:
-        """Each client's parameters from the module's default initialiser, seeded per client."""
+    def init_thetas(self, seed: int, common: bool = False) -> torch.Tensor:
+        """Parameters from the module's default initialiser: one draw per client, seeded per client,
+        or (``common``) one draw seeded by the cohort's first client, shared by every client."""
+        if common:
+            first = self.init_thetas_for([int(self.clients[0])], seed, stream=8)
+            return first.expand(self.size, -1).clone()
+        return self.init_thetas_for(self.clients.tolist(), seed, stream=7)
+
+    def init_thetas_for(self, clients: list[int], seed: int, stream: int) -> torch.Tensor:
         rows = []
-        for client in self.clients.tolist():
+        for client in clients:
             with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(int(np.random.SeedSequence([seed, 7, client]).generate_state(1)[0]))
+                torch.manual_seed(int(np.random.SeedSequence([seed, stream, client]).generate_state(1)[0]))
                 for m in self.module.modules():
                     reset = getattr(m, "reset_parameters", None)
                     if callable(reset):

@@ -7,12 +7,14 @@ clients only through what the transport hands them, and never touch files or bui
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from ..federation import Batch, EpochPlan
 from ..runtime.transport import Payload
 
 if TYPE_CHECKING:
@@ -33,26 +35,75 @@ class State:
 class Context:
     """What an algorithm may use: the federation (its clients' data), the graph, hyper-parameters
     and two generators, one for initialisation and one for mini-batches (so algorithms that
-    draw different initial state still see the same batches)."""
+    draw different initial state still see the same batches).
+
+    Mini-batches come from :meth:`next_batches`: with ``local_epochs = E > 0`` they walk through
+    ``E`` passes over every client's own data per round (a fresh random order per pass; a client
+    with ``n_i`` samples takes ``ceil(n_i / B)`` steps a pass, then sits out until the pass ends),
+    otherwise each is a fresh random mini-batch. :meth:`local_steps` says how many steps a round's
+    local phase takes."""
 
     fed: Federation
     graph: ClientGraph
     config: RunConfig
     init_gen: torch.Generator = field(default_factory=torch.Generator)
     batch_gen: torch.Generator = field(default_factory=torch.Generator)
+    _plans: list[EpochPlan] = field(default_factory=list, repr=False)
+    _cursor: int = 0
 
-    def stochastic_gradients(self, thetas: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """Mini-batch gradients of the L2-regularised local losses, per cohort, and the batch losses
-        ``[N]`` in client order."""
+    @property
+    def epoch_mode(self) -> bool:
+        return self.config.local_epochs > 0
+
+    def steps_per_epoch(self) -> int:
+        b = self.config.batch_size
+        return max(
+            max(1, math.ceil(int(c.n_host.max()) / (b if b > 0 else max(1, c.x_train.shape[1]))))
+            for c in self.fed.cohorts
+        )
+
+    def local_steps(self) -> int:
+        """Local SGD steps per round: ``local_epochs`` passes over the largest client's data, or
+        ``local_steps``."""
+        if self.epoch_mode:
+            return self.config.local_epochs * self.steps_per_epoch()
+        return self.config.local_steps
+
+    def next_batches(self) -> list[Batch | None]:
+        """The next mini-batch of every cohort (``None``: the cohort sits this step out)."""
+        b = self.config.batch_size
+        if not self.epoch_mode:
+            return [c.sample(b, self.batch_gen) for c in self.fed.cohorts]
+        step = self._cursor % self.steps_per_epoch()
+        if step == 0:
+            self._plans = [c.epoch(b, self.batch_gen) for c in self.fed.cohorts]
+        self._cursor += 1
+        return [c.epoch_batch(plan, step, b) for c, plan in zip(self.fed.cohorts, self._plans, strict=True)]
+
+    def gradients_on(
+        self, thetas: list[torch.Tensor], batches: list[Batch | None]
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Gradients of the L2-regularised local losses on given batches, per cohort (zero for a
+        cohort without a batch), and the batch losses ``[N]`` in client order."""
         grads, losses = [], []
-        for cohort, theta in zip(self.fed.cohorts, thetas, strict=True):
-            g, f = cohort.gradients(theta, cohort.sample(self.config.batch_size, self.batch_gen))
+        for cohort, theta, batch in zip(self.fed.cohorts, thetas, batches, strict=True):
+            if batch is None:
+                g, f = torch.zeros_like(theta), theta.new_zeros(len(theta))
+            else:
+                g, f = cohort.gradients(theta, batch)
             grads.append(g)
             losses.append(f)
         return grads, self.fed.per_client(losses)
 
+    def stochastic_gradients(self, thetas: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Gradients on the next mini-batches (:meth:`next_batches`) and the batch losses ``[N]``."""
+        return self.gradients_on(thetas, self.next_batches())
+
     def init_thetas(self) -> list[torch.Tensor]:
-        return [c.init_thetas(self.config.seed) for c in self.fed.cohorts]
+        """Initial models: one common model per architecture (``init = common``, the default, as
+        the baselines' reference codes start) or one draw per client (``init = per-client``)."""
+        common = self.config.init == "common"
+        return [c.init_thetas(self.config.seed, common=common) for c in self.fed.cohorts]
 
 
 class Algorithm(Protocol):

@@ -14,13 +14,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import RunConfig
+from ..config import ConfigError, RunConfig
 from ..runtime.edges import EdgeLayout
 from ..runtime.transport import EdgeTensor, Payload, ServerTensor
 from ..sheaf.graph import ClientGraph
 from .base import Context, State
-
-Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def require_single_cohort(ctx: Context, name: str) -> None:
@@ -37,28 +35,30 @@ def require_single_cohort(ctx: Context, name: str) -> None:
         raise ValueError("single-cohort federation must stack clients in client order")
 
 
-def draw_batches(ctx: Context) -> list[Batch]:
-    """One mini-batch per cohort from ``ctx.batch_gen`` (as :meth:`Context.stochastic_gradients` draws)."""
-    return [c.sample(ctx.config.batch_size, ctx.batch_gen) for c in ctx.fed.cohorts]
-
-
-def gradients_on(
-    ctx: Context, thetas: list[torch.Tensor], batches: list[Batch]
-) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Gradients of the local losses on given batches (several steps on one batch, as pFedMe's inner
-    solve needs), and the batch losses ``[N]`` in client order."""
-    grads, losses = [], []
-    for cohort, theta, batch in zip(ctx.fed.cohorts, thetas, batches, strict=True):
-        g, f = cohort.gradients(theta, batch)
-        grads.append(g)
-        losses.append(f)
-    return grads, ctx.fed.per_client(losses)
-
-
 def gradient(ctx: Context, theta: torch.Tensor, state: State) -> torch.Tensor:
     """Fresh mini-batch gradient ``[N, d]`` of a one-cohort stack; records the batch losses."""
     grads, state.batch_loss = ctx.stochastic_gradients([theta])
     return grads[0]
+
+
+def require_stable_coupling(alpha: float, lam: float, lambda_max: float, operator: str) -> str | None:
+    """Refuse ``alpha lam lambda_max >= 2`` (the coupling step ``theta <- theta - alpha lam L theta``
+    then grows along the top eigenvector); a note when ``>= 1`` (``lambda_max`` is estimated from
+    below, so the margin may be smaller than it looks)."""
+    product = alpha * lam * lambda_max
+    keys = "lower alpha or lam, or scale the maps down (map_scale; the default scales them by 1/sqrt(d_i))"
+    if product >= 2.0:
+        raise ConfigError(
+            f"unstable configuration: alpha*lam*lambda_max = {alpha:g}*{lam:g}*{lambda_max:.4g} = "
+            f"{product:.3g} >= 2 ({operator}), so the coupling step diverges; {keys}; "
+            "stability_check=false skips this check"
+        )
+    if product >= 1.0:
+        return (
+            f"alpha*lam*lambda_max = {product:.3g} is close to the stability limit 2 ({operator}, "
+            f"lambda_max estimated {lambda_max:.4g}); if the run diverges, {keys}"
+        )
+    return None
 
 
 def coupling_energy(diff: torch.Tensor, lam: float) -> tuple[float, float]:
@@ -130,7 +130,7 @@ class ServerAlgorithm:
     uplink ``glob`` rows -> the server's weighted average -> downlink -> ``after_average``.
 
     Aggregation weights: sample counts ``n_i`` (``uniform = False``) or equal (``uniform = True``).
-    The global model starts from client 0's default initialisation, shared by every client.
+    The global model starts from client 0's initial model, shared by every client.
     """
 
     name: str
@@ -140,7 +140,6 @@ class ServerAlgorithm:
         self.config = config
         self.alpha = config.alpha
         self.lam = config.lam
-        self.local_steps = config.local_steps
 
     def init(self, ctx: Context) -> ServerState:
         require_single_cohort(ctx, self.name)

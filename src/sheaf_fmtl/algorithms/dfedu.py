@@ -9,16 +9,23 @@ Round: every client sends its whole model ``theta_i`` (``d`` floats) to each nei
 take fresh gradients and the current ``theta_i`` against the same received ``theta_j`` (as
 Sheaf-FMTL does), so this equals Sheaf-FMTL with fixed maps ``P_ij = sqrt(a_ij) I`` (paper,
 "Connection with conventional FMTL"). ``thetas``: the personalised models ``theta_i``.
+
+With ``local_epochs = E > 0`` (FedU's reference code and the Sheaf-FMTL authors' protocol), a round
+is ``E`` passes of mini-batch SGD on ``f_i``, then the exchange and the coupling step
+``theta_i <- theta_i - alpha lam sum_j a_ij (theta_i - theta_j)``.
+Start-up: ``alpha lam lambda_max(graph Laplacian) >= 2`` makes the coupling diverge and is refused.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..config import RunConfig
 from ..runtime.transport import Payload
 from .base import Context, register
-from .common import GossipState, coupling_energy, gossip_init, gradient
+from .common import GossipState, coupling_energy, gossip_init, gradient, require_stable_coupling, sgd_steps
 
 
 @register("dfedu")
@@ -29,11 +36,26 @@ class DFedU:
         self.alpha = config.alpha
         self.lam = config.lam
         self.local_steps = config.local_steps
+        self.notes: list[str] = []
 
     def init(self, ctx: Context) -> GossipState:
-        return gossip_init(ctx, self.name)
+        state = gossip_init(ctx, self.name)
+        if ctx.config.stability_check and self.lam > 0:
+            lap = np.diag(ctx.graph.degrees().astype(float))
+            for i, j in ctx.graph.edges.reshape(-1, 2):
+                lap[i, j] = lap[j, i] = -1.0
+            note = require_stable_coupling(
+                self.alpha, self.lam, float(np.linalg.eigvalsh(lap)[-1]), "graph Laplacian"
+            )
+            if note:
+                self.notes.append(note)
+        return state
 
     def local(self, state: GossipState, ctx: Context) -> GossipState:  # type: ignore[override]
+        if ctx.epoch_mode:  # E passes of plain SGD; the coupling step follows the exchange
+            state.thetas = [sgd_steps(ctx, state, state.thetas[0], ctx.local_steps(), self.alpha)]
+            state.grads = None
+            return state
         state.grads = gradient(ctx, state.thetas[0], state)
         return state
 
@@ -46,9 +68,13 @@ class DFedU:
 
     def receive(self, state: GossipState, incoming: Payload, phase: int, ctx: Context) -> GossipState:  # type: ignore[override]
         gossip, grads = state.gossip, state.grads
-        assert gossip is not None and grads is not None
+        assert gossip is not None
         theirs = gossip.received(incoming["model"])
         theta = state.thetas[0]
+        if grads is None:  # local-epochs mode: the coupling step alone
+            coupling = gossip.neighbour_sum(theta[gossip.src] - theirs)
+            state.thetas = [theta - (self.alpha * self.lam) * coupling]
+            return state
         for step in range(self.local_steps):
             if step > 0:
                 grads = gradient(ctx, theta, state)
@@ -60,6 +86,10 @@ class DFedU:
     def penalty(self, state: GossipState, ctx: Context) -> tuple[float, float]:  # type: ignore[override]
         assert state.gossip is not None
         return coupling_energy(state.gossip.edge_differences(state.thetas[0]), self.lam)
+
+    def diagnose(self, state: GossipState, ctx: Context) -> list[str]:  # type: ignore[override]
+        notes, self.notes = self.notes, []
+        return notes
 
     def checkpoint(self, state: GossipState, ctx: Context) -> dict[str, Any]:  # type: ignore[override]
         return {}

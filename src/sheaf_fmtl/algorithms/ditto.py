@@ -22,9 +22,9 @@ class Ditto(ServerAlgorithm):
     def local_update(self, state: ServerState, ctx: Context) -> ServerState:
         w0 = state.anchor
         assert w0 is not None
-        state.glob = sgd_steps(ctx, state, w0, self.local_steps, self.alpha)
+        state.glob = sgd_steps(ctx, state, w0, ctx.local_steps(), self.alpha)
         v = state.thetas[0]
-        for _ in range(self.local_steps):
+        for _ in range(ctx.local_steps()):
             v = v - self.alpha * (gradient(ctx, v, state) + self.lam * (v - w0))
         state.thetas = [v]
         return state

@@ -7,6 +7,8 @@ Round (``dpsgd_order``), after ``local_steps - 1`` plain local SGD steps:
   gradient taken at the pre-mixing point; clients send ``x_i``.
 - ``atc`` (adapt then combine): ``x_i <- sum_j w_ij (x_j - alpha g_j(x_j))``; clients send the
   stepped model. On a complete graph with equal sample counts this is FedAvg, round for round.
+With ``local_epochs = E > 0`` a round is ``E`` passes of mini-batch SGD on each client's data, then
+the mixing ``x_i <- sum_j w_ij x_j`` (local SGD with gossip averaging).
 Every client sends its whole model (``d`` floats) to each neighbour. There is no coupling term
 (consensus is sought through mixing): ``penalty`` is ``None``. ``thetas``: the local models ``x_i``.
 """
@@ -51,6 +53,10 @@ class DPSGD:
         return state
 
     def local(self, state: GossipState, ctx: Context) -> GossipState:  # type: ignore[override]
+        if ctx.epoch_mode:
+            state.thetas = [sgd_steps(ctx, state, state.thetas[0], ctx.local_steps(), self.alpha)]
+            state.grads, state.outgoing = None, state.thetas[0]
+            return state
         theta = sgd_steps(ctx, state, state.thetas[0], self.local_steps - 1, self.alpha)
         state.thetas = [theta]
         state.grads = gradient(ctx, theta, state)
@@ -66,10 +72,11 @@ class DPSGD:
 
     def receive(self, state: GossipState, incoming: Payload, phase: int, ctx: Context) -> GossipState:  # type: ignore[override]
         gossip, own, mixing = state.gossip, state.outgoing, state.mixing
-        assert gossip is not None and own is not None and mixing is not None and state.grads is not None
+        assert gossip is not None and own is not None and mixing is not None
         w, self_w = mixing
         mixed = self_w * own + gossip.neighbour_sum(w * gossip.received(incoming["model"]))
-        state.thetas = [mixed - self.alpha * state.grads if self.order == "lian" else mixed]
+        grads = state.grads if self.order == "lian" else None  # None too after local epochs
+        state.thetas = [mixed if grads is None else mixed - self.alpha * grads]
         return state
 
     def penalty(self, state: GossipState, ctx: Context) -> None:  # type: ignore[override]

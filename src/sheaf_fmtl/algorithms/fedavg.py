@@ -1,7 +1,8 @@
 """FedAvg: McMahan et al., "Communication-Efficient Learning of Deep Networks from Decentralized
 Data" (2017), full participation.
 
-Round ``t``: every client starts from the global model ``w^t``, runs ``local_steps`` local SGD steps
+Round ``t``: every client starts from the global model ``w^t``, runs ``local_steps`` local SGD steps (or
+``local_epochs`` passes over its data)
 ``w_i <- w_i - alpha g_i(w_i)``, uplinks ``w_i``; the server sets ``w^{t+1} = sum_i n_i w_i / sum_i n_i``
 (``n_i``: training sample counts) and downlinks it. Traffic per round: ``d`` floats up and ``d``
 down per client. ``thetas``: the global model, one copy per client (evaluated on each client's data).
@@ -21,7 +22,7 @@ class FedAvg(ServerAlgorithm):
 
     def local_update(self, state: ServerState, ctx: Context) -> ServerState:
         assert state.glob is not None
-        state.glob = sgd_steps(ctx, state, state.glob, self.local_steps, self.alpha)
+        state.glob = sgd_steps(ctx, state, state.glob, ctx.local_steps(), self.alpha)
         state.thetas = [state.glob]
         return state
 

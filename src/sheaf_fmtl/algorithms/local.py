@@ -1,5 +1,6 @@
 """Local training: every client runs SGD on its own L2-regularised loss, no communication
-(Sheaf-FMTL with ``lam = 0``, paper Remark 1)."""
+(Sheaf-FMTL with ``lam = 0``, paper Remark 1): ``local_steps`` steps a round, or ``local_epochs``
+passes over each client's data."""
 
 from __future__ import annotations
 
@@ -16,13 +17,12 @@ class Local:
 
     def __init__(self, config: RunConfig) -> None:
         self.alpha = config.alpha
-        self.local_steps = config.local_steps
 
     def init(self, ctx: Context) -> State:
         return State(thetas=ctx.init_thetas())
 
     def local(self, state: State, ctx: Context) -> State:
-        for _ in range(self.local_steps):
+        for _ in range(ctx.local_steps()):
             grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
             state.thetas = sgd_step(state.thetas, grads, self.alpha)
         return state

@@ -38,7 +38,7 @@ class PerFedAvg(ServerAlgorithm):
     def local_update(self, state: ServerState, ctx: Context) -> ServerState:
         assert state.anchor is not None
         w = state.anchor
-        for _ in range(self.local_steps):
+        for _ in range(ctx.local_steps()):
             u = w - self.alpha * gradient(ctx, w, state)
             w = w - self.beta * gradient(ctx, u, state)
         state.glob = w

@@ -2,8 +2,8 @@
 
 Objective: ``sum_i F_i(w)`` with the Moreau envelope ``F_i(w) = min_theta f_i(theta) + lam/2
 ||theta - w||^2``. Round ``t``, client ``i``, ``w_i`` starting at ``w^t`` and ``theta_i`` at ``w^t``:
-for ``r < local_steps`` (``R``): draw one mini-batch ``D``; the inner solve takes ``inner_steps``
-(``K``) gradient steps on it, warm-started from the previous ``theta_i``:
+for ``r < R`` (``local_steps``, or ``local_epochs`` passes): draw one mini-batch ``D``; the inner
+solve takes ``inner_steps`` (``K``) gradient steps on it, warm-started from the previous ``theta_i``:
     ``theta_i <- theta_i - inner_lr (grad f_i(theta_i; D) + lam (theta_i - w_i))``;
 then the outer local step ``w_i <- w_i - alpha lam (w_i - theta_i)``.
 Server: ``w^{t+1} = (1 - pfedme_beta) w^t + pfedme_beta mean_i w_i`` (uniform mean over clients).
@@ -19,7 +19,7 @@ import torch
 
 from ..config import RunConfig
 from .base import Context, register
-from .common import ServerAlgorithm, ServerState, coupling_energy, draw_batches, gradients_on
+from .common import ServerAlgorithm, ServerState, coupling_energy
 
 
 @register("pfedme")
@@ -36,10 +36,10 @@ class PFedMe(ServerAlgorithm):
     def local_update(self, state: ServerState, ctx: Context) -> ServerState:
         assert state.anchor is not None
         w = theta = state.anchor
-        for _ in range(self.local_steps):
-            batches = draw_batches(ctx)
+        for _ in range(ctx.local_steps()):
+            batches = ctx.next_batches()
             for _ in range(self.inner_steps):
-                grads, state.batch_loss = gradients_on(ctx, [theta], batches)
+                grads, state.batch_loss = ctx.gradients_on([theta], batches)
                 theta = theta - self.inner_lr * (grads[0] + self.lam * (theta - w))
             w = w - self.alpha * self.lam * (w - theta)
         state.thetas = [theta]

@@ -15,6 +15,20 @@ Message modes (same iterates):
 The rank-one map steps are deferred and folded into the stacked maps every few rounds
 (:mod:`sheaf_fmtl.sheaf.deferred`, ``map_defer``), so a round reads the maps twice and rarely writes
 them. ``eta = 0`` keeps the maps fixed (the special cases) and needs one message per round.
+
+Local epochs (``local_epochs = E > 0``, the training protocol of the authors' released code and of
+the baselines' reference codes): a round is ``E`` passes of mini-batch SGD on each client's own
+``f_i``, ``theta_i <- theta_i - alpha g_i``, then one exchange of ``P_ij theta_i`` (and, compact,
+``||theta_i||^2``), the map step (eq. ``pijaupdate``) at these thetas, and the coupling step of eq.
+``thetaupdate`` without the gradient, with the updated maps:
+    ``theta_i <- theta_i - alpha lam sum_j P_ij'^T (P_ij' theta_i - P_ji' theta_j)``.
+The authors' code takes the coupling step before the map step, which needs a second message per
+round; taking the map step first, the messages with the updated maps follow from the identity
+above, so a round sends one ``d_ij`` vector and one scalar per neighbour (``literal``: two vectors).
+
+Start-up: ``alpha lam lambda_max(L_F) >= 2`` (power iteration, :mod:`sheaf_fmtl.sheaf.stability`)
+makes the coupling step diverge and is refused; at every evaluation, Theorem 1's map-step condition
+``eta < 2 / (lam D^2)`` (``D``: the largest ``||theta_i||`` seen) is checked and a warning given once.
 """
 
 from __future__ import annotations
@@ -32,7 +46,12 @@ from ..sheaf import ops
 from ..sheaf.deferred import DeferredMaps
 from ..sheaf.layout import SheafLayout, build_layout
 from ..sheaf.maps import MAP_DTYPES, init_maps
-from .base import Context, State, register
+from ..sheaf.stability import laplacian_lambda_max
+from .base import Context, State, register, sgd_step
+from .common import require_stable_coupling
+
+# Power iterations of the start-up check: fewer for large map stacks (each reads all maps twice).
+STABILITY_ITERS, STABILITY_ITERS_LARGE, LARGE_MAPS_BYTES = 30, 6, 1 << 30
 
 
 @dataclass
@@ -48,6 +67,8 @@ class SheafState(State):
     greet: bool = True  # this round starts by exchanging P_ij theta_i (messages not known yet)
     element_edge: torch.Tensor | None = None  # [sum d_ij] buffer position of each message element's half-edge
     map_defer: int = -1
+    lambda_max: float | None = None  # start-up estimate of lambda_max(L_F)
+    theta_norm_max: float = 0.0  # largest ||theta_i|| seen at evaluations (Theorem 1's D)
 
     @property
     def maps(self) -> list[torch.Tensor]:
@@ -77,6 +98,9 @@ class SheafFMTL:
         self.local_steps = config.local_steps
         self.compact = config.message_mode == "compact"
         self.learn_maps = config.eta > 0 and config.lam > 0
+        self.epochs = config.local_epochs > 0
+        self.notes: list[str] = []  # warnings for the user, drained by the runtime
+        self._warned_map_step = False
 
     def init(self, ctx: Context) -> SheafState:
         cfg = ctx.config
@@ -100,10 +124,22 @@ class SheafFMTL:
             element_edge=element_edge,
         )
         state.maps = maps
+        if cfg.stability_check and self.lam > 0:
+            big = layout.map_bytes(MAP_DTYPES[cfg.map_dtype].itemsize) > LARGE_MAPS_BYTES
+            iters = STABILITY_ITERS_LARGE if big else STABILITY_ITERS
+            state.lambda_max = laplacian_lambda_max(layout, state.thetas, state.store, iters, cfg.seed)
+            note = require_stable_coupling(self.alpha, self.lam, state.lambda_max, "sheaf Laplacian L_F")
+            if note:
+                self.notes.append(note)
         return state
 
     # -- rounds ---------------------------------------------------------------------------------
     def local(self, state: SheafState, ctx: Context) -> SheafState:
+        if self.epochs:  # E passes of plain SGD on f_i; the coupling follows the exchange
+            for _ in range(ctx.local_steps()):
+                grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
+                state.thetas = sgd_step(state.thetas, grads, self.alpha)
+            return state
         state.grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
         state.greet = state.theirs is None
         if not state.greet:  # this round's messages are already known (compact mode)
@@ -111,6 +147,8 @@ class SheafFMTL:
         return state
 
     def phases(self, state: SheafState) -> int:
+        if self.epochs:  # messages at the trained thetas; literal mode resends after the map step
+            return 1 + int(self.learn_maps and not self.compact)
         return int(state.greet) + int(self.learn_maps)
 
     def send(self, state: SheafState, phase: int, ctx: Context) -> Payload:
@@ -123,6 +161,15 @@ class SheafFMTL:
         return payload
 
     def receive(self, state: SheafState, incoming: Payload, phase: int, ctx: Context) -> SheafState:
+        if self.epochs:
+            if self._is_map_phase(state, phase):
+                self._map_step(state, incoming)  # compact: also the messages with the new maps
+                if self.compact:
+                    self._coupling_step(state)
+            else:
+                state.own, state.theirs = state.sent, incoming["msg"].data
+                self._coupling_step(state)
+            return state
         if self._is_map_phase(state, phase):
             self._map_step(state, incoming)
         else:  # greeting: the messages for the theta step of this round
@@ -131,7 +178,7 @@ class SheafFMTL:
         return state
 
     def _is_map_phase(self, state: SheafState, phase: int) -> bool:
-        return self.learn_maps and phase == int(state.greet)
+        return self.learn_maps and phase == (0 if self.epochs else int(state.greet))
 
     # -- the two updates --------------------------------------------------------------------------
     def _theta_steps(self, state: SheafState, ctx: Context) -> None:
@@ -149,6 +196,15 @@ class SheafFMTL:
                 for t, g, c in zip(state.thetas, grads, coupling, strict=True)
             ]
         state.theirs = state.own = None  # used up: this round's messages
+
+    def _coupling_step(self, state: SheafState) -> None:
+        """Eq. (thetaupdate) without the gradient (local-epochs mode): ``theta_i <- theta_i -
+        alpha lam sum_j P_ij^T (own_ij - theirs_ij)``."""
+        assert state.layout is not None and state.store is not None
+        assert state.own is not None and state.theirs is not None
+        coupling = ops.transpose_sum(state.layout, state.store, state.own - state.theirs, state.thetas)
+        state.thetas = [t - (self.alpha * self.lam) * c for t, c in zip(state.thetas, coupling, strict=True)]
+        state.theirs = state.own = None
 
     def _map_step(self, state: SheafState, incoming: Payload) -> None:
         """Eq. (pijaupdate) with the new thetas; in compact mode also rebuild the next round's
@@ -173,6 +229,24 @@ class SheafFMTL:
         assert state.layout is not None and state.store is not None
         e = float(ops.energy(state.layout, state.thetas, state.store))
         return 0.5 * self.lam * e, e
+
+    def diagnose(self, state: SheafState, ctx: Context) -> list[str]:
+        """At an evaluation: Theorem 1's map-step condition ``eta < 2 / (lam D^2)``, ``D`` the largest
+        ``||theta_i||`` seen so far; a warning the first time it fails."""
+        notes, self.notes = self.notes, []
+        if not self.learn_maps:
+            return notes
+        norm = max(float(torch.linalg.vector_norm(t, dim=1).max()) for t in state.thetas)
+        state.theta_norm_max = max(state.theta_norm_max, norm)
+        bound = 2.0 / (self.lam * state.theta_norm_max**2) if state.theta_norm_max > 0 else float("inf")
+        if self.eta >= bound and not self._warned_map_step:
+            self._warned_map_step = True
+            notes.append(
+                f"eta = {self.eta:g} is above Theorem 1's map-step bound 2/(lam D^2) = {bound:.3g} "
+                f"(D = {state.theta_norm_max:.3g}, the largest ||theta_i|| so far): the map step may "
+                "not converge; lower eta"
+            )
+        return notes
 
     def checkpoint(self, state: SheafState, ctx: Context) -> dict[str, Any]:
         assert state.layout is not None and state.store is not None

@@ -46,9 +46,16 @@ class Simulation:
         ok = all(bool(torch.isfinite(t).all()) for t in self.state.thetas)
         return ok and (self.state.batch_loss is None or bool(torch.isfinite(self.state.batch_loss).all()))
 
+    def diagnose(self) -> list[str]:
+        """Warnings the algorithm has for the user now (step-size conditions), each given once."""
+        check = getattr(self.algorithm, "diagnose", None)
+        return list(check(self.state, self.ctx)) if callable(check) else []
+
     def evaluate(self) -> dict[str, Any]:
         """Test metric per client and its mean over the clients that have test data (a data-less
-        server node of the special cases is left out of the mean and reported as ``None``)."""
+        server node of the special cases is left out of the mean and reported as ``None``).
+        ``train_loss`` and ``objective`` use a fixed random subsample of each client's training data
+        (:data:`sheaf_fmtl.federation.EVAL_TRAIN_SAMPLES`), so an evaluation costs about a round."""
         fed = self.ctx.fed
         pairs = list(zip(fed.cohorts, self.state.thetas, strict=True))
         with torch.no_grad():
@@ -147,6 +154,14 @@ def run(config: RunConfig, out_dir: str | Path, *, progress: bool = True) -> dic
         dynamic_ncols=True,
     )
     diverged_at = None
+    notes: list[str] = []
+
+    def warn() -> None:
+        for note in sim.diagnose():
+            notes.append(note)
+            tqdm.write(f"sheaf-fmtl: warning: {note}")
+
+    warn()
     try:
         for k in bar:
             sim.step()
@@ -155,6 +170,7 @@ def run(config: RunConfig, out_dir: str | Path, *, progress: bool = True) -> dic
                 break
             if k % config.eval_every == 0 or k == config.rounds:
                 last = _record(sim, recorder, k, t0)
+                warn()
                 if not math.isfinite(last["objective"]):
                     diverged_at = k
                     break
@@ -177,7 +193,11 @@ def run(config: RunConfig, out_dir: str | Path, *, progress: bool = True) -> dic
         "peak_rss_bytes": peak_rss_bytes(),
         "num_edges": sim.ctx.graph.num_edges,
         "model_dims": sorted({int(d) for d in fed.node_dims()}),
+        "warnings": notes,
     }
+    lambda_max = getattr(sim.state, "lambda_max", None)
+    if lambda_max is not None:
+        summary["laplacian_lambda_max"] = lambda_max
     if diverged_at is not None:
         summary["diverged_at_round"] = diverged_at
         summary["last_good_round"] = recorder.rows[-1]["round"] if recorder.rows else None

@@ -4,16 +4,25 @@ Ablation (Section "Effect of the Restriction Maps Initialization"): Gaussian ``N
 uniform ``U(-a, a)``, orthogonal rows (``P P^T = I``), identity rows plus ``N(0, 0.01^2)`` noise.
 ``identity`` (no noise) gives the fixed maps of the special cases (dFedU with ``a_ij = 1``).
 Zero maps are rejected: the map gradient ``r theta^T`` then keeps them zero (the paper's Remark).
+
+Scale. ``map_scale = None`` (the default) scales random maps with the source stalk: Gaussian
+``sigma = 1/sqrt(d_i)``, uniform ``a = sqrt(3/d_i)`` (the same variance), so that
+``E ||P_ij theta||^2 = (d_ij / d_i) ||theta||^2`` and ``P_ij^T P_ij`` has eigenvalues up to about
+``(1 + sqrt(d_ij/d_i))^2`` whatever the model size. The paper's ``N(0, 1)`` is ``map_scale = 1``: its
+eigenvalues grow like ``(sqrt(d_i) + sqrt(d_ij))^2`` and need step sizes ``alpha lam`` that small.
+Orthogonal rows (scale 1) and identity-plus-noise (noise ``sigma = 0.01``) keep their own defaults.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 from .layout import SheafLayout
 
 MAP_INITS = ("gaussian", "uniform", "orthogonal", "identity-noise", "identity")
-DEFAULT_SCALE = {"gaussian": 1.0, "uniform": 1.0, "identity-noise": 0.01, "orthogonal": 1.0, "identity": 1.0}
+DEFAULT_SCALE = {"identity-noise": 0.01, "orthogonal": 1.0, "identity": 1.0}  # gaussian, uniform: per d_i
 MAP_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 
@@ -37,6 +46,15 @@ def _one_map(init: str, scale: float, d_e: int, d: int, gen: torch.Generator) ->
     raise MapInitError(f"unknown map_init {init!r}; allowed: {', '.join(MAP_INITS)}")
 
 
+def default_scale(init: str, node_dim: int) -> float:
+    """The scale used when ``map_scale`` is not given (see the module docstring)."""
+    if init == "gaussian":
+        return 1.0 / math.sqrt(node_dim)
+    if init == "uniform":
+        return math.sqrt(3.0 / node_dim)
+    return DEFAULT_SCALE[init]
+
+
 def init_maps(
     layout: SheafLayout,
     init: str,
@@ -51,7 +69,7 @@ def init_maps(
         raise MapInitError("map_init=zeros is rejected: zero restriction maps never learn (paper Remark 2)")
     if init not in MAP_INITS:
         raise MapInitError(f"unknown map_init {init!r}; allowed: {', '.join(MAP_INITS)}")
-    s = DEFAULT_SCALE[init] if scale is None else float(scale)
+    s = None if scale is None else float(scale)
     if s == 0.0 and init != "identity-noise":
         raise MapInitError(f"map_scale=0 with map_init={init} gives zero maps, which never learn")
     maps = [torch.empty(b.shape, dtype=dtype, device=device) for b in layout.buckets]
@@ -63,5 +81,6 @@ def init_maps(
     for h in range(layout.graph.num_half_edges):
         bi, k = where[h]
         b = layout.buckets[bi]
-        maps[bi][k] = _one_map(init, s, b.edge_dim, b.node_dim, generator).to(dtype)
+        maps[bi][k] = _one_map(init, default_scale(init, b.node_dim) if s is None else s,
+                               b.edge_dim, b.node_dim, generator).to(dtype)
     return maps
