@@ -47,6 +47,7 @@ class RunConfig:
     standardize: bool = True
     seed: int = 0
     eval_every: int = 10
+    save_maps: bool = True  # write the final restriction maps into checkpoint.pt (GBs at paper scale)
     stability_check: bool = True  # refuse alpha*lam*lambda_max(L) >= 2 at start-up (power iteration)
     data_dir: str = ""
     device: str = "cpu"

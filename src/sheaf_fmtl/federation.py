@@ -28,6 +28,7 @@ from .models.linear import linear_shape
 EVAL_CHUNK = 512  # samples per client per evaluation chunk
 EVAL_TRAIN_SAMPLES = 256  # fixed random training samples per client behind the reported train loss
 GROUP_CLIENTS = 4  # clients per batched CNN call on CPU (see Cohort._grouped_grad); all on CUDA
+CUDA_PREDICT_GROUP = 8  # clients per batched CNN prediction on CUDA (im2col of EVAL_CHUNK samples each)
 
 
 class Batch(NamedTuple):
@@ -162,7 +163,7 @@ class Cohort:
     def _grouped_predict(self, thetas: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Outputs in groups of ``self.group`` clients: on CPU the im2col buffers of all clients at
         once would not fit for large evaluation chunks."""
-        g = self.group
+        g = min(self.group, CUDA_PREDICT_GROUP) if x.is_cuda else self.group
         return torch.cat(
             [self._grouped_forward(thetas[k : k + g], x[k : k + g]) for k in range(0, len(thetas), g)]
         )

@@ -250,9 +250,11 @@ class SheafFMTL:
 
     def checkpoint(self, state: SheafState, ctx: Context) -> dict[str, Any]:
         assert state.layout is not None and state.store is not None
-        layout = state.layout
-        return {
-            "maps": [m.cpu() for m in state.maps],
+        layout, maps = state.layout, state.maps
+        out: dict[str, Any] = {
             "bucket_half_edges": [torch.as_tensor(b.half_edges) for b in layout.buckets],
-            "map_norms": ops.map_frobenius(layout, state.maps),
+            "map_norms": ops.map_frobenius(layout, maps),
         }
+        if ctx.config.save_maps:  # off: the norms only (a paper-scale map stack is ~12 GB)
+            out["maps"] = [m.cpu() for m in maps]
+        return out
