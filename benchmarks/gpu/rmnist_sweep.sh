@@ -25,7 +25,7 @@ declare -A RUNS=(
 for name in "${!RUNS[@]}"; do
   args=()
   for kv in $common ${RUNS[$name]}; do args+=(--set "$kv"); done
-  OMP_NUM_THREADS=2 timeout "$LIMIT" "$SHEAF_FMTL" run "${args[@]}" --out "$WORK/$name" --quiet \
+  OMP_NUM_THREADS=2 timeout "$LIMIT" $SHEAF_FMTL run "${args[@]}" --out "$WORK/$name" --quiet \
     >"$WORK/$name.log" 2>&1 &
 done
 wait
