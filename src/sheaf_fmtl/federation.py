@@ -214,7 +214,9 @@ class Cohort:
     def _random_keys(self, gen: torch.Generator) -> torch.Tensor:
         """Uniform keys per (client, sample) from the CPU generator, 2 on padding (sorts last)."""
         valid = self._valid()
-        keys = torch.rand(valid.shape, generator=gen).to(valid.device)
+        # drawn on the CPU (same batches on every device), copied without a host-device sync
+        keys = torch.rand(valid.shape, generator=gen, pin_memory=valid.is_cuda)
+        keys = keys.to(valid.device, non_blocking=True)
         return torch.where(valid, keys, torch.full_like(keys, 2.0))
 
     def sample(self, batch_size: int, gen: torch.Generator) -> Batch:
@@ -348,6 +350,7 @@ class Federation:
     cohorts: list[Cohort]
     cohort_of: np.ndarray
     position: np.ndarray
+    _index: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict, repr=False)
 
     @property
     def num_clients(self) -> int:
@@ -364,9 +367,17 @@ class Federation:
         """Scatter per-cohort ``[C, ...]`` results back to client order ``[N, ...]``."""
         first = per_cohort[0]
         out = first.new_empty((self.num_clients, *first.shape[1:]))
-        for cohort, values in zip(self.cohorts, per_cohort, strict=True):
-            out[torch.as_tensor(cohort.clients)] = values
+        for k, (_, values) in enumerate(zip(self.cohorts, per_cohort, strict=True)):
+            out.index_copy_(0, self.client_index(k, out.device), values)
         return out
+
+    def client_index(self, k: int, device: torch.device) -> torch.Tensor:
+        """Client ids of cohort ``k`` on ``device``, cached (built per call, a host->device copy each
+        round on a GPU)."""
+        key = (k, str(device))
+        if key not in self._index:
+            self._index[key] = torch.as_tensor(self.cohorts[k].clients, dtype=torch.long, device=device)
+        return self._index[key]
 
 
 def build_federation(

@@ -7,20 +7,30 @@ from pathlib import Path
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .harness import LARGEST, run_bench
+    from .harness import LARGEST, run_bench, setting_named
 
+    setting_list = [LARGEST] if args.largest else None
+    if args.settings:
+        setting_list = [setting_named(name.strip()) for name in args.settings.split(",") if name.strip()]
+    models = tuple(m.strip() for m in args.cohort_models.split(";") if m.strip() not in ("", "none"))
+    scaling = not (args.largest or args.no_scaling)
     results = run_bench(
         quick=args.quick,
         device=args.device,
         out=args.out,
         threads=args.threads,
         smoke=args.smoke,
-        setting_list=[LARGEST] if args.largest else None,
-        scaling=not args.largest,
+        setting_list=setting_list,
+        scaling=scaling,
+        cohort_models=models,
+        map_init_on_device=args.map_init_on_device,
+        keep_going=args.keep_going,
+        kernels=args.map_kernels,
     )
     print(results["report"])
-    print(f"results: {Path(args.out) / 'bench.json'}, plot: {Path(args.out) / 'scaling.png'}")
-    return 0
+    plot = f", plot: {Path(args.out) / 'scaling.png'}" if scaling else ""
+    print(f"results: {Path(args.out) / 'bench.json'}, ratios: {Path(args.out) / 'ratios.json'}{plot}")
+    return 1 if results.get("failed") else 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -37,4 +47,35 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="only the paper's largest setting: R-MNIST scale, gamma 0.03, bfloat16 maps (~17 GiB)",
     )
     p.add_argument("--smoke", action="store_true", help="tiny settings that finish in seconds (for tests)")
+    p.add_argument(
+        "--settings",
+        default="",
+        help="comma list of settings to run instead of the default ones: small, paper, paper-quick, "
+        "paper-g0.03 (gamma 0.03, float32 maps, ~35 GiB: a large GPU), paper-g0.03-bf16, small-smoke, "
+        "cnn-smoke",
+    )
+    p.add_argument(
+        "--cohort-models",
+        default="cnn",
+        help="cohort gradient benchmarks, separated by ';': an architecture (cnn, cnn-small, "
+        "cnn-medium, cnn-large) or a comma list assigned round-robin, e.g. 'cnn;cnn-small,cnn-large'; "
+        "'none': no cohort benchmark",
+    )
+    p.add_argument("--no-scaling", action="store_true", help="skip the scaling sweep (and its plot)")
+    p.add_argument(
+        "--map-init-on-device",
+        action="store_true",
+        help="draw the settings' Gaussian maps on the device (timing only; the library draws each map "
+        "on the CPU, minutes for tens of GiB)",
+    )
+    p.add_argument(
+        "--map-kernels",
+        action="store_true",
+        help="also time each way to take the map products on one stack of paper-shape maps (1.45 GiB)",
+    )
+    p.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="record a failing setting or cohort benchmark and run the rest (exit status 1 at the end)",
+    )
     p.set_defaults(func=cmd_bench)

@@ -17,6 +17,7 @@ Definitions (all printed and written to ``bench.json``):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import hashlib
@@ -28,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,10 @@ class Setting:
     ref_rounds: int = 2
     seed: int = 0
     map_dtype: str = "float32"
+    # Draw the (Gaussian) maps on the device with a device generator instead of the library's
+    # per-map CPU draws: same distribution, for timing only; the CPU draws of 35 GiB of maps take
+    # minutes, which a GPU benchmark should not spend. Recorded in bench.json with the setting.
+    map_init_on_device: bool = False
 
     def config(self, device: str = "cpu") -> RunConfig:
         return validate(
@@ -118,6 +124,10 @@ LARGEST = dataclasses.replace(
     ref_max_bytes=256 << 20,
     ref_rounds=1,
 )
+# The paper's largest setting in float32 (35 GiB of maps: a GPU with enough memory, e.g. an H200).
+PAPER_G03 = dataclasses.replace(
+    PAPER, name="paper-g0.03", gamma=0.03, rounds=3, ref_max_bytes=256 << 20, ref_rounds=1
+)
 COHORT_CLIENTS = 40
 SMOKE = [
     dataclasses.replace(
@@ -139,6 +149,25 @@ SMOKE = [
 
 def settings(quick: bool) -> list[Setting]:
     return [SMALL, QUICK_PAPER if quick else PAPER]
+
+
+SETTINGS = {s.name: s for s in (SMALL, PAPER, QUICK_PAPER, PAPER_G03, LARGEST, *SMOKE)}
+
+
+def setting_named(name: str) -> Setting:
+    if name not in SETTINGS:
+        raise ValueError(f"unknown bench setting {name!r}; known: {', '.join(SETTINGS)}")
+    return SETTINGS[name]
+
+
+def for_device(s: Setting, device: str) -> Setting:
+    """On a GPU a paper-scale round takes milliseconds: time more rounds and give the loop
+    reference a warm-up round (``ref_rounds > 2``), whose first calls set up cuBLAS and the allocator."""
+    if not device.startswith("cuda"):
+        return s
+    return dataclasses.replace(
+        s, rounds=max(s.rounds, 10), warmup=max(s.warmup, 2), ref_rounds=max(s.ref_rounds, 3)
+    )
 
 
 # --------------------------------------------------------------------------------------------- data
@@ -163,7 +192,40 @@ def make_dataset(s: Setting) -> FederatedDataset:
 def build(s: Setting, device: str = "cpu") -> Simulation:
     cfg = s.config(device)
     fed = build_federation(make_dataset(s), s.model, l2=cfg.l2, device=device)
-    return build_simulation(cfg, fed=fed)
+    with maps_drawn_on_device(s.seed) if s.map_init_on_device else contextlib.nullcontext():
+        return build_simulation(cfg, fed=fed)
+
+
+@contextlib.contextmanager
+def maps_drawn_on_device(seed: int) -> Iterator[None]:
+    """While active, Sheaf-FMTL's Gaussian maps are drawn where they live, one ``normal_`` per
+    bucket from a generator on that device (other initialisations keep the library's own draws)."""
+    from ..algorithms import sheaf_fmtl as algorithm
+    from ..sheaf import maps as maps_module
+
+    library_init = getattr(algorithm, "init_maps", None)
+    if library_init is None:  # the algorithm no longer imports it: nothing to replace
+        yield
+        return
+
+    def on_device(layout: Any, init: str, scale: float | None = None, **kw: Any) -> list[torch.Tensor]:
+        if init != "gaussian":
+            return library_init(layout, init, scale, **kw)
+        device = torch.device(kw.get("device", "cpu"))
+        gen = torch.Generator(device=device).manual_seed(seed)
+        per_dim = getattr(maps_module, "default_scale", None)
+        out = []
+        for b in layout.buckets:
+            sigma = float(scale) if scale is not None else per_dim(init, b.node_dim) if per_dim else 1.0
+            m = torch.empty(b.shape, dtype=kw.get("dtype", torch.float32), device=device)
+            out.append(m.normal_(0.0, sigma, generator=gen))
+        return out
+
+    algorithm.init_maps = on_device  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        algorithm.init_maps = library_init  # type: ignore[attr-defined]
 
 
 def lower_bound_bytes(sim: Simulation) -> dict[str, int]:
@@ -242,11 +304,20 @@ def reference_edges(sim: Simulation, max_bytes: int) -> tuple[list[int], float]:
     return chosen.tolist(), total / float(per_edge[chosen].sum())
 
 
+def reference_budget(s: Setting, device: str) -> int:
+    """Map bytes the loop reference may copy: ``ref_max_bytes``, or on a GPU up to half of the free
+    device memory (an H200 holds a second copy of all maps even at gamma 0.03 in float32)."""
+    if not device.startswith("cuda"):
+        return s.ref_max_bytes
+    free, _ = torch.cuda.mem_get_info()
+    return max(s.ref_max_bytes, free // 2)
+
+
 def time_reference(sim: Simulation, s: Setting, device: str) -> dict[str, Any]:
     """Seconds per round of the loop reference: per-client autograd gradients + per-edge loop,
     the edge part measured on a subset of edges and scaled when the maps do not fit twice."""
     cfg = sim.config
-    edges, scale = reference_edges(sim, s.ref_max_bytes)
+    edges, scale = reference_edges(sim, reference_budget(s, device))
     state = ref.from_simulation(sim, edges)
     grad = ref.minibatch_gradients(sim.ctx.fed, cfg.batch_size, s.seed)
     grad_s, edge_s = [], []
@@ -362,6 +433,44 @@ def run_setting_subprocess(s: Setting, device: str, threads: int | None = None) 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def map_kernels(
+    device: str = "cpu", half_edges: int = 32, edge_dim: int = 348, node_dim: int = 34826, repeats: int = 5
+) -> dict[str, Any]:
+    """Effective bandwidth of each way to take the two map products (and to update the maps) on one
+    stack of paper-shape maps ``[H, d_e, d]`` (float32; 1.45 GiB by default, far beyond any cache):
+    ``GB/s = bytes moved / median time``, the maps read once per product, read and written once per
+    update. The library's orientation was chosen on a CPU; this says which one a device prefers."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    p = torch.randn(half_edges, edge_dim, node_dim, device=device, generator=gen)
+    x = torch.randn(half_edges, node_dim, device=device, generator=gen)
+    r = torch.randn(half_edges, edge_dim, device=device, generator=gen)
+    depth = max(1, math.isqrt(edge_dim))
+    u = torch.randn(half_edges, edge_dim, depth, device=device, generator=gen) * 1e-6
+    v = torch.randn(half_edges, depth, node_dim, device=device, generator=gen)
+    dst = torch.empty_like(p)
+    nbytes = p.numel() * p.element_size()
+    forms: dict[str, tuple[Any, int]] = {
+        "copy (the floor's pass)": (lambda: dst.copy_(p), 2 * nbytes),
+        "messages x^T P^T (library)": (lambda: torch.bmm(x.unsqueeze(1), p.transpose(1, 2)), nbytes),
+        "messages P x": (lambda: torch.bmm(p, x.unsqueeze(2)), nbytes),
+        "messages einsum": (lambda: torch.einsum("hed,hd->he", p, x), nbytes),
+        "sheaf term r^T P (library)": (lambda: torch.bmm(r.unsqueeze(1), p), nbytes),
+        "sheaf term P^T r": (lambda: torch.bmm(p.transpose(1, 2), r.unsqueeze(2)), nbytes),
+        "sheaf term einsum": (lambda: torch.einsum("hed,he->hd", p, r), nbytes),
+        f"fold baddbmm_ (depth {depth})": (lambda: dst.baddbmm_(u, v), 2 * nbytes),
+        "rank-one addcmul_ (eager step)": (
+            lambda: dst.addcmul_(r.unsqueeze(2), x.unsqueeze(1), value=-1e-9),
+            2 * nbytes,
+        ),
+    }
+    out: dict[str, Any] = {"shape": [half_edges, edge_dim, node_dim], "bytes": nbytes, "forms": {}}
+    for name, (fn, moved) in forms.items():
+        fn()  # warm-up (library handles, workspaces)
+        t = statistics.median(timed(fn, device) for _ in range(repeats))
+        out["forms"][name] = {"s": t, "GBps": moved / t / 1e9}
+    return out
+
+
 # ------------------------------------------------------------------------------------------ cohort
 
 
@@ -371,46 +480,73 @@ def cohort_benchmark(
     repeats: int = 5,
     device: str = "cpu",
     samples: int = 400,
+    model: str = "cnn",
 ) -> dict[str, Any]:
-    """Local gradients of ``clients`` same-architecture ``cnn`` clients on 1x28x28 inputs: one
-    batched ``Cohort.gradients`` call vs a per-client autograd loop, on the same mini-batch rows;
-    the speed-up is the median ratio over interleaved pairs of runs."""
+    """Local gradients of ``clients`` CNN clients on 1x28x28 inputs: one batched
+    ``Cohort.gradients`` call per cohort vs a per-client autograd loop, on the same mini-batch rows;
+    the speed-up is the median ratio over interleaved pairs of runs. ``model``: one architecture
+    (one cohort of ``clients``) or a comma list assigned round-robin (one cohort per architecture).
+
+    On CUDA, cuDNN's TF32 convolutions are turned off while it runs, so that the loop computes in
+    float32 like the batched path (whose products are float32 ``bmm``) and the two can be compared."""
     s = dataclasses.replace(PAPER, name="cohort", clients=clients, samples=samples)
-    fed = build_federation(make_dataset(s), "cnn", l2=1e-4, device=device)
-    (cohort,) = fed.cohorts
-    thetas = cohort.init_thetas(0)
+    fed = build_federation(make_dataset(s), model, l2=1e-4, device=device)
     gen = torch.Generator().manual_seed(0)
-    n_min = int(cohort.n_train.min())
-    b = min(batch_size, n_min)
-    idx = torch.stack([torch.randperm(n_min, generator=gen)[:b] for _ in range(clients)]).to(thetas.device)
-    rows = torch.arange(clients, device=idx.device)[:, None]
-    batch = (cohort.x_train[rows, idx], cohort.y_train[rows, idx], torch.ones(idx.shape, device=idx.device))
+    b = min(batch_size, min(int(c.n_train.min()) for c in fed.cohorts))
+    parts = []
+    for cohort in fed.cohorts:
+        thetas = cohort.init_thetas(0)
+        n_min = int(cohort.n_train.min())
+        idx = torch.stack([torch.randperm(n_min, generator=gen)[:b] for _ in range(cohort.size)])
+        idx = idx.to(thetas.device)
+        rows = torch.arange(cohort.size, device=idx.device)[:, None]
+        ones = torch.ones(idx.shape, device=idx.device)
+        parts.append((cohort, thetas, idx, (cohort.x_train[rows, idx], cohort.y_train[rows, idx], ones)))
 
-    def loop() -> torch.Tensor:
-        return torch.stack(
-            [ref.client_gradient(fed, int(i), thetas[k], idx[k]) for k, i in enumerate(cohort.clients)]
+    def loop() -> list[torch.Tensor]:
+        return [
+            torch.stack([ref.client_gradient(fed, int(i), t[k], idx[k]) for k, i in enumerate(c.clients)])
+            for c, t, idx, _ in parts
+        ]
+
+    def batched() -> list[torch.Tensor]:
+        return [c.gradients(thetas, batch)[0] for c, thetas, _, batch in parts]
+
+    cuda = device.startswith("cuda")
+    tf32 = torch.backends.cudnn.allow_tf32
+    if cuda:
+        torch.backends.cudnn.allow_tf32 = False
+    try:
+        looped = loop()  # also the warm-up of both paths
+        err = max(
+            float((g - ref_g).abs().max() / ref_g.abs().max())
+            for g, ref_g in zip(batched(), looped, strict=True)
         )
-
-    def batched() -> torch.Tensor:
-        return cohort.gradients(thetas, batch)[0]
-
-    looped = loop()  # also the warm-up of both paths
-    err = float((batched() - looped).abs().max() / looped.abs().max())
-    pairs = [(timed(batched, device), timed(loop, device)) for _ in range(repeats)]  # interleaved:
+        pairs = [(timed(batched, device), timed(loop, device)) for _ in range(repeats)]  # interleaved:
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
     t_vmap = statistics.median(t for t, _ in pairs)  # slow drifts of a shared machine hit both alike
     t_loop = statistics.median(t for _, t in pairs)
-    return {
+    out: dict[str, Any] = {
+        "model": model,
         "clients": clients,
+        "cohort_sizes": [c.size for c in fed.cohorts],
         "batch_size": b,
-        "dim": cohort.dim,
+        "dim": fed.cohorts[0].dim if len(fed.cohorts) == 1 else [c.dim for c in fed.cohorts],
+        "group": [getattr(c, "group", GROUP_CLIENTS) for c in fed.cohorts],
+        "cudnn_tf32": False if cuda else None,
         "vmap_s": t_vmap,
         "loop_s": t_loop,
         "speedup": statistics.median(loop_t / vmap_t for vmap_t, loop_t in pairs),
         "max_rel_diff": err,
-        "roofline": cohort_roofline(
-            cohort.module, s.feature_shape, b, clients, t_loop, device, group=GROUP_CLIENTS
-        ),
     }
+    if len(fed.cohorts) == 1:
+        cohort = fed.cohorts[0]
+        out["roofline"] = cohort_roofline(
+            cohort.module, s.feature_shape, b, clients, t_loop, device,
+            group=getattr(cohort, "group", GROUP_CLIENTS),
+        )
+    return out
 
 
 # ----------------------------------------------------------------------------------------- scaling
@@ -582,6 +718,87 @@ def _gb(n: float) -> str:
     return f"{n / GiB:.3f}" if n < 10 * GiB else f"{n / GiB:.1f}"
 
 
+def cohort_lines(c: dict[str, Any]) -> list[str]:
+    model = c.get("model", "cnn")
+    sizes = c.get("cohort_sizes", [c["clients"]])
+    who = f"{c['clients']} {model} clients"
+    if len(sizes) > 1:
+        who = f"{c['clients']} clients ({model}: cohorts of {sizes})"
+    lines = [
+        f"cohort: {who} (d={c['dim']}), batch {c['batch_size']}: batched "
+        f"Cohort.gradients {c['vmap_s'] * 1e3:.1f} ms vs per-client autograd loop {c['loop_s'] * 1e3:.1f} ms"
+        f" -> speed-up {c['speedup']:.1f}x (max rel diff {c['max_rel_diff']:.1e})"
+    ]
+    if "roofline" in c:
+        roof = c["roofline"]
+        group = c.get("group", [GROUP_CLIENTS])[0]
+        lines.append(
+            f"cohort roofline ({model}): {roof['gradient_gflop']:.1f} GFLOP per call; the loop runs at "
+            f"{roof['loop_gflops']:.0f} GFLOP/s, a GEMM of the largest layer's shape at "
+            f"{roof['gemm_gflops']:.0f} GFLOP/s -> no batching can beat the loop by more than "
+            f"{roof['best_speedup']:.1f}x here; at the rate of its batched forward/backward products "
+            f"({roof['bmm_gflops']:.0f} GFLOP/s, {group} clients per bmm) by more than "
+            f"{roof['bmm_speedup']:.1f}x"
+        )
+    return lines
+
+
+# The issue's targets (issue 14, on a GPU): map work / floor, reference s / library s, cohort speed-up.
+TARGETS = {"floor_ratio": ("<=", 1.5), "speedup": (">=", 50.0), "cohort_speedup": (">=", 5.0)}
+
+
+def ratios(results: dict[str, Any]) -> dict[str, Any]:
+    """Every ratio of a bench run with the numbers behind it and whether it meets the issue's target
+    (``ratios.json``)."""
+    def verdict(key: str, value: float) -> bool:
+        op, bound = TARGETS[key]
+        return value <= bound if op == "<=" else value >= bound
+
+    out: dict[str, Any] = {
+        "device": results["device"],
+        "gpu": results["machine"].get("gpu"),
+        "bandwidth_GBps": results["bandwidth_bytes_per_s"] / 1e9,
+        "targets": {k: f"{op} {v:g}" for k, (op, v) in TARGETS.items()},
+        "settings": {},
+        "cohorts": {},
+    }
+    for name, r in results["settings"].items():
+        m = r["summary"]
+        out["settings"][name] = {
+            "maps_GiB": r["bytes"]["maps"] / GiB,
+            "map_dtype": r["setting"]["map_dtype"],
+            "floor_s": m["floor_s"],
+            "map_work_s": r["map_work_s"],
+            "floor_ratio": m["floor_ratio"],
+            "floor_ratio_ok": verdict("floor_ratio", m["floor_ratio"]),
+            "gradients_s": r["gradients_s"],
+            "round_s": m["round_s"],
+            "median_step_s": r["s_per_round"],
+            "reference_s": r["reference"]["s_per_round"],
+            "reference_subset": r["reference"]["subset"],
+            "speedup": m["speedup"],
+            "speedup_ok": verdict("speedup", m["speedup"]),
+            "memory_ratio": m["memory_ratio"],
+            "build_s": r["build_s"],
+        }
+    mk = results.get("map_kernels")
+    if mk:
+        bw = results["bandwidth_bytes_per_s"] / 1e9
+        out["map_kernels"] = {
+            name: {"GBps": f["GBps"], "of_copy_bandwidth": f["GBps"] / bw} for name, f in mk["forms"].items()
+        }
+    for model, c in results.get("cohorts", {}).items():
+        out["cohorts"][model] = {
+            "batched_s": c["vmap_s"],
+            "loop_s": c["loop_s"],
+            "speedup": c["speedup"],
+            "speedup_ok": verdict("cohort_speedup", c["speedup"]),
+            "max_rel_diff": c["max_rel_diff"],
+            **({"roofline_best_speedup": c["roofline"]["best_speedup"]} if "roofline" in c else {}),
+        }
+    return out
+
+
 def report(results: dict[str, Any]) -> str:
     bw = results["bandwidth_bytes_per_s"]
     lines = [
@@ -627,23 +844,10 @@ def report(results: dict[str, Any]) -> str:
             f"{ref_['edge_s']:.4f} s per-edge loop; peak RSS {_gb(r['peak_rss'])} GiB incl. "
             f"{_gb(r['rss_after_imports'])} GiB interpreter+torch (M excludes it)"
         )
-    c = results["cohort"]
-    lines += [
-        "",
-        f"cohort: {c['clients']} cnn clients (d={c['dim']}), batch {c['batch_size']}: batched "
-        f"Cohort.gradients {c['vmap_s'] * 1e3:.1f} ms vs per-client autograd loop {c['loop_s'] * 1e3:.1f} ms"
-        f" -> speed-up {c['speedup']:.1f}x (max rel diff {c['max_rel_diff']:.1e})",
-    ]
-    if "roofline" in c:
-        roof = c["roofline"]
-        lines.append(
-            f"cohort roofline: {roof['gradient_gflop']:.1f} GFLOP per call; the loop runs at "
-            f"{roof['loop_gflops']:.0f} GFLOP/s, a GEMM of the largest layer's shape at "
-            f"{roof['gemm_gflops']:.0f} GFLOP/s -> no batching can beat the loop by more than "
-            f"{roof['best_speedup']:.1f}x here; at the rate of its batched forward/backward products "
-            f"({roof['bmm_gflops']:.0f} GFLOP/s, {GROUP_CLIENTS} clients per bmm) by more than "
-            f"{roof['bmm_speedup']:.1f}x"
-        )
+    lines.append("")
+    cohorts = results.get("cohorts") or ({"cnn": results["cohort"]} if "cohort" in results else {})
+    for c in cohorts.values():
+        lines += cohort_lines(c)
     for sweep, fit in results.get("scaling_fits", {}).items():
         lines.append(
             f"scaling vs {sweep}: t = {fit['intercept'] * 1e3:.2f} ms + {fit['slope']:.3g} s/unit, "
@@ -656,6 +860,12 @@ def report(results: dict[str, Any]) -> str:
             f"{name}: floor ratio {m['floor_ratio']:.2f}, speed-up {m['speedup']:.1f}, "
             f"memory ratio {m['memory_ratio']:.2f}"
         )
+    mk = results.get("map_kernels")
+    if mk:
+        lines.append(f"map products on {mk['shape']} float32 maps ({_gb(mk['bytes'])} GiB), bytes moved / s:")
+        lines += [f"  {name:<34} {f['GBps']:8.1f} GB/s" for name, f in mk["forms"].items()]
+    for what, why in results.get("failed", {}).items():
+        lines.append(f"FAILED {what}: {why}")
     return "\n".join(lines)
 
 
@@ -668,17 +878,28 @@ def run_bench(
     scaling: bool = True,
     threads: int | None = None,
     smoke: bool = False,
+    cohort_models: tuple[str, ...] = ("cnn",),
+    map_init_on_device: bool = False,
+    keep_going: bool = False,
+    kernels: bool = False,
 ) -> dict[str, Any]:
-    """Everything: bandwidth, settings (each in a fresh process), cohort, scaling; JSON + PNG in ``out``.
+    """Everything: bandwidth, settings (each in a fresh process), cohorts, scaling; JSON + PNG in ``out``.
 
-    ``smoke``: tiny settings that finish in seconds (tests); ``threads``: torch threads everywhere."""
+    ``smoke``: tiny settings that finish in seconds (tests); ``threads``: torch threads everywhere;
+    ``cohort_models``: one cohort benchmark per entry (an architecture or a comma list);
+    ``map_init_on_device``: draw the settings' maps on the device (see :class:`Setting`);
+    ``keep_going``: a setting or cohort that fails is recorded in ``failed`` and the rest still run;
+    ``kernels``: also time the ways to take the map products (:func:`map_kernels`)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     previous_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     try:
-        return _run_bench(quick, device, out, setting_list, cohort_clients, scaling, threads, smoke)
+        return _run_bench(
+            quick, device, out, setting_list, cohort_clients, scaling, threads, smoke, cohort_models,
+            map_init_on_device, keep_going, kernels,
+        )
     finally:
         torch.set_num_threads(previous_threads)
 
@@ -692,6 +913,10 @@ def _run_bench(
     scaling: bool,
     threads: int | None,
     smoke: bool,
+    cohort_models: tuple[str, ...] = ("cnn",),
+    map_init_on_device: bool = False,
+    keep_going: bool = False,
+    kernels: bool = False,
 ) -> dict[str, Any]:
     if smoke:
         setting_list = setting_list or SMOKE
@@ -703,26 +928,76 @@ def _run_bench(
         "machine": machine(),
         "kernel": kernel_version(),
         "load_average_start": os.getloadavg(),
+        "failed": {},
     }
+
+    def attempt(what: str, fn: Any) -> Any:
+        """``fn()``; with ``keep_going`` a failure is recorded (and printed) instead of raised."""
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - keep_going: record and continue
+            if not keep_going:
+                raise
+            results["failed"][what] = f"{type(e).__name__}: {e}"
+            print(f"[bench] FAILED {what}: {type(e).__name__}: {e}", file=sys.stderr)
+            return None
+
+    def checkpoint() -> None:  # partial results survive a run that is stopped later
+        (out / "bench.json").write_text(json.dumps(results, indent=2, default=str))
+
     bw_bytes = (256 << 20) if quick or smoke else (1 << 30)
     bandwidth = copy_bandwidth(bw_bytes, device)
+    print(f"[bench] copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + write) on {device}", file=sys.stderr)
     results["bandwidth_bytes_per_s"] = bandwidth
     results["bandwidth_tensor_bytes"] = bw_bytes
+    if kernels:
+        small = {"half_edges": 4, "edge_dim": 32, "node_dim": 4000} if quick or smoke else {}
+        results["map_kernels"] = attempt("map kernels", lambda: map_kernels(device, **small))
+        checkpoint()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()  # the settings run in child processes: leave them the memory
     results["settings"] = {}
     for s in setting_list if setting_list is not None else settings(quick):
+        s = for_device(dataclasses.replace(s, map_init_on_device=map_init_on_device), device)
         print(f"[bench] setting {s.name}: {s.clients} clients, {s.model}, gamma={s.gamma}", file=sys.stderr)
         t0 = time.perf_counter()
-        r = run_setting_subprocess(s, device, threads)
-        print(f"[bench] setting {s.name} done in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-        r["summary"] = summarize(r, bandwidth)
+        r = attempt(f"setting {s.name}", lambda s=s: run_setting_subprocess(s, device, threads))
+        if r is None:
+            continue
+        r["summary"] = m = summarize(r, bandwidth)
         results["settings"][s.name] = r
-    print("[bench] cohort gradients", file=sys.stderr)
-    t0 = time.perf_counter()
-    results["cohort"] = cohort_benchmark(cohort_clients, repeats=1 if smoke else 7, device=device)
-    print(f"[bench] cohort done in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        print(
+            f"[bench] setting {s.name} done in {time.perf_counter() - t0:.1f} s: maps "
+            f"{_gb(r['bytes']['maps'])} GiB, floor {m['floor_s']:.4f} s, map work {r['map_work_s']:.4f} s "
+            f"(R {m['floor_ratio']:.2f}), round {m['round_s']:.4f} s, loop reference "
+            f"{r['reference']['s_per_round']:.4f} s (S {m['speedup']:.1f})",
+            file=sys.stderr,
+        )
+        checkpoint()
+    results["cohorts"] = {}
+    for model in cohort_models:
+        print(f"[bench] cohort gradients ({model})", file=sys.stderr)
+        t0 = time.perf_counter()
+        c = attempt(
+            f"cohort {model}",
+            lambda model=model: cohort_benchmark(
+                cohort_clients, repeats=1 if smoke else 7, device=device, model=model
+            ),
+        )
+        if c is None:
+            continue
+        results["cohorts"][model] = c
+        print(f"[bench] cohort {model} done in {time.perf_counter() - t0:.1f} s: speed-up "
+              f"{c['speedup']:.1f}x", file=sys.stderr)
+        checkpoint()
+    if results["cohorts"]:
+        results["cohort"] = next(iter(results["cohorts"].values()))
     if scaling:
-        results["scaling"] = scaling_sweep(quick or smoke, device, smoke)
-        results["scaling_fits"] = plot_scaling(results["scaling"], bandwidth, out / "scaling.png")
+        def sweep() -> None:
+            results["scaling"] = scaling_sweep(quick or smoke, device, smoke)
+            results["scaling_fits"] = plot_scaling(results["scaling"], bandwidth, out / "scaling.png")
+
+        attempt("scaling", sweep)
     # The copy bandwidth is measured again at the end; the floor uses the faster of the two, so that
     # a copy slowed down by a passing load cannot make the floor look easy.
     results["bandwidth_bytes_per_s_end"] = copy_bandwidth(bw_bytes, device)
@@ -731,5 +1006,7 @@ def _run_bench(
         r["summary"] = summarize(r, results["bandwidth_bytes_per_s"])
     results["load_average_end"] = os.getloadavg()
     results["report"] = report(results)
+    results["ratios"] = ratios(results)
     (out / "bench.json").write_text(json.dumps(results, indent=2))
+    (out / "ratios.json").write_text(json.dumps(results["ratios"], indent=2))
     return results

@@ -84,7 +84,9 @@ def client_gradient(
     training rows (``batch``: row indices; default all) plus ``l2/2 ||theta||^2``."""
     cohort = fed.cohorts[int(fed.cohort_of[i])]
     k = int(fed.position[i])
-    n = int(cohort.n_train[k])
+    # The row count from the host (a batch's length, or a host copy of n_i): reading n_train on a
+    # GPU would synchronise once per client and slow the loop down for no reason of its own.
+    n = len(batch) if batch is not None else int(_host_counts(cohort)[k])
     rows = torch.arange(n, device=theta.device) if batch is None else batch
     x, y = cohort.x_train[k, rows], cohort.y_train[k, rows]
     theta = theta.detach().requires_grad_(True)
@@ -98,6 +100,12 @@ def client_gradient(
     return g
 
 
+def _host_counts(cohort: Any) -> torch.Tensor:
+    """``n_i`` of a cohort's clients on the CPU (the cohort's own host copy when it keeps one)."""
+    host = getattr(cohort, "n_host", None)
+    return host if isinstance(host, torch.Tensor) else cohort.n_train.cpu()
+
+
 def full_batch_gradients(fed: Federation) -> GradientFn:
     return lambda i, theta: client_gradient(fed, i, theta)
 
@@ -105,13 +113,14 @@ def full_batch_gradients(fed: Federation) -> GradientFn:
 def minibatch_gradients(fed: Federation, batch_size: int, seed: int = 0) -> GradientFn:
     """Per-client autograd gradients on ``batch_size`` random rows (for timing: not the library's batches)."""
     gen = torch.Generator().manual_seed(seed)
+    counts = [_host_counts(c).tolist() for c in fed.cohorts]  # once: no device read per client
 
     def grad(i: int, theta: torch.Tensor) -> torch.Tensor:
-        cohort = fed.cohorts[int(fed.cohort_of[i])]
-        n = int(cohort.n_train[int(fed.position[i])])
+        n = int(counts[int(fed.cohort_of[i])][int(fed.position[i])])
         if batch_size <= 0 or batch_size >= n:
             return client_gradient(fed, i, theta)
-        return client_gradient(fed, i, theta, torch.randperm(n, generator=gen)[:batch_size].to(theta.device))
+        rows = torch.randperm(n, generator=gen)[:batch_size]
+        return client_gradient(fed, i, theta, rows.to(theta.device, non_blocking=True))
 
     return grad
 

@@ -46,9 +46,10 @@ def layer_macs(module: nn.Module, input_shape: tuple[int, ...]) -> list[Layer]:
                 out.append((name, m.in_features * m.out_features, (1, m.in_features, m.out_features)))
 
             hooks.append(layer.register_forward_hook(linear_hook))
+    param = next(module.parameters(), None)  # probe on the module's device (CUDA modules too)
     try:
         with torch.no_grad():
-            module(torch.zeros(1, *input_shape))
+            module(torch.zeros(1, *input_shape, device=None if param is None else param.device))
     finally:
         for h in hooks:
             h.remove()

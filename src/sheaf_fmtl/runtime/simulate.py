@@ -43,8 +43,11 @@ class Simulation:
             self.state = alg.receive(self.state, incoming, phase, ctx)
 
     def finite(self) -> bool:
-        ok = all(bool(torch.isfinite(t).all()) for t in self.state.thetas)
-        return ok and (self.state.batch_loss is None or bool(torch.isfinite(self.state.batch_loss).all()))
+        """Every theta and the last batch losses are finite (one host-device sync a round)."""
+        flags = [torch.isfinite(t).all() for t in self.state.thetas]
+        if self.state.batch_loss is not None:
+            flags.append(torch.isfinite(self.state.batch_loss).all())
+        return bool(torch.stack(flags).all())
 
     def diagnose(self) -> list[str]:
         """Warnings the algorithm has for the user now (step-size conditions), each given once."""

@@ -122,5 +122,5 @@ def map_frobenius(layout: SheafLayout, maps: Sequence[torch.Tensor]) -> torch.Te
     g = layout.graph
     for b, p in zip(layout.buckets, maps, strict=True):
         norms = torch.cat([torch.linalg.vector_norm(p[s].double(), dim=(1, 2)) for s in _chunks(p)])
-        out[g.src[b.half_edges], g.dst[b.half_edges]] = norms
+        out[g.src[b.half_edges], g.dst[b.half_edges]] = norms.cpu()  # maps may live on a GPU
     return out
