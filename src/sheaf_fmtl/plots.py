@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,6 +24,23 @@ def _label(run_dir: Path) -> str:
     if cfg["algorithm"] == "sheaf-fmtl":
         label += f" (gamma={cfg['gamma']:g})"
     return label
+
+
+ALGORITHM_NAMES = {"sheaf-fmtl": "Sheaf-FMTL", "local": "local training", "dfedu": "dFedU", "dpsgd": "D-PSGD"}
+
+
+def _config(run_dir: Path) -> dict:
+    return yaml.safe_load((run_dir / "config.yaml").read_text())
+
+
+def _long_label(run_dir: Path) -> str:
+    """``Sheaf-FMTL (gamma=0.1, learned maps)``, ``dFedU``, ``local training`` ..."""
+    cfg = _config(run_dir)
+    name = ALGORITHM_NAMES.get(cfg["algorithm"], cfg["algorithm"])
+    if cfg["algorithm"] == "sheaf-fmtl":
+        maps = "learned maps" if cfg.get("eta", 0) > 0 and cfg.get("lam", 0) > 0 else "fixed maps"
+        name += f" (gamma={cfg['gamma']:g}, {maps})"
+    return name
 
 
 def _metric_name(run_dir: Path) -> str:
@@ -84,3 +102,56 @@ def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = None)
         plt.close(fig)
         written.append(path)
     return written
+
+
+def plot_demo(
+    panels: Sequence[tuple[str, Sequence[str | Path]]], out_dir: str | Path, title: str = ""
+) -> Path:
+    """One row per problem ``(name, run folders)``: the test metric against rounds (left) and
+    against the bits the whole network transmitted (right, log scale; runs that send nothing are a
+    dashed line at their final value). Legends name the algorithm and the problem. Returns the PNG."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [(name, [Path(r) for r in runs]) for name, runs in panels]
+    fig, axes = plt.subplots(len(rows), 2, figsize=(12, 4.2 * len(rows) + 0.6), squeeze=False, sharey="row")
+    colors = {"sheaf-fmtl": "tab:blue", "local": "tab:gray", "dfedu": "tab:orange", "dpsgd": "tab:green"}
+    for (name, runs), (ax_r, ax_b) in zip(rows, axes, strict=True):
+        ylabel = _metric_name(runs[0])
+        summary = json.loads((runs[0] / "summary.json").read_text())
+        dims = summary.get("model_dims", [])
+        sizes = f"model sizes d_i = {', '.join(map(str, dims))}" if dims else ""
+        for r in runs:
+            m = read_metrics(r)
+            algorithm = _config(r)["algorithm"]
+            label = f"{_long_label(r)}, {name}"
+            color = colors.get(algorithm)
+            style = "--" if algorithm == "local" else "-"
+            ax_r.plot(m["round"], m["test_metric"], style, marker=".", ms=4, color=color, label=label)
+            pts = [
+                (b, v)
+                for b, v in zip(m["transmitted_bits"], m["test_metric"], strict=True)
+                if b > 0 and not math.isnan(v)
+            ]
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax_b.plot(xs, ys, marker=".", ms=4, color=color, label=label)
+            elif m["test_metric"]:
+                ax_b.axhline(m["test_metric"][-1], ls="--", color=color or "gray",
+                             label=f"{label} (sends nothing; final value)")
+        ax_r.set(xlabel="communication round", ylabel=ylabel,
+                 title=f"{name} problem ({sizes}): {ylabel} vs rounds")
+        ax_b.yaxis.set_tick_params(labelleft=True)
+        ax_b.set(xlabel="bits transmitted by the whole network (log scale)", ylabel=ylabel,
+                 title=f"{name} problem: {ylabel} vs transmitted bits")
+        ax_b.set_xscale("log")
+        for ax in (ax_r, ax_b):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8, loc="lower right")
+    if title:
+        lines = [w for line in title.splitlines() for w in textwrap.wrap(line, 120)]
+        fig.suptitle("\n".join(lines), fontsize=10)
+    fig.tight_layout()
+    path = out / "demo.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

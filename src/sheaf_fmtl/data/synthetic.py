@@ -7,6 +7,14 @@ feature distributions differ; client sample counts follow a log-normal law.
 ``synthetic-hetero``: clients observe different subsets of one shared feature space, so model
 sizes ``d_i`` differ, and their tasks are related through cluster models: ``W_k = sqrt(r) W_g +
 sqrt(1 - r) W_private`` with ``r = relatedness`` in [0, 1]. This is the setting Sheaf-FMTL is for.
+
+``synthetic-clusters``: the problem of ``sheaf-fmtl demo`` (``configs/demo.yaml``), built so that
+collaboration matters: clients in contiguous blocks (clusters) share a task up to a small private
+part, data are scarce and unequal (10 to 60 training samples, half of the clients keep 20% by the
+protocol; 200 test samples each), labels carry some noise, and client ``k`` sees a random subset of
+``feature_counts[k % len(feature_counts)]`` of the shared features (so model sizes differ).
+``homogeneous=true`` is the same problem (same clients, samples, labels) with every feature seen,
+so that baselines needing one model size (dFedU, D-PSGD) can run on it.
 """
 
 from __future__ import annotations
@@ -112,3 +120,113 @@ def synthetic_hetero(request: DataRequest) -> RawFederated:
         seen = np.sort(rng.choice(d, size=sizes[k % len(sizes)], replace=False))
         clients.append(RawClient(x_full[:, seen].astype(np.float32), y.astype(np.int64)))
     return RawFederated("synthetic-hetero", "classification", c, tuple(clients))
+
+
+CLUSTERS_DEFAULTS: dict[str, Any] = {
+    "features": 24,
+    "classes": 2,
+    "groups": 3,  # clusters of clients with related tasks: contiguous blocks of client indices
+    "relatedness": 0.9,  # within a cluster: W_k = sqrt(r) W_cluster + sqrt(1 - r) W_private
+    "feature_counts": [12, 18, 24],  # client k sees feature_counts[k % len] random features
+    "min_samples": 10,  # training samples per client, uniform in [min_samples, max_samples]
+    "max_samples": 60,
+    "test_samples": 200,  # per client, from the same distribution (a fixed test split)
+    "label_noise": 0.1,  # fraction of labels (train and test) drawn uniformly at random
+    "homogeneous": False,  # every client sees every feature (same samples and labels)
+}
+
+CLUSTERS_CLIENTS = 30  # clients unless the run asks for another number
+
+
+def _clusters_options(given: Mapping[str, Any]) -> dict[str, Any]:
+    name = "synthetic-clusters"
+    unknown = set(given) - set(CLUSTERS_DEFAULTS)
+    if unknown:
+        allowed = sorted(CLUSTERS_DEFAULTS)
+        raise DatasetError(f"{name}: unknown option(s) {sorted(unknown)}; allowed: {allowed}")
+    o = {**CLUSTERS_DEFAULTS, **given}
+    if o["classes"] < 2 or o["features"] < 1 or o["groups"] < 1:
+        raise DatasetError(f"{name}: need classes >= 2, features >= 1 and groups >= 1")
+    if not 0.0 <= o["relatedness"] <= 1.0:
+        raise DatasetError(f"{name}: relatedness must be in [0, 1]")
+    if not 0.0 <= o["label_noise"] < 1.0:
+        raise DatasetError(f"{name}: label_noise must be in [0, 1)")
+    if not 2 <= o["min_samples"] <= o["max_samples"]:
+        raise DatasetError(f"{name}: need 2 <= min_samples <= max_samples")
+    if o["test_samples"] < 1:
+        raise DatasetError(f"{name}: test_samples must be >= 1")
+    if not isinstance(o["homogeneous"], bool):
+        raise DatasetError(f"{name}: homogeneous must be true or false")
+    sizes = o["feature_counts"]
+    if isinstance(sizes, int):
+        sizes = [sizes]
+    sizes = [int(s) for s in sizes]
+    if not sizes or min(sizes) < 1 or max(sizes) > o["features"]:
+        raise DatasetError(f"{name}: feature_counts must lie in [1, features={o['features']}]")
+    o["feature_counts"] = sizes
+    return o
+
+
+def _seen_features(o: Mapping[str, Any], seed: int, n_clients: int) -> list[np.ndarray]:
+    d = o["features"]
+    if o["homogeneous"]:
+        return [np.arange(d) for _ in range(n_clients)]
+    out = []
+    for k in range(n_clients):
+        rng = np.random.default_rng(np.random.SeedSequence([seed, 303, 2, k]))
+        size = o["feature_counts"][k % len(o["feature_counts"])]
+        out.append(np.sort(rng.choice(d, size, replace=False)))
+    return out
+
+
+def clusters_feature_sets(
+    options: Mapping[str, Any], seed: int, clients: int | None = None
+) -> list[np.ndarray]:
+    """Which shared features each client of ``synthetic-clusters`` sees (its columns, in order)."""
+    return _seen_features(_clusters_options(options), seed, clients or CLUSTERS_CLIENTS)
+
+
+def clusters_groups(clients: int | None = None, groups: int = CLUSTERS_DEFAULTS["groups"]) -> list[int]:
+    """The cluster of each client of ``synthetic-clusters`` (contiguous blocks of client indices)."""
+    n = clients or CLUSTERS_CLIENTS
+    return [k * groups // n for k in range(n)]
+
+
+
+def describe_clusters(options: Mapping[str, Any], clients: int | None = None) -> str:
+    """One line saying what ``synthetic-clusters`` with ``options`` is (for titles and logs)."""
+    o = _clusters_options(options)
+    seen = "every feature" if o["homogeneous"] else (
+        f"random subsets of {'/'.join(map(str, o['feature_counts']))} of the {o['features']} features"
+    )
+    return (
+        f"{clients or CLUSTERS_CLIENTS} clients in {o['groups']} clusters of related {o['classes']}-class "
+        f"tasks, {o['min_samples']}-{o['max_samples']} training samples each (half keep 20%), "
+        f"{o['label_noise']:.0%} label noise; clients see {seen}"
+    )
+
+
+@register("synthetic-clusters")
+def synthetic_clusters(request: DataRequest) -> RawFederated:
+    o = _clusters_options(request.options)
+    n_clients = request.clients or CLUSTERS_CLIENTS
+    d, c, r = o["features"], o["classes"], o["relatedness"]
+    # Three independent streams (cluster models and sample counts; each client's task, samples and
+    # labels; each client's feature subset), so ``homogeneous`` changes nothing but the columns seen.
+    rng = np.random.default_rng(np.random.SeedSequence([request.seed, 303, 0]))
+    cluster_w = rng.normal(0.0, 1.0, (o["groups"], d, c))
+    counts = rng.integers(o["min_samples"], o["max_samples"] + 1, n_clients)
+    seen = _seen_features(o, request.seed, n_clients)
+    groups = clusters_groups(n_clients, o["groups"])
+    clients = []
+    for k in range(n_clients):
+        crng = np.random.default_rng(np.random.SeedSequence([request.seed, 303, 1, k]))
+        w = np.sqrt(r) * cluster_w[groups[k]] + np.sqrt(1 - r) * crng.normal(0.0, 1.0, (d, c))
+        n, n_test = int(counts[k]), int(o["test_samples"])
+        x = crng.standard_normal((n + n_test, d))
+        y = np.argmax(x @ w, axis=1)
+        noisy = crng.random(n + n_test) < o["label_noise"]
+        y = np.where(noisy, crng.integers(0, c, n + n_test), y).astype(np.int64)
+        xs = x[:, seen[k]].astype(np.float32)
+        clients.append(RawClient(xs[:n], y[:n], xs[n:], y[n:]))
+    return RawFederated("synthetic-clusters", "classification", c, tuple(clients))
