@@ -21,7 +21,7 @@ declare -A RUNS=(
   [dfedu_lam1]="algorithm=dfedu lam=1"
   [sheaf_g0.01_lam0.001]="algorithm=sheaf-fmtl gamma=0.01 lam=0.001"
   [sheaf_g0.01_lam1]="algorithm=sheaf-fmtl gamma=0.01 lam=1 eta=0.001"
-  [sheaf_idnoise_g0.01_lam1]="algorithm=sheaf-fmtl gamma=0.01 lam=1 eta=0.001 map_init=identity-noise"
+  [sheaf_idnoise_g0.01_lam1]="algorithm=sheaf-fmtl gamma=0.01 lam=1 eta=0.001 map_init=identity-noise map_scale=0.001"
 )
 for name in "${!RUNS[@]}"; do
   args=()
