@@ -163,7 +163,7 @@ def test_sync_detector_sees_syncs_and_tells_which_copies_sync() -> None:
             1000, generator=torch.Generator().manual_seed(0), pin_memory=True
         ).to("cuda", non_blocking=True),
         "cuda gather with a cpu index": lambda: x[torch.tensor([0, 2])],
-        "cuda setitem with a cpu index": lambda: x.__setitem__(torch.tensor([0, 2]), x[:2]),
+        "cuda setitem with a cpu index": lambda: x.__setitem__(torch.tensor([0, 2]), x[:2].clone()),
     }.items():
         with host_syncs() as found:
             fn()
@@ -260,10 +260,11 @@ def batched_vs_loop(model: str, device: str) -> list[tuple[float, float]]:
 
 @pytest.mark.parametrize("model", ["cnn", "cnn-small", "cnn-medium", "cnn-large"])
 def test_batched_cnn_gradients_equal_a_per_client_loop_on_cuda(model: str) -> None:
-    # a 2x2 max-pool window with a near tie may route one filter row's gradient differently (both
-    # are subgradients): all but a few entries must agree to float32 rounding
-    for k, (share, rel) in enumerate(batched_vs_loop(model, "cuda")):
-        assert share > 0.999 and rel < 1e-2, (model, k, share, rel)
+    # cuDNN's per-client convolutions and the batched im2col products sum in different orders: on
+    # an H200, cnn-medium agreed to 1.7e-4 relative overall while 14% of its entries differed by more
+    # than 1e-4 of themselves, so the whole gradient is compared, not entry by entry
+    for k, (_, rel) in enumerate(batched_vs_loop(model, "cuda")):
+        assert rel < 1e-3, (model, k, rel)
 
 
 # ------------------------------------------------------------------------------ a whole run on cuda

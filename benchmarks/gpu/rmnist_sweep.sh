@@ -2,7 +2,7 @@
 # R-MNIST (40 clients, `cnn`, ER p=0.15, one local epoch of batch-32 SGD per round) on one GPU:
 # every run of the sweep in parallel (each is launch-bound), each under its own time limit, then
 # one JSON with every run's metrics (partial ones too) in $OUT/rmnist_sweep.json.
-# Usage: OUT=dir [DATA_DIR=dir] [LIMIT=seconds] [ROUNDS=200] [DEVICE=cuda] bash benchmarks/gpu/rmnist_sweep.sh
+# Usage: OUT=dir [RUN_FILE=benchmarks/gpu/rmnist_*.runs] [DATA_DIR=dir] [LIMIT=seconds] [ROUNDS=200] [DEVICE=cuda] bash benchmarks/gpu/rmnist_sweep.sh
 set -u
 OUT=${OUT:?set OUT}
 LIMIT=${LIMIT:-240}
@@ -14,15 +14,12 @@ WORK=${WORK:-/tmp/rmnist_sweep}
 SHEAF_FMTL=${SHEAF_FMTL:-sheaf-fmtl}
 rm -rf "$WORK"; mkdir -p "$WORK" "$OUT"
 common="dataset=rmnist model=cnn graph_p=0.15 local_epochs=1 batch_size=32 alpha=0.05 rounds=$ROUNDS eval_every=10 device=$DEVICE data_dir=$DATA_DIR save_maps=false $EXTRA"
-declare -A RUNS=(
-  [local]="algorithm=local"
-  [dpsgd]="algorithm=dpsgd"
-  [dfedu_lam0.001]="algorithm=dfedu lam=0.001"
-  [dfedu_lam1]="algorithm=dfedu lam=1"
-  [sheaf_g0.01_lam0.001]="algorithm=sheaf-fmtl gamma=0.01 lam=0.001"
-  [sheaf_g0.01_lam1]="algorithm=sheaf-fmtl gamma=0.01 lam=1 eta=0.001"
-  [sheaf_idnoise_g0.01_lam1]="algorithm=sheaf-fmtl gamma=0.01 lam=1 eta=0.001 map_init=identity-noise map_scale=0.001"
-)
+RUN_FILE=${RUN_FILE:-benchmarks/gpu/rmnist_baselines.runs}  # lines: NAME KEY=VALUE ...
+declare -A RUNS=()
+while read -r name rest; do
+  case "$name" in ''|'#'*) continue ;; esac
+  RUNS[$name]=$rest
+done <"$RUN_FILE"
 for name in "${!RUNS[@]}"; do
   args=()
   for kv in $common ${RUNS[$name]}; do args+=(--set "$kv"); done

@@ -10,6 +10,7 @@ group of clients for CNNs, and ``torch.func``
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -330,15 +331,17 @@ class Cohort:
         return self.init_thetas_for(self.clients.tolist(), seed, stream=7)
 
     def init_thetas_for(self, clients: list[int], seed: int, stream: int) -> torch.Tensor:
+        """Drawn on a CPU copy of the module, so every device starts from the same models."""
+        module = copy.deepcopy(self.module).cpu()
         rows = []
         for client in clients:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(int(np.random.SeedSequence([seed, stream, client]).generate_state(1)[0]))
-                for m in self.module.modules():
+                for m in module.modules():
                     reset = getattr(m, "reset_parameters", None)
                     if callable(reset):
                         reset()
-                rows.append(torch.cat([p.detach().reshape(-1) for p in self.module.parameters()]))
+                rows.append(torch.cat([p.detach().reshape(-1) for p in module.parameters()]))
         return torch.stack(rows).to(self.x_train.device)
 
 

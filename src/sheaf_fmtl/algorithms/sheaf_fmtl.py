@@ -112,6 +112,7 @@ class SheafFMTL:
             dtype=MAP_DTYPES[cfg.map_dtype],
             generator=ctx.init_gen,
             device=cfg.device,
+            shared=cfg.shared_maps,
         )
         scalars = EdgeLayout(np.ones(layout.graph.num_half_edges, np.int64), layout.messages.rev)
         sizes = torch.as_tensor(layout.messages.sizes, device=cfg.device)

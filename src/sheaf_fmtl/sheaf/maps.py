@@ -63,8 +63,14 @@ def init_maps(
     dtype: torch.dtype = torch.float32,
     generator: torch.Generator,
     device: torch.device | str = "cpu",
+    shared: bool = False,
 ) -> list[torch.Tensor]:
-    """One ``[H_b, d_e, d]`` tensor per bucket of ``layout``, maps drawn in half-edge order."""
+    """One ``[H_b, d_e, d]`` tensor per bucket of ``layout``, maps drawn in half-edge order.
+
+    ``shared``: both maps of an edge ``{i, j}`` with ``d_i = d_j`` start equal (``P_ji = P_ij``), so
+    ``P_ij theta_i = P_ji theta_j`` asks the two models to agree on one ``d_ij``-dimensional
+    projection; independent draws tie together coordinates that mean different things in the two
+    models. Edges between models of different sizes keep independent draws."""
     if init == "zeros":
         raise MapInitError("map_init=zeros is rejected: zero restriction maps never learn (paper Remark 2)")
     if init not in MAP_INITS:
@@ -78,9 +84,15 @@ def init_maps(
     for bi, b in enumerate(layout.buckets):
         for k, h in enumerate(b.half_edges.tolist()):
             where[h] = (bi, k)
+    rev = layout.graph.rev
     for h in range(layout.graph.num_half_edges):
         bi, k = where[h]
         b = layout.buckets[bi]
+        if shared and rev[h] < h:
+            ri, rk = where[int(rev[h])]
+            if maps[ri].shape[1:] == b.shape[1:]:
+                maps[bi][k] = maps[ri][rk]
+                continue
         maps[bi][k] = _one_map(init, default_scale(init, b.node_dim) if s is None else s,
                                b.edge_dim, b.node_dim, generator).to(dtype)
     return maps
