@@ -226,10 +226,11 @@ def test_shared_maps_start_equal_on_equal_size_edges_and_independent_otherwise()
     dims = [6, 6, 9, 6]
     layout = build_layout(graph, dims, [0, 0, 1, 0], 0.5)
     maps = init_maps(layout, "gaussian", generator=torch.Generator().manual_seed(0), shared=True)
-    where = {int(h): (bi, k) for bi, b in enumerate(layout.buckets) for k, h in enumerate(b.half_edges.tolist())}
+    where = {int(h): m[k] for b, m in zip(layout.buckets, maps, strict=True)
+             for k, h in enumerate(b.half_edges.tolist())}
     for h in range(graph.num_half_edges):
         a, b = where[h], where[int(graph.rev[h])]
-        same = torch.equal(maps[a[0]][a[1]], maps[b[0]][b[1]]) if maps[a[0]].shape == maps[b[0]].shape else False
+        same = a.shape == b.shape and torch.equal(a, b)
         assert same == (dims[graph.src[h]] == dims[graph.dst[h]]), h
 
 
