@@ -41,7 +41,7 @@ class RunConfig:
     map_init: str = "gaussian"
     map_scale: float | None = None  # None: auto (gaussian sigma = 1/sqrt(d_i), ...); see sheaf.maps
     map_dtype: str = "float32"
-    shared_maps: bool = False  # both maps of an edge between equal-size models start equal
+    shared_maps: bool = True  # both maps of an edge between equal-size models start equal
     message_mode: str = "compact"
     map_defer: int = -1  # rounds between folds of the rank-one map steps (-1 auto, 1 = every round)
     l2: float = 1e-4
