@@ -41,12 +41,16 @@ def gradient(ctx: Context, theta: torch.Tensor, state: State) -> torch.Tensor:
     return grads[0]
 
 
-def require_stable_coupling(alpha: float, lam: float, lambda_max: float, operator: str) -> str | None:
+def require_stable_coupling(
+    alpha: float, lam: float, lambda_max: float, operator: str, maps: bool = True
+) -> str | None:
     """Refuse ``alpha lam lambda_max >= 2`` (the coupling step ``theta <- theta - alpha lam L theta``
     then grows along the top eigenvector); a note when ``>= 1`` (``lambda_max`` is estimated from
     below, so the margin may be smaller than it looks)."""
     product = alpha * lam * lambda_max
-    keys = "lower alpha or lam, or scale the maps down (map_scale; the default scales them by 1/sqrt(d_i))"
+    keys = "lower alpha or lam"
+    if maps:
+        keys += ", or scale the maps down (map_scale; the default scales them by 1/sqrt(d_i))"
     if product >= 2.0:
         raise ConfigError(
             f"unstable configuration: alpha*lam*lambda_max = {alpha:g}*{lam:g}*{lambda_max:.4g} = "

@@ -45,7 +45,7 @@ class DFedU:
             for i, j in ctx.graph.edges.reshape(-1, 2):
                 lap[i, j] = lap[j, i] = -1.0
             note = require_stable_coupling(
-                self.alpha, self.lam, float(np.linalg.eigvalsh(lap)[-1]), "graph Laplacian"
+                self.alpha, self.lam, float(np.linalg.eigvalsh(lap)[-1]), "graph Laplacian", maps=False
             )
             if note:
                 self.notes.append(note)

@@ -33,6 +33,7 @@ makes the coupling step diverge and is refused; at every evaluation, Theorem 1's
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +70,9 @@ class SheafState(State):
     map_defer: int = -1
     lambda_max: float | None = None  # start-up estimate of lambda_max(L_F)
     theta_norm_max: float = 0.0  # largest ||theta_i|| seen at evaluations (Theorem 1's D)
+    sq_norm_max: torch.Tensor | None = None  # running max of the sent ||theta_i||^2 (on the device)
+    first_violation: torch.Tensor | None = None  # [round, ||theta||^2] where eta lam D^2 >= 2 first held
+    rounds_sent: int = 0
 
     @property
     def maps(self) -> list[torch.Tensor]:
@@ -158,8 +162,23 @@ class SheafFMTL:
         payload: Payload = {"msg": EdgeTensor(state.sent, state.layout.messages)}
         if self._is_map_phase(state, phase) and self.compact:
             state.sent_sq = _sq_norms(state.layout, state.thetas)
+            self._track_norms(state)
             payload["sq_norm"] = EdgeTensor(state.sent_sq, state.scalars)
         return payload
+
+    def _track_norms(self, state: SheafState) -> None:
+        """Theorem 1's ``D`` between evaluations, on the device (no sync): the running max of the
+        sent ``||theta_i||^2`` and the first round where ``eta lam ||theta_i||^2 >= 2``."""
+        assert state.sent_sq is not None
+        state.rounds_sent += 1
+        top = state.sent_sq.max()
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        state.sq_norm_max = top if state.sq_norm_max is None else torch.maximum(state.sq_norm_max, top)
+        if state.first_violation is None:
+            state.first_violation = torch.full((2,), -1.0, dtype=top.dtype, device=top.device)
+        fresh = (self.eta * self.lam * top >= 2.0) & (state.first_violation[0] < 0)
+        now = torch.stack([torch.full_like(top, state.rounds_sent), top])
+        state.first_violation = torch.where(fresh, now, state.first_violation)
 
     def receive(self, state: SheafState, incoming: Payload, phase: int, ctx: Context) -> SheafState:
         if self.epochs:
@@ -237,14 +256,20 @@ class SheafFMTL:
         notes, self.notes = self.notes, []
         if not self.learn_maps:
             return notes
-        norm = max(float(torch.linalg.vector_norm(t, dim=1).max()) for t in state.thetas)
-        state.theta_norm_max = max(state.theta_norm_max, norm)
+        norms = [float(torch.linalg.vector_norm(t, dim=1).max()) for t in state.thetas]
+        when = None
+        if state.first_violation is not None:  # every round's sent norms (compact mode)
+            first_round, first_sq = state.first_violation.tolist()
+            if first_round >= 0:
+                when, norms = int(first_round), [first_sq**0.5]
+        state.theta_norm_max = max([state.theta_norm_max, *(n for n in norms if math.isfinite(n))])
         bound = 2.0 / (self.lam * state.theta_norm_max**2) if state.theta_norm_max > 0 else float("inf")
         if self.eta >= bound and not self._warned_map_step:
             self._warned_map_step = True
+            since = f" since round {when}" if when is not None else ""
             notes.append(
-                f"eta = {self.eta:g} is above Theorem 1's map-step bound 2/(lam D^2) = {bound:.3g} "
-                f"(D = {state.theta_norm_max:.3g}, the largest ||theta_i|| so far): the map step may "
+                f"eta = {self.eta:g} is above Theorem 1's map-step bound 2/(lam D^2) = {bound:.3g}{since} "
+                f"(D = {state.theta_norm_max:.3g}, the largest ||theta_i|| then): the map step may "
                 "not converge; lower eta"
             )
         return notes

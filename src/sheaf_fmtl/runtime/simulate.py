@@ -204,7 +204,9 @@ def run(config: RunConfig, out_dir: str | Path, *, progress: bool = True) -> dic
     if diverged_at is not None:
         summary["diverged_at_round"] = diverged_at
         summary["last_good_round"] = recorder.rows[-1]["round"] if recorder.rows else None
-        summary["message"] = divergence_message(diverged_at, config)
+        late = sim.diagnose()  # e.g. Theorem 1's map-step bound, from the norms seen before the NaN
+        notes.extend(late)
+        summary["message"] = "; ".join([divergence_message(diverged_at, config), *late])
         recorder.summary(summary)
         raise DivergenceError(summary["message"])
     recorder.checkpoint(
