@@ -104,27 +104,43 @@ def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = None)
     return written
 
 
+DemoCurve = str | Path | tuple[str | Path, str]  # a run folder, or (run folder, legend label)
+
+_COLORS = {"sheaf-fmtl": "tab:blue", "local": "tab:gray", "dfedu": "tab:orange", "dpsgd": "tab:green"}
+_SPARE_COLORS = ("tab:green", "tab:purple", "tab:red", "tab:brown", "tab:pink", "tab:olive")
+
+
 def plot_demo(
-    panels: Sequence[tuple[str, Sequence[str | Path]]], out_dir: str | Path, title: str = ""
+    panels: Sequence[tuple[str, Sequence[DemoCurve]]], out_dir: str | Path, title: str = ""
 ) -> Path:
-    """One row per problem ``(name, run folders)``: the test metric against rounds (left) and
-    against the bits the whole network transmitted (right, log scale; runs that send nothing are a
-    dashed line at their final value). Legends name the algorithm and the problem. Returns the PNG."""
+    """One row per problem ``(name, curves)``, a curve being a run folder or ``(run folder, label)``:
+    the test metric against rounds (left) and against the bits the whole network transmitted
+    (right, log scale; runs that send nothing are a dashed line at their final value). Legends name
+    the run (its label, or the algorithm and its maps) and the problem; each curve's final value is
+    marked at the right end. Returns the PNG."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rows = [(name, [Path(r) for r in runs]) for name, runs in panels]
-    fig, axes = plt.subplots(len(rows), 2, figsize=(12, 4.2 * len(rows) + 0.6), squeeze=False, sharey="row")
-    colors = {"sheaf-fmtl": "tab:blue", "local": "tab:gray", "dfedu": "tab:orange", "dpsgd": "tab:green"}
+    rows = []
+    for name, curves in panels:
+        pairs = [(Path(c[0]), c[1]) if isinstance(c, tuple) else (Path(c), None) for c in curves]
+        rows.append((name, pairs))
+    fig, axes = plt.subplots(len(rows), 2, figsize=(13, 4.6 * len(rows) + 0.8), squeeze=False, sharey="row")
     for (name, runs), (ax_r, ax_b) in zip(rows, axes, strict=True):
-        ylabel = _metric_name(runs[0])
-        summary = json.loads((runs[0] / "summary.json").read_text())
+        ylabel = _metric_name(runs[0][0])
+        summary = json.loads((runs[0][0] / "summary.json").read_text())
         dims = summary.get("model_dims", [])
         sizes = f"model sizes d_i = {', '.join(map(str, dims))}" if dims else ""
-        for r in runs:
+        used: set[str] = set()
+        for r, given in runs:
             m = read_metrics(r)
             algorithm = _config(r)["algorithm"]
-            label = f"{_long_label(r)}, {name}"
-            color = colors.get(algorithm)
+            label = given or _long_label(r)
+            if m["test_metric"]:
+                label += f": {m['test_metric'][-1]:.3f}"
+            color = _COLORS.get(algorithm)
+            if color is None or color in used:
+                color = next(c for c in _SPARE_COLORS if c not in used)
+            used.add(color)
             style = "--" if algorithm == "local" else "-"
             ax_r.plot(m["round"], m["test_metric"], style, marker=".", ms=4, color=color, label=label)
             pts = [
@@ -136,8 +152,7 @@ def plot_demo(
                 xs, ys = zip(*pts, strict=True)
                 ax_b.plot(xs, ys, marker=".", ms=4, color=color, label=label)
             elif m["test_metric"]:
-                ax_b.axhline(m["test_metric"][-1], ls="--", color=color or "gray",
-                             label=f"{label} (sends nothing; final value)")
+                ax_b.axhline(m["test_metric"][-1], ls="--", color=color, label=f"{label} (sends nothing)")
         ax_r.set(xlabel="communication round", ylabel=ylabel,
                  title=f"{name} problem ({sizes}): {ylabel} vs rounds")
         ax_b.yaxis.set_tick_params(labelleft=True)
@@ -146,9 +161,10 @@ def plot_demo(
         ax_b.set_xscale("log")
         for ax in (ax_r, ax_b):
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8, loc="lower right")
+            ax.legend(fontsize=8, loc="lower right", title=f"{name} problem (final {ylabel})",
+                      title_fontsize=8)
     if title:
-        lines = [w for line in title.splitlines() for w in textwrap.wrap(line, 120)]
+        lines = [w for line in title.splitlines() for w in textwrap.wrap(line, 130)]
         fig.suptitle("\n".join(lines), fontsize=10)
     fig.tight_layout()
     path = out / "demo.png"

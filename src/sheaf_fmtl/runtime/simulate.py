@@ -137,14 +137,18 @@ def divergence_message(round_: int, config: RunConfig) -> str:
     )
 
 
-def run(config: RunConfig, out_dir: str | Path, *, progress: bool = True) -> dict[str, Any]:
-    """Run ``config`` and write the run folder; returns the summary.
+def run(
+    config: RunConfig, out_dir: str | Path, *, progress: bool = True, sim: Simulation | None = None
+) -> dict[str, Any]:
+    """Run ``config`` and write the run folder; returns the summary. ``sim``: a simulation built
+    elsewhere from ``config`` (e.g. with hand-made maps, :mod:`sheaf_fmtl.sheaf.special_cases`).
 
     On divergence the folder keeps ``metrics.csv`` up to the last good evaluation and a summary
     with ``status = diverged`` and no final metric; :class:`DivergenceError` is raised.
     """
     t0 = time.perf_counter()
-    sim = build_simulation(config)
+    if sim is None:
+        sim = build_simulation(config)
     recorder = Recorder(out_dir, config)
     fed = sim.ctx.fed
     metric_name = "accuracy" if fed.task == "classification" else "mse"

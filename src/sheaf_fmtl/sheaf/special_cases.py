@@ -11,6 +11,10 @@ All of them run the ``sheaf-fmtl`` algorithm with ``eta = 0`` (maps never change
 - :func:`hybrid_fl`: a server node 0 with all features, clients with subsets; ``P_0i = Pi_i`` (the
   selection matrix pruning the server model to client ``i``'s), ``P_i0 = I``, ``d_e = d_i``: the
   energy is ``sum_i ||theta_i - Pi_i theta_0||^2`` (Zhang et al. 2022, Eq. 6 with ``mu_1 = 0``).
+- :func:`shared_feature_maps`: clients seeing different subsets of one feature space, linked by a
+  client graph; ``P_ij`` selects the weights of the features ``i`` and ``j`` both see (and the
+  bias), so the energy is ``sum_{e={i,j}} ||W_i[:, S_ij] - W_j[:, S_ij]||^2 + ||b_i - b_j||^2``: hybrid
+  FL's selection matrices put on client-client edges.
 - local training is ``lam = 0`` (any maps).
 
 Node 0 of the star graphs is the server; it is a node of the federation without test data, so
@@ -25,14 +29,16 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from ..algorithms.sheaf_fmtl import SheafState
+from ..algorithms.common import require_stable_coupling
+from ..algorithms.sheaf_fmtl import STABILITY_ITERS, SheafFMTL, SheafState
 from ..config import RunConfig
 from ..data.base import ClientSplit, FederatedDataset
 from ..federation import Federation, build_federation
-from ..runtime.simulate import Simulation, build_simulation
+from ..runtime.simulate import Simulation, build_graph, build_simulation
 from .graph import ClientGraph, make_graph
 from .layout import build_layout
 from .maps import MAP_DTYPES
+from .stability import laplacian_lambda_max
 
 MapOf = Callable[[int, int], torch.Tensor]  # (i, j) -> P_ij [d_ij, d_i]
 
@@ -141,3 +147,85 @@ def _check_hybrid(fed: Federation, selections: list[np.ndarray]) -> None:
     for i, sel in enumerate(selections, start=1):
         if len(sel) != dims[i]:
             raise ValueError(f"client {i} has {dims[i]} parameters but its feature list selects {len(sel)}")
+
+
+def shared_feature_maps(
+    config: RunConfig,
+    dataset: FederatedDataset,
+    features: Sequence[Sequence[int] | np.ndarray],
+    graph: ClientGraph | None = None,
+) -> Simulation:
+    """Sheaf-FMTL with fixed, feature-aware restriction maps for clients that see different subsets
+    of one feature space: client ``i``'s columns are the global features ``features[i]``, in order.
+
+    This generalises the paper's hybrid-FL special case (Zhang et al. 2022; :func:`hybrid_fl`), whose
+    selection matrices ``Pi_i`` prune a server model holding every feature to client ``i``'s features,
+    from server-client edges to the edges of a client graph without a server: for an edge
+    ``{i, j}`` with shared features ``S = F_i & F_j`` (in increasing global index), ``P_ij`` selects
+    ``W_i[:, S]`` (row-major, output by output) and ``b_i`` from ``theta_i = [W_i, b_i]``, and ``P_ji``
+    the same entries of ``theta_j``; ``d_ij = outputs (|S| + 1)``. Then
+
+        ``theta^T L_F theta = sum_{e={i,j}} ||W_i[:, S] - W_j[:, S]||^2 + ||b_i - b_j||^2``,
+
+    the conventional FMTL (dFedU) penalty restricted to the coordinates that mean the same thing in
+    both models. An edge whose clients share no feature couples the biases only. Linear or logistic
+    models only; the maps stay fixed, so ``config.eta`` must be 0 (one ``d_ij`` vector per neighbour
+    and round is sent). ``graph`` defaults to the config's. The start-up stability check
+    (``alpha lam lambda_max(L_F) < 2``, refused otherwise) runs on these maps; with selection maps
+    ``lambda_max(L_F)`` is at most the graph Laplacian's.
+    """
+    if config.eta != 0.0:
+        raise ValueError(f"shared_feature_maps builds fixed maps: eta must be 0, got eta={config.eta:g}")
+    fed = build_federation(dataset, config.model, l2=config.l2, device=config.device)
+    n = fed.num_clients
+    if len(features) != n:
+        raise ValueError(f"need one feature list per client: {n} clients, {len(features)} lists")
+    if any(c.model_name not in ("linear", "logistic") for c in fed.cohorts):
+        raise ValueError("shared_feature_maps builds selection matrices for linear and logistic models only")
+    outputs = dataset.num_classes if dataset.task == "classification" else 1
+    dims = fed.node_dims().tolist()
+    columns: list[dict[int, int]] = []  # per client: global feature -> its column
+    for i, f in enumerate(features):
+        cols = [int(v) for v in f]
+        width = int(np.prod(dataset.feature_shape(i)))
+        if len(set(cols)) != len(cols) or min(cols, default=0) < 0:
+            raise ValueError(f"client {i}: features must be distinct indices >= 0, got {cols}")
+        if len(cols) != width or dims[i] != outputs * (width + 1):
+            raise ValueError(
+                f"client {i} has {width} input features ({dims[i]} parameters) but its feature list "
+                f"names {len(cols)}"
+            )
+        columns.append({g: c for c, g in enumerate(cols)})
+    if graph is None:
+        graph = build_graph(config, n)
+    if graph.num_nodes != n:
+        raise ValueError(f"graph has {graph.num_nodes} nodes but the federation has {n} clients")
+
+    def rows(i: int, j: int) -> np.ndarray:
+        """Rows of ``P_ij``: ``W_i[:, S]`` (``S`` in increasing global index), then ``b_i``."""
+        width = len(columns[i])
+        shared = sorted(set(columns[i]) & set(columns[j]))
+        if not shared:  # nothing in common but the outputs: the biases
+            return outputs * width + np.arange(outputs)
+        return linear_selection([columns[i][g] for g in shared], width, outputs)
+
+    edge_dims = np.array([len(rows(int(i), int(j))) for i, j in graph.edges], np.int64)
+
+    def map_of(i: int, j: int) -> torch.Tensor:
+        return torch.eye(dims[i])[torch.as_tensor(rows(i, j))]
+
+    fixed = config.replace(algorithm="sheaf-fmtl", stability_check=False)
+    sim = build_simulation(fixed, fed=fed, graph=graph)
+    set_fixed_maps(sim, edge_dims, map_of)
+    sim.config = config.replace(algorithm="sheaf-fmtl")
+    state, algorithm = sim.state, sim.algorithm
+    assert isinstance(state, SheafState) and isinstance(algorithm, SheafFMTL)
+    if config.stability_check and config.lam > 0:
+        assert state.layout is not None and state.store is not None
+        state.lambda_max = laplacian_lambda_max(state.layout, state.thetas, state.store, STABILITY_ITERS,
+                                                config.seed)
+        note = require_stable_coupling(config.alpha, config.lam, state.lambda_max,
+                                       "sheaf Laplacian L_F of the feature maps", maps=False)
+        if note:
+            algorithm.notes.append(note)
+    return sim
