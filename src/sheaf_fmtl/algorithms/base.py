@@ -7,7 +7,6 @@ clients only through what the transport hands them, and never touch files or bui
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -56,11 +55,8 @@ class Context:
         return self.config.local_epochs > 0
 
     def steps_per_epoch(self) -> int:
-        b = self.config.batch_size
-        return max(
-            max(1, math.ceil(int(c.n_host.max()) / (b if b > 0 else max(1, c.x_train.shape[1]))))
-            for c in self.fed.cohorts
-        )
+        """Steps of one pass over the largest client's data, over all cohorts."""
+        return max(c.steps_per_epoch(self.config.batch_size) for c in self.fed.cohorts)
 
     def local_steps(self) -> int:
         """Local SGD steps per round: ``local_epochs`` passes over the largest client's data, or
