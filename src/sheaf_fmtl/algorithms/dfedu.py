@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
+import networkx as nx
 
 from ..config import RunConfig
 from ..runtime.transport import Payload
@@ -41,12 +41,8 @@ class DFedU:
     def init(self, ctx: Context) -> GossipState:
         state = gossip_init(ctx, self.name)
         if ctx.config.stability_check and self.lam > 0:
-            lap = np.diag(ctx.graph.degrees().astype(float))
-            for i, j in ctx.graph.edges.reshape(-1, 2):
-                lap[i, j] = lap[j, i] = -1.0
-            note = require_stable_coupling(
-                self.alpha, self.lam, float(np.linalg.eigvalsh(lap)[-1]), "graph Laplacian", maps=False
-            )
+            lambda_max = float(nx.laplacian_spectrum(ctx.graph.to_networkx()).max())
+            note = require_stable_coupling(self.alpha, self.lam, lambda_max, "graph Laplacian", maps=False)
             if note:
                 self.notes.append(note)
         return state

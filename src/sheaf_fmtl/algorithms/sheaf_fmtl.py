@@ -27,8 +27,9 @@ round; taking the map step first, the messages with the updated maps follow from
 above, so a round sends one ``d_ij`` vector and one scalar per neighbour (``literal``: two vectors).
 
 Start-up: ``alpha lam lambda_max(L_F) >= 2`` (power iteration, :mod:`sheaf_fmtl.sheaf.stability`)
-makes the coupling step diverge and is refused; at every evaluation, Theorem 1's map-step condition
-``eta < 2 / (lam D^2)`` (``D``: the largest ``||theta_i||`` seen) is checked and a warning given once.
+makes the coupling step diverge and is refused; Theorem 1's map-step condition ``eta < 2 / (lam D^2)``
+(``D``: the largest ``||theta_i||`` seen) is checked at every evaluation, and in compact mode every
+round on the device, and a warning is given once (also in a divergence message).
 """
 
 from __future__ import annotations
@@ -71,7 +72,6 @@ class SheafState(State):
     map_defer: int = -1
     lambda_max: float | None = None  # start-up estimate of lambda_max(L_F)
     theta_norm_max: float = 0.0  # largest ||theta_i|| seen at evaluations (Theorem 1's D)
-    sq_norm_max: torch.Tensor | None = None  # running max of the sent ||theta_i||^2 (on the device)
     first_violation: torch.Tensor | None = None  # [round, ||theta||^2] where eta lam D^2 >= 2 first held
     rounds_sent: int = 0
 
@@ -168,13 +168,12 @@ class SheafFMTL:
         return payload
 
     def _track_norms(self, state: SheafState) -> None:
-        """Theorem 1's ``D`` between evaluations, on the device (no sync): the running max of the
-        sent ``||theta_i||^2`` and the first round where ``eta lam ||theta_i||^2 >= 2``."""
+        """Theorem 1's ``D`` between evaluations, on the device (no sync): the first round where a
+        sent ``||theta_i||^2`` makes ``eta lam ||theta_i||^2 >= 2``, and that norm."""
         assert state.sent_sq is not None
         state.rounds_sent += 1
         top = state.sent_sq.max()
         top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        state.sq_norm_max = top if state.sq_norm_max is None else torch.maximum(state.sq_norm_max, top)
         if state.first_violation is None:
             state.first_violation = torch.full((2,), -1.0, dtype=top.dtype, device=top.device)
         fresh = (self.eta * self.lam * top >= 2.0) & (state.first_violation[0] < 0)
