@@ -130,14 +130,22 @@ class SheafFMTL:
             element_edge=element_edge,
         )
         state.maps = maps
-        if cfg.stability_check and self.lam > 0:
-            big = layout.map_bytes(MAP_DTYPES[cfg.map_dtype].itemsize) > LARGE_MAPS_BYTES
-            iters = STABILITY_ITERS_LARGE if big and cfg.device == "cpu" else STABILITY_ITERS
-            state.lambda_max = laplacian_lambda_max(layout, state.thetas, state.store, iters, cfg.seed)
-            note = require_stable_coupling(self.alpha, self.lam, state.lambda_max, "sheaf Laplacian L_F")
-            if note:
-                self.notes.append(note)
+        self.check_stability(state, cfg)
         return state
+
+    def check_stability(self, state: SheafState, cfg: RunConfig) -> None:
+        """The start-up check on the current maps (also after maps are replaced by hand, see
+        :func:`sheaf_fmtl.sheaf.special_cases.set_fixed_maps`): ``lambda_max(L_F)`` by power
+        iteration, ``alpha lam lambda_max >= 2`` refused, ``>= 1`` noted."""
+        if not cfg.stability_check or self.lam <= 0:
+            return
+        assert state.layout is not None and state.store is not None
+        big = state.layout.map_bytes(MAP_DTYPES[cfg.map_dtype].itemsize) > LARGE_MAPS_BYTES
+        iters = STABILITY_ITERS_LARGE if big and cfg.device == "cpu" else STABILITY_ITERS
+        state.lambda_max = laplacian_lambda_max(state.layout, state.thetas, state.store, iters, cfg.seed)
+        note = require_stable_coupling(self.alpha, self.lam, state.lambda_max, "sheaf Laplacian L_F")
+        if note:
+            self.notes.append(note)
 
     # -- rounds ---------------------------------------------------------------------------------
     def local(self, state: SheafState, ctx: Context) -> SheafState:

@@ -29,8 +29,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from ..algorithms.common import require_stable_coupling
-from ..algorithms.sheaf_fmtl import STABILITY_ITERS, SheafFMTL, SheafState
+from ..algorithms.sheaf_fmtl import SheafFMTL, SheafState
 from ..config import RunConfig
 from ..data.base import ClientSplit, FederatedDataset
 from ..federation import Federation, build_federation
@@ -38,7 +37,6 @@ from ..runtime.simulate import Simulation, build_graph, build_simulation
 from .graph import ClientGraph, make_graph
 from .layout import build_layout
 from .maps import MAP_DTYPES
-from .stability import laplacian_lambda_max
 
 MapOf = Callable[[int, int], torch.Tensor]  # (i, j) -> P_ij [d_ij, d_i]
 
@@ -96,7 +94,8 @@ def linear_selection(features: Sequence[int], num_features: int, outputs: int) -
 
 def set_fixed_maps(sim: Simulation, edge_dims: np.ndarray, map_of: MapOf) -> None:
     """Replace a fresh ``sheaf-fmtl`` simulation's layout and maps by ``P_ij = map_of(i, j)``
-    (``[edge_dims[e], d_i]``), stacked per shape bucket. Call before the first round."""
+    (``[edge_dims[e], d_i]``), stacked per shape bucket, and rerun the start-up stability check on
+    them (per ``sim.config``). Call before the first round."""
     state = sim.state
     if not isinstance(state, SheafState) or sim.config.eta != 0.0:
         raise ValueError("fixed maps need algorithm=sheaf-fmtl with eta=0")
@@ -112,6 +111,8 @@ def set_fixed_maps(sim: Simulation, edge_dims: np.ndarray, map_of: MapOf) -> Non
                 raise ValueError(f"map has shape {tuple(p.shape)}, expected {(b.edge_dim, b.node_dim)}")
         maps.append(torch.stack(stack).to(dtype=dtype, device=state.thetas[0].device))
     state.layout, state.maps = layout, maps
+    assert isinstance(sim.algorithm, SheafFMTL)
+    sim.algorithm.check_stability(state, sim.config)
 
 
 def hybrid_fl(config: RunConfig, dataset: FederatedDataset, features: Sequence[Sequence[int]]) -> Simulation:
@@ -214,18 +215,9 @@ def shared_feature_maps(
     def map_of(i: int, j: int) -> torch.Tensor:
         return torch.eye(dims[i])[torch.as_tensor(rows(i, j))]
 
-    fixed = config.replace(algorithm="sheaf-fmtl", stability_check=False)
-    sim = build_simulation(fixed, fed=fed, graph=graph)
-    set_fixed_maps(sim, edge_dims, map_of)
+    # the random maps drawn at build are replaced: check stability on the feature maps only
+    unchecked = config.replace(algorithm="sheaf-fmtl", stability_check=False)
+    sim = build_simulation(unchecked, fed=fed, graph=graph)
     sim.config = config.replace(algorithm="sheaf-fmtl")
-    state, algorithm = sim.state, sim.algorithm
-    assert isinstance(state, SheafState) and isinstance(algorithm, SheafFMTL)
-    if config.stability_check and config.lam > 0:
-        assert state.layout is not None and state.store is not None
-        state.lambda_max = laplacian_lambda_max(state.layout, state.thetas, state.store, STABILITY_ITERS,
-                                                config.seed)
-        note = require_stable_coupling(config.alpha, config.lam, state.lambda_max,
-                                       "sheaf Laplacian L_F of the feature maps", maps=False)
-        if note:
-            algorithm.notes.append(note)
+    set_fixed_maps(sim, edge_dims, map_of)
     return sim
