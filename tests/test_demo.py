@@ -112,7 +112,7 @@ def test_demo_runs_end_to_end_and_writes_its_plot(tmp_path, capsys):
 
 
 def test_demo_comparisons_report_targets_from_the_numbers():
-    from sheaf_fmtl.cli import _demo_comparisons
+    from sheaf_fmtl.demo import _demo_comparisons
 
     def run(final, bits, label):  # noqa: ANN001, ANN202
         return {"final": final, "metric": "accuracy", "transmitted_bits": bits, "label": label}

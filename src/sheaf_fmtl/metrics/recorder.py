@@ -63,3 +63,14 @@ def read_metrics(run_dir: str | Path) -> dict[str, list[float]]:
     with open(Path(run_dir) / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     return {c: [float(r[c]) if r.get(c) else math.nan for r in rows] for c in METRIC_COLUMNS}
+
+
+def format_summary(summary: dict[str, Any], out: Path | str) -> str:
+    """Two lines for the terminal: the final metric, bits and time of a run, and where it went."""
+    return (
+        f"{summary['algorithm']} on {summary['dataset']}: "
+        f"final mean test {summary['metric']} = {summary['final']:.4f} "
+        f"over {summary['num_clients']} clients, "
+        f"{summary['transmitted_bits']:,} bits transmitted, {summary['wall_seconds']:.1f} s\n"
+        f"results: {out}/ (config.yaml, metrics.csv, summary.json, checkpoint.pt)"
+    )
