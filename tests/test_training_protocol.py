@@ -247,3 +247,20 @@ def test_shared_fixed_maps_pull_the_shared_projections_together():
     sim.state.thetas = loc.state.thetas  # the same maps, applied to the uncoupled models
     local_energy = float(sim.algorithm.penalty(sim.state, sim.ctx)[1])
     assert sheaf_energy < 0.5 * local_energy
+
+
+@pytest.mark.parametrize("init", ["gaussian", "uniform"])
+def test_maps_drawn_per_bucket_on_the_device_keep_the_scale_and_the_sharing(init):
+    from sheaf_fmtl.sheaf.layout import build_layout
+    from sheaf_fmtl.sheaf.maps import init_maps
+
+    graph = make_graph("complete", 4)
+    layout = build_layout(graph, [400] * 4, [0] * 4, 0.5)
+    (host,) = init_maps(layout, init, generator=torch.Generator().manual_seed(0), shared=True)
+    (dev,) = init_maps(layout, init, generator=torch.Generator().manual_seed(0), shared=True, on_device=True)
+    assert not torch.equal(host, dev)  # another generator: the same law, not the same numbers
+    assert float(dev.std()) == pytest.approx(float(host.std()), rel=0.02)  # 1/sqrt(d_i) = 0.05 both
+    assert float(dev.std()) == pytest.approx(0.05, rel=0.02)
+    pos = {int(h): k for k, h in enumerate(layout.buckets[0].half_edges.tolist())}
+    for h in range(graph.num_half_edges):
+        assert torch.equal(dev[pos[h]], dev[pos[int(graph.rev[h])]])

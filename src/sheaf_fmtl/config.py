@@ -42,6 +42,7 @@ class RunConfig:
     map_scale: float | None = None  # None: auto (gaussian sigma = 1/sqrt(d_i), ...); see sheaf.maps
     map_dtype: str = "float32"
     shared_maps: bool = True  # both maps of an edge between equal-size models start equal
+    map_draw: str = "host"  # host: per-map CPU draws (same maps on every device); device: per bucket there
     message_mode: str = "compact"
     map_defer: int = -1  # rounds between folds of the rank-one map steps (-1 auto, 1 = every round)
     l2: float = 1e-4
@@ -75,6 +76,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "device": ("cpu", "cuda"),
     "dpsgd_order": ("lian", "atc"),
     "init": ("common", "per-client"),
+    "map_draw": ("host", "device"),
 }
 # key -> (lower, lower inclusive, upper, upper inclusive, text)
 _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {

@@ -118,6 +118,7 @@ class SheafFMTL:
             generator=ctx.init_gen,
             device=cfg.device,
             shared=cfg.shared_maps,
+            on_device=cfg.map_draw == "device",
         )
         scalars = EdgeLayout(np.ones(layout.graph.num_half_edges, np.int64), layout.messages.rev)
         sizes = torch.as_tensor(layout.messages.sizes, device=cfg.device)

@@ -17,7 +17,6 @@ Definitions (all printed and written to ``bench.json``):
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gc
 import hashlib
@@ -29,7 +28,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,9 +70,9 @@ class Setting:
     ref_rounds: int = 2
     seed: int = 0
     map_dtype: str = "float32"
-    # Draw the (Gaussian) maps on the device with a device generator instead of the library's
-    # per-map CPU draws: same distribution, for timing only; the CPU draws of 35 GiB of maps take
-    # minutes, which a GPU benchmark should not spend. Recorded in bench.json with the setting.
+    # Draw the maps on the device (config ``map_draw=device``) instead of the library's per-map CPU
+    # draws: same distribution; the CPU draws of 35 GiB of maps take minutes, which a GPU benchmark
+    # should not spend. Recorded in bench.json with the setting.
     map_init_on_device: bool = False
 
     def config(self, device: str = "cpu") -> RunConfig:
@@ -95,6 +93,7 @@ class Setting:
                 seed=self.seed,
                 device=device,
                 map_dtype=self.map_dtype,
+                map_draw="device" if self.map_init_on_device else "host",
             )
         )
 
@@ -192,40 +191,7 @@ def make_dataset(s: Setting) -> FederatedDataset:
 def build(s: Setting, device: str = "cpu") -> Simulation:
     cfg = s.config(device)
     fed = build_federation(make_dataset(s), s.model, l2=cfg.l2, device=device)
-    with maps_drawn_on_device(s.seed) if s.map_init_on_device else contextlib.nullcontext():
-        return build_simulation(cfg, fed=fed)
-
-
-@contextlib.contextmanager
-def maps_drawn_on_device(seed: int) -> Iterator[None]:
-    """While active, Sheaf-FMTL's Gaussian maps are drawn where they live, one ``normal_`` per
-    bucket from a generator on that device (other initialisations keep the library's own draws)."""
-    from ..algorithms import sheaf_fmtl as algorithm
-    from ..sheaf import maps as maps_module
-
-    library_init = getattr(algorithm, "init_maps", None)
-    if library_init is None:  # the algorithm no longer imports it: nothing to replace
-        yield
-        return
-
-    def on_device(layout: Any, init: str, scale: float | None = None, **kw: Any) -> list[torch.Tensor]:
-        if init != "gaussian":
-            return library_init(layout, init, scale, **kw)
-        device = torch.device(kw.get("device", "cpu"))
-        gen = torch.Generator(device=device).manual_seed(seed)
-        per_dim = getattr(maps_module, "default_scale", None)
-        out = []
-        for b in layout.buckets:
-            sigma = float(scale) if scale is not None else per_dim(init, b.node_dim) if per_dim else 1.0
-            m = torch.empty(b.shape, dtype=kw.get("dtype", torch.float32), device=device)
-            out.append(m.normal_(0.0, sigma, generator=gen))
-        return out
-
-    algorithm.init_maps = on_device  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        algorithm.init_maps = library_init  # type: ignore[attr-defined]
+    return build_simulation(cfg, fed=fed)
 
 
 def lower_bound_bytes(sim: Simulation) -> dict[str, int]:
