@@ -152,7 +152,7 @@ def load(out: Path):
     if not part.exists():
         print(f"{out}: no ratios.json and no bench.json: that bench wrote nothing")
         return None
-    from sheaf_fmtl.bench.harness import ratios, summarize
+    from sheaf_fmtl.bench.report import ratios, summarize
 
     res = json.loads(part.read_text())
     for r in res.get("settings", {}).values():

@@ -1,1 +1,2 @@
-"""Benchmarks: the loop reference of Algorithm 1 and the bandwidth-floor harness (``sheaf-fmtl bench``)."""
+"""Benchmarks (``sheaf-fmtl bench``): Sheaf-FMTL rounds against the memory-bandwidth floor and the loop
+reference, the cohort gradients, the scaling sweep; :mod:`.harness` runs them all."""

@@ -5,10 +5,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..cli_options import add_config_options
+from ..config import RunConfig
+from ..runtime.rundir import check_out_dir
+
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .harness import LARGEST, run_bench, setting_named
+    from .harness import run_bench
+    from .settings import LARGEST, setting_named
 
+    args.device = _checked_device(args.device or "cpu")
+    check_out_dir(args.out, overwrite=True)  # a folder of bench results (rewritten), not a file
     setting_list = [LARGEST] if args.largest else None
     if args.settings:
         setting_list = [setting_named(name.strip()) for name in args.settings.split(",") if name.strip()]
@@ -33,12 +40,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 1 if results.get("failed") else 0
 
 
+def _checked_device(name: str) -> str:
+    """``name`` if it is a device this machine has (ConfigError / ValueError, one line, otherwise)."""
+    from ..runtime.simulate import resolve_device
+
+    return resolve_device(RunConfig(device=name).device)
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("bench", help="time Sheaf-FMTL rounds against the memory-bandwidth floor")
     p.add_argument(
         "--quick", action="store_true", help="shrink the paper-scale setting to a few hundred MB of maps"
     )
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    add_config_options(
+        p, config_file=False, sets=False, flags=("device",), out=None, quiet=False, overwrite=False
+    )
     p.add_argument("--out", default="runs/bench", help="folder for bench.json and scaling.png")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument(

@@ -7,9 +7,11 @@ import dataclasses
 import pytest
 import torch
 
-from sheaf_fmtl.bench import reference_loop as ref
-from sheaf_fmtl.bench.harness import SMALL, build, reference_edges
+from sheaf_fmtl.bench.rounds import reference_edges
+from sheaf_fmtl.bench.settings import SMALL
+from sheaf_fmtl.bench.synthetic import build
 from sheaf_fmtl.config import RunConfig, validate
+from sheaf_fmtl.reference import loop as ref
 from sheaf_fmtl.runtime.simulate import build_simulation
 
 

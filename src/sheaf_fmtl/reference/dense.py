@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .graph import ClientGraph
+from ..sheaf.graph import ClientGraph
 
 MapLookup = Callable[[int, int], np.ndarray]  # (i, j) -> P_ij as a dense [d_ij, d_i] array
 

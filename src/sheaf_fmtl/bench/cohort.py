@@ -1,0 +1,96 @@
+"""The cohort benchmark: one batched ``Cohort.gradients`` call against a per-client autograd loop."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any
+
+import torch
+
+from ..federation import GROUP_CLIENTS, build_federation
+from ..reference import loop as ref
+from .roofline import cohort_roofline
+from .settings import COHORT_CLIENTS, PAPER
+from .synthetic import make_dataset
+from .timing import timed
+
+
+def cohort_benchmark(
+    clients: int = COHORT_CLIENTS,
+    batch_size: int = 32,
+    repeats: int = 5,
+    device: str = "cpu",
+    samples: int = 400,
+    model: str = "cnn",
+) -> dict[str, Any]:
+    """Local gradients of ``clients`` CNN clients on 1x28x28 inputs: one batched
+    ``Cohort.gradients`` call per cohort vs a per-client autograd loop, on the same mini-batch rows;
+    the speed-up is the median ratio over interleaved pairs of runs. ``model``: one architecture
+    (one cohort of ``clients``) or a comma list assigned round-robin (one cohort per architecture).
+
+    On CUDA, cuDNN's TF32 convolutions are turned off while it runs, so that the loop computes in
+    float32 like the batched path (whose products are float32 ``bmm``) and the two can be compared."""
+    s = dataclasses.replace(PAPER, name="cohort", clients=clients, samples=samples)
+    fed = build_federation(make_dataset(s), model, l2=1e-4, device=device)
+    gen = torch.Generator().manual_seed(0)
+    b = min(batch_size, min(int(c.n_train.min()) for c in fed.cohorts))
+    parts = []
+    for cohort in fed.cohorts:
+        thetas = cohort.init_thetas(0)
+        n_min = int(cohort.n_train.min())
+        idx = torch.stack([torch.randperm(n_min, generator=gen)[:b] for _ in range(cohort.size)])
+        idx = idx.to(thetas.device)
+        rows = torch.arange(cohort.size, device=idx.device)[:, None]
+        ones = torch.ones(idx.shape, device=idx.device)
+        parts.append((cohort, thetas, idx, (cohort.x_train[rows, idx], cohort.y_train[rows, idx], ones)))
+
+    def loop() -> list[torch.Tensor]:
+        return [
+            torch.stack([ref.client_gradient(fed, int(i), t[k], idx[k]) for k, i in enumerate(c.clients)])
+            for c, t, idx, _ in parts
+        ]
+
+    def batched() -> list[torch.Tensor]:
+        return [c.gradients(thetas, batch)[0] for c, thetas, _, batch in parts]
+
+    cuda = device.startswith("cuda")
+    tf32 = torch.backends.cudnn.allow_tf32
+    if cuda:
+        torch.backends.cudnn.allow_tf32 = False
+    try:
+        looped = loop()  # also the warm-up of both paths
+        err = max(
+            float((g - ref_g).abs().max() / ref_g.abs().max())
+            for g, ref_g in zip(batched(), looped, strict=True)
+        )
+        pairs = [(timed(batched, device), timed(loop, device)) for _ in range(repeats)]  # interleaved:
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
+    t_vmap = statistics.median(t for t, _ in pairs)  # slow drifts of a shared machine hit both alike
+    t_loop = statistics.median(t for _, t in pairs)
+    out: dict[str, Any] = {
+        "model": model,
+        "clients": clients,
+        "cohort_sizes": [c.size for c in fed.cohorts],
+        "batch_size": b,
+        "dim": fed.cohorts[0].dim if len(fed.cohorts) == 1 else [c.dim for c in fed.cohorts],
+        "group": [getattr(c, "group", GROUP_CLIENTS) for c in fed.cohorts],
+        "cudnn_tf32": False if cuda else None,
+        "vmap_s": t_vmap,
+        "loop_s": t_loop,
+        "speedup": statistics.median(loop_t / vmap_t for vmap_t, loop_t in pairs),
+        "max_rel_diff": err,
+    }
+    if len(fed.cohorts) == 1:
+        cohort = fed.cohorts[0]
+        out["roofline"] = cohort_roofline(
+            cohort.module,
+            s.feature_shape,
+            b,
+            clients,
+            t_loop,
+            device,
+            group=getattr(cohort, "group", GROUP_CLIENTS),
+        )
+    return out
