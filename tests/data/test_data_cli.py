@@ -13,11 +13,19 @@ import numpy as np
 import pytest
 
 from sheaf_fmtl.data import fetch as fetch_mod
+from sheaf_fmtl.data import files
 from sheaf_fmtl.data.cli import run, summarize
 from sheaf_fmtl.data.fetch import SOURCES, Source, _unpack
 from sheaf_fmtl.data.registry import DataRequest, load
 
 SHARED = Path("/work/shared/data")
+
+
+@pytest.fixture(autouse=True)
+def only_given_folders(monkeypatch):
+    """Search only the folders a test names: no ``$SHEAF_FMTL_DATA``, no ``../shared/data``."""
+    monkeypatch.delenv(files.ENV_VAR, raising=False)
+    monkeypatch.setattr(files, "FALLBACK_DIRS", ())
 
 
 @pytest.fixture
@@ -75,8 +83,10 @@ def test_fetch_without_known_checksum_warns_and_honours_given_sha(server, tmp_pa
     assert "no official SHA-256" in out and hashlib.sha256(payload).hexdigest() in out
     assert (dest / "vehicle.mat").read_bytes() == payload
     wrong = "0" * 64
-    assert run(["fetch", "vehicle", "--dest", str(tmp_path / "d2"), "--url", f"{base}/v.mat",
-                "--sha256", wrong]) == 2
+    assert (
+        run(["fetch", "vehicle", "--dest", str(tmp_path / "d2"), "--url", f"{base}/v.mat", "--sha256", wrong])
+        == 2
+    )
     assert not (tmp_path / "d2" / "vehicle.mat").exists()
 
 
@@ -132,13 +142,20 @@ def test_describe_label_skew_of_pure_clients(tmp_path, capsys):
     # TV distance to the global one is 1 - mean_k g[c_k], i.e. 0.5 for two clients of classes 0 and 1,
     # whatever the protocol does to the client sizes.
     path = tmp_path / "pure.npz"
-    np.savez(path, num_clients=np.int64(2), x_0=np.random.default_rng(0).normal(size=(20, 3)),
-             y_0=np.zeros(20, np.int64), x_1=np.random.default_rng(1).normal(size=(20, 3)),
-             y_1=np.ones(20, np.int64))
-    s = summarize(load(f"file:{path}", DataRequest(seed=0)))
+    np.savez(
+        path,
+        num_clients=np.int64(2),
+        x_0=np.random.default_rng(0).normal(size=(20, 3)),
+        y_0=np.zeros(20, np.int64),
+        x_1=np.random.default_rng(1).normal(size=(20, 3)),
+        y_1=np.ones(20, np.int64),
+    )
+    with pytest.warns(UserWarning, match=r"client\(s\) \[0, 1\] are all one class"):
+        s = summarize(load(f"file:{path}", DataRequest(seed=0)))
     assert s["mean_tv_distance"] == pytest.approx(0.5)
     assert s["classes_per_client_max"] == 1
-    assert run(["describe", f"file:{path}", "--seed", "0"]) == 0
+    with pytest.warns(UserWarning, match="one class"):
+        assert run(["describe", f"file:{path}", "--seed", "0"]) == 0
     out = capsys.readouterr().out
     assert "0.500" in out and "min 3, max 15" in out  # 20 -> 15 train; the reduced client keeps 20% of 15
 

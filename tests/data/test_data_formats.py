@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import scipy.io
 
+from sheaf_fmtl.data import files
 from sheaf_fmtl.data.base import DatasetError
 from sheaf_fmtl.data.files import find_file
 from sheaf_fmtl.data.images import read_idx
@@ -19,6 +20,13 @@ from sheaf_fmtl.data.protocol import apply_protocol
 from sheaf_fmtl.data.registry import DataRequest, load, load_raw
 
 RNG = np.random.default_rng(1234)
+
+
+@pytest.fixture(autouse=True)
+def only_given_folders(monkeypatch):
+    """Search only the folders a test names: no ``$SHEAF_FMTL_DATA``, no ``../shared/data``."""
+    monkeypatch.delenv(files.ENV_VAR, raising=False)
+    monkeypatch.setattr(files, "FALLBACK_DIRS", ())
 
 
 def req(d: Path, seed: int = 0, **options: object) -> DataRequest:
@@ -55,9 +63,14 @@ def write_mocha(path: Path, n_clients: int, d: int, labels=(-1, 1)) -> tuple[lis
     return xs, ys
 
 
-@pytest.mark.parametrize(("name", "clients", "d", "labels"), [
-    ("vehicle", 23, 100, (-1, 1)), ("gleam", 38, 180, (-1, 1)), ("gleam", 38, 180, (0, 1)),
-])
+@pytest.mark.parametrize(
+    ("name", "clients", "d", "labels"),
+    [
+        ("vehicle", 23, 100, (-1, 1)),
+        ("gleam", 38, 180, (-1, 1)),
+        ("gleam", 38, 180, (0, 1)),
+    ],
+)
 def test_mocha_mat_reader(tmp_path, name, clients, d, labels):
     xs, ys = write_mocha(tmp_path / f"{name}.mat", clients, d, labels)
     with warnings.catch_warnings():
@@ -210,8 +223,9 @@ def write_mnist_idx(d: Path, n_train: int = 80, n_test: int = 40, gz: bool = Tru
 def test_idx_reader_and_rmnist_from_idx(tmp_path, gz):
     arrays = write_mnist_idx(tmp_path, gz=gz)
     suffix = ".gz" if gz else ""
-    np.testing.assert_array_equal(read_idx(tmp_path / f"train-images-idx3-ubyte{suffix}"),
-                                  arrays["train-images-idx3-ubyte"])
+    np.testing.assert_array_equal(
+        read_idx(tmp_path / f"train-images-idx3-ubyte{suffix}"), arrays["train-images-idx3-ubyte"]
+    )
     raw = load_raw("rmnist", req(tmp_path))
     assert len(raw.clients) == 40 and {c.x.shape for c in raw.clients} == {(2, 1, 28, 28)}
     raw_all = load_raw("rmnist", req(tmp_path, use_test=True))
@@ -274,8 +288,12 @@ def write_cifar(d: Path, per_class: int = 10) -> np.ndarray:
     for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
         labels = RNG.permutation(np.repeat(np.arange(10), per_class))
         data = RNG.integers(0, 256, size=(len(labels), 3072)).astype(np.uint8)
-        batch = {b"batch_label": name.encode(), b"labels": labels.tolist(), b"data": data,
-                 b"filenames": [f"img_{k}.png".encode() for k in range(len(labels))]}
+        batch = {
+            b"batch_label": name.encode(),
+            b"labels": labels.tolist(),
+            b"data": data,
+            b"filenames": [f"img_{k}.png".encode() for k in range(len(labels))],
+        }
         with open(root / name, "wb") as f:
             pickle.dump(batch, f, protocol=2)
         if name != "test_batch":
@@ -322,9 +340,11 @@ def test_cifar_rejects_corrupt_files(tmp_path, defect):
             labels[0] = 10
         obj: object = {b"data": data, b"labels": labels}
         if defect == "evil":
+
             class Evil:
                 def __reduce__(self):
                     return (os.system, ("true",))
+
             obj = {b"data": data, b"labels": labels, b"x": Evil()}
         path.write_bytes(pickle.dumps(obj, protocol=2))
     assert_rejected("hcifar10", tmp_path, path)
@@ -378,8 +398,13 @@ def test_user_csv_rejects_bad_rows(tmp_path, defect):
 @pytest.mark.parametrize("defect", ["truncated", "missing_y", "no_num_clients", "option", "labels"])
 def test_user_npz_rejects_bad_input(tmp_path, defect):
     path = tmp_path / "mine.npz"
-    arrays = {"num_clients": np.int64(2), "x_0": RNG.normal(size=(5, 2)), "y_0": np.arange(5) % 2,
-              "x_1": RNG.normal(size=(5, 2)), "y_1": np.arange(5) % 2}
+    arrays = {
+        "num_clients": np.int64(2),
+        "x_0": RNG.normal(size=(5, 2)),
+        "y_0": np.arange(5) % 2,
+        "x_1": RNG.normal(size=(5, 2)),
+        "y_1": np.arange(5) % 2,
+    }
     if defect == "missing_y":
         del arrays["y_1"]
     if defect == "no_num_clients":
@@ -406,6 +431,7 @@ def test_missing_dataset_names_every_path_searched(tmp_path):
 def test_env_var_is_searched_when_no_data_dir(tmp_path, monkeypatch):
     (tmp_path / "thing.bin").write_bytes(b"x")
     monkeypatch.setenv("SHEAF_FMTL_DATA", str(tmp_path))
+    monkeypatch.setattr(files, "FALLBACK_DIRS", ("../shared/data",))
     assert find_file("x", ["thing.bin"]) == tmp_path / "thing.bin"
     monkeypatch.chdir(tmp_path)  # ../shared/data relative to cwd is searched too
     with pytest.raises(DatasetError, match=str(tmp_path.parent / "shared" / "data" / "absent.bin")):

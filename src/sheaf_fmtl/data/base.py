@@ -1,9 +1,16 @@
-"""Federated datasets: per-client arrays before and after the paper's split protocol."""
+"""Federated datasets: per-client arrays before and after the paper's split protocol, what a run
+asks of a dataset (:class:`DataRequest`) and the table of readers (:func:`register`).
+
+The bottom of the data layer: readers (``har``, ``images``, ``mocha``, ``school``, ``synthetic``,
+``user``) import this module and ``files`` only; ``registry`` imports the readers.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 
@@ -36,6 +43,7 @@ class RawFederated:
     task: Task
     num_classes: int  # 0 for regression
     clients: tuple[RawClient, ...]
+    reduce: bool = True  # the protocol's "half of the clients keep 20%" (user data may turn it off)
 
 
 @dataclass(frozen=True)
@@ -63,3 +71,44 @@ class FederatedDataset:
 
     def feature_shape(self, i: int) -> tuple[int, ...]:
         return tuple(self.clients[i].x_train.shape[1:])
+
+
+@dataclass(frozen=True)
+class DataRequest:
+    """What a run asks of a dataset."""
+
+    clients: int | None = None  # None: the dataset's own number of clients
+    seed: int = 0
+    data_dir: Path | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)  # dataset-specific knobs
+
+
+Builder = Callable[[DataRequest], RawFederated]
+
+
+@dataclass(frozen=True)
+class Reader:
+    """A registered dataset: its builder and the files that make it available (any one suffices;
+    empty for generated data)."""
+
+    build: Builder
+    files: tuple[str, ...] = ()
+
+
+READERS: dict[str, Reader] = {}
+
+
+def register(name: str, files: tuple[str, ...] = ()) -> Callable[[Builder], Builder]:
+    """Decorator registering ``builder(request) -> RawFederated`` as dataset ``name``.
+
+    Args:
+        name: the dataset's name (``dataset=NAME``).
+        files: paths, relative to a data folder, any one of which makes the dataset available
+            (what ``sheaf-fmtl data list`` looks for); none for generated data.
+    """
+
+    def deco(fn: Builder) -> Builder:
+        READERS[name] = Reader(fn, tuple(files))
+        return fn
+
+    return deco

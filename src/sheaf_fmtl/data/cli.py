@@ -15,23 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
+from ..cli_options import PROG, Parser, UsageError, add_config_options, config_keys, error_line
+from ..config import ConfigError, RunConfig, load_config
 from .base import DatasetError, FederatedDataset
 from .fetch import SOURCES, fetch
 from .files import search_dirs, try_find
 from .protocol import apply_protocol
-from .registry import DataRequest, dataset_names, load_raw
+from .registry import DataRequest, dataset_files, dataset_names, load_raw
 
-#: Files that make each file-based dataset available (any one of each inner list suffices).
-DATASET_FILES: dict[str, list[str]] = {
-    "vehicle": ["vehicle.mat", "vehicle/vehicle.mat", "vehicle_ditto_train_subset.npz"],
-    "gleam": ["gleam.mat", "gleam/gleam.mat"],
-    "har": ["UCI HAR Dataset/train/X_train.txt", "har/UCI HAR Dataset/train/X_train.txt"],
-    "school": ["school.mat", "school.npz", "school/school.mat"],
-    "rmnist": ["mnist.npz", "mnist/mnist.npz", "train-images-idx3-ubyte", "train-images-idx3-ubyte.gz"],
-    "hcifar10": ["cifar-10-batches-py/data_batch_1", "cifar10/cifar-10-batches-py/data_batch_1"],
-}
+#: Files that make each file-based dataset available (any one of each list suffices), as the readers
+#: declare them (``register(name, files=...)``).
+DATASET_FILES: dict[str, tuple[str, ...]] = dataset_files()
 
 
 def add_parser(subparsers: Any) -> None:
@@ -39,14 +34,17 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("data", help="list, describe and fetch datasets")
     sub = p.add_subparsers(dest="data_command", required=True)
     ls = sub.add_parser("list", help="which datasets are available, and where")
-    ls.add_argument("--data-dir", type=Path, default=None)
+    add_config_options(
+        ls, config_file=False, sets=False, flags=("data_dir",), out=None, quiet=False, overwrite=False
+    )
     d = sub.add_parser("describe", help="per-client counts, class balance, non-IID summary")
     d.add_argument("name", help="dataset name or file:PATH")
-    d.add_argument("--data-dir", type=Path, default=None)
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--clients", type=int, default=None)
-    d.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE",
-                   help="dataset option, e.g. -o use_test=true (value parsed as YAML)")
+    add_config_options(
+        d, config_file=False, flags=("data_dir", "clients", "seed"), out=None, quiet=False, overwrite=False
+    )  # dataset options: --set data.KEY=VALUE
+    d.add_argument(
+        "--option", "-o", action="append", default=[], metavar="KEY=VALUE", help=argparse.SUPPRESS
+    )  # older spelling of --set data.KEY=VALUE
     f = sub.add_parser("fetch", help="download a dataset and verify its SHA-256")
     f.add_argument("name", choices=sorted(SOURCES))
     f.add_argument("--dest", type=Path, required=True)
@@ -55,14 +53,11 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=main_data)
 
 
-def _options(pairs: Sequence[str]) -> dict[str, Any]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise DatasetError(f"option {pair!r} is not KEY=VALUE")
-        out[key] = yaml.safe_load(value)
-    return out
+def _describe_config(args: argparse.Namespace) -> RunConfig:
+    """The config ``describe`` reads its dataset with: ``--set`` (``data.KEY=VALUE``, ``seed=``,
+    ...), then the flags; validated like ``sheaf-fmtl run``'s."""
+    sets = [*args.set, *(f"data.{pair}" for pair in args.option)]
+    return load_config(None, sets, {"dataset": args.name, **config_keys(args)})
 
 
 def cmd_list(data_dir: Path | None) -> int:
@@ -87,8 +82,10 @@ def summarize(ds: FederatedDataset) -> dict[str, Any]:
     out: dict[str, Any] = {
         "clients": ds.num_clients,
         "feature_shapes": sorted({ds.feature_shape(i) for i in range(ds.num_clients)}),
-        "n_train_min": int(n_train.min()), "n_train_max": int(n_train.max()),
-        "n_train_total": int(n_train.sum()), "n_test_total": int(n_test.sum()),
+        "n_train_min": int(n_train.min()),
+        "n_train_max": int(n_train.max()),
+        "n_train_total": int(n_train.sum()),
+        "n_test_total": int(n_test.sum()),
     }
     if ds.task == "classification":
         c = ds.num_classes
@@ -108,25 +105,30 @@ def summarize(ds: FederatedDataset) -> dict[str, Any]:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    req = DataRequest(clients=args.clients, seed=args.seed, data_dir=args.data_dir,
-                      options=_options(args.option))
+    req = DataRequest(clients=args.clients, seed=args.seed, data_dir=args.data_dir, options=args.options)
     raw = load_raw(args.name, req)
     ds = apply_protocol(raw, args.seed)
     s = summarize(ds)
     sizes = [len(c.y) + (0 if c.y_test is None else len(c.y_test)) for c in raw.clients]
     print(f"{ds.name}: {ds.task}, {s['clients']} clients, feature shape(s) {s['feature_shapes']}")
     print(f"samples per client before the protocol: min {min(sizes)}, max {max(sizes)}, total {sum(sizes)}")
-    print(f"training samples per client n_k: min {s['n_train_min']}, max {s['n_train_max']} "
-          f"(total train {s['n_train_total']}, test {s['n_test_total']}; seed {args.seed})")
+    print(
+        f"training samples per client n_k: min {s['n_train_min']}, max {s['n_train_max']} "
+        f"(total train {s['n_train_total']}, test {s['n_test_total']}; seed {args.seed})"
+    )
     if ds.task == "classification":
         print(f"class balance (train): {s['class_fractions']}")
         print(f"classes per client: {s['classes_per_client_min']}..{s['classes_per_client_max']}")
-        print(f"non-IID: mean total-variation distance of client label distributions to the global one "
-              f"= {s['mean_tv_distance']:.3f}")
+        print(
+            f"non-IID: mean total-variation distance of client label distributions to the global one "
+            f"= {s['mean_tv_distance']:.3f}"
+        )
     else:
         lo, hi = s["client_mean_range"]
-        print(f"targets: global mean {s['target_mean']:.3f}; per-client means std "
-              f"{s['client_mean_std']:.3f}, range {lo:.3f}..{hi:.3f}")
+        print(
+            f"targets: global mean {s['target_mean']:.3f}; per-client means std "
+            f"{s['client_mean_std']:.3f}, range {lo:.3f}..{hi:.3f}"
+        )
     print("per-client n_train: " + " ".join(str(len(c.y_train)) for c in ds.clients))
     return 0
 
@@ -135,23 +137,31 @@ def main_data(args: argparse.Namespace) -> int:
     """Run one ``data`` sub-command; DatasetError is printed to stderr and gives exit status 2."""
     try:
         if args.data_command == "list":
-            return cmd_list(args.data_dir)
+            return cmd_list(Path(args.data_dir) if args.data_dir else None)
         if args.data_command == "describe":
+            config = _describe_config(args)
+            args.clients, args.seed, args.options = config.clients, config.seed, config.data
+            args.data_dir = Path(config.data_dir) if config.data_dir else None
             return cmd_describe(args)
         if args.data_command == "fetch":
             fetch(args.name, args.dest, url=args.url, sha256=args.sha256)
             return 0
         raise DatasetError(f"unknown data command {args.data_command!r}")
-    except DatasetError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (DatasetError, ConfigError) as e:
+        print(error_line(e), file=sys.stderr)
         return 2
 
 
 def run(argv: Sequence[str]) -> int:
     """``sheaf-fmtl data ARGV...`` without the main CLI (for tests and ``python -m``)."""
-    parser = argparse.ArgumentParser(prog="sheaf-fmtl")
+    parser = Parser(prog=PROG)
     add_parser(parser.add_subparsers(dest="command", required=True))
-    return main_data(parser.parse_args(["data", *argv]))
+    try:
+        args = parser.parse_args(["data", *argv])
+    except UsageError as e:
+        print(error_line(e), file=sys.stderr)
+        return 2
+    return main_data(args)
 
 
 if __name__ == "__main__":

@@ -32,46 +32,58 @@ class Source:
 
 
 SOURCES: dict[str, list[Source]] = {
-    "school": [Source(
-        "school.mat",
-        "https://raw.githubusercontent.com/jiayuzhou/MALSAR/fb9751594983df020ddc4f7e4a40520ee7c37989/data/school.mat",
-        "57fb3238fdd03a9aa17276e2ce18d9bbb5d128c3261e794fe6233b58b6909068",
-        "MALSAR sample data (GPL repository); checksum as in data/DATA.md",
-    )],
-    "rmnist": [Source(
-        "mnist.npz",
-        "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz",
-        "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1",
-        "Keras copy of MNIST; checksum from keras.datasets.mnist (differs from the PNG-rebuilt "
-        "mnist.npz of data/DATA.md, whose arrays are the same digits)",
-    )],
-    "hcifar10": [Source(
-        "cifar-10-python.tar.gz",
-        "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
-        "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce",
-        "official archive (md5 c58f30108f718f92721af3b95e74349a on the CIFAR page)",
-        unpack=True,
-    )],
-    "har": [Source(
-        "human+activity+recognition+using+smartphones.zip",
-        "https://archive.ics.uci.edu/static/public/240/human+activity+recognition+using+smartphones.zip",
-        None,
-        "UCI repository; no official checksum published -- check the printed SHA-256",
-        unpack=True,
-    )],
-    "vehicle": [Source(
-        "vehicle.mat",
-        "https://raw.githubusercontent.com/abdulmomen-ghalkha/WirelessSheaves/main/Datasets/vehicle.mat",
-        None,
-        "MOCHA's federated Vehicle Sensor file as mirrored by a Sheaf-FMTL repository; no official "
-        "checksum known",
-    )],
-    "gleam": [Source(
-        "gleam.mat",
-        None,
-        None,
-        "no public MOCHA-format gleam.mat address is known; pass --url to a copy you trust",
-    )],
+    "school": [
+        Source(
+            "school.mat",
+            "https://raw.githubusercontent.com/jiayuzhou/MALSAR/fb9751594983df020ddc4f7e4a40520ee7c37989/data/school.mat",
+            "57fb3238fdd03a9aa17276e2ce18d9bbb5d128c3261e794fe6233b58b6909068",
+            "MALSAR sample data (GPL repository); checksum as in data/DATA.md",
+        )
+    ],
+    "rmnist": [
+        Source(
+            "mnist.npz",
+            "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz",
+            "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1",
+            "Keras copy of MNIST; checksum from keras.datasets.mnist (differs from the PNG-rebuilt "
+            "mnist.npz of data/DATA.md, whose arrays are the same digits)",
+        )
+    ],
+    "hcifar10": [
+        Source(
+            "cifar-10-python.tar.gz",
+            "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+            "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce",
+            "official archive (md5 c58f30108f718f92721af3b95e74349a on the CIFAR page)",
+            unpack=True,
+        )
+    ],
+    "har": [
+        Source(
+            "human+activity+recognition+using+smartphones.zip",
+            "https://archive.ics.uci.edu/static/public/240/human+activity+recognition+using+smartphones.zip",
+            None,
+            "UCI repository; no official checksum published -- check the printed SHA-256",
+            unpack=True,
+        )
+    ],
+    "vehicle": [
+        Source(
+            "vehicle.mat",
+            "https://raw.githubusercontent.com/abdulmomen-ghalkha/WirelessSheaves/main/Datasets/vehicle.mat",
+            None,
+            "MOCHA's federated Vehicle Sensor file as mirrored by a Sheaf-FMTL repository; no official "
+            "checksum known",
+        )
+    ],
+    "gleam": [
+        Source(
+            "gleam.mat",
+            None,
+            None,
+            "no public MOCHA-format gleam.mat address is known; pass --url to a copy you trust",
+        )
+    ],
 }
 
 

@@ -1,15 +1,19 @@
-"""Locating dataset files, checking options and validating what the readers return.
+"""Locating dataset files, checking options, the container formats several readers share (per-client
+``.npz``, MATLAB cell arrays) and validating what the readers return.
 
 Search order for a dataset file (paper, Appendix "Additional Details on Datasets", lists the six
 public datasets; ``data/DATA.md`` describes their on-disk layouts): the request's ``data_dir`` when
-given, otherwise ``$SHEAF_FMTL_DATA``, ``../shared/data`` (relative to the working directory) and
-``/work/shared/data``.
+given, then ``$SHEAF_FMTL_DATA``, then :data:`FALLBACK_DIRS` (``../shared/data`` relative to the
+working directory, ``/work/shared/data``). Folders are tried in that order and, within a folder, the
+names in the order given, so the first folder holding any form of a dataset is the one read.
 """
 
 from __future__ import annotations
 
+import numbers
 import os
-from collections.abc import Mapping, Sequence
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,8 @@ import numpy as np
 from .base import DatasetError
 
 ENV_VAR = "SHEAF_FMTL_DATA"
+#: Searched after ``data_dir`` and ``$SHEAF_FMTL_DATA`` (relative paths from the working directory).
+FALLBACK_DIRS: tuple[str, ...] = ("../shared/data", "/work/shared/data")
 
 #: How to obtain each dataset (shown when its files are missing).
 HOW_TO_GET: dict[str, str] = {
@@ -31,14 +37,18 @@ HOW_TO_GET: dict[str, str] = {
 
 
 def search_dirs(data_dir: Path | str | None = None) -> list[Path]:
-    """Folders searched for data files, in order."""
-    if data_dir is not None:
-        return [Path(data_dir)]
-    dirs: list[Path] = []
+    """Folders searched for data files, in order: ``data_dir``, ``$SHEAF_FMTL_DATA``, the fallbacks.
+
+    Args:
+        data_dir: the run's ``data_dir`` (searched first), or ``None``.
+    Returns:
+        The distinct folders, in search order (relative fallbacks resolved from the working directory).
+    """
+    dirs: list[Path] = [] if data_dir is None or str(data_dir) == "" else [Path(data_dir)]
     env = os.environ.get(ENV_VAR)
     if env:
         dirs.append(Path(env))
-    dirs += [Path.cwd().parent / "shared" / "data", Path("/work/shared/data")]
+    dirs += [Path(os.path.normpath(Path.cwd() / d)) for d in FALLBACK_DIRS]
     unique: list[Path] = []
     for d in dirs:
         if not any(_same(d, u) for u in unique):
@@ -77,12 +87,134 @@ def try_find(names: Sequence[str], data_dir: Path | str | None = None) -> Path |
     return next((p for p in candidates(names, data_dir) if p.exists()), None)
 
 
-def check_options(name: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """``defaults`` updated by ``given``; unknown keys raise :class:`DatasetError`."""
+def _integer(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+#: Option kinds: what the error message says, and the test.
+OPTION_KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "int": ("an integer", _integer),
+    "number": ("a number", _number),
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "ints": ("a list of integers", lambda v: isinstance(v, list) and all(_integer(x) for x in v)),
+    "int or ints": (
+        "an integer or a list of integers",
+        lambda v: _integer(v) or (isinstance(v, list) and all(_integer(x) for x in v)),
+    ),
+    "any": ("anything", lambda v: True),
+}
+
+
+def _kind_of(default: Any) -> str:
+    """The kind a default declares (``bool``, ``int``, ``number``, ``str``, ``ints``; ``any``)."""
+    if isinstance(default, bool):
+        return "bool"
+    if _integer(default):
+        return "int"
+    if _number(default):
+        return "number"
+    if isinstance(default, str):
+        return "str"
+    if isinstance(default, list | tuple):
+        return "ints"
+    return "any"
+
+
+def check_options(
+    name: str, given: Mapping[str, Any], defaults: Mapping[str, Any], kinds: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """``defaults`` updated by ``given``, each given value checked against its declared kind.
+
+    Args:
+        name: the dataset (named in errors).
+        given: the request's options (``data.KEY=VALUE``).
+        defaults: every allowed option and its default; the default's type is the option's kind
+            (bool, integer, number, string, list of integers).
+        kinds: kinds that differ from the default's type, from :data:`OPTION_KINDS`; a trailing
+            ``?`` allows ``None`` too (e.g. ``{"task": "str?"}``).
+    Returns:
+        The options to use.
+    Raises:
+        DatasetError: an unknown option, or a value of the wrong kind (naming the option and the kind).
+    """
     unknown = set(given) - set(defaults)
     if unknown:
         raise DatasetError(f"{name}: unknown option(s) {sorted(unknown)}; allowed: {sorted(defaults)}")
+    kinds = kinds or {}
+    for key, value in given.items():
+        kind = kinds.get(key) or _kind_of(defaults[key])
+        optional = kind.endswith("?")
+        words, ok = OPTION_KINDS[kind.rstrip("?")]
+        if not (ok(value) or (optional and value is None)):
+            raise DatasetError(
+                f"{name}: option {key} must be {words}{' or null' if optional else ''}, got {value!r}"
+            )
     return {**defaults, **given}
+
+
+def mat_cells(mat: Mapping[str, Any], key: str, path: Path) -> list[Any]:
+    """The entries of a 1-D MATLAB cell array ``key`` of a ``scipy.io.loadmat`` result."""
+    if key not in mat:
+        raise DatasetError(f"{path}: no variable {key!r} (expected MATLAB cell arrays X and Y)")
+    arr = mat[key]
+    if not isinstance(arr, np.ndarray) or arr.dtype != object or min(arr.shape, default=0) > 1:
+        raise DatasetError(f"{path}: {key} is not a 1-D cell array (got {getattr(arr, 'shape', '?')})")
+    return list(arr.reshape(-1))
+
+
+_NPZ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile)
+
+
+def read_npz_clients(path: Path) -> list[dict[str, np.ndarray]]:
+    """Arrays of each client of a per-client ``.npz`` (keys ``x``, ``y``, maybe ``x_test``, ``y_test``).
+
+    Everything is read eagerly so a truncated member fails here, with the file named. Clients stored
+    beyond ``num_clients`` are an error (they would be ignored silently)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            keys = set(z.files)
+            if "num_clients" not in keys:
+                raise DatasetError(f"{path}: no 'num_clients' key (per-client .npz layout, see DATA.md)")
+            n = int(np.asarray(z["num_clients"]).reshape(()))
+            if n < 1:
+                raise DatasetError(f"{path}: num_clients = {n}")
+            stored = _stored_clients(keys)
+            if stored > n:
+                raise DatasetError(
+                    f"{path}: num_clients = {n} but the file stores {stored} clients (x_0..x_{stored - 1}); "
+                    "fix num_clients or remove the extra clients"
+                )
+            out = []
+            for i in range(n):
+                if f"x_{i}" not in keys or f"y_{i}" not in keys:
+                    raise DatasetError(f"{path}: client {i} of {n}: keys x_{i} and y_{i} are required")
+                client = {"x": z[f"x_{i}"], "y": z[f"y_{i}"]}
+                has_test = (f"x_test_{i}" in keys, f"y_test_{i}" in keys)
+                if any(has_test) and not all(has_test):
+                    raise DatasetError(f"{path}: client {i} has only one of x_test_{i}, y_test_{i}")
+                if all(has_test):
+                    client["x_test"], client["y_test"] = z[f"x_test_{i}"], z[f"y_test_{i}"]
+                out.append(client)
+            return out
+    except DatasetError:
+        raise
+    except _NPZ_ERRORS as e:
+        raise DatasetError(f"{path}: cannot read as .npz ({type(e).__name__}: {e})") from e
+
+
+def _stored_clients(keys: set[str]) -> int:
+    """1 + the largest client index among keys ``x_i``, ``y_i``, ``x_test_i``, ``y_test_i``."""
+    ids = [
+        int(k.rsplit("_", 1)[1])
+        for k in keys
+        if k.rsplit("_", 1)[0] in ("x", "y", "x_test", "y_test") and k.rsplit("_", 1)[-1].isdigit()
+    ]
+    return max(ids, default=-1) + 1
 
 
 def as_features(

@@ -11,27 +11,29 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import DatasetError, RawClient, RawFederated
+from .base import DataRequest, DatasetError, RawClient, RawFederated, register
 from .files import check_options, find_file
-from .registry import DataRequest, register
 
 HAR_DIR = "UCI HAR Dataset"
+HAR_FILES = (f"{HAR_DIR}/train/X_train.txt", f"har/{HAR_DIR}/train/X_train.txt")  # marks the folder
 N_SUBJECTS, N_FEATURES, N_CLASSES = 30, 561, 6
 
 
 def _read_table(path: Path, cols: int | None) -> np.ndarray:
     """A whitespace-separated numeric text file as a 2-D float array with ``cols`` columns."""
     try:
-        lines = [ln.split() for ln in path.read_text().splitlines() if ln.strip()]
+        numbered = [(k, ln.split()) for k, ln in enumerate(path.read_text().splitlines(), 1) if ln.strip()]
     except (OSError, UnicodeDecodeError) as e:
         raise DatasetError(f"{path}: cannot read ({e})") from e
-    if not lines:
+    if not numbered:
         raise DatasetError(f"{path}: file is empty")
-    widths = {len(ln) for ln in lines}
-    if len(widths) != 1:
-        bad = next(k for k, ln in enumerate(lines) if len(ln) != len(lines[0]))
-        raise DatasetError(f"{path}: ragged rows (line {bad + 1} has {len(lines[bad])} values, line 1 has "
-                           f"{len(lines[0])}); the file may be truncated")
+    (first, head), lines = numbered[0], [ln for _, ln in numbered]
+    bad = next(((k, ln) for k, ln in numbered if len(ln) != len(head)), None)
+    if bad is not None:  # line numbers of the file
+        raise DatasetError(
+            f"{path}: ragged rows (line {bad[0]} has {len(bad[1])} values, line {first} has "
+            f"{len(head)}); the file may be truncated"
+        )
     try:
         arr = np.array(lines, dtype=np.float64)
     except ValueError as e:
@@ -67,9 +69,8 @@ def read_har(root: Path) -> list[RawClient]:
     return [RawClient(x[s == k].astype(np.float32), y[s == k]) for k in subjects]
 
 
-@register("har")
+@register("har", files=HAR_FILES)
 def har(request: DataRequest) -> RawFederated:
     check_options("har", request.options, {})
-    marker = find_file("har", [f"{HAR_DIR}/train/X_train.txt", f"har/{HAR_DIR}/train/X_train.txt"],
-                       request.data_dir)
+    marker = find_file("har", HAR_FILES, request.data_dir)
     return RawFederated("har", "classification", N_CLASSES, tuple(read_har(marker.parent.parent)))

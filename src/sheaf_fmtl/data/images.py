@@ -27,9 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import DatasetError, RawClient, RawFederated
-from .files import check_options, find_file, try_find
-from .registry import DataRequest, register
+from .base import DataRequest, DatasetError, RawClient, RawFederated, register
+from .files import check_options, find_file
 
 MNIST_IDX = {
     "x_train": "train-images-idx3-ubyte",
@@ -37,7 +36,11 @@ MNIST_IDX = {
     "x_test": "t10k-images-idx3-ubyte",
     "y_test": "t10k-labels-idx1-ubyte",
 }
+#: Any one makes R-MNIST available; the first folder holding one is read (``mnist.npz`` preferred there).
+_IDX = MNIST_IDX["x_train"]
+MNIST_FILES = ("mnist.npz", "mnist/mnist.npz", _IDX, f"{_IDX}.gz", f"mnist/{_IDX}", f"mnist/{_IDX}.gz")
 CIFAR_DIR = "cifar-10-batches-py"
+CIFAR_FILES = (f"{CIFAR_DIR}/data_batch_1", f"cifar10/{CIFAR_DIR}/data_batch_1")
 CIFAR_TRAIN = [f"data_batch_{i}" for i in range(1, 6)]
 CIFAR_TEST = "test_batch"
 
@@ -85,25 +88,33 @@ def _check_mnist(arrays: dict[str, np.ndarray], where: dict[str, Path]) -> dict[
 
 
 def read_mnist(data_dir: Path | str | None = None) -> dict[str, np.ndarray]:
-    """``x_train, y_train, x_test, y_test`` from ``mnist.npz`` or, failing that, the IDX files."""
-    npz = try_find(["mnist.npz", "mnist/mnist.npz"], data_dir)
-    if npz is not None:
-        try:
-            with np.load(npz, allow_pickle=False) as z:
-                missing = sorted(set(MNIST_IDX) - set(z.files))
-                if missing:
-                    raise DatasetError(f"{npz}: missing keys {missing}")
-                arrays = {k: z[k] for k in MNIST_IDX}
-        except DatasetError:
-            raise
-        except Exception as e:  # zipfile.BadZipFile, ValueError, OSError, EOFError, ...
-            raise DatasetError(f"{npz}: cannot read as .npz ({type(e).__name__}: {e})") from e
-        return _check_mnist(arrays, dict.fromkeys(MNIST_IDX, npz))
-    where = {}
+    """``x_train, y_train, x_test, y_test`` from ``mnist.npz`` or the four IDX files beside each other,
+    whichever the first data folder holding either has (``mnist.npz`` preferred within a folder)."""
+    found = find_file("rmnist", MNIST_FILES, data_dir)
+    if found.suffix == ".npz":
+        return _read_mnist_npz(found)
+    where: dict[str, Path] = {}
     for key, name in MNIST_IDX.items():
-        names = [name, f"{name}.gz", f"mnist/{name}", f"mnist/{name}.gz"]
-        where[key] = find_file("rmnist", ["mnist.npz", *names] if key == "x_train" else names, data_dir)
+        options = [found.parent / name, found.parent / f"{name}.gz"]
+        path = next((p for p in options if p.exists()), None)
+        if path is None:
+            raise DatasetError(f"rmnist: {options[0]}(.gz) is missing (the IDX files lie beside {found})")
+        where[key] = path
     return _check_mnist({k: read_idx(p) for k, p in where.items()}, where)
+
+
+def _read_mnist_npz(npz: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(npz, allow_pickle=False) as z:
+            missing = sorted(set(MNIST_IDX) - set(z.files))
+            if missing:
+                raise DatasetError(f"{npz}: missing keys {missing}")
+            arrays = {k: z[k] for k in MNIST_IDX}
+    except DatasetError:
+        raise
+    except Exception as e:  # zipfile.BadZipFile, ValueError, OSError, EOFError, ...
+        raise DatasetError(f"{npz}: cannot read as .npz ({type(e).__name__}: {e})") from e
+    return _check_mnist(arrays, dict.fromkeys(MNIST_IDX, npz))
 
 
 def rotated_mnist(
@@ -129,7 +140,7 @@ def rotated_mnist(
     return clients, turns
 
 
-@register("rmnist")
+@register("rmnist", files=MNIST_FILES)
 def rmnist(request: DataRequest) -> RawFederated:
     o = check_options("rmnist", request.options, {"use_test": False})
     m = read_mnist(request.data_dir)
@@ -179,14 +190,15 @@ def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def read_cifar10(data_dir: Path | str | None, use_test: bool) -> tuple[np.ndarray, np.ndarray]:
-    names = [f"{CIFAR_DIR}/data_batch_1", f"cifar10/{CIFAR_DIR}/data_batch_1"]
-    first = find_file("hcifar10", names, data_dir)
+    first = find_file("hcifar10", CIFAR_FILES, data_dir)
     root = first.parent
     names = CIFAR_TRAIN + ([CIFAR_TEST] if use_test else [])
     for name in names:
         if not (root / name).exists():
-            raise DatasetError(f"hcifar10: {root / name} is missing (CIFAR-10 python version has "
-                               f"{', '.join(CIFAR_TRAIN + [CIFAR_TEST])})")
+            raise DatasetError(
+                f"hcifar10: {root / name} is missing (CIFAR-10 python version has "
+                f"{', '.join(CIFAR_TRAIN + [CIFAR_TEST])})"
+            )
     batches = [read_cifar_batch(root / name) for name in names]
     return np.concatenate([b[0] for b in batches]), np.concatenate([b[1] for b in batches])
 
@@ -231,7 +243,7 @@ def heterogeneous_split(
     return [np.sort(np.concatenate(p)) for p in parts]
 
 
-@register("hcifar10")
+@register("hcifar10", files=CIFAR_FILES)
 def hcifar10(request: DataRequest) -> RawFederated:
     o = check_options("hcifar10", request.options, {"use_test": False, "spread": 0.17})
     if not 0.0 <= float(o["spread"]) < 1.0:

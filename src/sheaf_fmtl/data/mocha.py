@@ -10,28 +10,18 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import scipy.io
 
-from .base import DatasetError, RawClient, RawFederated
-from .files import as_features, as_targets, check_options, find_file, map_labels, try_find
-from .registry import DataRequest, register
-from .user import read_npz_clients
+from .base import DataRequest, DatasetError, RawClient, RawFederated, register
+from .files import as_features, as_targets, check_options, find_file, map_labels, mat_cells, read_npz_clients
 
 VEHICLE = {"clients": 23, "features": 100}
 GLEAM = {"clients": 38, "features": 180}
 VEHICLE_SUBSET = "vehicle_ditto_train_subset.npz"
-
-
-def _cells(mat: dict[str, Any], key: str, path: Path) -> list[Any]:
-    if key not in mat:
-        raise DatasetError(f"{path}: no variable {key!r} (expected MOCHA cell arrays X and Y)")
-    arr = mat[key]
-    if not isinstance(arr, np.ndarray) or arr.dtype != object or min(arr.shape, default=0) > 1:
-        raise DatasetError(f"{path}: {key} is not a 1-D cell array (got {getattr(arr, 'shape', '?')})")
-    return list(arr.reshape(-1))
+VEHICLE_FILES = ("vehicle.mat", "vehicle/vehicle.mat", VEHICLE_SUBSET)  # preferred first, per folder
+GLEAM_FILES = ("gleam.mat", "gleam/gleam.mat")
 
 
 def _binary(ys: list[np.ndarray], path: Path) -> list[np.ndarray]:
@@ -47,7 +37,7 @@ def read_mocha_mat(path: Path, n_clients: int, n_features: int) -> list[RawClien
         mat = scipy.io.loadmat(str(path))
     except Exception as e:  # scipy raises ValueError, TypeError, OSError, MatReadError, ...
         raise DatasetError(f"{path}: cannot read as a MATLAB file ({type(e).__name__}: {e})") from e
-    xs, ys = _cells(mat, "X", path), _cells(mat, "Y", path)
+    xs, ys = mat_cells(mat, "X", path), mat_cells(mat, "Y", path)
     if len(xs) != n_clients or len(ys) != n_clients:
         raise DatasetError(f"{path}: {len(xs)} X cells and {len(ys)} Y cells; expected {n_clients} clients")
     x_arr = [as_features(x, path, f"X{{{i + 1}}}", n_features) for i, x in enumerate(xs)]
@@ -62,15 +52,15 @@ def _no_options(name: str, request: DataRequest) -> None:
     check_options(name, request.options, {})
 
 
-@register("vehicle")
+@register("vehicle", files=VEHICLE_FILES)
 def vehicle(request: DataRequest) -> RawFederated:
-    """Vehicle Sensor from ``vehicle.mat``; falls back to Ditto's small training subset when absent."""
+    """Vehicle Sensor from ``vehicle.mat``; falls back to Ditto's small training subset when the first
+    data folder holding either has only the subset."""
     _no_options("vehicle", request)
-    path = try_find(["vehicle.mat", "vehicle/vehicle.mat"], request.data_dir)
-    if path is not None:
+    path = find_file("vehicle", VEHICLE_FILES, request.data_dir)
+    if path.suffix == ".mat":
         clients = read_mocha_mat(path, VEHICLE["clients"], VEHICLE["features"])
         return RawFederated("vehicle", "classification", 2, tuple(clients))
-    path = find_file("vehicle", ["vehicle.mat", "vehicle/vehicle.mat", VEHICLE_SUBSET], request.data_dir)
     parts = read_npz_clients(path)
     if len(parts) != VEHICLE["clients"]:
         raise DatasetError(f"{path}: {len(parts)} clients; expected {VEHICLE['clients']}")
@@ -86,10 +76,10 @@ def vehicle(request: DataRequest) -> RawFederated:
     return RawFederated("vehicle", "classification", 2, subset)
 
 
-@register("gleam")
+@register("gleam", files=GLEAM_FILES)
 def gleam(request: DataRequest) -> RawFederated:
     """GLEAM from MOCHA-style ``gleam.mat``."""
     _no_options("gleam", request)
-    path = find_file("gleam", ["gleam.mat", "gleam/gleam.mat"], request.data_dir)
+    path = find_file("gleam", GLEAM_FILES, request.data_dir)
     clients = read_mocha_mat(path, GLEAM["clients"], GLEAM["features"])
     return RawFederated("gleam", "classification", 2, tuple(clients))

@@ -1,9 +1,12 @@
 """The paper's data protocol (Section 5, "Evaluation"): per-client 75/25 split, stratified for
 classification; half of the clients keep 20% of their training data; features standardised with
-training statistics only. Everything depends only on ``seed``."""
+training statistics only. Everything depends only on ``seed``. A dataset may turn the reduction
+off (``RawFederated.reduce``, user data's ``reduce=false``). Classification clients whose training
+labels are all one class are legal, and named in one warning."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +20,7 @@ class ProtocolOptions:
     reduced_clients_fraction: float = 0.5  # "half of the clients"
     reduced_keep: float = 0.2  # "... keep only 20% of their training data"
     standardize: bool = True
+    validation: float = 0.0  # > 0: this fraction of each client's training data replaces its test split
 
 
 def _rng(seed: int, *stream: int) -> np.random.Generator:
@@ -72,9 +76,11 @@ def apply_protocol(raw: RawFederated, seed: int, options: ProtocolOptions | None
     options = options or ProtocolOptions()
     if not 0.0 < options.train_fraction < 1.0:
         raise DatasetError(f"train_fraction must be in (0, 1), got {options.train_fraction}")
+    if not 0.0 <= options.validation < 1.0:
+        raise DatasetError(f"validation must be in [0, 1), got {options.validation}")
     stratify = raw.task == "classification"
     n_clients = len(raw.clients)
-    n_reduced = int(round(options.reduced_clients_fraction * n_clients))
+    n_reduced = int(round(options.reduced_clients_fraction * n_clients)) if raw.reduce else 0
     reduced = set(_rng(seed, 1).permutation(n_clients)[:n_reduced].tolist())
     out = []
     for i, client in enumerate(raw.clients):
@@ -88,13 +94,34 @@ def apply_protocol(raw: RawFederated, seed: int, options: ProtocolOptions | None
         if i in reduced:
             keep = subsample(y_tr, options.reduced_keep, stratify, rng)
             x_tr, y_tr = x_tr[keep], y_tr[keep]
+        if options.validation > 0:  # tuning (sweep): held out of the training data, test data unused
+            tr, va = train_test_indices(y_tr, 1.0 - options.validation, stratify, _rng(seed, 3, i))
+            x_tr, y_tr, x_te, y_te = x_tr[tr], y_tr[tr], x_tr[va], y_tr[va]
         x_tr = np.asarray(x_tr, dtype=np.float32)
         x_te = np.asarray(x_te, dtype=np.float32)
         if options.standardize:
             x_tr, x_te = _standardize(x_tr, x_te)
         ydtype = np.int64 if stratify else np.float32
         out.append(ClientSplit(x_tr, np.asarray(y_tr, ydtype), x_te, np.asarray(y_te, ydtype)))
+    if stratify:
+        _warn_single_class(raw.name, out)
     return FederatedDataset(raw.name, raw.task, raw.num_classes, tuple(out))
+
+
+def single_class_clients(clients: tuple[ClientSplit, ...] | list[ClientSplit]) -> list[int]:
+    """Ids of the clients whose training labels are all one class (or that have none)."""
+    return [i for i, c in enumerate(clients) if len(np.unique(c.y_train)) < 2]
+
+
+def _warn_single_class(name: str, clients: list[ClientSplit]) -> None:
+    ids = single_class_clients(clients)
+    if ids:
+        warnings.warn(
+            f"{name}: the training labels of client(s) {ids} are all one class (legal, but such "
+            "a client's own data cannot teach its model to tell the classes apart)",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def reduced_clients(num_clients: int, seed: int, fraction: float = 0.5) -> list[int]:

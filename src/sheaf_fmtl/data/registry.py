@@ -1,53 +1,40 @@
-"""Dataset registry: ``name -> builder(request) -> RawFederated``; the protocol is applied here."""
+"""Dataset registry: ``name -> builder(request) -> RawFederated``; the protocol is applied here.
+
+The top of the data layer: it imports every reader (each registers its datasets in
+``base.READERS`` when imported) and ``protocol``; no reader imports it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
-
-from .base import DatasetError, FederatedDataset, RawFederated
+from . import har, images, mocha, school, synthetic  # noqa: F401  (each registers its datasets)
+from .base import READERS, DataRequest, DatasetError, FederatedDataset, RawFederated
 from .protocol import ProtocolOptions, apply_protocol
+from .user import load_user
 
+__all__ = ["DataRequest", "dataset_files", "dataset_names", "load", "load_raw"]
 
-@dataclass(frozen=True)
-class DataRequest:
-    """What a run asks of a dataset."""
-
-    clients: int | None = None  # None: the dataset's own number of clients
-    seed: int = 0
-    data_dir: Path | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)  # dataset-specific knobs
-
-
-Builder = Callable[[DataRequest], RawFederated]
-_BUILDERS: dict[str, Builder] = {}
-
-
-def register(name: str) -> Callable[[Builder], Builder]:
-    def deco(fn: Builder) -> Builder:
-        _BUILDERS[name] = fn
-        return fn
-
-    return deco
+USER_PREFIX = "file:"
 
 
 def dataset_names() -> list[str]:
-    _import_builtin()
-    return sorted(_BUILDERS)
+    """Every registered dataset (``file:PATH`` aside)."""
+    return sorted(READERS)
+
+
+def dataset_files() -> dict[str, tuple[str, ...]]:
+    """The files that make each file-based dataset available (any one suffices), as each reader
+    declares them; generated datasets are absent."""
+    return {name: r.files for name, r in sorted(READERS.items()) if r.files}
 
 
 def load_raw(name: str, request: DataRequest) -> RawFederated:
-    _import_builtin()
-    if name.startswith("file:"):
-        from .user import load_user
-
-        raw = load_user(name[len("file:") :], request)
-        return _take_clients(name, raw, request)
-    if name not in _BUILDERS:
-        raise DatasetError(f"unknown dataset {name!r}; known: {', '.join(sorted(_BUILDERS))}")
-    return _take_clients(name, _BUILDERS[name](request), request)
+    """Read or generate ``name`` (a registered dataset or ``file:PATH``), before the protocol."""
+    if name.startswith(USER_PREFIX):
+        return _take_clients(name, load_user(name[len(USER_PREFIX) :], request), request)
+    if name not in READERS:
+        known = ", ".join([*sorted(READERS), f"{USER_PREFIX}PATH"])
+        raise DatasetError(f"unknown dataset {name!r}; known: {known}")
+    return _take_clients(name, READERS[name].build(request), request)
 
 
 def _take_clients(name: str, raw: RawFederated, request: DataRequest) -> RawFederated:
@@ -56,20 +43,10 @@ def _take_clients(name: str, raw: RawFederated, request: DataRequest) -> RawFede
             raise DatasetError(
                 f"{name}: {request.clients} clients asked for, but the dataset has {len(raw.clients)}"
             )
-        raw = RawFederated(raw.name, raw.task, raw.num_classes, raw.clients[: request.clients])
+        raw = RawFederated(raw.name, raw.task, raw.num_classes, raw.clients[: request.clients], raw.reduce)
     return raw
 
 
 def load(name: str, request: DataRequest, protocol: ProtocolOptions | None = None) -> FederatedDataset:
     """Read or generate ``name`` and split it by the paper's protocol."""
     return apply_protocol(load_raw(name, request), request.seed, protocol or ProtocolOptions())
-
-
-def _import_builtin() -> None:
-    from . import (  # noqa: F401  (each module registers its datasets)
-        har,
-        images,  # rmnist, hcifar10
-        mocha,  # vehicle, gleam
-        school,
-        synthetic,  # synthetic, synthetic-hetero
-    )

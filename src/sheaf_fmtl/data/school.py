@@ -12,13 +12,11 @@ from pathlib import Path
 import numpy as np
 import scipy.io
 
-from .base import DatasetError, RawClient, RawFederated
-from .files import as_features, as_targets, check_options, find_file
-from .mocha import _cells
-from .registry import DataRequest, register
-from .user import read_npz_clients
+from .base import DataRequest, DatasetError, RawClient, RawFederated, register
+from .files import as_features, as_targets, check_options, find_file, mat_cells, read_npz_clients
 
 N_SCHOOLS, N_FEATURES = 139, 28
+SCHOOL_FILES = ("school.mat", "school.npz", "school/school.mat")
 
 
 def _clients(path: Path, xs: list, ys: list) -> list[RawClient]:
@@ -37,7 +35,7 @@ def read_school_mat(path: Path) -> list[RawClient]:
         mat = scipy.io.loadmat(str(path))
     except Exception as e:  # scipy raises ValueError, TypeError, OSError, MatReadError, ...
         raise DatasetError(f"{path}: cannot read as a MATLAB file ({type(e).__name__}: {e})") from e
-    return _clients(path, _cells(mat, "X", path), _cells(mat, "Y", path))
+    return _clients(path, mat_cells(mat, "X", path), mat_cells(mat, "Y", path))
 
 
 def read_school_npz(path: Path) -> list[RawClient]:
@@ -45,9 +43,9 @@ def read_school_npz(path: Path) -> list[RawClient]:
     return _clients(path, [p["x"] for p in parts], [p["y"] for p in parts])
 
 
-@register("school")
+@register("school", files=SCHOOL_FILES)
 def school(request: DataRequest) -> RawFederated:
     check_options("school", request.options, {})
-    path = find_file("school", ["school.mat", "school.npz", "school/school.mat"], request.data_dir)
+    path = find_file("school", SCHOOL_FILES, request.data_dir)
     clients = read_school_mat(path) if path.suffix == ".mat" else read_school_npz(path)
     return RawFederated("school", "regression", 0, tuple(clients))

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import DatasetError, RawClient, RawFederated
-from .registry import DataRequest, register
+from .base import DataRequest, DatasetError, RawClient, RawFederated, register
+from .files import check_options
 
 SYNTHETIC_DEFAULTS: dict[str, Any] = {
     "alpha": 1.0,
@@ -49,10 +49,7 @@ HETERO_DEFAULTS: dict[str, Any] = {
 
 
 def _options(defaults: Mapping[str, Any], given: Mapping[str, Any], name: str) -> dict[str, Any]:
-    unknown = set(given) - set(defaults)
-    if unknown:
-        raise DatasetError(f"{name}: unknown option(s) {sorted(unknown)}; allowed: {sorted(defaults)}")
-    opts = {**defaults, **given}
+    opts = check_options(name, given, defaults)
     if opts["alpha"] < 0 or opts["beta"] < 0:
         raise DatasetError(f"{name}: alpha and beta must be >= 0")
     if opts["classes"] < 2 or opts["features"] < 1:
@@ -140,11 +137,7 @@ CLUSTERS_CLIENTS = 30  # clients unless the run asks for another number
 
 def _clusters_options(given: Mapping[str, Any]) -> dict[str, Any]:
     name = "synthetic-clusters"
-    unknown = set(given) - set(CLUSTERS_DEFAULTS)
-    if unknown:
-        allowed = sorted(CLUSTERS_DEFAULTS)
-        raise DatasetError(f"{name}: unknown option(s) {sorted(unknown)}; allowed: {allowed}")
-    o = {**CLUSTERS_DEFAULTS, **given}
+    o = check_options(name, given, CLUSTERS_DEFAULTS, {"feature_counts": "int or ints"})
     if o["classes"] < 2 or o["features"] < 1 or o["groups"] < 1:
         raise DatasetError(f"{name}: need classes >= 2, features >= 1 and groups >= 1")
     if not 0.0 <= o["relatedness"] <= 1.0:
@@ -155,8 +148,6 @@ def _clusters_options(given: Mapping[str, Any]) -> dict[str, Any]:
         raise DatasetError(f"{name}: need 2 <= min_samples <= max_samples")
     if o["test_samples"] < 1:
         raise DatasetError(f"{name}: test_samples must be >= 1")
-    if not isinstance(o["homogeneous"], bool):
-        raise DatasetError(f"{name}: homogeneous must be true or false")
     sizes = o["feature_counts"]
     if isinstance(sizes, int):
         sizes = [sizes]
@@ -192,12 +183,13 @@ def clusters_groups(clients: int | None = None, groups: int = CLUSTERS_DEFAULTS[
     return [k * groups // n for k in range(n)]
 
 
-
 def describe_clusters(options: Mapping[str, Any], clients: int | None = None) -> str:
     """One line saying what ``synthetic-clusters`` with ``options`` is (for titles and logs)."""
     o = _clusters_options(options)
-    seen = "every feature" if o["homogeneous"] else (
-        f"random subsets of {'/'.join(map(str, o['feature_counts']))} of the {o['features']} features"
+    seen = (
+        "every feature"
+        if o["homogeneous"]
+        else (f"random subsets of {'/'.join(map(str, o['feature_counts']))} of the {o['features']} features")
     )
     return (
         f"{clients or CLUSTERS_CLIENTS} clients in {o['groups']} clusters of related {o['classes']}-class "

@@ -5,53 +5,23 @@ Two layouts: an ``.npz`` in the per-client convention of ``data/DATA.md`` (``num
 client (sorted by file name, last column the target, an optional non-numeric header row). The task
 is inferred (integer targets with at most ``max_classes`` distinct values -> classification) or
 forced with option ``task``. Clients may have different feature counts (the setting of the paper's
-Section 5.2 with different model sizes).
+Section 5.2 with different model sizes). Option ``reduce=false`` turns off the protocol's "half of
+the clients keep 20% of their training data" for users who bring their own split.
 """
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .base import DatasetError, RawClient, RawFederated, Task
-from .files import as_features, as_targets, check_options
-from .registry import DataRequest
+from .base import DataRequest, DatasetError, RawClient, RawFederated, Task
+from .files import as_features, as_targets, check_options, read_npz_clients
 
-USER_DEFAULTS: dict[str, Any] = {"task": None, "max_classes": 100}
-_NPZ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile)
-
-
-def read_npz_clients(path: Path) -> list[dict[str, np.ndarray]]:
-    """Arrays of each client of a per-client ``.npz`` (keys ``x``, ``y``, maybe ``x_test``, ``y_test``).
-
-    Everything is read eagerly so a truncated member fails here, with the file named."""
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            keys = set(z.files)
-            if "num_clients" not in keys:
-                raise DatasetError(f"{path}: no 'num_clients' key (per-client .npz layout, see DATA.md)")
-            n = int(np.asarray(z["num_clients"]).reshape(()))
-            if n < 1:
-                raise DatasetError(f"{path}: num_clients = {n}")
-            out = []
-            for i in range(n):
-                if f"x_{i}" not in keys or f"y_{i}" not in keys:
-                    raise DatasetError(f"{path}: client {i} of {n}: keys x_{i} and y_{i} are required")
-                client = {"x": z[f"x_{i}"], "y": z[f"y_{i}"]}
-                has_test = (f"x_test_{i}" in keys, f"y_test_{i}" in keys)
-                if any(has_test) and not all(has_test):
-                    raise DatasetError(f"{path}: client {i} has only one of x_test_{i}, y_test_{i}")
-                if all(has_test):
-                    client["x_test"], client["y_test"] = z[f"x_test_{i}"], z[f"y_test_{i}"]
-                out.append(client)
-            return out
-    except DatasetError:
-        raise
-    except _NPZ_ERRORS as e:
-        raise DatasetError(f"{path}: cannot read as .npz ({type(e).__name__}: {e})") from e
+#: ``reduce=false`` keeps every client's whole training split (no "half of the clients keep 20%").
+USER_DEFAULTS: dict[str, Any] = {"task": None, "max_classes": 100, "reduce": True}
+USER_KINDS = {"task": "str?"}
 
 
 def _read_csv(path: Path) -> np.ndarray:
@@ -59,21 +29,21 @@ def _read_csv(path: Path) -> np.ndarray:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise DatasetError(f"{path}: cannot read ({e})") from e
-    lines = [ln for ln in text.splitlines() if ln.strip()]
+    lines = [(k, ln) for k, ln in enumerate(text.splitlines(), 1) if ln.strip()]  # file line numbers
     if lines:
         try:
-            [float(v) for v in lines[0].split(",")]
+            [float(v) for v in lines[0][1].split(",")]
         except ValueError:
             lines = lines[1:]  # a header row
     rows = []
     width = None
-    for k, ln in enumerate(lines):
+    for k, ln in lines:
         try:
             row = [float(v) for v in ln.split(",")]
         except ValueError as e:
-            raise DatasetError(f"{path}: line {k + 1} is not numeric ({e})") from e
+            raise DatasetError(f"{path}: line {k} is not numeric ({e})") from e
         if width is not None and len(row) != width:
-            raise DatasetError(f"{path}: line {k + 1} has {len(row)} columns; earlier lines have {width}")
+            raise DatasetError(f"{path}: line {k} has {len(row)} columns; earlier lines have {width}")
         width = len(row)
         rows.append(row)
     if not rows or (width or 0) < 2:
@@ -91,7 +61,7 @@ def infer_task(ys: list[np.ndarray], max_classes: int) -> Task:
 
 def load_user(spec: str, request: DataRequest) -> RawFederated:
     """Build a :class:`RawFederated` from ``file:PATH`` (``spec`` is PATH)."""
-    o = check_options(f"file:{spec}", request.options, USER_DEFAULTS)
+    o = check_options(f"file:{spec}", request.options, USER_DEFAULTS, USER_KINDS)
     if o["task"] not in (None, "classification", "regression"):
         raise DatasetError(f"file:{spec}: option task must be 'classification' or 'regression'")
     path = Path(spec).expanduser()
@@ -141,4 +111,4 @@ def load_user(spec: str, request: DataRequest) -> RawFederated:
         )
         for x, y, xt, yt in arrays
     )
-    return RawFederated(f"file:{path.name}", task, num_classes, clients)
+    return RawFederated(f"file:{path.name}", task, num_classes, clients, reduce=o["reduce"])

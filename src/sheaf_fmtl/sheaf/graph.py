@@ -2,6 +2,9 @@
 
 Undirected edge ``e = {i, j}`` (``i < j``) gives half-edges ``2e = (i -> j)`` and ``2e + 1 = (j -> i)``;
 ``rev[h]`` is the opposite half-edge. Each half-edge carries the map ``P_{src,dst}`` owned by ``src``.
+Edges may carry positive weights ``a_ij`` (default 1; a three-column edge list ``i j a_ij``), the
+weights of the conventional FMTL objective (paper, "Special Cases": dFedU's ``a_ij``, the sheaf with
+``P_ij = sqrt(a_ij) I``).
 """
 
 from __future__ import annotations
@@ -23,19 +26,26 @@ class GraphError(ValueError):
 class ClientGraph:
     """An undirected simple graph on clients ``0..num_nodes-1``.
 
-    ``edges``: ``[E, 2]`` with ``i < j``, sorted. ``src``, ``dst``, ``rev``: ``[2E]`` half-edge arrays.
+    ``edges``: ``[E, 2]`` with ``i < j``, sorted. ``weights``: ``[E]`` positive finite ``a_ij`` in the
+    order of ``edges`` (``None`` given: all 1). ``src``, ``dst``, ``rev``: ``[2E]`` half-edge arrays.
     """
 
     num_nodes: int
     edges: np.ndarray
+    weights: np.ndarray | None = None
     src: np.ndarray = field(init=False)
     dst: np.ndarray = field(init=False)
     rev: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
-        e = np.asarray(self.edges, dtype=np.int64).reshape(-1, 2)
-        e = np.sort(e, axis=1)
-        e = e[np.lexsort((e[:, 1], e[:, 0]))]
+        e = np.sort(np.asarray(self.edges, dtype=np.int64).reshape(-1, 2), axis=1)
+        w = np.ones(len(e)) if self.weights is None else np.asarray(self.weights, np.float64).reshape(-1)
+        if len(w) != len(e):
+            raise GraphError(f"{len(w)} edge weights for {len(e)} edges")
+        if not np.all(np.isfinite(w) & (w > 0)):
+            raise GraphError("edge weights must be positive and finite")
+        order = np.lexsort((e[:, 1], e[:, 0]))
+        e, w = e[order], w[order]
         if len(e) and (e[:, 0] == e[:, 1]).any():
             raise GraphError("self-loops are not allowed")
         if len(np.unique(e, axis=0)) != len(e):
@@ -43,6 +53,7 @@ class ClientGraph:
         if len(e) and (e.min() < 0 or e.max() >= self.num_nodes):
             raise GraphError(f"edge endpoints must lie in 0..{self.num_nodes - 1}")
         object.__setattr__(self, "edges", e)
+        object.__setattr__(self, "weights", w)
         src = np.empty(2 * len(e), dtype=np.int64)
         src[0::2], src[1::2] = e[:, 0], e[:, 1]
         dst = np.empty_like(src)
@@ -59,6 +70,17 @@ class ClientGraph:
     def num_half_edges(self) -> int:
         return len(self.src)
 
+    @property
+    def weighted(self) -> bool:
+        """Whether some edge weight differs from 1."""
+        assert self.weights is not None
+        return bool(np.any(self.weights != 1.0))
+
+    def half_edge_weights(self) -> np.ndarray:
+        """``[2E]``: ``a_ij`` of each half-edge's undirected edge."""
+        assert self.weights is not None
+        return np.repeat(self.weights, 2)
+
     def degrees(self) -> np.ndarray:
         return np.bincount(self.src, minlength=self.num_nodes)
 
@@ -71,15 +93,20 @@ class ClientGraph:
     def to_networkx(self) -> nx.Graph:
         g = nx.Graph()
         g.add_nodes_from(range(self.num_nodes))
-        g.add_edges_from(map(tuple, self.edges.tolist()))
+        assert self.weights is not None
+        weighted = zip(self.edges.tolist(), self.weights.tolist(), strict=True)
+        g.add_weighted_edges_from((i, j, a) for (i, j), a in weighted)
         return g
 
     @classmethod
     def from_networkx(cls, g: nx.Graph) -> ClientGraph:
+        """From a NetworkX graph on nodes ``0..N-1``; an edge attribute ``weight`` gives ``a_ij``."""
         nodes = sorted(g.nodes)
         if nodes != list(range(len(nodes))):
             raise GraphError("graph nodes must be 0..N-1")
-        return cls(len(nodes), np.array(list(g.edges), dtype=np.int64).reshape(-1, 2))
+        edges = np.array([(i, j) for i, j in g.edges], dtype=np.int64).reshape(-1, 2)
+        weights = np.array([float(a) for _, _, a in g.edges(data="weight", default=1.0)])
+        return cls(len(nodes), edges, weights)
 
 
 def _draw(kind: str, n: int, p: float, k: int, m: int, seed: int) -> nx.Graph:
@@ -133,23 +160,57 @@ def make_graph(
 
 
 def read_edge_list(path: str | Path | None, num_nodes: int) -> ClientGraph:
-    """An edge-list file: ``i j`` per line, ``#`` comments allowed; must be connected."""
+    """An edge-list file: ``i j`` or ``i j a_ij`` per line (a positive finite weight; default 1),
+    spaces or commas, ``#`` comments allowed; every error names the file and the line.
+
+    Args:
+        path: the file (``graph_file``).
+        num_nodes: the number of clients; node ids lie in ``0..num_nodes-1``.
+    Returns:
+        The connected, possibly weighted, client graph.
+    """
     if path is None or not Path(path).is_file():
         raise GraphError(f"graph=file needs graph_file pointing to an edge-list file; got {path!r}")
-    edges = []
-    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise GraphError(f"{path}: cannot read the edge list ({e})") from None
+    seen: dict[tuple[int, int], int] = {}
+    weights: list[float] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
-        parts = line.replace(",", " ").split()
-        try:
-            i, j = int(parts[0]), int(parts[1])
-        except (ValueError, IndexError):
-            raise GraphError(f"{path}:{lineno}: expected two integer node ids, got {line!r}") from None
-        if not (0 <= i < num_nodes and 0 <= j < num_nodes):
-            raise GraphError(f"{path}:{lineno}: node ids must lie in 0..{num_nodes - 1}")
-        edges.append((min(i, j), max(i, j)))
-    graph = ClientGraph(num_nodes, np.array(sorted(set(edges)), dtype=np.int64).reshape(-1, 2))
+        i, j, a = _parse_edge(line, f"{path}:{lineno}", num_nodes)
+        key = (min(i, j), max(i, j))
+        if key in seen:
+            raise GraphError(f"{path}:{lineno}: edge {i} {j} repeats line {seen[key]}")
+        seen[key] = lineno
+        weights.append(a)
+    edges = np.array(list(seen), dtype=np.int64).reshape(-1, 2)
+    graph = ClientGraph(num_nodes, edges, np.array(weights))
     if not graph.is_connected():
         raise GraphError(f"{path}: the graph on {num_nodes} clients is not connected")
     return graph
+
+
+def _parse_edge(line: str, where: str, num_nodes: int) -> tuple[int, int, float]:
+    """``(i, j, a_ij)`` of one edge-list line; ``where`` is ``file:line`` for errors."""
+    parts = line.replace(",", " ").split()
+    if len(parts) not in (2, 3):
+        raise GraphError(f"{where}: expected 'i j' or 'i j weight', got {line!r}")
+    try:
+        i, j = int(parts[0]), int(parts[1])
+    except ValueError:
+        raise GraphError(f"{where}: expected two integer node ids, got {line!r}") from None
+    if not (0 <= i < num_nodes and 0 <= j < num_nodes):
+        raise GraphError(f"{where}: node ids must lie in 0..{num_nodes - 1}, got {i} {j}")
+    if i == j:
+        raise GraphError(f"{where}: self-loop {i} {j} (an edge must join two different clients)")
+    try:
+        a = float(parts[2]) if len(parts) == 3 else 1.0
+    except ValueError:
+        raise GraphError(f"{where}: the weight {parts[2]!r} is not a number") from None
+    if not (np.isfinite(a) and a > 0):
+        raise GraphError(f"{where}: the weight must be positive and finite, got {parts[2]}")
+    return i, j, a

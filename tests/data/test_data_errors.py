@@ -1,0 +1,185 @@
+"""Data-layer errors and warnings a user meets (issue 12) and the data layer's import structure
+(issue 13): every message names the file, line, option or clients it is about."""
+
+from __future__ import annotations
+
+import ast
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sheaf_fmtl.data import files
+from sheaf_fmtl.data.base import READERS, DatasetError, RawClient, RawFederated
+from sheaf_fmtl.data.cli import DATASET_FILES
+from sheaf_fmtl.data.files import find_file, search_dirs
+from sheaf_fmtl.data.protocol import ProtocolOptions, apply_protocol
+from sheaf_fmtl.data.registry import DataRequest, dataset_files, load, load_raw
+
+DATA_PKG = Path(files.__file__).parent
+READER_MODULES = ("har", "images", "mocha", "school", "synthetic", "user")
+
+
+@pytest.fixture(autouse=True)
+def only_given_folders(monkeypatch):
+    """Search only the folders a test names: no ``$SHEAF_FMTL_DATA``, no ``../shared/data``."""
+    monkeypatch.delenv(files.ENV_VAR, raising=False)
+    monkeypatch.setattr(files, "FALLBACK_DIRS", ())
+
+
+# ------------------------------------------------------------------------------ import structure
+def _relative_imports(module: str) -> tuple[set[str], bool]:
+    """Sibling modules ``data/MODULE.py`` imports, and whether any import sits inside a function."""
+    tree = ast.parse((DATA_PKG / f"{module}.py").read_text())
+    siblings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            siblings |= {node.module} if node.module else {a.name for a in node.names}
+    nested = any(
+        isinstance(inner, ast.Import | ast.ImportFrom)
+        for fn in ast.walk(tree)
+        if isinstance(fn, ast.FunctionDef)
+        for inner in ast.walk(fn)
+    )
+    return siblings, nested
+
+
+@pytest.mark.parametrize("module", READER_MODULES)
+def test_readers_import_only_base_and_files(module):
+    siblings, nested = _relative_imports(module)
+    assert siblings <= {"base", "files"}, f"data/{module}.py imports {sorted(siblings)}"
+    assert not nested
+
+
+def test_registry_imports_readers_at_top_level():
+    siblings, nested = _relative_imports("registry")
+    assert set(READER_MODULES) <= siblings and not nested
+
+
+def test_reader_files_are_declared_once_and_listed_by_the_cli():
+    assert DATASET_FILES == dataset_files()
+    assert set(DATASET_FILES) == {"gleam", "har", "hcifar10", "rmnist", "school", "vehicle"}
+    assert (
+        "mnist.npz" in DATASET_FILES["rmnist"]
+        and "vehicle_ditto_train_subset.npz" in DATASET_FILES["vehicle"]
+    )
+    assert READERS["synthetic"].files == ()
+
+
+# ----------------------------------------------------------------------------- option types
+@pytest.mark.parametrize(
+    ("name", "key", "value", "words"),
+    [
+        ("synthetic-hetero", "relatedness", "abc", "a number"),
+        ("synthetic", "min_samples", "abc", "an integer"),
+        ("synthetic", "min_samples", 12.5, "an integer"),
+        ("synthetic-clusters", "homogeneous", "yes", "true or false"),
+        ("synthetic-clusters", "feature_counts", ["a"], "an integer or a list of integers"),
+        ("synthetic-hetero", "feature_counts", 3, "a list of integers"),
+        ("rmnist", "use_test", 1, "true or false"),
+    ],
+)
+def test_option_of_the_wrong_type_names_option_and_type(name, key, value, words):
+    with pytest.raises(DatasetError) as e:
+        load_raw(name, DataRequest(options={key: value}))
+    assert f"{name}: option {key} must be {words}, got {value!r}" == str(e.value)
+
+
+def test_user_data_option_types(tmp_path):
+    path = _npz(tmp_path / "u.npz", 2)
+    with pytest.raises(DatasetError, match="option task must be a string or null, got 3"):
+        load_raw(f"file:{path}", DataRequest(options={"task": 3}))
+    with pytest.raises(DatasetError, match="option reduce must be true or false, got 'no'"):
+        load_raw(f"file:{path}", DataRequest(options={"reduce": "no"}))
+
+
+# ------------------------------------------------------------------------------ search order
+def test_data_dir_is_searched_first_then_env_then_fallbacks(tmp_path, monkeypatch):
+    given, env, shared = (tmp_path / n for n in ("given", "env", "shared"))
+    for d in (given, env, shared):
+        d.mkdir()
+        (d / "f.bin").write_bytes(b"x")
+    monkeypatch.setenv(files.ENV_VAR, str(env))
+    monkeypatch.setattr(files, "FALLBACK_DIRS", (str(shared),))
+    assert search_dirs(given) == [given, env, shared]
+    assert find_file("x", ["f.bin"], given) == given / "f.bin"
+    (given / "f.bin").unlink()  # data_dir no longer replaces the other folders
+    assert find_file("x", ["f.bin"], given) == env / "f.bin"
+    (env / "f.bin").unlink()
+    assert find_file("x", ["f.bin"], given) == shared / "f.bin"
+
+
+# --------------------------------------------------------------------------------- user files
+def _npz(path: Path, n_clients: int, stored: int | None = None, rows: int = 20) -> Path:
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for i in range(stored or n_clients):
+        arrays[f"x_{i}"] = rng.normal(size=(rows, 3))
+        arrays[f"y_{i}"] = np.arange(rows) % 2
+    np.savez(path, num_clients=np.int64(n_clients), **arrays)
+    return path
+
+
+def test_npz_with_more_clients_than_num_clients_is_rejected(tmp_path):
+    path = _npz(tmp_path / "more.npz", 2, stored=5)
+    with pytest.raises(DatasetError) as e:
+        load_raw(f"file:{path}", DataRequest())
+    assert (
+        str(path) in str(e.value) and "num_clients = 2" in str(e.value) and "stores 5 clients" in str(e.value)
+    )
+
+
+def test_csv_errors_name_the_line_of_the_file(tmp_path):
+    folder = tmp_path / "csv"
+    folder.mkdir()
+    (folder / "a.csv").write_text("f1,f2,y\n\n1,2,0\n3,x,1\n")  # header, blank line, bad value on line 4
+    with pytest.raises(DatasetError, match=r"a\.csv: line 4 is not numeric"):
+        load_raw(f"file:{folder}", DataRequest())
+    (folder / "a.csv").write_text("f1,f2,y\n1,2,0\n3,4\n")
+    with pytest.raises(DatasetError, match=r"a\.csv: line 3 has 2 columns"):
+        load_raw(f"file:{folder}", DataRequest())
+    (folder / "a.csv").write_text("1,2,0\n3,4\n")  # no header
+    with pytest.raises(DatasetError, match=r"a\.csv: line 2 has 2 columns"):
+        load_raw(f"file:{folder}", DataRequest())
+
+
+def test_user_data_reduce_false_keeps_every_training_sample(tmp_path):
+    path = _npz(tmp_path / "u.npz", 4, rows=40)
+    raw = ProtocolOptions(standardize=False)
+    default = load(f"file:{path}", DataRequest(seed=1), raw)
+    kept = load(f"file:{path}", DataRequest(seed=1, options={"reduce": False}), raw)
+    assert sorted(len(c.y_train) for c in default.clients) == [6, 6, 30, 30]  # half keep 20% of 30
+    assert [len(c.y_train) for c in kept.clients] == [30] * 4
+    for a, b in zip(default.clients, kept.clients, strict=True):  # the same test split either way
+        np.testing.assert_array_equal(a.x_test, b.x_test)
+    assert len(load_raw(f"file:{path}", DataRequest(clients=2, options={"reduce": False})).clients) == 2
+    assert not load_raw(f"file:{path}", DataRequest(clients=2, options={"reduce": False})).reduce
+
+
+# ------------------------------------------------------------------------------ label warning
+def _raw(labels: list[np.ndarray]) -> RawFederated:
+    rng = np.random.default_rng(0)
+    clients = tuple(RawClient(rng.normal(size=(len(y), 2)).astype(np.float32), y) for y in labels)
+    return RawFederated("toy", "classification", 2, clients, reduce=False)
+
+
+def test_clients_with_one_training_class_are_named_in_a_warning():
+    mixed, pure = np.arange(12) % 2, np.zeros(12, np.int64)
+    with pytest.warns(
+        UserWarning, match=r"toy: the training labels of client\(s\) \[1, 3\] are all one class"
+    ):
+        apply_protocol(_raw([mixed, pure, mixed, pure]), seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        apply_protocol(_raw([mixed, mixed]), seed=0)
+
+
+def test_har_ragged_rows_name_the_line_of_the_file(tmp_path):
+    root = tmp_path / "UCI HAR Dataset" / "train"
+    root.mkdir(parents=True)
+    (root / "X_train.txt").write_text("\n" + " ".join(["1.0"] * 561) + "\n\n1.0 2.0\n")
+    with pytest.raises(
+        DatasetError, match=r"X_train\.txt: ragged rows \(line 4 has 2 values, line 2 has 561\)"
+    ):
+        load_raw("har", DataRequest(data_dir=tmp_path))
