@@ -1,0 +1,108 @@
+"""Run folders that repeat one configuration: group them (e.g. the seeds of a setting) and name
+what differs between settings. Shared by ``sheaf-fmtl plot`` and anything that tabulates runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..config import PROVENANCE_KEYS
+
+# Keys that say where or how a run was executed, not what was computed (or that give the same
+# iterates by design): two runs differing only in these are the same experiment.
+BOOKKEEPING_KEYS = frozenset(
+    {"data_dir", "device", "save_maps", "stability_check", "message_mode", "map_defer"}
+)
+
+
+@dataclass(frozen=True)
+class RunGroup:
+    """Run folders whose configs agree on every key but the ignored ones.
+
+    Attributes:
+        runs: the run folders, in the order given.
+        config: the shared config, flat (``data.*`` keys), without the ignored keys.
+        varied: per ignored key present, its values over ``runs`` (e.g. ``{"seed": [0, 1, 2]}``).
+    """
+
+    runs: tuple[Path, ...]
+    config: dict[str, Any]
+    varied: dict[str, list[Any]]
+
+
+def read_config(run_dir: str | Path) -> dict[str, Any]:
+    """``RUN/config.yaml`` as a dict. Raises FileNotFoundError (one line) when absent."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
+    config = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} is not a run config (not a mapping)")
+    return config
+
+
+def flat_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Nested options (``data: {k: v}``) as ``data.k`` keys; lists become tuples (hashable)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            out.update({f"{key}.{k}": v for k, v in flat_config(value).items()})
+        else:
+            out[key] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+def is_bookkeeping(key: str) -> bool:
+    """Execution details (``data_dir``, ``device``, ...; see BOOKKEEPING_KEYS) and provenance
+    (``versions.*``: the package and torch versions a run was recorded with)."""
+    return key in BOOKKEEPING_KEYS or key.split(".")[0] in PROVENANCE_KEYS
+
+
+def _experiment(config: Mapping[str, Any], ignore: Iterable[str]) -> dict[str, Any]:
+    skip = set(ignore)
+    return {k: v for k, v in flat_config(config).items() if k not in skip and not is_bookkeeping(k)}
+
+
+def group_by_config(
+    run_dirs: Sequence[str | Path],
+    ignore: Sequence[str] = ("seed",),
+    configs: Sequence[Mapping[str, Any]] | None = None,
+) -> list[RunGroup]:
+    """Group run folders whose ``config.yaml`` differ only in ``ignore`` (and bookkeeping keys).
+
+    Args:
+        run_dirs: run folders (each with a ``config.yaml``).
+        ignore: flat keys allowed to differ inside a group (default: the seed).
+        configs: the configs already read, one per run folder (read from disk when omitted).
+
+    Returns:
+        The groups in order of first appearance; runs keep their given order inside a group.
+    """
+    runs = [Path(r) for r in run_dirs]
+    cfgs = [read_config(r) for r in runs] if configs is None else list(configs)
+    if len(cfgs) != len(runs):
+        raise ValueError(f"{len(runs)} run folders but {len(cfgs)} configs")
+    order: dict[tuple, list[int]] = {}
+    for i, cfg in enumerate(cfgs):
+        key = tuple(sorted(_experiment(cfg, ignore).items(), key=lambda kv: kv[0]))
+        order.setdefault(key, []).append(i)
+    groups = []
+    for members in order.values():
+        flats = [flat_config(cfgs[i]) for i in members]
+        varied = {k: [f.get(k) for f in flats] for k in ignore if any(k in f for f in flats)}
+        shared = _experiment(cfgs[members[0]], ignore)
+        groups.append(RunGroup(tuple(runs[i] for i in members), shared, varied))
+    return groups
+
+
+def differing_keys(configs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Flat keys (``data.*`` included) whose values are not all equal over ``configs`` (a key
+    missing from some config counts as differing), bookkeeping keys left out; in first-seen order."""
+    flats = [flat_config(c) for c in configs]
+    keys = list(dict.fromkeys(k for f in flats for k in f))
+    missing = object()
+    return [k for k in keys if not is_bookkeeping(k) and len({repr(f.get(k, missing)) for f in flats}) > 1]

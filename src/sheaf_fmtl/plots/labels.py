@@ -1,0 +1,57 @@
+"""Legend text that names what differs between the runs of a figure, and nothing else."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..metrics.groups import differing_keys, flat_config
+
+ALGORITHM_NAMES = {
+    "sheaf-fmtl": "Sheaf-FMTL",
+    "local": "local training",
+    "dfedu": "dFedU",
+    "dpsgd": "D-PSGD",
+    "fedavg": "FedAvg",
+    "ditto": "Ditto",
+    "pfedme": "pFedMe",
+    "perfedavg": "Per-FedAvg",
+}
+# Named first when they differ (then any other differing key, in config order).
+LEGEND_FIRST = ("dataset", "gamma", "lam", "eta", "alpha", "model", "graph", "seed")
+
+
+def algorithm_name(config: Mapping[str, Any]) -> str:
+    """``sheaf-fmtl`` -> ``Sheaf-FMTL``, ``dfedu`` -> ``dFedU`` ... (unknown names as given)."""
+    name = str(config.get("algorithm", "?"))
+    return ALGORITHM_NAMES.get(name, name)
+
+
+def legend_keys(configs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The config keys (flat, ``data.*`` included) that differ between ``configs``, without the
+    algorithm (always named); ``LEGEND_FIRST`` keys first."""
+    keys = [k for k in differing_keys(configs) if k != "algorithm"]
+    return [k for k in LEGEND_FIRST if k in keys] + [k for k in keys if k not in LEGEND_FIRST]
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, tuple):
+        return ",".join(map(str, v))
+    return str(v)
+
+
+def describe(config: Mapping[str, Any], keys: Sequence[str]) -> str:
+    """``Sheaf-FMTL, gamma=0.1, lam=0.01``: the algorithm, then ``key=value`` for ``keys``."""
+    flat = flat_config(config)
+    return ", ".join([algorithm_name(config), *(f"{k}={_value(flat.get(k))}" for k in keys)])
+
+
+def long_label(config: Mapping[str, Any]) -> str:
+    """``Sheaf-FMTL (gamma=0.1, learned maps)``, ``dFedU``, ``local training`` ... (the demo's)."""
+    name = algorithm_name(config)
+    if config.get("algorithm") == "sheaf-fmtl":
+        maps = "learned maps" if config.get("eta", 0) > 0 and config.get("lam", 0) > 0 else "fixed maps"
+        name += f" (gamma={config.get('gamma', 0):g}, {maps})"
+    return name

@@ -1,0 +1,72 @@
+"""A run folder's recorded curve: its config, its metric (accuracy or MSE) and, per evaluated
+round, the test metric and the bits transmitted so far."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..metrics.groups import read_config
+from ..metrics.recorder import LEGACY_METRIC_COLUMN, read_metrics
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run folder, as plotted.
+
+    Attributes:
+        path: the run folder.
+        config: its ``config.yaml``.
+        metric: ``accuracy``, ``mse`` or ``""`` (unknown: an old folder without ``summary.json``).
+        rounds, values, bits: per evaluated round, the round, the test metric (NaN where not
+            recorded) and the bits the whole network had transmitted.
+    """
+
+    path: Path
+    config: dict[str, Any]
+    metric: str
+    rounds: np.ndarray
+    values: np.ndarray
+    bits: np.ndarray
+
+    @property
+    def dataset(self) -> str:
+        """The dataset's name (``file:PATH`` shortened to the file's name)."""
+        name = str(self.config.get("dataset", "?"))
+        return Path(name[5:]).name if name.startswith("file:") else name
+
+
+def load_run(run_dir: str | Path) -> RunRecord:
+    """Read ``config.yaml``, ``metrics.csv`` (the metric column ``test_accuracy`` / ``test_mse``,
+    or ``test_metric`` in older folders) and, if present, ``summary.json`` of a run folder.
+
+    Raises:
+        FileNotFoundError: not a run folder.
+        ValueError: ``metrics.csv`` has no evaluated round (empty, header only, or no metric value).
+    """
+    path = Path(run_dir)
+    csv_path = path / "metrics.csv"
+    if not csv_path.is_file():
+        raise FileNotFoundError(f"{path} is not a run folder (no metrics.csv)")
+    config = read_config(path)
+    columns = read_metrics(path)
+    values = np.array(columns.get(LEGACY_METRIC_COLUMN, []), dtype=float)  # alias of the metric column
+    if not np.isfinite(values).any():
+        raise ValueError(f"nothing to plot: {csv_path} has no evaluated rounds")
+    metric = next((m for m in ("accuracy", "mse") if f"test_{m}" in columns), "")
+    summary = path / "summary.json"
+    if summary.is_file():
+        metric = str(json.loads(summary.read_text()).get("metric") or metric)
+    nan = [float("nan")] * len(values)
+    return RunRecord(
+        path=path,
+        config=config,
+        metric=metric,
+        rounds=np.array(columns.get("round", nan), dtype=float),
+        values=values,
+        bits=np.array(columns.get("transmitted_bits", nan), dtype=float),
+    )

@@ -1,0 +1,54 @@
+"""``sheaf-fmtl plot``: the figures of recorded run folders (``metrics.csv``, ``config.yaml``,
+``summary.json``, ``checkpoint.pt``), as PNG and PDF."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from .curves import metric_figure
+from .heatmap import load_map_norms, map_norm_figure
+from .labels import describe, legend_keys
+from .records import load_run
+from .style import FORMATS, check_formats, paper_style, save_figure
+
+
+def plot_runs(
+    run_dirs: Sequence[str | Path], out_dir: str | Path | None = None, formats: Sequence[str] = FORMATS
+) -> list[Path]:
+    """Draw ``metric_vs_rounds_and_bits`` (all runs; see :func:`.curves.metric_figure`) and one
+    ``map_norms_RUN`` heatmap per run with restriction maps, each in every format of ``formats``.
+
+    Args:
+        run_dirs: run folders.
+        out_dir: where the figures go (default: the first run folder).
+        formats: file formats (``png``, ``pdf`` (vector), ``svg``).
+
+    Returns:
+        The paths written.
+
+    Raises:
+        FileNotFoundError: a path is not a run folder.
+        ValueError: a run has no evaluated round ("nothing to plot: ..."), no run was given, or an
+            unknown format.
+    """
+    if not run_dirs:
+        raise ValueError("nothing to plot: no run folder given")
+    check_formats(formats)
+    records = [load_run(r) for r in run_dirs]  # every run checked before anything is written
+    out = Path(out_dir) if out_dir is not None else records[0].path
+    out.mkdir(parents=True, exist_ok=True)
+    keys = [k for k in legend_keys([r.config for r in records]) if k != "dataset"]  # in the title
+    written: list[Path] = []
+    with paper_style():
+        written += save_figure(metric_figure(records), out / "metric_vs_rounds_and_bits", formats)
+        names: set[str] = set()
+        for i, record in enumerate(records):
+            maps = load_map_norms(record.path)
+            if maps is None:
+                continue
+            name = record.path.name if record.path.name not in names else f"{i}_{record.path.name}"
+            names.add(name)
+            title = f"{record.dataset}: " + r"$\|P_{ij}\|_F$" + f"\n{describe(record.config, keys)}"
+            written += save_figure(map_norm_figure(*maps, title), out / f"map_norms_{name}", formats)
+    return written

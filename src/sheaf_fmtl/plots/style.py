@@ -1,0 +1,81 @@
+"""One look for every figure: a colour-blind-safe palette (Okabe & Ito 2008), integer round
+ticks, fonts embedded as text in PDFs, and PNG + PDF (vector) output."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+from cycler import cycler
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+# Okabe-Ito, ordered so that the first colours are far apart also in greyscale (yellow last).
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+ALGORITHM_COLORS = {"sheaf-fmtl": PALETTE[0], "dfedu": PALETTE[1], "dpsgd": PALETTE[2], "local": PALETTE[6]}
+NON_EDGE_HATCH: dict[str, Any] = {"facecolor": "white", "edgecolor": "0.6", "hatch": "///"}
+FORMATS = ("png", "pdf")
+
+RC: dict[str, Any] = {
+    "axes.prop_cycle": cycler(color=PALETTE),
+    "pdf.fonttype": 42,  # TrueType: text stays text (editable, searchable) in the PDF
+    "ps.fonttype": 42,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "legend.fontsize": 8,
+    "savefig.bbox": "tight",
+}
+
+
+@contextmanager
+def paper_style() -> Iterator[None]:
+    """Matplotlib settings of every figure of this package (restored on exit)."""
+    with plt.style.context(RC):
+        yield
+
+
+def color(i: int) -> str:
+    """The ``i``-th palette colour (cycling)."""
+    return PALETTE[i % len(PALETTE)]
+
+
+def marker(i: int) -> str:
+    """The ``i``-th marker (cycling): curves stay apart in greyscale print."""
+    return MARKERS[i % len(MARKERS)]
+
+
+def integer_ticks(ax: Axes, axis: str = "x") -> None:
+    """Round numbers only (communication rounds, client ids)."""
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_major_locator(MaxNLocator(integer=True))
+
+
+def metric_label(metric: str) -> str:
+    """``accuracy`` -> ``test accuracy``, ``mse`` -> ``test MSE``; anything else ``test metric``."""
+    return {"accuracy": "test accuracy", "mse": "test MSE"}.get(metric, "test metric")
+
+
+def check_formats(formats: Sequence[str]) -> None:
+    """Raise ValueError (one line) unless ``formats`` is a non-empty subset of png, pdf, svg."""
+    if not formats or any(f not in ("png", "pdf", "svg") for f in formats):
+        raise ValueError(f"plot formats must be among png, pdf, svg (got {', '.join(formats) or 'none'})")
+
+
+def save_figure(fig: Figure, stem: Path, formats: Sequence[str] = FORMATS, dpi: int = 150) -> list[Path]:
+    """Write ``stem.png`` / ``stem.pdf`` ... and close the figure. Returns the paths written."""
+    check_formats(formats)
+    paths = []
+    for fmt in formats:
+        path = stem.with_name(f"{stem.name}.{fmt}")
+        fig.savefig(path, dpi=dpi)
+        paths.append(path)
+    plt.close(fig)
+    return paths
