@@ -46,8 +46,14 @@ def complete_graph(n: int) -> ClientGraph:
 
 def config(algorithm: str, **overrides: object) -> RunConfig:
     base: dict[str, object] = {
-        "algorithm": algorithm, "batch_size": 0, "alpha": 0.05, "lam": 0.1, "eta": 0.01, "l2": L2,
-        "message_mode": "literal", "seed": 3,
+        "algorithm": algorithm,
+        "batch_size": 0,
+        "alpha": 0.05,
+        "lam": 0.1,
+        "eta": 0.01,
+        "l2": L2,
+        "message_mode": "literal",
+        "seed": 3,
     }
     return RunConfig().replace(**{**base, **overrides})
 

@@ -29,10 +29,10 @@ import numpy as np
 import pytest
 import torch
 
-from sheaf_fmtl.bench import reference_loop as ref
 from sheaf_fmtl.config import RunConfig, validate
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 from sheaf_fmtl.federation import build_federation
+from sheaf_fmtl.reference import loop as ref
 from sheaf_fmtl.runtime.simulate import Simulation, build_simulation, run
 from sheaf_fmtl.sheaf.graph import make_graph
 

@@ -2,10 +2,15 @@
 
 A cohort's thetas are ``[C, d]``; its local losses ``f_i`` (L2-regularised cross-entropy or squared
 loss, paper Section 5 "Evaluation") and their mini-batch gradients are computed for all ``C`` clients
-at once, never client by client: closed-form batched matmuls for logistic / linear regression,
-im2col convolutions batched over clients (:mod:`.models.grouped`) with one ``torch.func.grad`` per
-group of clients for CNNs, and ``torch.func``
-(``vmap`` + ``functional_call`` + ``grad``) for any other model.
+at once, never client by client: closed-form batched matmuls for logistic / linear regression
+(:mod:`.models.linear`), im2col convolutions batched over clients (:mod:`.models.grouped`) with one
+``torch.func.grad`` per group of clients for CNNs, and ``torch.func`` (``vmap`` +
+``functional_call`` + ``grad``) for any other model.
+
+Why one module of about 400 lines: :class:`Cohort` owns a cohort's padded, stacked tensors, and its
+gradients, mini-batches (random and epoch-wise) and evaluation all index those same tensors with the
+same row helpers; the per-model mathematics already lives in :mod:`.models` (closed-form linear
+gradients, batched CNN layers).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -24,10 +29,12 @@ from torch.func import functional_call, grad, grad_and_value, vmap
 
 from .data.base import FederatedDataset
 from .models import build_model, default_model, grouped
-from .models.linear import linear_shape
+from .models.linear import linear_forward, linear_gradients, linear_shape
+from .streams import ClientStreams, draw_keys
 
 EVAL_CHUNK = 512  # samples per client per evaluation chunk
 EVAL_TRAIN_SAMPLES = 256  # fixed random training samples per client behind the reported train loss
+EVAL_SUBSAMPLE_SEED = 1_000_003  # their streams: per client, independent of the run's seed
 GROUP_CLIENTS = 4  # clients per batched CNN call on CPU (see Cohort._grouped_grad); all on CUDA
 CUDA_PREDICT_GROUP = 8  # clients per batched CNN prediction on CUDA (im2col of EVAL_CHUNK samples each)
 
@@ -91,20 +98,26 @@ class Cohort:
         init=False, default_factory=dict
     )
     _eval_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = field(init=False, default=None)
+    _key_slots: dict[int, tuple[list[int], torch.Tensor, torch.Tensor]] = field(
+        init=False, default_factory=dict, repr=False
+    )
+    _client_ids: list[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.group = self.size if self.x_train.is_cuda else GROUP_CLIENTS
         self.n_host = self.n_train.cpu()
+        self._client_ids = [int(c) for c in self.clients]
         params = dict(self.module.named_parameters())
         self.names = list(params)
         self.shapes = [p.shape for p in params.values()]
         self.numels = [p.numel() for p in params.values()]
         self._grad: Callable[..., tuple[torch.Tensor, torch.Tensor]] = vmap(grad_and_value(self._loss))
         self._predict: Callable[..., torch.Tensor] = vmap(self._forward)
+        self._linear_io = linear_shape(self.module)
         if grouped.supports(self.module):  # CNNs: batched im2col convolutions beat vmap(conv2d) on CPU
             self._grad = self._grouped_grad
             self._predict = self._grouped_predict
-        elif linear_shape(self.module) is not None:  # logistic / linear regression: batched matmuls
+        elif self._linear_io is not None:  # logistic / linear regression: closed form, batched matmuls
             self._grad = self._linear_grad
             self._predict = self._linear_forward
 
@@ -123,36 +136,16 @@ class Cohort:
     def _forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.module, self.unflatten(flat), (x,))
 
-    def _linear_parts(self, thetas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        n_in, n_out = linear_shape(self.module)  # type: ignore[misc]
-        return thetas[:, : n_out * n_in].view(-1, n_out, n_in), thetas[:, n_out * n_in :]
-
     def _linear_forward(self, thetas: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        w, b = self._linear_parts(thetas)
-        return torch.baddbmm(b.unsqueeze(1), x.reshape(*x.shape[:2], -1), w.transpose(1, 2))
+        assert self._linear_io is not None
+        return linear_forward(thetas, x, self._linear_io)
 
     def _linear_grad(
         self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Closed-form gradients of ``f_i`` for ``W x + b`` models, all clients in batched matmuls:
-        ``dz = (softmax(z) - onehot(y)) / n`` (cross-entropy) or ``2 (z - y) / n`` (squared loss),
-        ``grad W = dz^T X``, ``grad b = sum dz``, plus ``l2 theta``."""
-        xs = x.reshape(*x.shape[:2], -1)
-        z = self._linear_forward(thetas, x)  # [C, B, out]
-        count = mask.sum(1)
-        weight = (mask / count.clamp(min=1).unsqueeze(1)).unsqueeze(-1)
-        if self.task == "classification":
-            logp = torch.log_softmax(z, -1)
-            per = -logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
-            dz = logp.exp().scatter_add_(-1, y.unsqueeze(-1), -torch.ones_like(per).unsqueeze(-1)) * weight
-        else:
-            diff = z.squeeze(-1) - y
-            per = diff * diff
-            dz = 2 * diff.unsqueeze(-1) * weight
-        has = (count > 0).to(thetas.dtype)
-        f = (per * mask).sum(1) / count.clamp(min=1) + has * 0.5 * self.l2 * (thetas * thetas).sum(1)
-        g = torch.cat([torch.bmm(dz.transpose(1, 2), xs).flatten(1), dz.sum(1)], 1)
-        return g + (has * self.l2).unsqueeze(1) * thetas, f
+        """Closed-form gradients of ``f_i`` (:func:`sheaf_fmtl.models.linear.linear_gradients`)."""
+        assert self._linear_io is not None
+        return linear_gradients(thetas, x, y, mask, self._linear_io, self.task, self.l2)
 
     def _grouped_forward(self, thetas: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         parts = torch.split(thetas, self.numels, dim=1)
@@ -223,28 +216,42 @@ class Cohort:
     def _valid(self) -> torch.Tensor:
         return torch.arange(self.x_train.shape[1], device=self.n_train.device) < self.n_train[:, None]
 
-    def _random_keys(self, gen: torch.Generator) -> torch.Tensor:
-        """Uniform keys per (client, sample) from the CPU generator, 2 on padding (sorts last)."""
-        valid = self._valid()
+    def _random_keys(self, source: ClientStreams | torch.Generator, draw_above: int = 0) -> torch.Tensor:
+        """Uniform keys per (client, sample), each client's from its own stream
+        (:mod:`sheaf_fmtl.streams`), 2 on padding (sorts last). Clients with ``n_i <= draw_above``
+        draw nothing (their keys are 0: a batch of at least ``n_i`` takes all their samples)."""
+        if draw_above not in self._key_slots:  # from the n_i alone: built once, no sync afterwards
+            n = self.n_host
+            counts = torch.where(n > draw_above, n, torch.zeros_like(n))
+            pos = torch.arange(self.x_train.shape[1])
+            base = torch.full((len(n), len(pos)), 2.0).masked_fill_(pos < n[:, None], 0.0)
+            slots = torch.nonzero((pos < counts[:, None]).flatten()).flatten()  # row-major
+            self._key_slots[draw_above] = (counts.tolist(), slots, base)
+        counts, slots, base = self._key_slots[draw_above]
+        parts = draw_keys(source, self._client_ids, counts)
+        keys = base.clone().view(-1).index_copy_(0, slots, torch.cat(parts)).view(base.shape)
         # drawn on the CPU (same batches on every device), copied without a host-device sync
-        keys = torch.rand(valid.shape, generator=gen, pin_memory=valid.is_cuda)
-        keys = keys.to(valid.device, non_blocking=True)
-        return torch.where(valid, keys, torch.full_like(keys, 2.0))
+        if self.x_train.is_cuda:
+            keys = keys.pin_memory()
+        return keys.to(self.x_train.device, non_blocking=True)
 
-    def sample(self, batch_size: int, gen: torch.Generator) -> Batch:
-        """A mini-batch per client: ``min(batch_size, n_i)`` samples drawn without replacement.
-        ``batch_size <= 0`` (or at least every client's size) gives the full local data."""
+    def sample(self, batch_size: int, source: ClientStreams | torch.Generator) -> Batch:
+        """A mini-batch per client: ``min(batch_size, n_i)`` samples drawn without replacement, from
+        the client's own stream (only clients with ``n_i > batch_size`` draw). ``batch_size <= 0``
+        (or at least every client's size) gives the full local data."""
         n_max = self.x_train.shape[1]
         if batch_size <= 0 or batch_size >= n_max:
             return Batch(self.x_train, self.y_train, self._valid().to(self.x_train.dtype))
-        idx = self._random_keys(gen).topk(batch_size, dim=1, largest=False, sorted=False).indices
+        keys = self._random_keys(source, draw_above=batch_size)
+        idx = keys.topk(batch_size, dim=1, largest=False, sorted=False).indices
         valid = self._valid()
         mask = self._rows(valid, idx).to(self.x_train.dtype)
         return Batch(self._rows(self.x_train, idx), self._rows(self.y_train, idx), mask)
 
-    def epoch(self, batch_size: int, gen: torch.Generator) -> EpochPlan:
-        """A fresh random order of every client's samples for one local epoch (see :class:`EpochPlan`)."""
-        return EpochPlan(self._random_keys(gen).argsort(dim=1), self.steps_per_epoch(batch_size))
+    def epoch(self, batch_size: int, source: ClientStreams | torch.Generator) -> EpochPlan:
+        """A fresh random order of every client's samples for one local epoch (see :class:`EpochPlan`),
+        each from the client's own stream."""
+        return EpochPlan(self._random_keys(source).argsort(dim=1), self.steps_per_epoch(batch_size))
 
     def epoch_batch(self, plan: EpochPlan, step: int, batch_size: int) -> Batch | None:
         """Step ``step`` of ``plan``: the clients with samples left and their next batch; ``None``
@@ -304,14 +311,16 @@ class Cohort:
 
     def _eval_subsample(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``EVAL_TRAIN_SAMPLES`` training samples per client (all when fewer), fixed at first use:
-        a random subset drawn from a generator seeded by the cohort's first client."""
+        a random subset per client from a generator seeded by the client's id alone."""
         if self._eval_rows is None:
             n_max = self.x_train.shape[1]
             k = min(EVAL_TRAIN_SAMPLES, n_max)
-            gen = torch.Generator().manual_seed(int(self.clients[0]) + 1_000_003)
-            idx = self._random_keys(gen).argsort(dim=1)[:, :k]
+            streams = ClientStreams(EVAL_SUBSAMPLE_SEED, self.clients.tolist())
+            idx = self._random_keys(streams).argsort(dim=1)[:, :k]
             self._eval_rows = (
-                self._rows(self.x_train, idx), self._rows(self.y_train, idx), self.n_train.clamp(max=k)
+                self._rows(self.x_train, idx),
+                self._rows(self.y_train, idx),
+                self.n_train.clamp(max=k),
             )
         return self._eval_rows
 
@@ -360,6 +369,29 @@ class Federation:
     cohort_of: np.ndarray
     position: np.ndarray
     _index: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict, repr=False)
+    batch_streams: ClientStreams | None = field(default=None, repr=False)
+
+    def with_streams(self, seed: int) -> Federation:
+        """This federation (the same cohorts and data, not copied) with its own random streams: every
+        client held here gets a mini-batch stream from ``seed`` and its id. Two runs built on one
+        federation thus never share a stream."""
+        out = copy.copy(self)
+        out.batch_streams = ClientStreams(seed, [int(c) for cohort in self.cohorts for c in cohort.clients])
+        return out
+
+    def random_state(self) -> dict[str, Any]:
+        """All random state a run advances after it is built (what a checkpoint must keep):
+        ``{"batch": {client id: generator state}}``. Initial models and maps are drawn once from
+        ``seed`` and global ids, so they need no state."""
+        if self.batch_streams is None:
+            raise ValueError("the federation's random streams are not seeded (see with_streams)")
+        return {"batch": self.batch_streams.state()}
+
+    def load_random_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`random_state` (ValueError when it lacks a client held here)."""
+        if self.batch_streams is None:
+            raise ValueError("the federation's random streams are not seeded (see with_streams)")
+        self.batch_streams.load_state(state["batch"])
 
     @property
     def num_clients(self) -> int:

@@ -11,20 +11,15 @@ from sheaf_fmtl.federation import build_federation
 from sheaf_fmtl.runtime.simulate import build_simulation
 from sheaf_fmtl.sheaf.graph import make_graph
 
-from .conftest import make_dataset
+from ..conftest import make_dataset
 
 
 def _client_theta(sim, i: int) -> torch.Tensor:
-    fed = sim.ctx.fed
-    return sim.state.thetas[fed.cohort_of[i]][fed.position[i]]
+    return sim.theta(i)
 
 
 def _edge_maps(sim) -> dict[tuple[int, int], torch.Tensor]:
-    g, out = sim.ctx.graph, {}
-    for b, m in zip(sim.state.layout.buckets, sim.state.maps, strict=True):
-        for k, h in enumerate(b.half_edges.tolist()):
-            out[(int(g.src[h]), int(g.dst[h]))] = m[k].detach().clone()
-    return out
+    return {ij: p.detach().clone() for ij, p in sim.maps().items()}
 
 
 def _psi(dataset, graph, thetas, maps, lam: float, l2: float, classes: int) -> torch.Tensor:
@@ -46,8 +41,9 @@ def _psi(dataset, graph, thetas, maps, lam: float, l2: float, classes: int) -> t
 @pytest.mark.parametrize("mode, defer", [("literal", 1), ("compact", 1), ("compact", 2)])
 def test_one_round_is_gradient_descent_on_psi(mode, defer):
     dataset = make_dataset([3, 5, 3, 4, 5, 3])
-    cfg = RunConfig(batch_size=0, lam=0.3, alpha=0.1, eta=0.05, gamma=0.6, l2=0.01, message_mode=mode,
-                    map_defer=defer)
+    cfg = RunConfig(
+        batch_size=0, lam=0.3, alpha=0.1, eta=0.05, gamma=0.6, l2=0.01, message_mode=mode, map_defer=defer
+    )
     graph = make_graph("erdos-renyi", 6, p=0.6, seed=1)
     fed = build_federation(dataset, "logistic", l2=cfg.l2)
     sim = build_simulation(cfg, fed=fed, graph=graph)

@@ -7,12 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sheaf_fmtl.algorithms import ALGORITHMS, load_all
+from sheaf_fmtl.algorithms import ALGORITHMS
 from sheaf_fmtl.algorithms.base import State
 
-from ._baselines_problems import federation, regression_dataset, simulation
+from .._baselines_problems import federation, regression_dataset, simulation
 
-load_all()
 NAMES = sorted(ALGORITHMS)
 FED = federation(regression_dataset(sizes=(10, 12, 14, 9)))
 

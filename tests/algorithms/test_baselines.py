@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from sheaf_fmtl.algorithms.common import ServerState
 from sheaf_fmtl.algorithms.dpsgd import metropolis_weights
+from sheaf_fmtl.algorithms.server import ServerState
 from sheaf_fmtl.sheaf.graph import make_graph
 
-from ._baselines_problems import (
+from .._baselines_problems import (
     L2,
     client_arrays,
     federation,
@@ -111,8 +111,9 @@ def test_ditto_two_local_steps() -> None:
 
 def test_pfedme_inner_and_outer_steps_and_beta_mixing() -> None:
     inner_lr, beta, lam = 0.03, 0.7, 2.0
-    sim, _ = _start("pfedme", alpha=ALPHA, lam=lam, local_steps=2, inner_steps=3, inner_lr=inner_lr,
-                    pfedme_beta=beta)
+    sim, _ = _start(
+        "pfedme", alpha=ALPHA, lam=lam, local_steps=2, inner_steps=3, inner_lr=inner_lr, pfedme_beta=beta
+    )
     w0 = _glob(sim).copy()
     sim.step()
     w, theta = w0.copy(), w0.copy()

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from sheaf_fmtl.runtime.edges import EdgeLayout
-from sheaf_fmtl.runtime.transport import EdgeTensor, InProcessTransport, ServerTensor
+from sheaf_fmtl.messages import EdgeLayout, EdgeTensor, ServerTensor
+from sheaf_fmtl.runtime.transport import InProcessTransport
 from sheaf_fmtl.sheaf.stalks import edge_dim
 
-from ._baselines_problems import complete_graph, federation, path_graph, regression_dataset, simulation
+from .._baselines_problems import complete_graph, federation, path_graph, regression_dataset, simulation
 
 ROUNDS = 3
 FLOAT = 32

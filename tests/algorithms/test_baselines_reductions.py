@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from sheaf_fmtl.runtime.simulate import build_simulation
-from sheaf_fmtl.sheaf.special_cases import conventional_fmtl
+from sheaf_fmtl.scenarios import conventional_fmtl
 
-from ._baselines_problems import (
+from .._baselines_problems import (
     complete_graph,
     config,
     federation,

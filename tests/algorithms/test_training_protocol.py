@@ -14,12 +14,13 @@ import torch.nn.functional as F
 from sheaf_fmtl.config import ConfigError, RunConfig
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 from sheaf_fmtl.federation import build_federation
+from sheaf_fmtl.reference.dense import dense_laplacian
 from sheaf_fmtl.runtime.simulate import build_simulation
 from sheaf_fmtl.sheaf.graph import make_graph
-from sheaf_fmtl.sheaf.reference import dense_laplacian
 from sheaf_fmtl.sheaf.stability import laplacian_lambda_max
+from sheaf_fmtl.streams import ClientStreams
 
-from .conftest import make_dataset
+from ..conftest import make_dataset
 
 SIZES = [23, 7, 16, 5, 11, 30]  # unequal clients: ceil(n/4) = 6, 2, 4, 2, 3, 8 steps a pass
 
@@ -29,8 +30,14 @@ def _unequal(dims: list[int] | None = None, seed: int = 0) -> FederatedDataset:
     dims = dims or [4] * len(SIZES)
     clients = []
     for n, d in zip(SIZES, dims, strict=True):
-        clients.append(ClientSplit(rng.normal(size=(n, d)).astype(np.float32), rng.integers(0, 3, n),
-                                   rng.normal(size=(5, d)).astype(np.float32), rng.integers(0, 3, 5)))
+        clients.append(
+            ClientSplit(
+                rng.normal(size=(n, d)).astype(np.float32),
+                rng.integers(0, 3, n),
+                rng.normal(size=(5, d)).astype(np.float32),
+                rng.integers(0, 3, 5),
+            )
+        )
     return FederatedDataset("unequal", "classification", 3, tuple(clients))
 
 
@@ -40,8 +47,7 @@ def _sim(cfg: RunConfig, dataset: FederatedDataset, p: float = 0.6):
 
 
 def _client(sim, i: int) -> torch.Tensor:
-    fed = sim.ctx.fed
-    return sim.state.thetas[fed.cohort_of[i]][fed.position[i]].detach().clone()
+    return sim.theta(i).detach().clone()
 
 
 # ------------------------------------------------------------------------------------ initial models
@@ -99,8 +105,9 @@ def test_local_epoch_equals_per_client_sgd_loops_on_the_same_batches():
     sim = _sim(cfg, _unequal())
     (cohort,) = sim.ctx.fed.cohorts
     start = [_client(sim, i).double() for i in range(len(SIZES))]
-    state = sim.ctx.batch_gen.get_state()  # the run's batches come from this generator
-    order = cohort.epoch(4, torch.Generator().set_state(state)).order  # the order the run will draw
+    streams = ClientStreams(0, range(len(SIZES)))  # a copy of the run's per-client batch streams
+    streams.load_state(sim.ctx.fed.random_state()["batch"])
+    order = cohort.epoch(4, streams).order  # the order the run will draw
     sim.step()
     for i, n in enumerate(SIZES):
         theta = start[i].clone()
@@ -226,8 +233,11 @@ def test_shared_maps_start_equal_on_equal_size_edges_and_independent_otherwise()
     dims = [6, 6, 9, 6]
     layout = build_layout(graph, dims, [0, 0, 1, 0], 0.5)
     maps = init_maps(layout, "gaussian", generator=torch.Generator().manual_seed(0), shared=True)
-    where = {int(h): m[k] for b, m in zip(layout.buckets, maps, strict=True)
-             for k, h in enumerate(b.half_edges.tolist())}
+    where = {
+        int(h): m[k]
+        for b, m in zip(layout.buckets, maps, strict=True)
+        for k, h in enumerate(b.half_edges.tolist())
+    }
     for h in range(graph.num_half_edges):
         a, b = where[h], where[int(graph.rev[h])]
         same = a.shape == b.shape and torch.equal(a, b)

@@ -9,7 +9,7 @@ import pytest
 
 from sheaf_fmtl.cli import main
 
-from .conftest import shared_data_dir
+from ..conftest import shared_data_dir
 
 DATA = shared_data_dir()
 pytestmark = pytest.mark.skipif(

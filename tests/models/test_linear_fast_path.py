@@ -8,7 +8,7 @@ from torch.func import grad_and_value, vmap
 
 from sheaf_fmtl.federation import build_federation
 
-from .conftest import make_dataset
+from ..conftest import make_dataset
 
 
 @pytest.mark.parametrize("task", ["classification", "regression"])

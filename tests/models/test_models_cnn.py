@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from sheaf_fmtl.bench.harness import PAPER, make_dataset
+from sheaf_fmtl.bench.settings import PAPER
+from sheaf_fmtl.bench.synthetic import make_dataset
 from sheaf_fmtl.federation import build_federation, count_parameters
 from sheaf_fmtl.models import MODELS, build_model
 

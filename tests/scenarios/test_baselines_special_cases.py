@@ -10,15 +10,13 @@ from torch import nn
 
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 from sheaf_fmtl.runtime.simulate import Simulation
-from sheaf_fmtl.sheaf.special_cases import hybrid_fl, linear_selection, personalised_fl, with_server_node
+from sheaf_fmtl.scenarios import hybrid_fl, linear_selection, personalised_fl, with_server_node
 
-from ._baselines_problems import L2, client_arrays, config, regression_dataset
+from .._baselines_problems import L2, client_arrays, config, regression_dataset
 
 
 def _client_thetas(sim: Simulation) -> list[torch.Tensor]:
-    fed = sim.ctx.fed
-    rows = [sim.state.thetas[fed.cohort_of[i]][fed.position[i]] for i in range(fed.num_clients)]
-    return [r.double().clone() for r in rows]
+    return [sim.theta(i).double().clone() for i in range(sim.ctx.graph.num_nodes)]
 
 
 def _f(theta: torch.Tensor, xy: tuple[np.ndarray, np.ndarray]) -> torch.Tensor:

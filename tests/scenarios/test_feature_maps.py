@@ -1,4 +1,4 @@
-"""Feature-aware fixed maps (``special_cases.shared_feature_maps``) against a hand computation of the
+"""Feature-aware fixed maps (``scenarios.shared_feature_maps``) against a hand computation of the
 energy they should give, ``sum_{e={i,j}} ||W_i[:, S] - W_j[:, S]||^2 + ||b_i - b_j||^2`` with
 ``S = F_i & F_j``, written from the ``nn.Linear`` layout (not from the library's maps)."""
 
@@ -11,8 +11,8 @@ import torch
 from sheaf_fmtl.config import ConfigError, RunConfig
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 from sheaf_fmtl.runtime.simulate import Simulation
+from sheaf_fmtl.scenarios import shared_feature_maps
 from sheaf_fmtl.sheaf.graph import make_graph
-from sheaf_fmtl.sheaf.special_cases import shared_feature_maps
 
 # Client i sees these global features (its columns, in this order). Clients 0 and 2, and 1 and 2,
 # share none: their edge couples the biases only. Clients 3 and 4 have equal widths but different
@@ -36,8 +36,14 @@ def _dataset(features=FEATURES, seed: int = 0) -> FederatedDataset:  # noqa: ANN
 
 def _config(**overrides: object) -> RunConfig:
     base: dict[str, object] = {
-        "algorithm": "sheaf-fmtl", "eta": 0.0, "lam": LAM, "alpha": ALPHA, "batch_size": 4,
-        "local_epochs": 1, "graph": "complete", "seed": 2,
+        "algorithm": "sheaf-fmtl",
+        "eta": 0.0,
+        "lam": LAM,
+        "alpha": ALPHA,
+        "batch_size": 4,
+        "local_epochs": 1,
+        "graph": "complete",
+        "seed": 2,
     }
     return RunConfig().replace(**{**base, **overrides})
 
@@ -47,9 +53,7 @@ def _build(features=FEATURES, **overrides: object) -> Simulation:  # noqa: ANN00
 
 
 def _client_thetas(sim: Simulation) -> list[torch.Tensor]:
-    fed = sim.ctx.fed
-    rows = [sim.state.thetas[fed.cohort_of[i]][fed.position[i]] for i in range(fed.num_clients)]
-    return [r.double().clone() for r in rows]
+    return [sim.theta(i).double().clone() for i in range(sim.ctx.graph.num_nodes)]
 
 
 def _set_thetas(sim: Simulation, thetas: list[torch.Tensor]) -> None:

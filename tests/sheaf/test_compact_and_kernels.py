@@ -12,7 +12,7 @@ from sheaf_fmtl.sheaf import ops
 from sheaf_fmtl.sheaf.deferred import DeferredMaps, auto_depth
 from sheaf_fmtl.sheaf.graph import make_graph
 
-from .conftest import make_dataset
+from ..conftest import make_dataset
 
 
 def _run(mode: str, rounds: int, **kw):

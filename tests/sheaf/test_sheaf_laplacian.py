@@ -8,11 +8,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sheaf_fmtl.reference.dense import dense_coboundary, dense_laplacian
 from sheaf_fmtl.sheaf import ops
 from sheaf_fmtl.sheaf.graph import ClientGraph, make_graph
 from sheaf_fmtl.sheaf.layout import build_layout
 from sheaf_fmtl.sheaf.maps import init_maps
-from sheaf_fmtl.sheaf.reference import dense_coboundary, dense_laplacian
 
 
 def _setup(n: int, p: float, dims: list[int], gamma: float, seed: int, init: str = "gaussian"):

@@ -1,17 +1,24 @@
-"""Algorithms behind one protocol (:mod:`.base`), one small file each, found through a registry."""
+"""Algorithms behind one typed protocol (:class:`.base.Algorithm`), one small file each; importing
+this package registers every one of them (explicit imports, below)."""
 
 from __future__ import annotations
 
-import importlib
-
+from . import dfedu, ditto, dpsgd, fedavg, local, perfedavg, pfedme, sheaf_fmtl
 from .base import ALGORITHMS, Algorithm, Context, State, make_algorithm, register
 
-_MODULES = ("sheaf_fmtl", "local", "dpsgd", "dfedu", "fedavg", "ditto", "pfedme", "perfedavg")
-
-
-def load_all() -> None:
-    for name in _MODULES:
-        importlib.import_module(f"{__name__}.{name}")
-
-
-__all__ = ["ALGORITHMS", "Algorithm", "Context", "State", "make_algorithm", "register", "load_all"]
+__all__ = [
+    "ALGORITHMS",
+    "Algorithm",
+    "Context",
+    "State",
+    "make_algorithm",
+    "register",
+    "ditto",
+    "dfedu",
+    "dpsgd",
+    "fedavg",
+    "local",
+    "perfedavg",
+    "pfedme",
+    "sheaf_fmtl",
+]

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import torch
 
 from ..federation import Batch, EpochPlan
-from ..runtime.transport import Payload
+from ..messages import Payload
+from .snapshot import data_fields, host_copy, load_fields, to_device
 
 if TYPE_CHECKING:
     from ..config import RunConfig
     from ..federation import Federation
     from ..sheaf.graph import ClientGraph
+    from ..streams import ClientStreams
 
 
 @dataclass
@@ -28,6 +30,22 @@ class State:
 
     thetas: list[torch.Tensor]
     batch_loss: torch.Tensor | None = None  # last mini-batch losses (divergence check)
+    # Per-client fields (per-cohort stacks, or one [N, ...] stack) that a client sitting a round out
+    # keeps as they were (drop_prob, runtime/faults.py); replaced each round, never written in place.
+    client_rows: ClassVar[tuple[str, ...]] = ("thetas",)
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Host copies of every data field a later round may read (tensors, lists of tensors,
+        numbers, flags); structure that ``init`` rebuilds (layouts, indices) is left out."""
+        return data_fields(self)
+
+    def restore(self, saved: dict[str, Any], device: torch.device | str) -> None:
+        """Put back what :meth:`checkpoint` returned, on ``device`` (a resumed run)."""
+        load_fields(self, saved, device)
+
+
+# ``thetas -> (gradients per cohort, batch losses [N])``, the signature of Context.stochastic_gradients.
+GradientSource = Callable[[list[torch.Tensor]], tuple[list[torch.Tensor], torch.Tensor]]
 
 
 @dataclass(eq=False)
@@ -49,6 +67,15 @@ class Context:
     batch_gen: torch.Generator = field(default_factory=torch.Generator)
     _plans: list[EpochPlan] = field(default_factory=list, repr=False)
     _cursor: int = 0
+    # Optional replacement for the mini-batch gradients (issue 13): when set,
+    # :meth:`stochastic_gradients` returns ``gradient_source(thetas)`` and draws no batch. The bench
+    # sets it to freeze the local gradients while it times the rest of a round; runs leave it None.
+    gradient_source: GradientSource | None = field(default=None, repr=False)
+
+    @property
+    def batch_source(self) -> ClientStreams | torch.Generator:
+        """Each client's own mini-batch stream (``fed.with_streams``), else ``batch_gen``."""
+        return self.fed.batch_streams if self.fed.batch_streams is not None else self.batch_gen
 
     @property
     def epoch_mode(self) -> bool:
@@ -69,10 +96,10 @@ class Context:
         """The next mini-batch of every cohort (``None``: the cohort sits this step out)."""
         b = self.config.batch_size
         if not self.epoch_mode:
-            return [c.sample(b, self.batch_gen) for c in self.fed.cohorts]
+            return [c.sample(b, self.batch_source) for c in self.fed.cohorts]
         step = self._cursor % self.steps_per_epoch()
         if step == 0:
-            self._plans = [c.epoch(b, self.batch_gen) for c in self.fed.cohorts]
+            self._plans = [c.epoch(b, self.batch_source) for c in self.fed.cohorts]
         self._cursor += 1
         return [c.epoch_batch(plan, step, b) for c, plan in zip(self.fed.cohorts, self._plans, strict=True)]
 
@@ -92,7 +119,10 @@ class Context:
         return grads, self.fed.per_client(losses)
 
     def stochastic_gradients(self, thetas: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """Gradients on the next mini-batches (:meth:`next_batches`) and the batch losses ``[N]``."""
+        """Gradients on the next mini-batches (:meth:`next_batches`) and the batch losses ``[N]``,
+        or ``gradient_source(thetas)`` when a gradient source is set."""
+        if self.gradient_source is not None:
+            return self.gradient_source(thetas)
         return self.gradients_on(thetas, self.next_batches())
 
     def init_thetas(self) -> list[torch.Tensor]:
@@ -101,51 +131,83 @@ class Context:
         common = self.config.init == "common"
         return [c.init_thetas(self.config.seed, common=common) for c in self.fed.cohorts]
 
+    def random_state(self) -> dict[str, Any]:
+        """Every random stream a later round draws from (host copies, for checkpoints): the
+        federation's per-client streams, the two generators, the epoch plan being walked and the
+        global torch generator."""
+        fed = self.fed
+        return {
+            "federation": fed.random_state() if fed.batch_streams is not None else None,
+            "init_gen": self.init_gen.get_state(),
+            "batch_gen": self.batch_gen.get_state(),
+            "plans": [host_copy(vars(p)) for p in self._plans],
+            "cursor": self._cursor,
+            "torch": torch.get_rng_state(),
+        }
 
-class Algorithm(Protocol):
+    def load_random_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`random_state` (a resumed run continues every stream where it stopped)."""
+        if state["federation"] is not None:
+            self.fed.load_random_state(state["federation"])
+        self.init_gen.set_state(state["init_gen"])
+        self.batch_gen.set_state(state["batch_gen"])
+        self._plans = [EpochPlan(**to_device(p, self.config.device)) for p in state["plans"]]
+        self._cursor = int(state["cursor"])
+        torch.set_rng_state(state["torch"])
+
+
+S = TypeVar("S", bound=State)
+
+
+class Algorithm(Protocol[S]):
+    """One algorithm over its own state type ``S``. Subclass it explicitly (``class DFedU(
+    Algorithm[GossipState])``) so that mypy checks every method against the protocol; ``phases``,
+    ``penalty``, ``checkpoint`` and ``diagnose`` have defaults (one exchange a round, no coupling
+    term, nothing to save, no warnings)."""
+
     name: str
 
-    def init(self, ctx: Context) -> State: ...
+    def init(self, ctx: Context) -> S: ...
 
-    def local(self, state: State, ctx: Context) -> State: ...
+    def local(self, state: S, ctx: Context) -> S: ...
 
-    def phases(self, state: State) -> int:
+    def phases(self, state: S) -> int:
         """Number of exchanges in the coming round."""
-        ...
+        return 1
 
-    def send(self, state: State, phase: int, ctx: Context) -> Payload: ...
+    def send(self, state: S, phase: int, ctx: Context) -> Payload: ...
 
-    def receive(self, state: State, incoming: Payload, phase: int, ctx: Context) -> State: ...
+    def receive(self, state: S, incoming: Payload, phase: int, ctx: Context) -> S: ...
 
-    def penalty(self, state: State, ctx: Context) -> tuple[float, float] | None:
+    def penalty(self, state: S, ctx: Context) -> tuple[float, float] | None:
         """``(coupling term of the objective, sheaf energy)`` or ``None`` when there is none."""
-        ...
+        return None
 
-    def checkpoint(self, state: State, ctx: Context) -> dict[str, Any]: ...
+    def checkpoint(self, state: S, ctx: Context) -> dict[str, Any]:
+        """What the final ``checkpoint.pt`` keeps besides the thetas."""
+        return {}
+
+    def diagnose(self, state: S, ctx: Context) -> list[str]:
+        """Warnings for the user now (e.g. step-size conditions), each given once."""
+        return []
 
 
-# Factories are algorithm classes whose methods take their own State subclass, hence ``Any``.
-AlgorithmFactory = Callable[["RunConfig"], Any]
-ALGORITHMS: dict[str, AlgorithmFactory] = {}
+AlgorithmFactory = Callable[["RunConfig"], Algorithm[Any]]
+A = TypeVar("A", bound=Algorithm[Any])
+ALGORITHMS: dict[str, AlgorithmFactory] = {}  # filled by the imports in ``algorithms/__init__.py``
 
 
-def register(name: str) -> Callable[[AlgorithmFactory], AlgorithmFactory]:
-    def deco(factory: AlgorithmFactory) -> AlgorithmFactory:
-        ALGORITHMS[name] = factory
-        return factory
+def register(name: str) -> Callable[[type[A]], type[A]]:
+    """Class decorator: ``make_algorithm`` builds ``cls(config)`` for ``algorithm = name``."""
+
+    def deco(cls: type[A]) -> type[A]:
+        ALGORITHMS[name] = cls
+        return cls
 
     return deco
 
 
-def make_algorithm(config: RunConfig) -> Algorithm:
-    from . import load_all
-
-    load_all()
+def make_algorithm(config: RunConfig) -> Algorithm[Any]:
     if config.algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {config.algorithm!r}; allowed: {', '.join(sorted(ALGORITHMS))}")
-    algorithm: Algorithm = ALGORITHMS[config.algorithm](config)
-    return algorithm
-
-
-def sgd_step(thetas: list[torch.Tensor], grads: list[torch.Tensor], alpha: float) -> list[torch.Tensor]:
-    return [t - alpha * g for t, g in zip(thetas, grads, strict=True)]
+    return ALGORITHMS[config.algorithm](config)

@@ -1,5 +1,6 @@
 """dFedU: decentralized FedU of Dinh et al., "A New Look and Convergence Rate of Federated
-Multi-Task Learning with Laplacian Regularization" (2022), with ``a_ij = 1`` (the paper's baseline).
+Multi-Task Learning with Laplacian Regularization" (2022), with the graph's edge weights ``a_ij``
+(1 unless the edge list gives a third column; ``a_ij = 1`` is the paper's baseline).
 
 Objective (paper eq. ``conventional FMTL objective``, each undirected edge counted once):
     ``sum_i f_i(theta_i) + lam/2 sum_{e={i,j}} a_ij ||theta_i - theta_j||^2``.
@@ -13,23 +14,24 @@ Sheaf-FMTL does), so this equals Sheaf-FMTL with fixed maps ``P_ij = sqrt(a_ij) 
 With ``local_epochs = E > 0`` (FedU's reference code and the Sheaf-FMTL authors' protocol), a round
 is ``E`` passes of mini-batch SGD on ``f_i``, then the exchange and the coupling step
 ``theta_i <- theta_i - alpha lam sum_j a_ij (theta_i - theta_j)``.
-Start-up: ``alpha lam lambda_max(graph Laplacian) >= 2`` makes the coupling diverge and is refused.
+Start-up: ``alpha lam lambda_max(weighted graph Laplacian) >= 2`` makes the coupling diverge and is refused.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import networkx as nx
+import torch
 
 from ..config import RunConfig
-from ..runtime.transport import Payload
-from .base import Context, register
-from .common import GossipState, coupling_energy, gossip_init, gradient, require_stable_coupling, sgd_steps
+from ..messages import Payload
+from .base import Algorithm, Context, register
+from .coupling import coupling_energy, require_stable_coupling
+from .gossip import GossipState, ModelGossip, gossip_init
+from .steps import gradient, sgd_steps
 
 
 @register("dfedu")
-class DFedU:
+class DFedU(Algorithm[GossipState]):
     name = "dfedu"
 
     def __init__(self, config: RunConfig) -> None:
@@ -37,9 +39,19 @@ class DFedU:
         self.lam = config.lam
         self.local_steps = config.local_steps
         self.notes: list[str] = []
+        self.a_half: torch.Tensor | None = None  # [H, 1] a_ij per half-edge (None: all 1)
+
+    def _coupling(self, gossip: ModelGossip, theta: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
+        """``[N, d]``: ``sum_j a_ij (theta_i - theta_j)``, the weighted graph Laplacian times theta."""
+        diff = theta[gossip.src] - theirs
+        return gossip.neighbour_sum(diff if self.a_half is None else self.a_half * diff)
 
     def init(self, ctx: Context) -> GossipState:
         state = gossip_init(ctx, self.name)
+        if ctx.graph.weighted:
+            ref = state.thetas[0]
+            a = ctx.graph.half_edge_weights()
+            self.a_half = torch.as_tensor(a, dtype=ref.dtype, device=ref.device)[:, None]
         if ctx.config.stability_check and self.lam > 0:
             lambda_max = float(nx.laplacian_spectrum(ctx.graph.to_networkx()).max())
             note = require_stable_coupling(self.alpha, self.lam, lambda_max, "graph Laplacian", maps=False)
@@ -47,7 +59,7 @@ class DFedU:
                 self.notes.append(note)
         return state
 
-    def local(self, state: GossipState, ctx: Context) -> GossipState:  # type: ignore[override]
+    def local(self, state: GossipState, ctx: Context) -> GossipState:
         if ctx.epoch_mode:  # E passes of plain SGD; the coupling step follows the exchange
             state.thetas = [sgd_steps(ctx, state, state.thetas[0], ctx.local_steps(), self.alpha)]
             state.grads = None
@@ -55,37 +67,32 @@ class DFedU:
         state.grads = gradient(ctx, state.thetas[0], state)
         return state
 
-    def phases(self, state: GossipState) -> int:  # type: ignore[override]
-        return 1
-
-    def send(self, state: GossipState, phase: int, ctx: Context) -> Payload:  # type: ignore[override]
+    def send(self, state: GossipState, phase: int, ctx: Context) -> Payload:
         assert state.gossip is not None
         return {"model": state.gossip.send(state.thetas[0])}
 
-    def receive(self, state: GossipState, incoming: Payload, phase: int, ctx: Context) -> GossipState:  # type: ignore[override]
+    def receive(self, state: GossipState, incoming: Payload, phase: int, ctx: Context) -> GossipState:
         gossip, grads = state.gossip, state.grads
         assert gossip is not None
         theirs = gossip.received(incoming["model"])
         theta = state.thetas[0]
         if grads is None:  # local-epochs mode: the coupling step alone
-            coupling = gossip.neighbour_sum(theta[gossip.src] - theirs)
-            state.thetas = [theta - (self.alpha * self.lam) * coupling]
+            state.thetas = [theta - (self.alpha * self.lam) * self._coupling(gossip, theta, theirs)]
             return state
         for step in range(self.local_steps):
             if step > 0:
                 grads = gradient(ctx, theta, state)
-            coupling = gossip.neighbour_sum(theta[gossip.src] - theirs)
-            theta = theta - self.alpha * (grads + self.lam * coupling)
+            theta = theta - self.alpha * (grads + self.lam * self._coupling(gossip, theta, theirs))
         state.thetas = [theta]
         return state
 
-    def penalty(self, state: GossipState, ctx: Context) -> tuple[float, float]:  # type: ignore[override]
+    def penalty(self, state: GossipState, ctx: Context) -> tuple[float, float]:
         assert state.gossip is not None
-        return coupling_energy(state.gossip.edge_differences(state.thetas[0]), self.lam)
+        diff = state.gossip.edge_differences(state.thetas[0])
+        if self.a_half is not None:  # a_ij ||theta_i - theta_j||^2: half-edge 2e carries edge e's a_ij
+            diff = self.a_half[0::2].sqrt() * diff
+        return coupling_energy(diff, self.lam)
 
-    def diagnose(self, state: GossipState, ctx: Context) -> list[str]:  # type: ignore[override]
+    def diagnose(self, state: GossipState, ctx: Context) -> list[str]:
         notes, self.notes = self.notes, []
         return notes
-
-    def checkpoint(self, state: GossipState, ctx: Context) -> dict[str, Any]:  # type: ignore[override]
-        return {}

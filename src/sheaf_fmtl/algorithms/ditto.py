@@ -12,7 +12,9 @@ The server sets ``w^{t+1} = sum_i n_i w_i / sum_i n_i``. ``thetas``: the persona
 from __future__ import annotations
 
 from .base import Context, register
-from .common import ServerAlgorithm, ServerState, coupling_energy, gradient, sgd_steps
+from .coupling import coupling_energy
+from .server import ServerAlgorithm, ServerState
+from .steps import gradient, sgd_steps
 
 
 @register("ditto")
@@ -29,6 +31,6 @@ class Ditto(ServerAlgorithm):
         state.thetas = [v]
         return state
 
-    def penalty(self, state: ServerState, ctx: Context) -> tuple[float, float]:  # type: ignore[override]
+    def penalty(self, state: ServerState, ctx: Context) -> tuple[float, float]:
         assert state.glob is not None
         return coupling_energy(state.thetas[0] - state.glob, self.lam)

@@ -11,20 +11,23 @@ With ``local_epochs = E > 0`` a round is ``E`` passes of mini-batch SGD on each 
 the mixing ``x_i <- sum_j w_ij x_j`` (local SGD with gossip averaging).
 Every client sends its whole model (``d`` floats) to each neighbour. There is no coupling term
 (consensus is sought through mixing): ``penalty`` is ``None``. ``thetas``: the local models ``x_i``.
+Edge weights ``a_ij`` of a weighted graph are ignored (the mixing weights come from the degrees), with
+a warning.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import warnings
 
 import numpy as np
 import torch
 
 from ..config import RunConfig
-from ..runtime.transport import Payload
+from ..messages import Payload
 from ..sheaf.graph import ClientGraph
-from .base import Context, register
-from .common import GossipState, gossip_init, gradient, sgd_steps
+from .base import Algorithm, Context, register
+from .gossip import GossipState, gossip_init
+from .steps import gradient, sgd_steps
 
 
 def metropolis_weights(graph: ClientGraph) -> tuple[np.ndarray, np.ndarray]:
@@ -36,7 +39,7 @@ def metropolis_weights(graph: ClientGraph) -> tuple[np.ndarray, np.ndarray]:
 
 
 @register("dpsgd")
-class DPSGD:
+class DPSGD(Algorithm[GossipState]):
     name = "dpsgd"
 
     def __init__(self, config: RunConfig) -> None:
@@ -46,13 +49,22 @@ class DPSGD:
 
     def init(self, ctx: Context) -> GossipState:
         state = gossip_init(ctx, self.name)
+        if ctx.graph.weighted:
+            warnings.warn(
+                "dpsgd ignores the graph's edge weights a_ij: it mixes with Metropolis-Hastings weights "
+                "from the degrees (dfedu uses a_ij as its coupling weights)",
+                UserWarning,
+                stacklevel=2,
+            )
         w, self_w = metropolis_weights(ctx.graph)
         ref = state.thetas[0]
-        state.mixing = (torch.as_tensor(w, dtype=ref.dtype, device=ref.device)[:, None],
-                        torch.as_tensor(self_w, dtype=ref.dtype, device=ref.device)[:, None])
+        state.mixing = (
+            torch.as_tensor(w, dtype=ref.dtype, device=ref.device)[:, None],
+            torch.as_tensor(self_w, dtype=ref.dtype, device=ref.device)[:, None],
+        )
         return state
 
-    def local(self, state: GossipState, ctx: Context) -> GossipState:  # type: ignore[override]
+    def local(self, state: GossipState, ctx: Context) -> GossipState:
         if ctx.epoch_mode:
             state.thetas = [sgd_steps(ctx, state, state.thetas[0], ctx.local_steps(), self.alpha)]
             state.grads, state.outgoing = None, state.thetas[0]
@@ -63,14 +75,11 @@ class DPSGD:
         state.outgoing = theta - self.alpha * state.grads if self.order == "atc" else theta
         return state
 
-    def phases(self, state: GossipState) -> int:  # type: ignore[override]
-        return 1
-
-    def send(self, state: GossipState, phase: int, ctx: Context) -> Payload:  # type: ignore[override]
+    def send(self, state: GossipState, phase: int, ctx: Context) -> Payload:
         assert state.gossip is not None and state.outgoing is not None
         return {"model": state.gossip.send(state.outgoing)}
 
-    def receive(self, state: GossipState, incoming: Payload, phase: int, ctx: Context) -> GossipState:  # type: ignore[override]
+    def receive(self, state: GossipState, incoming: Payload, phase: int, ctx: Context) -> GossipState:
         gossip, own, mixing = state.gossip, state.outgoing, state.mixing
         assert gossip is not None and own is not None and mixing is not None
         w, self_w = mixing
@@ -78,9 +87,3 @@ class DPSGD:
         grads = state.grads if self.order == "lian" else None  # None too after local epochs
         state.thetas = [mixed if grads is None else mixed - self.alpha * grads]
         return state
-
-    def penalty(self, state: GossipState, ctx: Context) -> None:  # type: ignore[override]
-        return None
-
-    def checkpoint(self, state: GossipState, ctx: Context) -> dict[str, Any]:  # type: ignore[override]
-        return {}

@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 
 from .base import Context, register
-from .common import ServerAlgorithm, ServerState, sgd_steps
+from .server import ServerAlgorithm, ServerState
+from .steps import sgd_steps
 
 
 @register("fedavg")

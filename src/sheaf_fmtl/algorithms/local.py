@@ -4,15 +4,14 @@ passes over each client's data."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..config import RunConfig
-from ..runtime.transport import Payload
-from .base import Context, State, register, sgd_step
+from ..messages import Payload
+from .base import Algorithm, Context, State, register
+from .steps import sgd_step
 
 
 @register("local")
-class Local:
+class Local(Algorithm[State]):
     name = "local"
 
     def __init__(self, config: RunConfig) -> None:
@@ -35,9 +34,3 @@ class Local:
 
     def receive(self, state: State, incoming: Payload, phase: int, ctx: Context) -> State:
         raise RuntimeError("local training receives nothing")
-
-    def penalty(self, state: State, ctx: Context) -> None:
-        return None
-
-    def checkpoint(self, state: State, ctx: Context) -> dict[str, Any]:
-        return {}

@@ -20,7 +20,8 @@ import torch
 
 from ..config import RunConfig
 from .base import Context, register
-from .common import ServerAlgorithm, ServerState, gradient
+from .server import ServerAlgorithm, ServerState
+from .steps import gradient
 
 
 @register("perfedavg")

@@ -19,7 +19,8 @@ import torch
 
 from ..config import RunConfig
 from .base import Context, register
-from .common import ServerAlgorithm, ServerState, coupling_energy
+from .coupling import coupling_energy
+from .server import ServerAlgorithm, ServerState
 
 
 @register("pfedme")
@@ -51,6 +52,6 @@ class PFedMe(ServerAlgorithm):
         state.glob = (1.0 - self.beta) * state.anchor + self.beta * avg
         return state
 
-    def penalty(self, state: ServerState, ctx: Context) -> tuple[float, float]:  # type: ignore[override]
+    def penalty(self, state: ServerState, ctx: Context) -> tuple[float, float]:
         assert state.glob is not None
         return coupling_energy(state.thetas[0] - state.glob, self.lam)

@@ -26,6 +26,14 @@ The authors' code takes the coupling step before the map step, which needs a sec
 round; taking the map step first, the messages with the updated maps follow from the identity
 above, so a round sends one ``d_ij`` vector and one scalar per neighbour (``literal``: two vectors).
 
+Missing neighbours (``drop_prob``, ``link_drop_prob``, rejected messages; ``EdgeTensor.heard``):
+a client skips the terms of an edge whose message did not arrive, for the updates that use that
+message: the coupling term ``P_ij^T r_ij`` of the theta step and the map step of ``P_ij`` (both
+use ``r_ij = 0``). In compact mode one message serves the map step of round ``k`` and the theta step
+of round ``k + 1``, so losing it skips both. A client that sits a round out sends nothing, receives
+nothing and keeps its theta (the runtime puts it back) and its maps (no message arrived, so every
+``r_ij`` of its edges is zero).
+
 Start-up: ``alpha lam lambda_max(L_F) >= 2`` (power iteration, :mod:`sheaf_fmtl.sheaf.stability`)
 makes the coupling step diverge and is refused; Theorem 1's map-step condition ``eta < 2 / (lam D^2)``
 (``D``: the largest ``||theta_i||`` seen) is checked at every evaluation, and in compact mode every
@@ -42,15 +50,16 @@ import numpy as np
 import torch
 
 from ..config import RunConfig
-from ..runtime.edges import EdgeLayout
-from ..runtime.transport import EdgeTensor, Payload
+from ..messages import EdgeLayout, EdgeTensor, Payload, ServerTensor
 from ..sheaf import ops
 from ..sheaf.deferred import DeferredMaps
 from ..sheaf.layout import SheafLayout, build_layout
 from ..sheaf.maps import MAP_DTYPES, init_maps
 from ..sheaf.stability import laplacian_lambda_max
-from .base import Context, State, register, sgd_step
-from .common import require_stable_coupling
+from .base import Algorithm, Context, State, register
+from .coupling import require_stable_coupling
+from .snapshot import host_copy
+from .steps import sgd_step
 
 # Power iterations of the start-up check: fewer for large map stacks on the CPU (each reads all maps
 # twice: about 2.3 s at R-MNIST scale on 2 cores, 6 ms on an H200).
@@ -64,6 +73,7 @@ class SheafState(State):
     grads: list[torch.Tensor] | None = None
     own: torch.Tensor | None = None  # P_ij theta_i for the coming theta step (flat, per half-edge)
     theirs: torch.Tensor | None = None  # P_ji theta_j for the coming theta step, as received/rebuilt
+    heard: torch.Tensor | None = None  # [sum d_ij] bool: which of ``theirs`` arrived (None: all)
     sent: torch.Tensor | None = None  # P_ij theta_i^new sent for the map step
     sent_sq: torch.Tensor | None = None  # ||theta_i^new||^2 per half-edge, sent with it (compact mode)
     scalars: EdgeLayout | None = None  # layout of one scalar per half-edge
@@ -74,6 +84,27 @@ class SheafState(State):
     theta_norm_max: float = 0.0  # largest ||theta_i|| seen at evaluations (Theorem 1's D)
     first_violation: torch.Tensor | None = None  # [round, ||theta||^2] where eta lam D^2 >= 2 first held
     rounds_sent: int = 0
+    warned_map_step: bool = False  # Theorem 1's map-step warning was given
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The data fields and the map store: stacked maps with their pending rank-one factors,
+        unfolded (folding now would change the rounding of the iterates that follow)."""
+        assert self.store is not None
+        s = self.store
+        store = {"base": s.base, "u": s.u, "v": s.v, "count": list(s.count)}
+        return {**super().checkpoint(), "store": host_copy(store)}
+
+    def restore(self, saved: dict[str, Any], device: torch.device | str) -> None:
+        saved = dict(saved)
+        store = saved.pop("store")
+        super().restore(saved, device)
+        s = self.store
+        assert s is not None
+        for name in ("base", "u", "v"):
+            for m, t in zip(getattr(s, name), store[name], strict=True):
+                if m is not None:
+                    m.copy_(t)
+        s.count = list(store["count"])
 
     @property
     def maps(self) -> list[torch.Tensor]:
@@ -93,7 +124,7 @@ def _sq_norms(layout: SheafLayout, thetas: list[torch.Tensor]) -> torch.Tensor:
 
 
 @register("sheaf-fmtl")
-class SheafFMTL:
+class SheafFMTL(Algorithm[SheafState]):
     name = "sheaf-fmtl"
 
     def __init__(self, config: RunConfig) -> None:
@@ -105,7 +136,6 @@ class SheafFMTL:
         self.learn_maps = config.eta > 0 and config.lam > 0
         self.epochs = config.local_epochs > 0
         self.notes: list[str] = []  # warnings for the user, drained by the runtime
-        self._warned_map_step = False
 
     def init(self, ctx: Context) -> SheafState:
         cfg = ctx.config
@@ -120,7 +150,7 @@ class SheafFMTL:
             shared=cfg.shared_maps,
             on_device=cfg.map_draw == "device",
         )
-        scalars = EdgeLayout(np.ones(layout.graph.num_half_edges, np.int64), layout.messages.rev)
+        scalars = EdgeLayout(np.ones(layout.graph.num_half_edges, np.int64), layout.messages.rev, layout.order)
         sizes = torch.as_tensor(layout.messages.sizes, device=cfg.device)
         element_edge = torch.repeat_interleave(torch.arange(len(sizes), device=cfg.device), sizes)
         state = SheafState(
@@ -136,7 +166,7 @@ class SheafFMTL:
 
     def check_stability(self, state: SheafState, cfg: RunConfig) -> None:
         """The start-up check on the current maps (also after maps are replaced by hand, see
-        :func:`sheaf_fmtl.sheaf.special_cases.set_fixed_maps`): ``lambda_max(L_F)`` by power
+        :func:`sheaf_fmtl.scenarios.set_fixed_maps`): ``lambda_max(L_F)`` by power
         iteration, ``alpha lam lambda_max >= 2`` refused, ``>= 1`` noted."""
         if not cfg.stability_check or self.lam <= 0:
             return
@@ -196,15 +226,35 @@ class SheafFMTL:
                 if self.compact:
                     self._coupling_step(state)
             else:
-                state.own, state.theirs = state.sent, incoming["msg"].data
+                self._take_messages(state, incoming)
                 self._coupling_step(state)
             return state
         if self._is_map_phase(state, phase):
             self._map_step(state, incoming)
         else:  # greeting: the messages for the theta step of this round
-            state.own, state.theirs = state.sent, incoming["msg"].data
+            self._take_messages(state, incoming)
             self._theta_steps(state, ctx)
         return state
+
+    def _take_messages(self, state: SheafState, incoming: Payload) -> None:
+        """This round's ``P_ij theta_i`` (sent) and ``P_ji theta_j`` (received), and which arrived."""
+        state.own, state.theirs = state.sent, incoming["msg"].data
+        state.heard = self._spread(state, incoming["msg"])
+
+    @staticmethod
+    def _spread(state: SheafState, received: EdgeTensor | ServerTensor) -> torch.Tensor | None:
+        """``received.heard`` (one flag per half-edge) spread over the message elements."""
+        heard = received.heard if isinstance(received, EdgeTensor) else None
+        if heard is None:
+            return None
+        assert state.element_edge is not None
+        return heard.index_select(0, state.element_edge)
+
+    @staticmethod
+    def _residual(mine: torch.Tensor, theirs: torch.Tensor, heard: torch.Tensor | None) -> torch.Tensor:
+        """``r_ij = mine - theirs``, zero where the neighbour's message did not arrive."""
+        r = mine - theirs
+        return r if heard is None else torch.where(heard, r, r.new_zeros(()))
 
     def _is_map_phase(self, state: SheafState, phase: int) -> bool:
         return self.learn_maps and phase == (0 if self.epochs else int(state.greet))
@@ -219,21 +269,23 @@ class SheafFMTL:
             if step > 0:  # further local steps: fresh gradients, own messages from the current theta
                 grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
                 state.own = ops.messages(layout, state.thetas, maps)
-            coupling = ops.transpose_sum(layout, maps, state.own - state.theirs, state.thetas)
+            residual = self._residual(state.own, state.theirs, state.heard)
+            coupling = ops.transpose_sum(layout, maps, residual, state.thetas)
             state.thetas = [
                 t - self.alpha * (g + self.lam * c)
                 for t, g, c in zip(state.thetas, grads, coupling, strict=True)
             ]
-        state.theirs = state.own = None  # used up: this round's messages
+        state.theirs = state.own = state.heard = None  # used up: this round's messages
 
     def _coupling_step(self, state: SheafState) -> None:
         """Eq. (thetaupdate) without the gradient (local-epochs mode): ``theta_i <- theta_i -
         alpha lam sum_j P_ij^T (own_ij - theirs_ij)``."""
         assert state.layout is not None and state.store is not None
         assert state.own is not None and state.theirs is not None
-        coupling = ops.transpose_sum(state.layout, state.store, state.own - state.theirs, state.thetas)
+        residual = self._residual(state.own, state.theirs, state.heard)
+        coupling = ops.transpose_sum(state.layout, state.store, residual, state.thetas)
         state.thetas = [t - (self.alpha * self.lam) * c for t, c in zip(state.thetas, coupling, strict=True)]
-        state.theirs = state.own = None
+        state.theirs = state.own = state.heard = None
 
     def _map_step(self, state: SheafState, incoming: Payload) -> None:
         """Eq. (pijaupdate) with the new thetas; in compact mode also rebuild the next round's
@@ -242,7 +294,8 @@ class SheafFMTL:
         layout = state.layout
         scale = -self.eta * self.lam
         mine, theirs = state.sent, incoming["msg"].data
-        residual = mine - theirs
+        heard = self._spread(state, incoming["msg"])
+        residual = self._residual(mine, theirs, heard)  # zero: that edge's map step is skipped
         for k, (b, r) in enumerate(zip(layout.buckets, layout.bucket_messages(residual), strict=True)):
             state.store.add_rank_one(k, r, b.sources(state.thetas), scale)
         if self.compact:
@@ -252,6 +305,7 @@ class SheafFMTL:
             their_sq = incoming["sq_norm"].data.index_select(0, spread)
             state.own = torch.addcmul(mine, residual, own_sq, value=scale)
             state.theirs = torch.addcmul(theirs, residual, their_sq, value=-scale)
+            state.heard = heard  # the next theta step uses these messages
 
     # -- reporting --------------------------------------------------------------------------------
     def penalty(self, state: SheafState, ctx: Context) -> tuple[float, float]:
@@ -273,8 +327,8 @@ class SheafFMTL:
                 when, norms = int(first_round), [first_sq**0.5]
         state.theta_norm_max = max([state.theta_norm_max, *(n for n in norms if math.isfinite(n))])
         bound = 2.0 / (self.lam * state.theta_norm_max**2) if state.theta_norm_max > 0 else float("inf")
-        if self.eta >= bound and not self._warned_map_step:
-            self._warned_map_step = True
+        if self.eta >= bound and not state.warned_map_step:
+            state.warned_map_step = True
             since = f" since round {when}" if when is not None else ""
             notes.append(
                 f"eta = {self.eta:g} is above Theorem 1's map-step bound 2/(lam D^2) = {bound:.3g}{since} "

@@ -13,7 +13,6 @@ ModelBuilder = Callable[[tuple[int, ...], int], nn.Module]
 MODELS: dict[str, ModelBuilder] = {"logistic": logistic, "linear": linear, **CNN_MODELS}
 
 
-
 def build_model(name: str, input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; allowed: {', '.join(sorted(MODELS))}")

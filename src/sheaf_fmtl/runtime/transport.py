@@ -15,31 +15,12 @@ move the same buffers between ranks.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import torch
 
-from .edges import EdgeLayout
-
-
-class EdgeTensor(NamedTuple):
-    """A flat payload buffer and the half-edge layout it follows."""
-
-    data: torch.Tensor
-    layout: EdgeLayout
-
-
-class ServerTensor(NamedTuple):
-    """Rows to average at a parameter server: ``data [N, d]`` (row ``k`` from client ``k``) and
-    non-negative aggregation ``weights [N]`` (e.g. sample counts), known to the server in advance and
-    so not transmitted. What arrives is the same type, each row holding ``sum_k w_k data_k / sum_k w_k``
-    (a read-only broadcast view; clone it before writing in place)."""
-
-    data: torch.Tensor
-    weights: torch.Tensor
-
-
-Payload = dict[str, EdgeTensor | ServerTensor]
+from ..messages import EdgeTensor, Payload, ServerTensor
+from .faults import Faults
 
 
 def payload_bits(t: torch.Tensor) -> int:
@@ -49,15 +30,21 @@ def payload_bits(t: torch.Tensor) -> int:
 
 class Transport(Protocol):
     bits: int
+    faults: Faults  # validation, simulated drops and their counts (runtime/faults.py)
 
     def exchange(self, payload: Payload) -> Payload: ...
 
 
-def server_average(data: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """``sum_k w_k data_k / sum_k w_k`` over the rows of ``data [N, d]`` -> ``[d]``."""
+def server_average(
+    data: torch.Tensor, weights: torch.Tensor, accepted: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``sum_k w_k data_k / sum_k w_k`` over the rows of ``data [N, d]`` -> ``[d]``; with ``accepted``
+    (``[N]`` bool) over the accepted rows only (zero when none has weight)."""
     if data.dim() != 2 or weights.shape != data.shape[:1]:
-        raise ValueError(f"server payload needs data [N, d] and weights [N]; got {tuple(data.shape)}, "
-                         f"{tuple(weights.shape)}")
+        raise ValueError(
+            f"server payload needs data [N, d] and weights [N]; got {tuple(data.shape)}, "
+            f"{tuple(weights.shape)}"
+        )
     w = weights.to(device=data.device, dtype=data.dtype)
     total = w.sum()
     ok = (total > 0) & (w >= 0).all()
@@ -66,6 +53,11 @@ def server_average(data: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
             raise ValueError("server payload weights must be non-negative with a positive sum")
     else:  # reading ``ok`` would wait for the device every round: check it there instead
         torch._assert_async(ok)
+    if accepted is not None:  # rejected or absent rows (perhaps NaN) are left out, not multiplied by 0
+        w = torch.where(accepted, w, w.new_zeros(()))
+        data = torch.where(accepted[:, None], data, data.new_zeros(()))
+        total = w.sum()
+        total = torch.where(total > 0, total, total.new_ones(()))
     return (w @ data) / total
 
 
@@ -73,32 +65,38 @@ class InProcessTransport:
     """All clients in one process: ``incoming[q] = outgoing[rev[q]]`` by one gather per edge buffer;
     one weighted sum per server buffer."""
 
-    def __init__(self) -> None:
+    def __init__(self, faults: Faults | None = None) -> None:
+        self.faults = Faults() if faults is None else faults
         self.bits = 0
         self.uplink_bits = 0  # server payloads only: clients -> server
         self.downlink_bits = 0  # server payloads only: server -> clients
 
     def exchange(self, payload: Payload) -> Payload:
         out: Payload = {}
+        received: dict[str, EdgeTensor] = {}
         for name, item in payload.items():
             if isinstance(item, ServerTensor):
                 out[name] = self._via_server(item)
                 continue
-            data, layout = item
-            if data.numel() != layout.total:
-                raise ValueError(
-                    f"payload {name!r} has {data.numel()} elements, layout expects {layout.total}"
-                )
-            self.bits += payload_bits(data)
-            incoming = data.index_select(0, layout.exchange_index(data.device))
-            out[name] = EdgeTensor(incoming, layout.reversed())
+            data, layout = item.data, item.layout
+            self.bits += self.faults.sent_bits(data, layout)
+            if data.numel() == layout.total:  # else rejected whole by Faults.accept
+                data = data.index_select(0, layout.exchange_index(data.device))
+            received[name] = EdgeTensor(data, layout.reversed())
+        out.update(self.faults.accept(received))
         return out
 
     def _via_server(self, item: ServerTensor) -> ServerTensor:
-        avg = server_average(item.data, item.weights)
-        up = payload_bits(item.data)
-        down = item.data.shape[0] * payload_bits(avg)
+        accepted, present, rows = self.faults.server_rows(item.data)
+        avg = server_average(item.data, item.weights, accepted)
+        up = rows * payload_bits(item.data[0])  # absent clients send nothing and receive nothing
+        down = rows * payload_bits(avg)
         self.uplink_bits += up
         self.downlink_bits += down
         self.bits += up + down
-        return ServerTensor(avg.unsqueeze(0).expand_as(item.data), item.weights)
+        # a client that receives no average (absent, or no row accepted) keeps its own row
+        reached = (item.weights.to(avg.device) * accepted).sum() > 0
+        if present is not None:
+            reached = reached & present
+        rows_in = torch.where(torch.as_tensor(reached).view(-1, 1), avg.unsqueeze(0), item.data)
+        return ServerTensor(rows_in, item.weights)

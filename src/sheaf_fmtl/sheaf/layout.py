@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..runtime.edges import EdgeLayout
+from ..messages import EdgeLayout
 from .graph import ClientGraph
 from .stalks import edge_dims
 
@@ -125,5 +125,5 @@ def build_layout(
     order = np.concatenate(order_parts) if order_parts else np.zeros(0, np.int64)
     slot = np.empty_like(order)
     slot[order] = np.arange(len(order))
-    messages = EdgeLayout(half_dims[order], slot[graph.rev[order]])
+    messages = EdgeLayout(half_dims[order], slot[graph.rev[order]], order)
     return SheafLayout(graph, dims, ed, coh, position, cohorts, tuple(buckets), order, slot, messages)

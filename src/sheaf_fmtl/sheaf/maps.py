@@ -19,6 +19,7 @@ import math
 
 import torch
 
+from ..streams import MAP, stream
 from .layout import SheafLayout
 
 MAP_INITS = ("gaussian", "uniform", "orthogonal", "identity-noise", "identity")
@@ -61,12 +62,15 @@ def init_maps(
     scale: float | None = None,
     *,
     dtype: torch.dtype = torch.float32,
-    generator: torch.Generator,
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
     device: torch.device | str = "cpu",
     shared: bool = False,
     on_device: bool = False,
 ) -> list[torch.Tensor]:
-    """One ``[H_b, d_e, d]`` tensor per bucket of ``layout``, maps drawn in half-edge order.
+    """One ``[H_b, d_e, d]`` tensor per bucket of ``layout``; half-edge ``h``'s map drawn from its own
+    stream ``(seed, MAP, h)`` (:mod:`sheaf_fmtl.streams`; ``seed`` given, else one number drawn from
+    ``generator``), so it is the same whichever half-edges ``layout`` holds.
 
     ``shared``: both maps of an edge ``{i, j}`` with ``d_i = d_j`` start equal (``P_ji = P_ij``), so
     ``P_ij theta_i = P_ji theta_j`` asks the two models to agree on one ``d_ij``-dimensional
@@ -75,7 +79,10 @@ def init_maps(
 
     ``on_device``: Gaussian and uniform maps are drawn one bucket at a time by a generator on
     ``device`` (seeded from ``generator``): the same distribution, not the same numbers as the
-    per-map CPU draws, and seconds instead of minutes for tens of GiB of maps on a GPU."""
+    per-map CPU draws, and seconds instead of minutes for tens of GiB of maps on a GPU; these numbers
+    depend on the buckets, so on how clients are split over processes."""
+    if generator is None and seed is None:
+        raise ValueError("init_maps needs a seed or a generator")
     if init == "zeros":
         raise MapInitError("map_init=zeros is rejected: zero restriction maps never learn (paper Remark 2)")
     if init not in MAP_INITS:
@@ -85,25 +92,29 @@ def init_maps(
         raise MapInitError(f"map_scale=0 with map_init={init} gives zero maps, which never learn")
     maps = [torch.empty(b.shape, dtype=dtype, device=device) for b in layout.buckets]
     if on_device and init in ("gaussian", "uniform"):
-        return _draw_on_device(layout, maps, init, s, generator, shared)
-    # Draw per half-edge in graph order so that a map does not depend on how buckets are formed.
-    where = _positions(layout)
-    rev = layout.graph.rev
-    for h in range(layout.graph.num_half_edges):
-        bi, k = where[h]
-        b = layout.buckets[bi]
-        if shared and rev[h] < h and layout.buckets[where[int(rev[h])][0]].shape[1:] == b.shape[1:]:
-            continue  # copied from its reverse below, without a draw
-        maps[bi][k] = _one_map(init, default_scale(init, b.node_dim) if s is None else s,
-                               b.edge_dim, b.node_dim, generator).to(dtype)
-    if shared:
-        _share(layout, maps)
+        gen = generator if generator is not None else torch.Generator().manual_seed(int(seed or 0))
+        return _draw_on_device(layout, maps, init, s, gen, shared)
+    # One stream per half-edge (per edge for shared maps), from the seed and its global id: a map
+    # does not depend on how buckets are formed nor on which half-edges a process holds.
+    base = int(torch.randint(0, 2**62, (1,), generator=generator)) if seed is None else seed
+    g, dims = layout.graph, layout.node_dims
+    for bi, b in enumerate(layout.buckets):
+        scale_b = default_scale(init, b.node_dim) if s is None else s
+        for k, h in enumerate(b.half_edges.tolist()):
+            same = shared and dims[g.src[h]] == dims[g.dst[h]]
+            key = min(h, int(g.rev[h])) if same else h  # shared: the edge's stream, P_ji = P_ij
+            gen = stream(base, MAP, key)
+            maps[bi][k] = _one_map(init, scale_b, b.edge_dim, b.node_dim, gen).to(dtype)
     return maps
 
 
 def _draw_on_device(
-    layout: SheafLayout, maps: list[torch.Tensor], init: str, scale: float | None,
-    generator: torch.Generator, shared: bool,
+    layout: SheafLayout,
+    maps: list[torch.Tensor],
+    init: str,
+    scale: float | None,
+    generator: torch.Generator,
+    shared: bool,
 ) -> list[torch.Tensor]:
     """Fill each bucket with one draw on its device (see :func:`init_maps`, ``on_device``)."""
     device = maps[0].device if maps else torch.device("cpu")

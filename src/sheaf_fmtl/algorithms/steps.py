@@ -1,0 +1,48 @@
+"""Local SGD steps on stacked thetas, and the one-model check of the baselines.
+
+Every gradient goes through :meth:`Context.stochastic_gradients` (fresh mini-batches, batch losses
+recorded); the helpers here only shape it for one-cohort stacks and repeated steps.
+
+The baselines compare clients' models coordinate by coordinate, so every client must have the same
+model (the federation has one cohort); Sheaf-FMTL and local training have no such restriction.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .base import Context, State
+
+
+def require_single_cohort(ctx: Context, name: str) -> None:
+    """Raise unless all clients share one architecture (one ``[N, d]`` stack in client order)."""
+    fed = ctx.fed
+    if len(fed.cohorts) != 1:
+        dims = sorted({c.dim for c in fed.cohorts})
+        raise ValueError(
+            f"algorithm {name!r} needs every client to have the same model, but this federation has "
+            f"{len(fed.cohorts)} model groups (parameter counts {dims}); use sheaf-fmtl or local for "
+            "heterogeneous models, or a dataset where all clients share the input shape (e.g. synthetic)"
+        )
+    if not np.array_equal(fed.position, np.arange(fed.num_clients)):  # pragma: no cover - by construction
+        raise ValueError("single-cohort federation must stack clients in client order")
+
+
+def gradient(ctx: Context, theta: torch.Tensor, state: State) -> torch.Tensor:
+    """Fresh mini-batch gradient ``[N, d]`` of a one-cohort stack; records the batch losses."""
+    grads, state.batch_loss = ctx.stochastic_gradients([theta])
+    return grads[0]
+
+
+def sgd_step(thetas: list[torch.Tensor], grads: list[torch.Tensor], alpha: float) -> list[torch.Tensor]:
+    """``theta <- theta - alpha g`` per cohort stack."""
+    return [t - alpha * g for t, g in zip(thetas, grads, strict=True)]
+
+
+def sgd_steps(ctx: Context, state: State, theta: torch.Tensor, steps: int, alpha: float) -> torch.Tensor:
+    """``steps`` plain local SGD steps ``theta <- theta - alpha g(theta)`` of a one-cohort stack from
+    fresh mini-batches."""
+    for _ in range(steps):
+        theta = theta - alpha * gradient(ctx, theta, state)
+    return theta

@@ -1,0 +1,91 @@
+"""The package's import graph points down only (issue 13): data, models, messages -> federation ->
+sheaf -> config -> algorithms -> metrics, plots -> runtime -> scenarios, reference -> api, demo, bench,
+experiments -> cli. A module
+named ``cli`` (a command-line entry point, e.g. ``data/cli.py``) sits at the top, whatever its folder.
+A new top-level module or package must be given its floor in :data:`RANK` (the test says so)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import sheaf_fmtl
+
+RANK = {
+    "data": 0,
+    "models": 0,
+    "messages": 0,
+    "streams": 0,
+    "federation": 1,
+    "sheaf": 2,
+    "config": 3,
+    "algorithms": 4,
+    "metrics": 5,
+    "plots": 5,
+    "runtime": 6,
+    "scenarios": 7,
+    "reference": 7,
+    "api": 8,
+    "cli_options": 8,
+    "demo": 8,
+    "bench": 8,
+    "experiments": 8,
+    "cli": 9,
+}
+ROOT = Path(sheaf_fmtl.__file__).parent
+
+
+def _rank(parts: list[str]) -> int | None:
+    if parts and parts[-1] == "cli":
+        return RANK["cli"]
+    return RANK.get(parts[0]) if parts else None
+
+
+def _imports(path: Path) -> list[list[str]]:
+    """Package-relative module paths that ``path`` imports from ``sheaf_fmtl``."""
+    rel = list(path.relative_to(ROOT).with_suffix("").parts)
+    pkg = rel[:-1]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = pkg[: len(pkg) - node.level + 1]
+        elif node.module and node.module.split(".")[0] == "sheaf_fmtl":
+            base = []
+        else:
+            continue
+        module = (node.module or "").split(".")[0 if node.level else 1 :]  # drop "sheaf_fmtl"
+        out.extend([base + module] if node.module else [base + [a.name] for a in node.names])
+    return out
+
+
+def test_every_top_level_module_has_a_floor() -> None:
+    names = {
+        p.stem if p.is_file() else p.name
+        for p in ROOT.iterdir()
+        if p.suffix == ".py" or (p / "__init__.py").exists()
+    }
+    unplaced = sorted(names - set(RANK) - {"__init__", "__main__"})
+    assert not unplaced, f"give these modules a floor in RANK: {unplaced}"
+
+
+def test_imports_point_down_only() -> None:
+    upward = []
+    for path in sorted(ROOT.rglob("*.py")):
+        me = list(path.relative_to(ROOT).with_suffix("").parts)
+        mine = _rank(me[:-1] if me[-1] == "__init__" else me)
+        for target in _imports(path):
+            theirs = _rank(target)
+            if mine is not None and theirs is not None and target[0] != me[0] and theirs > mine:
+                upward.append(f"{'/'.join(me)} imports {'.'.join(target)}")
+    assert not upward, "imports pointing up a layer:\n" + "\n".join(upward)
+
+
+def test_the_check_sees_an_upward_import() -> None:
+    """The parser finds relative imports (so the test above can fail)."""
+    path = ROOT / "sheaf" / "layout.py"
+    assert ["messages"] in _imports(path)
+    assert ["sheaf", "graph"] in _imports(path)
+    assert ["algorithms", "sheaf_fmtl"] in _imports(ROOT / "runtime" / "simulate.py")
+    assert _rank(["sheaf", "layout"]) < _rank(["runtime", "simulate"])  # type: ignore[operator]
