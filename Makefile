@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/sheaf-fmtl demo configs/demo.yaml --out $(OUT)
+	$(BIN)/sheaf-fmtl demo configs/demo.yaml --out $(OUT) --overwrite
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

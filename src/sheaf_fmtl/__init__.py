@@ -1,2 +1,17 @@
-"""Sheaf-FMTL: decentralized federated multi-task learning with cellular sheaves."""
+"""Sheaf-FMTL: decentralized federated multi-task learning with cellular sheaves.
+
+For notebooks::
+
+    import sheaf_fmtl
+    result = sheaf_fmtl.run(dataset="school", algorithm="sheaf-fmtl", rounds=50)
+    result.final, result.metrics[-1], result.thetas[0]
+
+(:func:`run`; the command line is ``sheaf-fmtl``.)
+"""
+
 __version__ = "0.1.0"
+
+from .api import RunResult, run  # noqa: E402
+from .config import ConfigError, RunConfig, load_config  # noqa: E402
+
+__all__ = ["ConfigError", "RunConfig", "RunResult", "__version__", "load_config", "run"]

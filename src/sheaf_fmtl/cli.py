@@ -1,14 +1,27 @@
-"""``sheaf-fmtl run | plot | demo``: the command-line entry point."""
+"""``sheaf-fmtl``: run one experiment, the demo, plots, datasets and the benchmark.
+
+Every subcommand that takes a config reads ``[CONFIG.yaml] [--set KEY=VALUE ...]`` plus the common
+keys as flags (``--data-dir``, ``--clients``, ``--seed``, ``--device``); errors are one line,
+``sheaf-fmtl: error: ...``, exit status 2 (1 for a diverged run, 130/143 when stopped by
+SIGINT/SIGTERM)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from .config import ConfigError, load_config
-from .metrics.recorder import format_summary
+from . import __version__
+from .bench import cli as bench_cli
+from .cli_options import PROG, Parser, UsageError, add_config_options, config_keys, error_line
+from .config import load_config
+from .data import cli as data_cli
+from .experiments import cli as experiments_cli
+from .experiments import sweep
+from .metrics.recorder import format_summary, interrupted_line, interrupted_status
 
 
 def _default_out(algorithm: str, dataset: str) -> Path:
@@ -18,12 +31,92 @@ def _default_out(algorithm: str, dataset: str) -> Path:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .runtime.simulate import run
+    from .scenarios import build
 
-    config = load_config(args.config, args.set)
+    if args.resume:
+        return _report(_resume(args, build), Path(args.resume))
+    config = load_config(args.config, args.set, config_keys(args))
     out = Path(args.out) if args.out else _default_out(config.algorithm, config.dataset)
-    summary = run(config, out, progress=not args.quiet)
+    if args.seeds:
+        seeds = experiments_cli.parse_seeds(args.seeds)
+        experiments_cli.run_seeds(config, seeds, out, progress=not args.quiet)
+        print((out / "aggregate.md").read_text().rstrip())
+        return 0
+    summary = run(config, out, progress=not args.quiet, overwrite=args.overwrite, build=build)
+    return _report(summary, out)
+
+
+def _resume(args: argparse.Namespace, build: Any) -> dict[str, Any]:
+    """``run --resume RUN_DIR [--set KEY=VALUE ...]``: continue a stopped run in its own folder."""
+    from .runtime.resume import resume
+
+    options = [("CONFIG", args.config), ("--out", args.out), ("--seeds", args.seeds)]
+    options.append(("--overwrite", args.overwrite))
+    given = [name for name, value in options if value]
+    if given:
+        raise UsageError(f"--resume continues RUN_DIR with its own config and folder; drop {given[0]}")
+    return resume(args.resume, args.set, config_keys(args), progress=not args.quiet, build=build).summary
+
+
+def _report(summary: dict[str, Any], out: Path) -> int:
+    """Print a run's summary lines; the exit status (128 + the signal when it was stopped)."""
     print(format_summary(summary, out))
+    if summary["status"] == "interrupted":
+        print(interrupted_line(summary, out), file=sys.stderr)
+        return interrupted_status(summary)
     return 0
+
+
+def add_run_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("run", help="run one experiment into a run folder")
+    add_config_options(p, out="run folder (new or empty; default runs/DATASET-ALGORITHM-TIME)")
+    p.add_argument(
+        "--seeds",
+        default="",
+        metavar="SEEDS",
+        help="run once per seed (0,1,2 or 0-4) into OUT/seedS and write OUT/aggregate.{json,md}",
+    )
+    p.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue the stopped run RUN_DIR from its last checkpoint (only --set rounds=... and keys "
+        "that leave the mathematics alone may be given)",
+    )
+    p.set_defaults(func=cmd_run)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The config's problem (``configs/demo.yaml``: the built-in ``synthetic-clusters``): Sheaf-FMTL
+    with learned random maps, Sheaf-FMTL with feature-aware fixed maps and local training on it; for
+    ``synthetic-clusters`` also Sheaf-FMTL (fixed shared random maps), dFedU and local training on
+    its homogeneous variant. Then one figure (``demo.png``) and ``demo.json``."""
+    import torch
+
+    from .demo import run_demo
+
+    # The demo's models have at most a few dozen parameters: one thread is fastest, and idle
+    # worker threads spinning on busy cores slowed its rounds tenfold or more in our runs.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return run_demo(
+            args.config,
+            args.set,
+            Path(args.out),
+            quiet=args.quiet,
+            overwrite=args.overwrite,
+            flags=config_keys(args),
+        )
+    finally:
+        torch.set_num_threads(threads)
+
+
+def add_demo_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "demo", help="Sheaf-FMTL vs local training and dFedU on the built-in problem, with plots"
+    )
+    add_config_options(p, out="output folder (default runs/demo)")
+    p.set_defaults(func=cmd_demo, out="runs/demo")
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -34,78 +127,55 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    """The config's problem (``configs/demo.yaml``: the built-in ``synthetic-clusters``): Sheaf-FMTL
-    with learned random maps, Sheaf-FMTL with feature-aware fixed maps and local training on it; for
-    ``synthetic-clusters`` also Sheaf-FMTL (fixed shared random maps), dFedU and local training on
-    its homogeneous variant (same clients, samples and labels, every feature seen, so that all
-    models have one size and dFedU can run). Then one figure (``demo.png``) and ``demo.json``."""
-    import torch
+def add_plot_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("plot", help="plot recorded runs")
+    p.add_argument("runs", nargs="+", help="run folders")
+    p.add_argument("--out", help="folder for the figures (default: the first run folder)")
+    p.set_defaults(func=cmd_plot)
 
-    # The demo's models have at most a few dozen parameters: one thread is fastest, and idle
-    # worker threads spinning on busy cores slowed its rounds tenfold or more in our runs.
-    from .demo import run_demo
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return run_demo(args.config, args.set, Path(args.out), quiet=args.quiet)
-    finally:
-        torch.set_num_threads(threads)
+#: Every subcommand, as a function adding its parser (``add_parser(subparsers)``), in help order.
+REGISTRARS: list[Callable[[Any], None]] = [
+    add_run_parser,
+    add_demo_parser,
+    add_plot_parser,
+    data_cli.add_parser,
+    bench_cli.add_parser,
+    experiments_cli.add_parser,  # reproduce, table
+    sweep.add_parser,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sheaf-fmtl", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("config", nargs="?", help="YAML config file (keys: see README)")
-        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config key")
-        p.add_argument("--out", help="output folder")
-        p.add_argument("--quiet", action="store_true", help="no progress bar")
-
-    p = sub.add_parser("run", help="run one experiment")
-    common(p)
-    p.set_defaults(func=cmd_run)
-    p = sub.add_parser(
-        "demo", help="Sheaf-FMTL vs local training and dFedU on the built-in problem, with plots"
+    parser = Parser(
+        prog=PROG,
+        description="Decentralized federated multi-task learning with cellular sheaves (Sheaf-FMTL).",
+        epilog="Config keys: [CONFIG.yaml] --set KEY=VALUE [KEY=VALUE ...] (README, 'Config keys'); "
+        f"'{PROG} COMMAND --help' for each command's options.",
     )
-    common(p)
-    p.set_defaults(func=cmd_demo, out="runs/demo")
-    p = sub.add_parser("plot", help="plot recorded runs")
-    p.add_argument("runs", nargs="+", help="run folders")
-    p.add_argument("--out", help="folder for the PNG files (default: the first run folder)")
-    p.set_defaults(func=cmd_plot)
-    for extension in _extensions():
-        extension(sub)
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for register in REGISTRARS:
+        register(sub)
     return parser
 
 
-def _extensions() -> list:
-    """Sub-command groups contributed by other modules (``add_parser(subparsers)``)."""
-    found = []
-    for module in ("sheaf_fmtl.data.cli", "sheaf_fmtl.bench.cli"):
-        try:
-            found.append(__import__(module, fromlist=["add_parser"]).add_parser)
-        except ModuleNotFoundError:
-            continue
-    return found
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv``; returns the exit status (errors: one line on stderr)."""
     try:
+        args = build_parser().parse_args(argv)
         return int(args.func(args) or 0)
-    except ConfigError as e:
-        print(f"sheaf-fmtl: {e}", file=sys.stderr)
-        return 2
-    except (ValueError, FileNotFoundError) as e:
-        print(f"sheaf-fmtl: {e}", file=sys.stderr)
+    except SystemExit as e:  # --help, --version
+        return e.code if isinstance(e.code, int) else 0
+    except (UsageError, ValueError, OSError) as e:  # ConfigError, DatasetError, bad --out, ...
+        print(error_line(e), file=sys.stderr)
         return 2
     except RuntimeError as e:  # divergence: metrics up to the last good round are kept
-        print(f"sheaf-fmtl: {e}", file=sys.stderr)
+        print(error_line(e), file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # before or after the round loop (it stops cleanly by itself)
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

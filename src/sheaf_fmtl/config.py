@@ -1,9 +1,13 @@
 """Typed run configuration: YAML file + ``KEY=VALUE`` overrides (dotted keys into ``data``),
-validated before any work, saved resolved with every run."""
+validated when a :class:`RunConfig` is built (one place for the CLI and Python), saved resolved
+with every run."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,8 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class RunConfig:
+    """Every setting of a run; invalid values raise :class:`ConfigError` in the constructor."""
+
     algorithm: str = "sheaf-fmtl"
     dataset: str = "synthetic-hetero"
     model: str = "auto"
@@ -29,6 +35,7 @@ class RunConfig:
     graph_k: int = 4
     graph_m: int = 2
     graph_file: str = ""
+    topology: str = "none"  # none, or a special case of the paper (sheaf_fmtl.scenarios.TOPOLOGIES)
     rounds: int = 200
     batch_size: int = 32  # 0: full local data (deterministic gradients)
     local_steps: int = 1
@@ -47,10 +54,14 @@ class RunConfig:
     map_defer: int = -1  # rounds between folds of the rank-one map steps (-1 auto, 1 = every round)
     l2: float = 1e-4
     standardize: bool = True
+    validation: float = 0.0  # > 0: hold out this fraction of each client's training data, evaluate on it
     seed: int = 0
     eval_every: int = 10
+    checkpoint_every: int = -1  # rounds between resumable checkpoints (-1: every evaluation; 0: none)
     save_maps: bool = True  # write the final restriction maps into checkpoint.pt (GBs at paper scale)
     stability_check: bool = True  # refuse alpha*lam*lambda_max(L) >= 2 at start-up (power iteration)
+    drop_prob: float = 0.0  # simulated faults: a client misses a round with this probability
+    link_drop_prob: float = 0.0  # ... a message along a link is lost (runtime/faults.py)
     data_dir: str = ""
     device: str = "cpu"
     data: dict[str, Any] = field(default_factory=dict)  # dataset-specific options
@@ -61,22 +72,32 @@ class RunConfig:
     pfedme_beta: float = 1.0  # pFedMe: server mixing w <- (1 - beta) w + beta mean_i w_i
     perfedavg_beta: float = 0.01  # Per-FedAvg: meta (outer) step size; alpha is the adaptation step
 
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            object.__setattr__(self, f.name, _check(f.name, getattr(self, f.name)))
+        _check_together(self)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def replace(self, **changes: Any) -> RunConfig:
-        return validate(dataclasses.replace(self, **changes))
+        """A copy with ``changes``, validated like any other config."""
+        unknown = sorted(set(changes) - _KNOWN)
+        if unknown:
+            raise ConfigError(_unknown_key(unknown[0]))
+        return dataclasses.replace(self, **changes)
 
 
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 _CHOICES: dict[str, tuple[str, ...]] = {
     "graph": GRAPH_KINDS,
     "map_init": MAP_INITS,
     "map_dtype": tuple(MAP_DTYPES),
     "message_mode": ("compact", "literal"),
-    "device": ("cpu", "cuda"),
     "dpsgd_order": ("lian", "atc"),
     "init": ("common", "per-client"),
     "map_draw": ("host", "device"),
+    "topology": ("none", "conventional-fmtl", "personalised-fl", "hybrid-fl"),
 }
 # key -> (lower, lower inclusive, upper, upper inclusive, text)
 _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
@@ -96,30 +117,41 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "l2": (0.0, True, None, False, "l2 >= 0"),
     "map_defer": (-1, True, None, False, "map_defer >= -1 (-1 = auto)"),
     "eval_every": (1, True, None, False, "eval_every >= 1"),
+    "checkpoint_every": (-1, True, None, False, "checkpoint_every >= -1 (-1 = eval_every, 0 = none)"),
     "seed": (0, True, None, False, "seed >= 0"),
+    "validation": (0.0, True, 1.0, False, "0 <= validation < 1 (0: evaluate on the test split)"),
     "inner_steps": (1, True, None, False, "inner_steps >= 1"),
     "inner_lr": (0.0, False, None, False, "inner_lr > 0"),
     "pfedme_beta": (0.0, False, None, False, "pfedme_beta > 0"),
     "perfedavg_beta": (0.0, False, None, False, "perfedavg_beta > 0"),
+    "drop_prob": (0.0, True, 1.0, False, "0 <= drop_prob < 1"),
+    "link_drop_prob": (0.0, True, 1.0, False, "0 <= link_drop_prob < 1"),
 }
-_TYPES: dict[str, tuple[type, ...]] = {}
-for _f in fields(RunConfig):
-    t = str(_f.type)
-    _TYPES[_f.name] = (
-        (int,)
-        if t.startswith("int")
-        else (int, float)
-        if t.startswith("float")
-        else (bool,)
-        if t == "bool"
-        else (dict,)
-        if t.startswith("dict")
-        else (str,)
-    )
-_OPTIONAL = {"clients", "map_scale"}
+
+
+def _types(annotation: str) -> tuple[type, ...]:
+    if annotation.startswith("int"):
+        return (int,)
+    if annotation.startswith("float"):
+        return (int, float)
+    if annotation == "bool":
+        return (bool,)
+    return (dict,) if annotation.startswith("dict") else (str,)
+
+
+_TYPES: dict[str, tuple[type, ...]] = {f.name: _types(str(f.type)) for f in fields(RunConfig)}
+_OPTIONAL = {f.name for f in fields(RunConfig) if "None" in str(f.type)}
+_KNOWN = set(_TYPES)
+# Keys a saved config.yaml carries besides the config (what produced it); ignored when read back.
+PROVENANCE_KEYS = ("versions",)
+
+
+def _unknown_key(key: object) -> str:
+    return f"unknown config key '{key}'; known keys: {', '.join(sorted(_KNOWN))}"
 
 
 def _check(name: str, value: Any) -> Any:
+    """``value`` for key ``name``, normalised (ints to floats where floats are meant); or ConfigError."""
     if value is None and name in _OPTIONAL:
         return None
     types = _TYPES[name]
@@ -131,8 +163,12 @@ def _check(name: str, value: Any) -> Any:
     if isinstance(value, bool) and bool not in types or not isinstance(value, types):
         want = " or ".join(t.__name__ for t in types)
         raise ConfigError(f"config key '{name}': expected {want}, got {type(value).__name__} {value!r}")
-    if float in types and isinstance(value, int | float):
-        value = float(value)
+    if float in types:
+        value = float(value)  # type: ignore[arg-type]  # an int or float, checked above
+        if not math.isfinite(value):
+            raise ConfigError(f"config key '{name}' = {value!r} is not a finite number")
+    if name == "data":
+        return dict(value)
     if name == "map_init" and value == "zeros":
         raise ConfigError(
             "config key 'map_init' = zeros is rejected: zero restriction maps never learn "
@@ -142,6 +178,8 @@ def _check(name: str, value: Any) -> Any:
         raise ConfigError(
             f"config key '{name}': {value!r} is not allowed; allowed: {', '.join(_CHOICES[name])}"
         )
+    if name == "device" and not _DEVICE.fullmatch(value):
+        raise ConfigError(f"config key 'device': {value!r} is not allowed; allowed: cpu, cuda, cuda:N")
     if name in _RANGES:
         lo, lo_in, hi, hi_in, text = _RANGES[name]
         bad = (lo is not None and (value < lo if lo_in else value <= lo)) or (
@@ -152,63 +190,140 @@ def _check(name: str, value: Any) -> Any:
     return value
 
 
-def validate(config: RunConfig) -> RunConfig:
-    values = {f.name: _check(f.name, getattr(config, f.name)) for f in fields(RunConfig)}
-    out = RunConfig(**values)
-    if out.graph == "file" and not out.graph_file:
+def _check_together(config: RunConfig) -> None:
+    """Rules that involve several keys."""
+    if config.graph == "file" and not config.graph_file:
         raise ConfigError("config key 'graph_file' must name an edge-list file when graph = file")
-    if out.map_init in ("gaussian", "uniform", "orthogonal") and out.map_scale == 0.0:
+    if config.graph_file and config.graph != "file":
         raise ConfigError(
-            f"config key 'map_scale' = 0 gives zero maps with map_init={out.map_init}; "
+            f"config key 'graph_file' is set but graph = {config.graph}, which ignores it; "
+            "add graph=file to use the edge list"
+        )
+    if config.map_init in ("gaussian", "uniform", "orthogonal") and config.map_scale == 0.0:
+        raise ConfigError(
+            f"config key 'map_scale' = 0 gives zero maps with map_init={config.map_init}; "
             "zero restriction maps never learn (allowed: map_scale > 0)"
         )
-    return out
+
+
+def validate(config: RunConfig) -> RunConfig:
+    """``config`` itself: a :class:`RunConfig` is validated when built (kept for callers)."""
+    return config
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (instead of keeping the last)."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    loader.flatten_mapping(node)
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        line = key_node.start_mark.line + 1
+        try:
+            first = seen.setdefault(key, line)
+        except TypeError:  # unhashable key: SafeLoader reports it
+            break
+        if first != line:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first given on line {first})", key_node.start_mark
+            )
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+    _construct_unique_mapping,  # type: ignore[arg-type]
+)
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """One line for a YAML error: line, column and what is wrong."""
+    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:
+        mark = e.problem_mark
+        return f"line {mark.line + 1}, column {mark.column + 1}: {e.problem}"
+    return " ".join(str(e).split())
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """``text`` read as YAML (duplicate keys refused); ConfigError naming ``where`` otherwise."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{where} is not valid YAML: {_yaml_problem(e)}") from None
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
     """``["lam=0.1", "data.relatedness=0.5"]`` -> nested mapping; values parsed as YAML scalars."""
     out: dict[str, Any] = {}
     for item in items:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} must look like KEY=VALUE")
-        key, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw.strip() else ""
-        node = out
+        key, sep, raw = item.partition("=")
         parts = key.strip().split(".")
+        if not sep or not all(parts):
+            raise ConfigError(f"override {item!r} must look like KEY=VALUE (e.g. lam=0.1, data.groups=2)")
+        value = parse_yaml(raw, f"override {item!r}") if raw.strip() else ""
+        node = out
         for part in parts[:-1]:
             node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: '{part}' was already given a value")
         node[parts[-1]] = value
     return out
 
 
-def from_mapping(mapping: dict[str, Any]) -> RunConfig:
-    known = {f.name for f in fields(RunConfig)}
-    unknown = sorted(set(mapping) - known)
+def from_mapping(mapping: Mapping[str, Any]) -> RunConfig:
+    """A validated config from a mapping of keys (a saved ``config.yaml``'s provenance is ignored)."""
+    values = {k: v for k, v in mapping.items() if k not in PROVENANCE_KEYS}
+    unknown = sorted(str(k) for k in set(values) - _KNOWN)
     if unknown:
-        raise ConfigError(f"unknown config key '{unknown[0]}'; known keys: {', '.join(sorted(known))}")
-    return validate(RunConfig(**mapping))
+        raise ConfigError(_unknown_key(unknown[0]))
+    return RunConfig(**values)
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
-    """Defaults, then the YAML file, then ``KEY=VALUE`` overrides; validated."""
-    mapping: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {p} does not exist")
-        loaded = yaml.safe_load(p.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file {p} must hold a mapping of keys to values")
-        mapping.update(loaded)
-    for key, value in parse_overrides(overrides or []).items():
-        if key == "data" and isinstance(value, dict):
-            mapping["data"] = {**mapping.get("data", {}), **value}
-        elif isinstance(value, dict):
-            raise ConfigError(f"config key '{key}' has no sub-keys (only 'data.*' does)")
-        else:
-            mapping[key] = value
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The mapping in a YAML config file; ConfigError naming the file and the problem."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file {p} does not exist")
+    if p.is_dir():
+        raise ConfigError(f"config file {p} is a folder; give a YAML file (e.g. {p / 'config.yaml'})")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {p} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    except OSError as e:
+        raise ConfigError(f"config file {p} cannot be read: {e.strerror}") from None
+    loaded = parse_yaml(text, f"config file {p}") or {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file {p} must hold a mapping of keys to values")
+    return loaded
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    keys: Mapping[str, Any] | None = None,
+) -> RunConfig:
+    """Defaults, then the YAML file, then ``KEY=VALUE`` overrides, then ``keys`` (typed values,
+    e.g. from CLI flags or Python keywords; ``data`` merged key by key); validated."""
+    mapping: dict[str, Any] = dict(read_config_file(path)) if path is not None else {}
+    layers = [parse_overrides(overrides or []), dict(keys or {})]
+    for layer in layers:
+        for key, value in layer.items():
+            if key == "data" and isinstance(value, dict) and isinstance(mapping.get("data", {}), dict):
+                mapping["data"] = {**mapping.get("data", {}), **value}
+            elif isinstance(value, dict) and key != "data":
+                raise ConfigError(f"config key '{key}' has no sub-keys (only 'data.*' does)")
+            else:
+                mapping[key] = value
     return from_mapping(mapping)
 
 
-def save_config(config: RunConfig, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+def save_config(config: RunConfig, path: str | Path, provenance: Mapping[str, Any] | None = None) -> None:
+    """``config`` as YAML (rerun it with ``sheaf-fmtl run PATH``), then ``provenance`` keys
+    (:data:`PROVENANCE_KEYS`, e.g. the package and torch versions), which reading ignores."""
+    text = yaml.safe_dump(config.to_dict(), sort_keys=False)
+    if provenance:
+        text += yaml.safe_dump(dict(provenance), sort_keys=False)
+    Path(path).write_text(text)

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .config import RunConfig, load_config
-from .metrics.recorder import format_summary
+from .metrics.recorder import format_summary, interrupted_line, interrupted_status
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,7 @@ class DemoRun:
     """One curve of ``sheaf-fmtl demo``: ``key`` names its run folder and its entry in
     ``demo.json``; ``defaults`` are overrides the user's ``--set`` can change, ``forced`` ones it
     cannot; ``feature_maps``: Sheaf-FMTL with the fixed feature-aware maps of
-    :func:`sheaf_fmtl.sheaf.special_cases.shared_feature_maps` (needs ``eta = 0``)."""
+    :func:`sheaf_fmtl.scenarios.shared_feature_maps` (needs ``eta = 0``)."""
 
     key: str
     algorithm: str
@@ -30,17 +31,30 @@ class DemoRun:
 # variant and the feature-aware maps only for synthetic-clusters, whose option `homogeneous` keeps
 # clients, samples and labels and whose feature subsets are known (`clusters_feature_sets`).
 DEMO_PROBLEMS: tuple[tuple[str, tuple[str, ...], tuple[DemoRun, ...]], ...] = (
-    ("heterogeneous", (), (
-        DemoRun("sheaf-fmtl", "sheaf-fmtl", "Sheaf-FMTL"),  # + which maps, from the run's config
-        DemoRun("sheaf-fmtl-feature-maps", "sheaf-fmtl", "Sheaf-FMTL, feature-aware fixed maps",
-                forced=("eta=0",), feature_maps=True),
-        DemoRun("local", "local", "local training"),
-    )),
-    ("homogeneous", ("data.homogeneous=true",), (
-        DemoRun("sheaf-fmtl", "sheaf-fmtl", "Sheaf-FMTL", defaults=("eta=0",)),
-        DemoRun("dfedu", "dfedu", "dFedU"),
-        DemoRun("local", "local", "local training"),
-    )),
+    (
+        "heterogeneous",
+        (),
+        (
+            DemoRun("sheaf-fmtl", "sheaf-fmtl", "Sheaf-FMTL"),  # + which maps, from the run's config
+            DemoRun(
+                "sheaf-fmtl-feature-maps",
+                "sheaf-fmtl",
+                "Sheaf-FMTL, feature-aware fixed maps",
+                forced=("eta=0",),
+                feature_maps=True,
+            ),
+            DemoRun("local", "local", "local training"),
+        ),
+    ),
+    (
+        "homogeneous",
+        ("data.homogeneous=true",),
+        (
+            DemoRun("sheaf-fmtl", "sheaf-fmtl", "Sheaf-FMTL", defaults=("eta=0",)),
+            DemoRun("dfedu", "dfedu", "dFedU"),
+            DemoRun("local", "local", "local training"),
+        ),
+    ),
 )
 
 # Issue 9's targets: (problem, run, baseline) -> (least difference in points, least bits ratio of
@@ -60,20 +74,25 @@ DEMO_COMPARISONS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-
 def _demo_run(
-    config_path: str | None, overrides: list[str], quiet: bool, extra: tuple[str, ...], spec: DemoRun,
+    config_path: str | None,
+    overrides: list[str],
+    quiet: bool,
+    extra: tuple[str, ...],
+    spec: DemoRun,
     run_dir: Path,
+    flags: dict[str, Any] | None = None,
 ) -> tuple[RunConfig, dict]:
-    """Run one curve of the demo into ``run_dir``; returns its config and summary."""
+    """Run one curve of the demo into ``run_dir``; returns its config and summary. ``flags``:
+    config keys given as flags (``--seed``, ``--clients``, ...), applied after ``overrides``."""
     from .runtime import simulate
 
     sets = [*spec.defaults, *overrides, *extra, *spec.forced, f"algorithm={spec.algorithm}"]
-    config = load_config(config_path, sets)
+    config = load_config(config_path, sets, flags)
     if not spec.feature_maps:
         return config, simulate.run(config, run_dir, progress=not quiet)
     from .data.synthetic import clusters_feature_sets
-    from .sheaf.special_cases import shared_feature_maps
+    from .scenarios import shared_feature_maps
 
     features = clusters_feature_sets(config.data, config.seed, config.clients)
     sim = shared_feature_maps(config, simulate.load_dataset(config), features)
@@ -81,14 +100,26 @@ def _demo_run(
     return config, simulate.run(sim.config, run_dir, progress=not quiet, sim=sim)
 
 
-def run_demo(config_path: str | None, overrides: list[str], out: Path, *, quiet: bool = False) -> int:
-    """``sheaf-fmtl demo``: every run of :data:`DEMO_PROBLEMS` into ``out``, then ``demo.png`` and
-    ``demo.json`` (each comparison, and whether issue 9's target for it is met)."""
+def run_demo(
+    config_path: str | None,
+    overrides: list[str],
+    out: Path,
+    *,
+    quiet: bool = False,
+    overwrite: bool = False,
+    flags: dict[str, Any] | None = None,
+) -> int:
+    """``sheaf-fmtl demo``: every run of :data:`DEMO_PROBLEMS` into ``out`` (new or empty; cleared
+    first with ``overwrite``), then ``demo.png`` and ``demo.json`` (each comparison, and whether
+    issue 9's target for it is met). Returns the exit status (128 + signal when a run was stopped)."""
     import json
 
     from .plots import plot_demo
+    from .runtime.rundir import check_out_dir, prepare_out_dir
 
-    base = load_config(config_path, overrides)
+    base = load_config(config_path, overrides, flags)
+    check_out_dir(out, overwrite)
+    prepare_out_dir(out, overwrite)
     clusters = base.dataset == "synthetic-clusters"
     problems = DEMO_PROBLEMS if clusters else DEMO_PROBLEMS[:1]
     finals: dict[str, dict[str, dict]] = {}
@@ -99,8 +130,11 @@ def run_demo(config_path: str | None, overrides: list[str], out: Path, *, quiet:
             if spec.feature_maps and not clusters:  # feature subsets known for synthetic-clusters only
                 continue
             run_dir = out / problem / spec.key
-            config, summary = _demo_run(config_path, overrides, quiet, extra, spec, run_dir)
+            config, summary = _demo_run(config_path, overrides, quiet, extra, spec, run_dir, flags)
             print(format_summary(summary, run_dir))
+            if summary["status"] == "interrupted":
+                print(interrupted_line(summary, run_dir), file=sys.stderr)
+                return interrupted_status(summary)
             label = spec.label
             if spec.algorithm == "sheaf-fmtl" and not spec.feature_maps:
                 learned = "learned" if config.eta > 0 and config.lam > 0 else "fixed"
@@ -148,8 +182,13 @@ def _demo_comparisons(finals: dict[str, dict[str, dict]]) -> dict[str, dict]:
         elif ratio:
             text += f"; it sent {1 / ratio:.3g}x the bits of {other['label']}"
         entry: dict[str, Any] = {
-            "run": key, "baseline": other_key, "difference": diff, "unit": unit,
-            "bits": bits, "baseline_bits": other_bits, "bits_ratio": ratio,
+            "run": key,
+            "baseline": other_key,
+            "difference": diff,
+            "unit": unit,
+            "bits": bits,
+            "baseline_bits": other_bits,
+            "bits_ratio": ratio,
         }
         target = DEMO_TARGETS.get((problem, key, other_key))
         if target is not None and run["metric"] == "accuracy":

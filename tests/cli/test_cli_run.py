@@ -104,8 +104,20 @@ def test_bad_input_fails_before_work_with_one_line(tmp_path, capsys, override, f
 
 def test_divergence_stops_with_round_and_keeps_good_metrics(tmp_path, capsys):
     out = tmp_path / "nan"
-    code = main(["run", *FAST, "--set", "alpha=1e4", "--set", "eval_every=1",
-                 "--set", "stability_check=false", "--out", str(out)])
+    code = main(
+        [
+            "run",
+            *FAST,
+            "--set",
+            "alpha=1e4",
+            "--set",
+            "eval_every=1",
+            "--set",
+            "stability_check=false",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 1
     err = capsys.readouterr().err
     assert "round" in err and "alpha" in err and "2/(N L)" in err
@@ -125,3 +137,120 @@ def test_plot_writes_pngs(tmp_path, capsys):
     pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
     assert "metric_vs_rounds_and_bits.png" in pngs and "map_norms_a.png" in pngs
     assert all((tmp_path / "plots" / p).stat().st_size > 1000 for p in pngs)
+
+
+def test_metrics_csv_names_its_metric_with_plain_newlines_and_old_files_still_read(tmp_path):
+    from sheaf_fmtl.config import RunConfig
+    from sheaf_fmtl.metrics.recorder import Recorder, read_metrics
+
+    rec = Recorder(tmp_path / "new", RunConfig(), metric="mse")
+    rec.log(
+        {
+            "round": 0,
+            "test_metric": 2.5,
+            "train_loss": 1.0,
+            "objective": 1.0,
+            "sheaf_energy": None,
+            "transmitted_bits": 0,
+            "wall_seconds": 0.1,
+        }
+    )
+    rec.close()
+    raw = (tmp_path / "new" / "metrics.csv").read_bytes()
+    assert b"\r" not in raw and raw.startswith(b"round,test_mse,train_loss")
+    assert rec.rows[0]["test_mse"] == 2.5
+    m = read_metrics(tmp_path / "new")
+    assert m["test_mse"] == [2.5] and math.isnan(m["sheaf_energy"][0])
+    old = tmp_path / "old"  # written before the rename: the metric from summary.json
+    old.mkdir()
+    (old / "metrics.csv").write_text("round,test_metric,train_loss\r\n0,0.5,1.0\r\n10,0.75,0.5\r\n")
+    (old / "summary.json").write_text(json.dumps({"metric": "accuracy"}))
+    m = read_metrics(old)
+    assert m["test_accuracy"] == [0.5, 0.75] and m["round"] == [0.0, 10.0]
+
+
+def test_saved_config_is_resolved_and_records_versions(tmp_path):
+    import sheaf_fmtl
+
+    out = tmp_path / "run"
+    assert main(["run", "--set", "rounds=1", "eval_every=1", "--quiet", "--out", str(out)]) == 0
+    cfg = yaml.safe_load((out / "config.yaml").read_text())
+    s = _summary(out)
+    assert cfg["clients"] == s["num_clients"] >= 2  # the dataset's own number, not null
+    want = {"sheaf_fmtl": sheaf_fmtl.__version__, "torch": str(torch.__version__)}
+    assert cfg["versions"] == s["versions"] == want
+    b = tmp_path / "rerun"
+    assert main(["run", str(out / "config.yaml"), "--quiet", "--out", str(b)]) == 0  # versions ignored
+    assert _summary(b)["per_client"] == s["per_client"]
+
+
+def test_set_takes_several_pairs_and_flags_equal_their_keys(tmp_path):
+    from sheaf_fmtl.cli import build_parser
+    from sheaf_fmtl.cli_options import config_keys
+    from sheaf_fmtl.config import load_config
+
+    args = build_parser().parse_args(
+        [
+            "run",
+            "--set",
+            "rounds=2",
+            "eval_every=1",
+            "--set",
+            "lam=0.5",
+            "--seed",
+            "3",
+            "--clients",
+            "5",
+            "--data-dir",
+            str(tmp_path),
+            "--device",
+            "cpu",
+        ]
+    )
+    assert args.set == ["rounds=2", "eval_every=1", "lam=0.5"]
+    flags = load_config(None, args.set, config_keys(args))
+    sets = load_config(None, [*args.set, "seed=3", "clients=5", f"data_dir={tmp_path}"])
+    assert flags == sets and flags.rounds == 2 and flags.eval_every == 1 and flags.seed == 3
+
+
+def test_version_help_and_one_registrar_per_subcommand(capsys):
+    import sheaf_fmtl
+    from sheaf_fmtl.cli import REGISTRARS
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"sheaf-fmtl {sheaf_fmtl.__version__}"
+    assert main(["--help"]) == 0
+    text = capsys.readouterr().out
+    assert all(name in text for name in ("run", "demo", "plot", "data", "bench"))
+    assert len(REGISTRARS) >= 5 and all(callable(r) for r in REGISTRARS)
+
+
+def test_cuda_index_is_a_valid_device_name_and_checked_when_run():
+    from sheaf_fmtl.config import RunConfig
+    from sheaf_fmtl.runtime.simulate import resolve_device
+
+    assert RunConfig(device="cuda:1").device == "cuda:1"
+    with pytest.raises(ValueError, match="cuda:99"):  # absent here (no CUDA, or fewer devices)
+        resolve_device("cuda:99")
+    assert resolve_device("cpu") == "cpu"
+
+
+def test_data_describe_takes_the_shared_options(capsys):
+    assert (
+        main(
+            [
+                "data",
+                "describe",
+                "synthetic-hetero",
+                "--clients",
+                "5",
+                "--seed",
+                "2",
+                "--set",
+                "data.relatedness=0.5",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "5 clients" in out and "seed 2" in out

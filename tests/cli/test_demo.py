@@ -14,7 +14,7 @@ from sheaf_fmtl.data.base import DatasetError
 from sheaf_fmtl.data.registry import DataRequest, load, load_raw
 from sheaf_fmtl.data.synthetic import clusters_feature_sets, clusters_groups
 
-DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
 
 
 def _arrays(raw):
@@ -84,8 +84,10 @@ def test_demo_runs_end_to_end_and_writes_its_plot(tmp_path, capsys):
         cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
         assert cfg["algorithm"] == algorithm and cfg["dataset"] == "synthetic-clusters"
         assert cfg["data"].get("homogeneous", False) == (problem == "homogeneous")
-    eta = {key: yaml.safe_load((out / "heterogeneous" / key / "config.yaml").read_text())["eta"]
-           for key in ("sheaf-fmtl", "sheaf-fmtl-feature-maps")}
+    eta = {
+        key: yaml.safe_load((out / "heterogeneous" / key / "config.yaml").read_text())["eta"]
+        for key in ("sheaf-fmtl", "sheaf-fmtl-feature-maps")
+    }
     assert eta["sheaf-fmtl"] > 0 and eta["sheaf-fmtl-feature-maps"] == 0  # learned vs fixed maps
     assert (out / "demo.png").stat().st_size > 10_000
     summary = json.loads((out / "demo.json").read_text())
@@ -118,10 +120,16 @@ def test_demo_comparisons_report_targets_from_the_numbers():
         return {"final": final, "metric": "accuracy", "transmitted_bits": bits, "label": label}
 
     finals = {
-        "heterogeneous": {"sheaf-fmtl": run(0.60, 10, "A"), "sheaf-fmtl-feature-maps": run(0.64, 80, "B"),
-                          "local": run(0.605, 0, "L")},
-        "homogeneous": {"sheaf-fmtl": run(0.735, 10, "S"), "dfedu": run(0.744, 95, "D"),
-                        "local": run(0.6, 0, "L")},
+        "heterogeneous": {
+            "sheaf-fmtl": run(0.60, 10, "A"),
+            "sheaf-fmtl-feature-maps": run(0.64, 80, "B"),
+            "local": run(0.605, 0, "L"),
+        },
+        "homogeneous": {
+            "sheaf-fmtl": run(0.735, 10, "S"),
+            "dfedu": run(0.744, 95, "D"),
+            "local": run(0.6, 0, "L"),
+        },
     }
     out = _demo_comparisons(finals)
     assert not out["heterogeneous/sheaf-fmtl-vs-local"]["target_met"]

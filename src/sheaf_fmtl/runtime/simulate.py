@@ -3,23 +3,34 @@
 from __future__ import annotations
 
 import math
+import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..algorithms.base import Algorithm, Context, State, make_algorithm
-from ..config import RunConfig
+from ..algorithms import Algorithm, Context, State, make_algorithm
+from ..algorithms.sheaf_fmtl import SheafState
+from ..config import ConfigError, RunConfig
 from ..data.protocol import ProtocolOptions
 from ..data.registry import DataRequest, load
 from ..federation import Federation, build_federation
-from ..metrics.recorder import Recorder, peak_rss_bytes
+from ..metrics.flops import SampleCounter, run_flops
+from ..metrics.memory import peak_memory, reset_peak_memory
+from ..metrics.recorder import Recorder, software_versions
 from ..sheaf.graph import ClientGraph, make_graph
+from .checkpoint import CheckpointWriter, read_checkpoint, remove_checkpoints, restore, snapshot
+from .interrupt import StopRequest
+from .rundir import check_out_dir, prepare_out_dir
+from .faults import DropPlan, Faults
 from .transport import InProcessTransport, Transport
+
+S = TypeVar("S", bound=State)
 
 
 class DivergenceError(RuntimeError):
@@ -27,20 +38,45 @@ class DivergenceError(RuntimeError):
 
 
 @dataclass(eq=False)
-class Simulation:
+class Simulation(Generic[S]):
+    """A run in one process: the algorithm, its state, the context it sees and the transport.
+    Read it through :meth:`theta` and :meth:`maps` (client order, whatever the stacking)."""
+
     config: RunConfig
     ctx: Context
-    algorithm: Algorithm
-    state: State
+    algorithm: Algorithm[S]
+    state: S
     transport: Transport
 
+    def theta(self, i: int) -> torch.Tensor:
+        """Client ``i``'s flat parameter vector ``theta_i [d_i]`` (a view into the stacked state)."""
+        fed = self.ctx.fed
+        return self.state.thetas[int(fed.cohort_of[i])][int(fed.position[i])]
+
+    def maps(self) -> dict[tuple[int, int], torch.Tensor]:
+        """The restriction maps ``{(i, j): P_ij [d_ij, d_i]}``, one per half-edge ``i -> j`` (views
+        into the stacked maps, pending rank-one updates folded in); empty for algorithms without
+        maps. The stacked form is ``state.maps`` per bucket of ``state.layout``."""
+        state = self.state
+        if not isinstance(state, SheafState) or state.layout is None:
+            return {}
+        g, out = self.ctx.graph, {}
+        for b, m in zip(state.layout.buckets, state.maps, strict=True):
+            for k, h in enumerate(b.half_edges.tolist()):
+                out[(int(g.src[h]), int(g.dst[h]))] = m[k]
+        return out
+
     def step(self) -> None:
-        """One synchronous round: local -> (send -> exchange -> receive) per phase."""
-        alg, ctx = self.algorithm, self.ctx
+        """One synchronous round: local -> (send -> exchange -> receive) per phase; the clients that
+        sit the round out (``drop_prob``) keep their state (:mod:`sheaf_fmtl.runtime.faults`)."""
+        alg, ctx, faults = self.algorithm, self.ctx, self.transport.faults
+        faults.begin_round()
+        before = faults.snapshot(self.state)
         self.state = alg.local(self.state, ctx)
         for phase in range(alg.phases(self.state)):
             incoming = self.transport.exchange(alg.send(self.state, phase, ctx))
             self.state = alg.receive(self.state, incoming, phase, ctx)
+        faults.hold(self.state, before, ctx.fed.cohort_of, ctx.fed.position)
 
     def finite(self) -> bool:
         """Every theta and the last batch losses are finite (one host-device sync a round)."""
@@ -51,8 +87,7 @@ class Simulation:
 
     def diagnose(self) -> list[str]:
         """Warnings the algorithm has for the user now (step-size conditions), each given once."""
-        check = getattr(self.algorithm, "diagnose", None)
-        return list(check(self.state, self.ctx)) if callable(check) else []
+        return list(self.algorithm.diagnose(self.state, self.ctx))
 
     def evaluate(self) -> dict[str, Any]:
         """Test metric per client and its mean over the clients that have test data (a data-less
@@ -84,7 +119,8 @@ def load_dataset(config: RunConfig):  # noqa: ANN201 - FederatedDataset
         data_dir=Path(config.data_dir) if config.data_dir else None,
         options=config.data,
     )
-    return load(config.dataset, request, ProtocolOptions(standardize=config.standardize))
+    protocol = ProtocolOptions(standardize=config.standardize, validation=config.validation)
+    return load(config.dataset, request, protocol)
 
 
 def build_graph(config: RunConfig, num_clients: int) -> ClientGraph:
@@ -100,8 +136,14 @@ def build_graph(config: RunConfig, num_clients: int) -> ClientGraph:
 
 
 def resolve_device(name: str) -> str:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("config key 'device' = cuda, but no CUDA device is available; use device=cpu")
+    """``name`` (``cpu``, ``cuda`` or ``cuda:N``) if that device is present; ValueError otherwise."""
+    if not name.startswith("cuda"):
+        return name
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {name}: no CUDA device is available here; use device=cpu")
+    index = int(name.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"device {name}: only {torch.cuda.device_count()} CUDA device(s) here (cuda:0..)")
     return name
 
 
@@ -120,10 +162,11 @@ def build_simulation(
             f"graph has {graph.num_nodes} nodes but the federation has {fed.num_clients} clients"
         )
     init_gen = torch.Generator().manual_seed(_derive(config.seed, 1))
-    batch_gen = torch.Generator().manual_seed(_derive(config.seed, 2))
-    ctx = Context(fed, graph, config, init_gen, batch_gen)
+    fed = fed.with_streams(config.seed)  # each client's own mini-batch stream (sheaf_fmtl.streams)
+    ctx = Context(fed, graph, config, init_gen)
     algorithm = make_algorithm(config)
-    return Simulation(config, ctx, algorithm, algorithm.init(ctx), InProcessTransport())
+    transport = InProcessTransport(Faults(DropPlan.from_config(config), graph))
+    return Simulation(config, ctx, algorithm, algorithm.init(ctx), transport)
 
 
 def _derive(seed: int, stream: int) -> int:
@@ -137,30 +180,88 @@ def divergence_message(round_: int, config: RunConfig) -> str:
     )
 
 
-def run(
-    config: RunConfig, out_dir: str | Path, *, progress: bool = True, sim: Simulation | None = None
-) -> dict[str, Any]:
-    """Run ``config`` and write the run folder; returns the summary. ``sim``: a simulation built
-    elsewhere from ``config`` (e.g. with hand-made maps, :mod:`sheaf_fmtl.sheaf.special_cases`).
+@dataclass
+class RunOutcome:
+    """What a run produced: the summary, the evaluated rows (``metrics.csv``'s), the final
+    state (``checkpoint.pt``'s payload: thetas per client, edges, maps or their norms) and the
+    config as run (``config.yaml``'s: a special case fixes some keys)."""
 
-    On divergence the folder keeps ``metrics.csv`` up to the last good evaluation and a summary
-    with ``status = diverged`` and no final metric; :class:`DivergenceError` is raised.
+    summary: dict[str, Any]
+    rows: list[dict[str, Any]]
+    final: dict[str, Any]
+    config: RunConfig
+
+
+def run(
+    config: RunConfig,
+    out_dir: str | Path,
+    *,
+    progress: bool = True,
+    sim: Simulation | None = None,
+    overwrite: bool = False,
+    build: Callable[[RunConfig], Simulation] | None = None,
+    resume_from: Path | None = None,
+) -> dict[str, Any]:
+    """Run ``config`` and write the run folder; returns the summary (see :func:`execute`)."""
+    outcome = execute(
+        config, out_dir, progress=progress, sim=sim, overwrite=overwrite, build=build, resume_from=resume_from
+    )
+    return outcome.summary
+
+
+def execute(
+    config: RunConfig,
+    out_dir: str | Path | None,
+    *,
+    progress: bool = False,
+    sim: Simulation | None = None,
+    overwrite: bool = False,
+    build: Callable[[RunConfig], Simulation] | None = None,
+    resume_from: Path | None = None,
+) -> RunOutcome:
+    """Run ``config`` (into the run folder ``out_dir``, or in memory when ``None``).
+
+    Args:
+        config: the run's settings.
+        out_dir: a new or empty folder (a non-empty one only with ``overwrite``, which clears it
+            once the run has been built); checked before any work.
+        progress: show a progress bar.
+        sim: a simulation built elsewhere from ``config`` (e.g. with hand-made maps,
+            :mod:`sheaf_fmtl.scenarios`).
+        overwrite: accept and clear a non-empty ``out_dir``.
+        build: builds the simulation from ``config`` after the folder check (default
+            :func:`build_simulation`; :func:`sheaf_fmtl.scenarios.build` also builds the special
+            cases named by ``topology``, which sit above this layer).
+        resume_from: a complete checkpoint folder of ``out_dir`` (:mod:`.checkpoint`): continue
+            the stopped run of ``out_dir`` from it (see :func:`sheaf_fmtl.runtime.resume.resume`).
+    Returns:
+        The summary, rows and final state. Every ``checkpoint_every`` rounds (default: every
+        evaluation) ``out_dir`` gets a resumable checkpoint, written in the background. SIGINT /
+        SIGTERM stop the run after the current round with a checkpoint: it is then recorded like a
+        finished one with ``status = interrupted``, ``rounds_done`` and ``signal`` in the summary.
+        A finished run keeps no resumable checkpoint (``checkpoint.pt`` holds its final state).
+    Raises:
+        DivergenceError: the loss became NaN or infinite; the folder keeps ``metrics.csv`` up to
+            the last good evaluation, the last checkpoint, and a summary with ``status = diverged``
+            and no final metric.
     """
     t0 = time.perf_counter()
+    fresh = out_dir is not None and resume_from is None
+    if fresh:
+        check_out_dir(out_dir, overwrite)  # type: ignore[arg-type]  # not None: fresh
+    reset_peak_memory(config.device)  # peaks of this run, also when runs share a process
     if sim is None:
-        sim = build_simulation(config)
-    recorder = Recorder(out_dir, config)
+        if build is None and config.topology != "none":
+            raise ConfigError(
+                f"config key 'topology' = {config.topology} is built by sheaf_fmtl.scenarios: run it with "
+                "`sheaf-fmtl run` or sheaf_fmtl.run(...)"
+            )
+        sim = (build or build_simulation)(config)
+        config = sim.config  # as it runs (a special case forces eta = 0, ...): what config.yaml records
     fed = sim.ctx.fed
     metric_name = "accuracy" if fed.task == "classification" else "mse"
-    last = _record(sim, recorder, 0, t0)
-    bar = tqdm(
-        range(1, config.rounds + 1),
-        desc=f"{config.algorithm} on {config.dataset}",
-        unit="round",
-        disable=not progress,
-        dynamic_ncols=True,
-    )
-    diverged_at = None
+    if fresh:
+        prepare_out_dir(out_dir, overwrite)  # type: ignore[arg-type]
     notes: list[str] = []
 
     def warn() -> None:
@@ -168,23 +269,63 @@ def run(
             notes.append(note)
             tqdm.write(f"sheaf-fmtl: warning: {note}")
 
-    warn()
+    counter = SampleCounter(fed)  # samples behind every local gradient, for flops_local
+    if resume_from is None:
+        recorder = Recorder(out_dir, _resolved(config, fed), metric_name)
+        last, start = _record(sim, recorder, 0, t0), 0
+        warn()
+    else:
+        sim.diagnose()  # start-up notes: given by the stopped run, saved in its checkpoint
+        manifest, shard = read_checkpoint(resume_from)
+        restore(sim, counter, shard)
+        last, start, notes[:] = manifest["last"], int(manifest["round"]), manifest["notes"]
+        t0 -= float(manifest["wall_seconds"])
+        recorder = Recorder(out_dir, _resolved(config, fed), metric_name, rows=manifest["rows"])
+        (Path(out_dir) / "summary.json").unlink(missing_ok=True)  # type: ignore[arg-type]
+    writer = CheckpointWriter(out_dir)
+    every = config.eval_every if config.checkpoint_every < 0 else config.checkpoint_every
+
+    def save(k: int, wait: bool) -> None:
+        elapsed = time.perf_counter() - t0
+        manifest = {"rows": list(recorder.rows), "last": last, "notes": list(notes), "wall_seconds": elapsed}
+        writer.save(k, snapshot(sim, counter), manifest, wait=wait)
+
+    bar = tqdm(
+        range(start + 1, config.rounds + 1),
+        desc=f"{config.algorithm} on {config.dataset}",
+        unit="round",
+        initial=start,
+        total=config.rounds,
+        disable=not progress,
+        dynamic_ncols=True,
+    )
+    diverged_at, done = None, start
     try:
-        for k in bar:
-            sim.step()
-            if not sim.finite():
-                diverged_at = k
-                break
-            if k % config.eval_every == 0 or k == config.rounds:
-                last = _record(sim, recorder, k, t0)
-                warn()
-                if not math.isfinite(last["objective"]):
+        with StopRequest() as stop:
+            for k in bar:
+                sim.step()
+                if not sim.finite():
                     diverged_at = k
                     break
-                bar.set_postfix({metric_name: f"{last['test_metric']:.4f}"})
+                done = k
+                if k % config.eval_every == 0 or k == config.rounds or stop.requested:
+                    last = _record(sim, recorder, k, t0)
+                    warn()
+                    if not math.isfinite(last["objective"]):
+                        diverged_at = k
+                        break
+                    bar.set_postfix({metric_name: f"{last['test_metric']:.4f}"})
+                if stop.requested:
+                    save(k, wait=True)
+                    break
+                if every > 0 and k % every == 0 and k < config.rounds:
+                    save(k, wait=False)
+        writer.wait()
     finally:
+        counter.detach()
         bar.close()
         recorder.close()
+    status = "diverged" if diverged_at is not None else "interrupted" if stop.requested else "ok"
     summary: dict[str, Any] = {
         "algorithm": config.algorithm,
         "dataset": config.dataset,
@@ -192,19 +333,27 @@ def run(
         "rounds": config.rounds,
         "seed": config.seed,
         "metric": metric_name,
-        "status": "ok" if diverged_at is None else "diverged",
+        "status": status,
         "final": last["test_metric"] if diverged_at is None else None,
         "per_client": last["per_client"] if diverged_at is None else None,
         "transmitted_bits": sim.transport.bits,
+        **sim.transport.faults.counts(),  # rejected_messages, dropped_messages (runtime/faults.py)
         "wall_seconds": time.perf_counter() - t0,
-        "peak_rss_bytes": peak_rss_bytes(),
+        **peak_memory(config.device),
+        **run_flops(config, fed, sim.ctx.graph, sim.state, counter.samples(), diverged_at or done),
+        "evaluated_on": "validation" if config.validation > 0 else "test",
         "num_edges": sim.ctx.graph.num_edges,
         "model_dims": sorted({int(d) for d in fed.node_dims()}),
         "warnings": notes,
+        "versions": software_versions(),
     }
     lambda_max = getattr(sim.state, "lambda_max", None)
     if lambda_max is not None:
         summary["laplacian_lambda_max"] = lambda_max
+    if status == "interrupted":
+        summary.update(rounds_done=done, signal=signal.Signals(stop.signum or 0).name)
+    if resume_from is not None:
+        summary["resumed_from_round"] = start
     if diverged_at is not None:
         summary["diverged_at_round"] = diverged_at
         summary["last_good_round"] = recorder.rows[-1]["round"] if recorder.rows else None
@@ -213,17 +362,32 @@ def run(
         summary["message"] = "; ".join([divergence_message(diverged_at, config), *late])
         recorder.summary(summary)
         raise DivergenceError(summary["message"])
-    recorder.checkpoint(
-        {
-            "thetas": [
-                sim.state.thetas[fed.cohort_of[i]][fed.position[i]].cpu() for i in range(fed.num_clients)
-            ],
-            "edges": torch.as_tensor(sim.ctx.graph.edges),
-            **sim.algorithm.checkpoint(sim.state, sim.ctx),
-        }
-    )
+    final = final_state(sim)
+    recorder.checkpoint(final)
     recorder.summary(summary)
-    return summary
+    if status == "ok" and out_dir is not None:
+        remove_checkpoints(Path(out_dir))  # checkpoint.pt holds the final state
+    return RunOutcome(summary, recorder.rows, final, recorder.config)
+
+
+def final_state(sim: Simulation) -> dict[str, Any]:
+    """``checkpoint.pt``'s payload: each client's theta (on the CPU), the edges, and the
+    algorithm's own state (Sheaf-FMTL: the maps, or only their norms when ``save_maps=false``)."""
+    fed = sim.ctx.fed
+    return {
+        "thetas": [sim.state.thetas[fed.cohort_of[i]][fed.position[i]].cpu() for i in range(fed.num_clients)],
+        "edges": torch.as_tensor(sim.ctx.graph.edges),
+        **sim.algorithm.checkpoint(sim.state, sim.ctx),
+    }
+
+
+def _resolved(config: RunConfig, fed: Federation) -> RunConfig:
+    """``config`` as run: ``clients`` = the number of clients with training data (the dataset's
+    own number when the config left it open; a data-less server node is not counted)."""
+    if config.clients is not None:
+        return config
+    with_data = sum(int((c.n_host > 0).sum()) for c in fed.cohorts)
+    return config.replace(clients=with_data) if with_data >= 2 else config
 
 
 def _record(sim: Simulation, recorder: Recorder, k: int, t0: float) -> dict[str, Any]:
@@ -232,6 +396,7 @@ def _record(sim: Simulation, recorder: Recorder, k: int, t0: float) -> dict[str,
         "round": k,
         **{key: ev[key] for key in ("test_metric", "train_loss", "objective", "sheaf_energy")},
         "transmitted_bits": sim.transport.bits,
+        **sim.transport.faults.counts(),
         "wall_seconds": time.perf_counter() - t0,
     }
     if math.isfinite(ev["objective"]):

@@ -1,0 +1,136 @@
+"""The Python API: ``sheaf_fmtl.run(...)`` for notebooks, validated exactly like the command line.
+
+Example (the README's)::
+
+    import sheaf_fmtl
+    result = sheaf_fmtl.run(dataset="school", algorithm="sheaf-fmtl", rounds=50)
+    print(result.metric, result.final)      # mse 0.0...
+    result.metrics[-1]                      # the last evaluated round, as a dict
+    result.thetas[3], result.maps[(3, 7)]   # client 3's model, its map P_37 into edge {3, 7}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .config import ConfigError, RunConfig, load_config
+
+if TYPE_CHECKING:
+    import pandas
+    import torch
+
+ConfigSource = RunConfig | Mapping[str, Any] | str | Path | None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What :func:`run` returns.
+
+    Attributes:
+        config: the config as run (resolved: ``clients`` the real number; a special case's
+            fixed keys).
+        summary: what ``summary.json`` holds (``final``, ``metric``, ``status``, bits, times, ...).
+        metrics: one dict per evaluated round (``metrics.csv``'s rows: ``round``,
+            ``test_accuracy`` or ``test_mse``, ``train_loss``, ``objective``, ...).
+        state: what ``checkpoint.pt`` holds (``thetas``, ``edges``, Sheaf-FMTL's ``maps`` per
+            shape bucket and ``map_norms``).
+        out: the run folder, or ``None`` when nothing was written.
+    """
+
+    config: RunConfig
+    summary: dict[str, Any]
+    metrics: list[dict[str, Any]]
+    state: dict[str, Any] = field(repr=False)
+    out: Path | None = None
+
+    @property
+    def metric(self) -> str:
+        """``accuracy`` (classification) or ``mse`` (regression)."""
+        return str(self.summary["metric"])
+
+    @property
+    def final(self) -> float | None:
+        """The final mean test metric over the clients (``None`` if the run had no evaluation)."""
+        return self.summary["final"]
+
+    @property
+    def thetas(self) -> list[torch.Tensor]:
+        """Each client's final flat parameter vector (on the CPU)."""
+        return list(self.state["thetas"])
+
+    @property
+    def maps(self) -> dict[tuple[int, int], torch.Tensor]:
+        """Sheaf-FMTL's final restriction maps ``P_ij`` (``[d_ij, d_i]``) keyed by ``(i, j)``;
+        empty for the baselines or with ``save_maps=false``."""
+        if "maps" not in self.state:
+            return {}
+        edges = self.state["edges"].tolist()
+        out = {}
+        for half_edges, stack in zip(self.state["bucket_half_edges"], self.state["maps"], strict=True):
+            for h, p in zip(half_edges.tolist(), stack, strict=True):
+                i, j = edges[h // 2]
+                out[(i, j) if h % 2 == 0 else (j, i)] = p
+        return out
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """:attr:`metrics` as a ``pandas.DataFrame`` (needs pandas)."""
+        try:
+            import pandas
+        except ImportError:
+            raise ImportError("RunResult.to_pandas needs pandas: pip install pandas") from None
+        return pandas.DataFrame(self.metrics)
+
+
+def resolve_config(config: ConfigSource = None, **keys: Any) -> RunConfig:
+    """A validated :class:`RunConfig` from a config (object, mapping or YAML path) and keys on top
+    (``data`` merged key by key), checked as the command line checks it (:class:`ConfigError`)."""
+    if isinstance(config, RunConfig):
+        return load_config(None, None, {**config.to_dict(), **_merge_data(config.data, keys)})
+    if isinstance(config, Mapping):
+        return load_config(None, None, {**config, **_merge_data(config.get("data") or {}, keys)})
+    if config is None or isinstance(config, str | Path):
+        return load_config(config, None, keys)
+    raise ConfigError(f"config must be a RunConfig, a mapping or a YAML path, not {type(config).__name__}")
+
+
+def _merge_data(base: Any, keys: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(keys.get("data"), Mapping) and isinstance(base, Mapping):
+        return {**keys, "data": {**base, **keys["data"]}}
+    return keys
+
+
+def run(
+    config: ConfigSource = None,
+    /,
+    *,
+    out: str | Path | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    **keys: Any,
+) -> RunResult:
+    """Run one experiment, as ``sheaf-fmtl run`` does.
+
+    Args:
+        config: a :class:`RunConfig`, a mapping of config keys, or a YAML file; optional.
+        out: write the run folder there (``config.yaml``, ``metrics.csv``, ``summary.json``,
+            ``checkpoint.pt``); ``None``: nothing is written.
+        overwrite: accept and clear a non-empty ``out``.
+        progress: show a progress bar.
+        **keys: config keys (README, "Config keys"), applied on top of ``config``.
+    Returns:
+        A :class:`RunResult`. A run stopped by SIGINT/SIGTERM returns what it has, with
+        ``summary["status"] == "interrupted"``.
+    Raises:
+        ConfigError: a bad key, type or range (before any work).
+        sheaf_fmtl.runtime.simulate.DivergenceError: the loss became NaN or infinite.
+    """
+    from .runtime.simulate import execute
+    from .scenarios import build
+
+    resolved = resolve_config(config, **keys)
+    outcome = execute(resolved, out, progress=progress, overwrite=overwrite, build=build)
+    where = None if out is None else Path(out)
+    return RunResult(outcome.config, outcome.summary, outcome.rows, outcome.final, where)

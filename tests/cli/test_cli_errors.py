@@ -1,0 +1,202 @@
+"""A catalogue of bad inputs: each ends with exit status 2, one line on stderr
+(``sheaf-fmtl: error: ...``, no traceback), and nothing written or overwritten. Then SIGINT /
+SIGTERM during a run: stopped after the current round, recorded, exit status 130 / 143."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from sheaf_fmtl.cli import main
+from sheaf_fmtl.runtime import simulate
+from sheaf_fmtl.runtime.interrupt import StopRequest
+
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+TINY = ["--set", "rounds=2", "eval_every=1", "clients=4", "--quiet"]
+
+
+def _files(tmp: Path) -> dict[str, bytes | None]:
+    """Every path under ``tmp`` with its content (folders: None): equal before and after."""
+    return {str(p.relative_to(tmp)): (p.read_bytes() if p.is_file() else None) for p in tmp.rglob("*")}
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    """A working folder holding the inputs the cases refer to (default outputs would land here)."""
+    (tmp_path / "bad_syntax.yaml").write_text("lam: [0.1\n")
+    (tmp_path / "tab.yaml").write_text("lam: 0.1\n\talpha: 0.2\n")
+    (tmp_path / "dup.yaml").write_text("lam: 0.1\nalpha: 0.2\nlam: 0.3\n")
+    (tmp_path / "latin1.yaml").write_bytes("# caf\xe9\nlam: 0.1\n".encode("latin-1"))
+    (tmp_path / "list.yaml").write_text("- lam\n- 0.1\n")
+    (tmp_path / "unknown.yaml").write_text("lamda: 0.1\n")
+    (tmp_path / "data_scalar.yaml").write_text("data: 3\n")
+    (tmp_path / "a_folder").mkdir()
+    (tmp_path / "a_file").write_text("not a folder\n")
+    (tmp_path / "edges.txt").write_text("0 1\n1 2\n2 3\n")
+    previous = tmp_path / "previous_run"
+    previous.mkdir()
+    (previous / "checkpoint.pt").write_bytes(b"an earlier run's checkpoint")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+# (id, argv, a fragment of the message)
+CASES = [
+    ("yaml-syntax", ["run", "bad_syntax.yaml"], "bad_syntax.yaml is not valid YAML: line 2"),
+    ("yaml-tab", ["run", "tab.yaml"], "tab.yaml is not valid YAML: line 2, column 1"),
+    ("yaml-duplicate-key", ["run", "dup.yaml"], "duplicate key 'lam' (first given on line 1)"),
+    ("config-not-utf8", ["run", "latin1.yaml"], "latin1.yaml is not UTF-8"),
+    ("config-is-folder", ["run", "a_folder"], "a_folder is a folder"),
+    ("config-missing", ["run", "missing.yaml"], "missing.yaml does not exist"),
+    ("config-not-mapping", ["run", "list.yaml"], "must hold a mapping"),
+    ("config-unknown-key", ["run", "unknown.yaml"], "unknown config key 'lamda'"),
+    ("config-data-scalar", ["run", "data_scalar.yaml"], "config key 'data': expected dict"),
+    ("set-bad-yaml", ["run", "--set", "lam=[0.1"], "override 'lam=[0.1' is not valid YAML"),
+    ("set-no-equals", ["run", "--set", "lam"], "must look like KEY=VALUE"),
+    ("set-empty-key", ["run", "--set", "=3"], "must look like KEY=VALUE"),
+    ("set-subkey-of-scalar", ["run", "--set", "lam.x=1"], "has no sub-keys"),
+    ("alpha-nan", ["run", "--set", "alpha=nan"], "'alpha' = nan is not a finite number"),
+    ("lam-inf", ["run", "--set", "lam=inf"], "'lam' = inf is not a finite number"),
+    ("eta-yaml-inf", ["run", "--set", "eta=.inf"], "'eta' = inf is not a finite number"),
+    ("graph-file-without-graph", ["run", "--set", "graph_file=edges.txt"], "add graph=file"),
+    ("graph-file-missing-name", ["run", "--set", "graph=file"], "'graph_file' must name"),
+    ("unknown-key", ["run", "--set", "bogus=3"], "unknown config key 'bogus'"),
+    ("int-as-text", ["run", "--set", "rounds=ten"], "'rounds': expected int"),
+    ("int-as-float", ["run", "--set", "rounds=1.5"], "'rounds': expected int"),
+    ("second-pair-bad", ["run", "--set", "rounds=2", "eval_every=0"], "eval_every >= 1"),
+    ("gamma-zero", ["run", "--set", "gamma=0"], "0 < gamma <= 1"),
+    ("zero-maps", ["run", "--set", "map_init=zeros"], "never learn"),
+    ("device-name", ["run", "--set", "device=gpu"], "allowed: cpu, cuda, cuda:N"),
+    ("device-flag-name", ["run", "--device", "tpu"], "allowed: cpu, cuda, cuda:N"),
+    ("clients-flag-range", ["run", "--clients", "1"], "clients >= 2"),
+    ("clients-flag-type", ["run", "--clients", "abc"], "invalid int value: 'abc'"),
+    ("seed-flag-range", ["run", "--seed", "-1"], "seed >= 0"),
+    ("unknown-flag", ["run", "--bogus"], "unrecognized arguments: --bogus"),
+    ("no-command", [], "required: COMMAND"),
+    ("unknown-command", ["frobnicate"], "invalid choice: 'frobnicate'"),
+    ("out-is-file", ["run", *TINY, "--out", "a_file"], "a_file is an existing file"),
+    ("out-under-file", ["run", *TINY, "--out", "a_file/run"], "which is a file"),
+    ("out-not-empty", ["run", *TINY, "--out", "previous_run"], "is not empty"),
+    ("data-option-type", ["run", *TINY, "--set", "data.relatedness=abc"], "relatedness"),
+    ("demo-nan", ["demo", "--set", "alpha=nan"], "not a finite number"),
+    ("demo-out-is-file", ["demo", *TINY, "--out", "a_file"], "a_file is an existing file"),
+    ("demo-out-not-empty", ["demo", *TINY, "--out", "previous_run"], "is not empty"),
+    ("describe-bad-seed", ["data", "describe", "synthetic", "--seed", "-1"], "seed >= 0"),
+    ("describe-bad-set", ["data", "describe", "synthetic", "--set", "data.x=[1"], "not valid YAML"),
+    ("describe-unknown-dataset", ["data", "describe", "no-such-set"], "no-such-set"),
+    ("data-unknown-flag", ["data", "list", "--bogus"], "unrecognized arguments"),
+    ("bench-device-name", ["bench", "--device", "gpu"], "allowed: cpu, cuda, cuda:N"),
+    ("bench-out-is-file", ["bench", "--smoke", "--out", "a_file"], "a_file is an existing file"),
+    ("plot-missing-run", ["plot", "no_such_run"], "no_such_run"),
+    ("run-cuda-absent", ["run", *TINY, "--device", "cuda"], "no CUDA device"),
+    ("bench-cuda-absent", ["bench", "--device", "cuda"], "no CUDA device"),
+]
+PARAMS = [
+    pytest.param(*rest, id=name, marks=[NO_CUDA] if "cuda-absent" in name else []) for name, *rest in CASES
+]
+
+
+@pytest.mark.parametrize("argv, fragment", PARAMS)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(sandbox, capsys, argv, fragment):
+    before = _files(sandbox)
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert "Traceback" not in captured.err and len(err.splitlines()) == 1, err
+    assert err.startswith("sheaf-fmtl: error: ") and fragment in err, err
+    assert _files(sandbox) == before  # nothing written, nothing overwritten
+
+
+def test_catalogue_is_large_enough():
+    assert len(CASES) >= 30
+
+
+def test_overwrite_clears_an_earlier_run_so_no_stale_file_survives(sandbox, capsys):
+    out = sandbox / "previous_run"
+    assert (
+        main(["run", *TINY, "--set", "alpha=1e4", "stability_check=false", "--out", str(out), "--overwrite"])
+        == 1
+    )  # diverges: no checkpoint of its own
+    assert "NaN" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "metrics.csv", "summary.json"]
+    assert json.loads((out / "summary.json").read_text())["status"] == "diverged"
+
+
+def test_stop_request_records_the_signal_and_restores_the_handlers():
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    with StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.requested and stop.signum == signal.SIGTERM
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_signal_mid_run_stops_after_the_round_and_records_it(sandbox, monkeypatch, capsys):
+    """In process: the 3rd round sends SIGTERM to this process; the run records 3 rounds."""
+    step, count = simulate.Simulation.step, {"n": 0}
+
+    def step_then_signal(self):  # noqa: ANN001, ANN202
+        step(self)
+        count["n"] += 1
+        if count["n"] == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(simulate.Simulation, "step", step_then_signal)
+    out = sandbox / "stopped"
+    code = main(["run", "--set", "rounds=50", "eval_every=10", "clients=4", "--quiet", "--out", str(out)])
+    assert code == 143
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "stopped by SIGTERM after round 3 of 50" in err
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "interrupted" and s["rounds_done"] == 3 and s["signal"] == "SIGTERM"
+    assert s["final"] is not None and len(s["per_client"]) == 4
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    assert [int(r["round"]) for r in rows] == [0, 3]
+    assert (out / "checkpoint.pt").is_file()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+
+
+@pytest.mark.slow  # a fresh interpreter imports torch: 5-15 s (the in-process test above is fast)
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_to_a_cli_process(tmp_path, sig, status):
+    """A real ``sheaf-fmtl run`` process, signalled once its round loop runs."""
+    out = tmp_path / "run"
+    code = (
+        "import sys; from sheaf_fmtl.cli import main; "
+        f"sys.exit(main(['run', '--set', 'rounds=1000000', 'eval_every=100000', 'clients=4', "
+        f"'--quiet', '--out', {str(out)!r}]))"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-W", "ignore", "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    deadline = time.monotonic() + 60
+    while not _has_rows(out / "metrics.csv", 1):  # round 0 evaluated: the loop is running
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(0.2)
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == status, stderr
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert f"stopped by {signal.Signals(sig).name}" in stderr
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "interrupted" and s["rounds_done"] >= 1
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    assert int(rows[-1]["round"]) == s["rounds_done"] and (out / "checkpoint.pt").is_file()
+
+
+def _has_rows(path: Path, n: int) -> bool:
+    return path.is_file() and len(path.read_text().splitlines()) > n
