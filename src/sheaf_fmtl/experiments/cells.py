@@ -1,0 +1,145 @@
+"""Cells of a reproduction: one (experiment, dataset, setting, seed) run folder with a stable name.
+
+A cell whose folder holds a ``summary.json`` with a final status and a ``cell.json`` with the cell's
+config is reused; anything else (no folder, an interrupted run, another config) is run again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import RunConfig, from_mapping, parse_overrides, save_config
+from ..metrics.aggregate import FINISHED, read_summary
+from .paper import COMMON, DATASET_BASE, QUICK, Experiment, Setting
+
+#: Keys a ``--tuned`` YAML (``sheaf-fmtl sweep``'s ``best.yaml``) sets: step sizes and regularisation
+#: only, so the experiment keeps its own rounds, graph, clients and settings.
+TUNED_KEYS = (
+    "lam",
+    "alpha",
+    "eta",
+    "l2",
+    "map_scale",
+    "inner_lr",
+    "inner_steps",
+    "pfedme_beta",
+    "perfedavg_beta",
+)
+#: Statuses that end a cell for good: the same config gives them again.
+DONE = (*FINISHED, "diverged", "refused")
+#: Keys that do not change a run's numbers (not compared when reusing a cell).
+IGNORED_KEYS = ("device", "data_dir")
+#: Written into a cell's folder once it is done: the cell's config (``run`` may record a resolved one).
+CELL_FILE = "cell.json"
+
+
+@dataclass(frozen=True)
+class Cell:
+    experiment: str
+    dataset: str  # the paper's dataset name (the table's row), whatever the config runs
+    setting: Setting
+    seed: int
+    config: RunConfig
+
+    def folder(self, root: str | Path) -> Path:
+        """``ROOT/cells/EXPERIMENT/DATASET/SETTING/seedS``."""
+        return Path(root) / "cells" / self.experiment / self.dataset / self.setting.slug / f"seed{self.seed}"
+
+
+def cell_config(
+    exp: Experiment,
+    dataset: str,
+    setting: Setting,
+    seed: int,
+    *,
+    quick: bool = False,
+    tuned: Sequence[Mapping[str, Any]] = (),
+    overrides: Sequence[str] = (),
+    substitute: Mapping[str, Mapping[str, Any]] | None = None,
+) -> RunConfig:
+    """The config of one cell, from (later wins): our common keys, the dataset's keys, ``tuned``
+    YAMLs that match its dataset and algorithm, the experiment's per-dataset keys, the setting,
+    ``--quick``'s keys, ``substitute[dataset]`` (tests: a generated dataset) and ``--set`` items.
+
+    Raises:
+        ConfigError: a bad key or value.
+    """
+    algorithm = setting.overrides.get("algorithm", "sheaf-fmtl")
+    mapping: dict[str, Any] = {"dataset": dataset, **COMMON, **DATASET_BASE.get(dataset, {})}
+    for t in tuned:
+        if t.get("dataset", dataset) == dataset and t.get("algorithm", algorithm) == algorithm:
+            mapping.update({k: v for k, v in t.items() if k in TUNED_KEYS})
+    mapping.update(exp.per_dataset.get(dataset, {}))
+    mapping.update(setting.overrides)
+    mapping["save_maps"] = False  # a paper-scale map stack is ~12 GB; the norms are kept (--set wins)
+    if quick:
+        mapping.update({**QUICK.get(dataset, {}), **exp.quick})
+    if substitute and dataset in substitute:
+        mapping.update(substitute[dataset])
+    for key, value in parse_overrides(list(overrides)).items():
+        if key == "data" and isinstance(value, dict):
+            mapping["data"] = {**mapping.get("data", {}), **value}
+        else:
+            mapping[key] = value
+    mapping["seed"] = seed
+    return from_mapping(mapping)
+
+
+def _key(config: RunConfig) -> dict[str, Any]:
+    return {k: v for k, v in config.to_dict().items() if k not in IGNORED_KEYS}
+
+
+def is_done(cell: Cell, folder: str | Path) -> bool:
+    """``folder`` (the cell's) holds a final ``summary.json`` and a ``cell.json`` with the same config
+    (``IGNORED_KEYS`` aside). ``cell.json`` is written last, so an interrupted cell is not done."""
+    folder = Path(folder)
+    summary = read_summary(folder)
+    if summary is None or summary.get("status") not in DONE:
+        return False
+    try:
+        saved = json.loads((folder / CELL_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return bool(saved.get("config") == json.loads(json.dumps(_key(cell.config))))
+
+
+def run_cell(cell: Cell, folder: str | Path) -> dict[str, Any]:
+    """Run one cell into ``folder`` (cleared first) and mark it done with ``cell.json``.
+
+    A refused configuration (``ValueError``: the stability check, bad maps) or a divergence is
+    recorded in ``summary.json`` instead of stopping the reproduction; an interrupted run
+    (``status = interrupted``) is not marked done.
+    """
+    from ..runtime.simulate import DivergenceError, run
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / CELL_FILE).unlink(missing_ok=True)
+    try:
+        summary = run(cell.config, folder, progress=False, overwrite=True)
+    except DivergenceError:
+        summary = read_summary(folder) or {"status": "diverged"}
+    except ValueError as e:
+        save_config(cell.config, folder / "config.yaml")
+        summary = {
+            "algorithm": cell.config.algorithm,
+            "dataset": cell.config.dataset,
+            "seed": cell.seed,
+            "status": "refused",
+            "message": str(e),
+        }
+        (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if summary.get("status") in DONE:
+        marker = {
+            "experiment": cell.experiment,
+            "dataset": cell.dataset,
+            "setting": cell.setting.slug,
+            "seed": cell.seed,
+            "config": _key(cell.config),
+        }
+        (folder / CELL_FILE).write_text(json.dumps(marker, indent=2) + "\n")
+    return summary

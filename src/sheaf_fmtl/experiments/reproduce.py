@@ -1,0 +1,261 @@
+"""``sheaf-fmtl reproduce NAME``: run one of the paper's experiments cell by cell, then write
+``DIR/NAME.md``, ``DIR/NAME.csv`` (ours beside the paper's) and the figures under ``DIR/figures``.
+
+Finished cells are reused (:func:`.cells.is_done`), so an interrupted reproduction continues and
+the tables can be rebuilt from what exists. A dataset whose files are missing gives a row
+"data not present: how to obtain it" instead of cells.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from ..data.files import HOW_TO_GET, try_find
+from ..data.registry import dataset_files
+from .cells import DONE, Cell, cell_config, is_done, run_cell
+from .paper import EXPERIMENTS, QUICK_SEEDS, Experiment, experiment
+from .table import Row, render
+
+DEFAULT_SEEDS = 5
+
+
+def data_present(dataset: str, data_dir: str = "") -> bool:
+    """Whether a file-based dataset's files are found (generated datasets always are)."""
+    files = dataset_files().get(dataset)
+    return files is None or try_find(files, data_dir or None) is not None
+
+
+def missing_note(dataset: str) -> str:
+    """The visible row text for a dataset whose files are missing."""
+    how = HOW_TO_GET.get(dataset, "see data/DATA.md")
+    return (
+        f"data not present: how to obtain it: {how} (e.g. `sheaf-fmtl data fetch {dataset} --dest DIR`, "
+        "then `--data-dir DIR` or SHEAF_FMTL_DATA=DIR)"
+    )
+
+
+def plan(
+    exp: Experiment,
+    seeds: Sequence[int],
+    *,
+    datasets: Sequence[str] | None = None,
+    quick: bool = False,
+    overrides: Sequence[str] = (),
+    tuned: Sequence[Mapping[str, Any]] = (),
+    substitute: Mapping[str, Mapping[str, Any]] | None = None,
+) -> tuple[list[Cell], dict[str, str]]:
+    """Every cell of ``exp`` on ``datasets`` (default: all of its datasets) and the notes of the
+    datasets that cannot run (missing files). Raises ValueError for a dataset not in ``exp``."""
+    chosen = list(exp.datasets) if not datasets else list(datasets)
+    unknown = [d for d in chosen if d not in exp.datasets]
+    if unknown:
+        raise ValueError(f"{exp.name} has no dataset {unknown[0]!r}; its datasets: {', '.join(exp.datasets)}")
+    cells: list[Cell] = []
+    missing: dict[str, str] = {}
+    for ds in chosen:
+        for setting in exp.settings:
+            for seed in seeds:
+                cfg = cell_config(
+                    exp,
+                    ds,
+                    setting,
+                    seed,
+                    quick=quick,
+                    tuned=tuned,
+                    overrides=overrides,
+                    substitute=substitute,
+                )
+                if not data_present(cfg.dataset, cfg.data_dir):
+                    missing[ds] = missing_note(cfg.dataset)
+                    break
+                cells.append(Cell(exp.name, ds, setting, seed, cfg))
+            if ds in missing:
+                break
+    return [c for c in cells if c.dataset not in missing], missing
+
+
+def estimate_seconds(pending: Sequence[Cell]) -> float:
+    """Rough time of ``pending``: per dataset, build the first cell's simulation and time one round
+    (the faster of two), then ``build + rounds * round * (1 + 1 / eval_every)`` per cell."""
+    from ..runtime.simulate import build_simulation
+
+    per_dataset: dict[str, tuple[float, float]] = {}
+    total = 0.0
+    for cell in pending:
+        if cell.dataset not in per_dataset:
+            t0 = time.perf_counter()
+            try:
+                sim = build_simulation(cell.config)
+            except ValueError:  # refused at build time: costs about nothing
+                per_dataset[cell.dataset] = (0.0, 0.0)
+                continue
+            build = time.perf_counter() - t0
+            steps = []
+            for _ in range(2):
+                t1 = time.perf_counter()
+                sim.step()
+                steps.append(time.perf_counter() - t1)
+            per_dataset[cell.dataset] = (build, min(steps))
+            del sim
+        build, step = per_dataset[cell.dataset]
+        cfg = cell.config
+        total += build + cfg.rounds * step * (1.0 + 1.0 / cfg.eval_every)
+    return total
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def reproduce(
+    name: str,
+    out: str | Path,
+    *,
+    seeds: int | None = None,
+    quick: bool = False,
+    datasets: Sequence[str] | None = None,
+    overrides: Sequence[str] = (),
+    tuned: Sequence[Mapping[str, Any]] = (),
+    substitute: Mapping[str, Mapping[str, Any]] | None = None,
+    progress: bool = True,
+    estimate: bool = True,
+    figures: bool = True,
+) -> list[Path]:
+    """Run experiment ``name`` (or ``all``) into ``out``; returns the tables and figures written.
+
+    Args:
+        name: a key of :data:`.paper.EXPERIMENTS` or ``all``.
+        out: the reproduction folder (cells under ``out/cells``).
+        seeds: seeds ``0 .. seeds-1`` (default 5, or :data:`.paper.QUICK_SEEDS` with ``quick``).
+        quick: the ``--quick`` sizes of :data:`.paper.QUICK`.
+        datasets: restrict to these of the experiment's datasets (``all``: of each experiment).
+        overrides: ``KEY=VALUE`` items applied to every cell last.
+        tuned: ``sweep`` YAMLs (mappings), applied to the cells of their dataset and algorithm.
+        substitute: per paper dataset, config keys replacing it (tests: a generated dataset).
+        progress: progress bar over cells; estimate: time one round per dataset first;
+        figures: draw the experiment's figures (the tables are always written).
+    """
+    names = list(EXPERIMENTS) if name == "all" else [experiment(name).name]
+    n_seeds = seeds if seeds is not None else (QUICK_SEEDS if quick else DEFAULT_SEEDS)
+    if n_seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {n_seeds}")
+    known = {d for n in names for d in EXPERIMENTS[n].datasets}
+    if datasets and name == "all" and not set(datasets) <= known:
+        bad = sorted(set(datasets) - known)[0]
+        raise ValueError(f"no experiment has dataset {bad!r}; datasets: {', '.join(sorted(known))}")
+    written: list[Path] = []
+    for exp_name in names:
+        exp = EXPERIMENTS[exp_name]
+        chosen = [d for d in exp.datasets if d in datasets] if (datasets and name == "all") else datasets
+        if name == "all" and datasets and not chosen:
+            continue
+        cells, missing = plan(
+            exp,
+            range(n_seeds),
+            datasets=chosen,
+            quick=quick,
+            overrides=overrides,
+            tuned=tuned,
+            substitute=substitute,
+        )
+        stopped, paths = _run_experiment(
+            exp, cells, missing, Path(out), progress=progress, estimate=estimate, figures=figures
+        )
+        written += paths
+        if stopped:
+            break
+    return written
+
+
+def _run_experiment(
+    exp: Experiment,
+    cells: Sequence[Cell],
+    missing: Mapping[str, str],
+    out: Path,
+    *,
+    progress: bool,
+    estimate: bool,
+    figures: bool,
+) -> tuple[bool, list[Path]]:
+    pending = [c for c in cells if not is_done(c, c.folder(out))]
+    for ds, note in missing.items():
+        tqdm.write(f"{exp.name} / {ds}: {note}")
+    expected = f", expected time about {_duration(estimate_seconds(pending))}" if estimate and pending else ""
+    tqdm.write(
+        f"{exp.name}: {len(cells)} cells, {len(cells) - len(pending)} already done, "
+        f"{len(pending)} to run{expected}"
+    )
+    stopped = False
+    for cell in tqdm(pending, desc=exp.name, unit="cell", disable=not progress, dynamic_ncols=True):
+        summary = run_cell(cell, cell.folder(out))
+        if summary.get("status") == "interrupted":
+            tqdm.write(f"{exp.name}: interrupted; run the same command again to continue")
+            stopped = True
+            break
+    return stopped, write_outputs(exp, cells, missing, out, figures=figures)
+
+
+def _rows(exp: Experiment, cells: Sequence[Cell], missing: Mapping[str, str], out: Path) -> list[Row]:
+    rows: list[Row] = []
+    datasets = list(dict.fromkeys([*(c.dataset for c in cells), *missing]))
+    for ds in [d for d in exp.datasets if d in datasets]:
+        if ds in missing:
+            rows.append(Row(ds, "(every setting)", "-", note=missing[ds]))
+            continue
+        for setting in exp.settings:
+            done = [
+                c.folder(out)
+                for c in cells
+                if c.dataset == ds and c.setting.slug == setting.slug and is_done(c, c.folder(out))
+            ]
+            rows.append(
+                Row(ds, setting.label, setting.slug, runs=done, paper=exp.paper.get((ds, setting.slug), {}))
+            )
+    return rows
+
+
+def write_outputs(
+    exp: Experiment, cells: Sequence[Cell], missing: Mapping[str, str], out: Path, *, figures: bool = True
+) -> list[Path]:
+    """``out/NAME.md``, ``out/NAME.csv`` and, for experiments with figures, the curves (all seeds)
+    and map-norm heatmaps of each dataset under ``out/figures/NAME/DATASET``."""
+    rows = _rows(exp, cells, missing, out)
+    written = list(render(rows, exp, out / exp.name))
+    if not (figures and exp.figures):
+        return written
+    for ds in dict.fromkeys(r.dataset for r in rows if r.runs):
+        runs = [p for r in rows if r.dataset == ds for p in r.runs]
+        written += draw_figures(runs, out / "figures" / exp.name / ds, heatmaps=exp.heatmaps)
+    return written
+
+
+def draw_figures(runs: Sequence[Path], out: Path, *, heatmaps: bool) -> list[Path]:
+    """PNGs of the finished runs: test metric vs rounds and vs bits (all settings, seeds shaded;
+    :func:`sheaf_fmtl.plots.curves.metric_figure`) and, with ``heatmaps``, the ``||P_ij||_F``
+    heatmap of each setting's first seed."""
+    from ..metrics.aggregate import read_summary
+    from ..plots.curves import metric_figure
+    from ..plots.heatmap import load_map_norms, map_norm_figure
+    from ..plots.records import load_run
+    from ..plots.style import paper_style, save_figure
+
+    records = [load_run(p) for p in runs if (read_summary(p) or {}).get("status") in DONE[:3]]
+    if not records:
+        return []
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    with paper_style():
+        written += save_figure(metric_figure(records), out / "metric_vs_rounds_and_bits", ("png",))
+        for rec in records if heatmaps else ():
+            maps = load_map_norms(rec.path) if rec.path.name == "seed0" else None
+            if maps is not None:
+                title = f"{rec.dataset}: " + r"$\|P_{ij}\|_F$" + f", {rec.path.parent.name}"
+                written += save_figure(
+                    map_norm_figure(*maps, title), out / f"map_norms_{rec.path.parent.name}", ("png",)
+                )
+    return written

@@ -1,0 +1,357 @@
+"""``sheaf-fmtl sweep CONFIG --grid KEY=VALUES ...``: grid search on a validation split.
+
+Every combination of the grid runs with ``validation = v`` (a fraction of each client's training
+data held out by the data protocol and evaluated instead of the test split, which is never read),
+into ``OUT/cells/KEY=VALUE,...``; a cell whose folder already holds a finished summary of the same
+config is reused. The cells are ranked by their final validation metric (accuracy: higher is
+better; MSE: lower), and the best configuration is written as ``OUT/best.yaml`` (its keys that
+differ from the defaults, with ``dataset``, ``algorithm`` and the swept keys, never ``validation``:
+``sheaf-fmtl run OUT/best.yaml``, ``reproduce --tuned``), with the ranking in ``OUT/sweep.csv``.
+
+Grid values: ``a:b:logN`` (``N`` log-spaced values from ``a`` to ``b``), ``a:b:linN`` (``N``
+evenly spaced), or a comma list (``0.01,0.05``, ``gaussian,orthogonal``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from ..cli_options import add_config_options, config_keys
+from ..config import ConfigError, RunConfig, from_mapping, load_config
+
+RANGE = re.compile(r"^(?P<a>[^:]+):(?P<b>[^:]+):(?P<kind>log|lin)(?P<n>\d+)$")
+_INT_KEYS = {f.name for f in fields(RunConfig) if str(f.type).startswith("int")}
+_KEYS = {f.name for f in fields(RunConfig)}
+DONE = ("ok", "diverged", "refused")  # a cell with one of these is not run again
+IGNORED = ("device", "data_dir")  # keys that do not change a cell's numbers
+
+
+def parse_values(spec: str) -> list[Any]:
+    """``a:b:logN`` / ``a:b:linN`` / a comma list -> the values (numbers rounded to 6 digits)."""
+    m = RANGE.match(spec.strip())
+    if m:
+        a, b, n = _number(m["a"], spec), _number(m["b"], spec), int(m["n"])
+        if n < 1:
+            raise ConfigError(f"grid {spec!r}: needs at least 1 value")
+        if m["kind"] == "log":
+            if a <= 0 or b <= 0:
+                raise ConfigError(f"grid {spec!r}: log spacing needs a > 0 and b > 0")
+            raw = np.geomspace(a, b, n)
+        else:
+            raw = np.linspace(a, b, n)
+        return [float(f"{v:.6g}") for v in raw]
+    items = [s.strip() for s in spec.split(",")]
+    if not all(items):
+        raise ConfigError(f"grid {spec!r}: empty value (use a:b:logN, a:b:linN or a comma list)")
+    return [_scalar(s) for s in items]
+
+
+def _number(text: str, spec: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"grid {spec!r}: {text!r} is not a number") from None
+
+
+def _scalar(text: str) -> Any:
+    value = yaml.safe_load(text)
+    if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def parse_grid(items: list[str]) -> dict[str, list[Any]]:
+    """``["lam=1e-5:10:log7", "alpha=0.01,0.05"]`` -> ``{key: values}`` in the given order."""
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, spec = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not spec.strip():
+            raise ConfigError(f"--grid {item!r} must look like KEY=VALUES (e.g. lam=1e-5:10:log7)")
+        top, dot, sub = key.partition(".")
+        if top not in _KEYS or (dot and (top != "data" or not sub)):
+            raise ConfigError(f"--grid {item!r}: unknown config key '{key}'")
+        if key == "validation":
+            raise ConfigError("--grid validation: the split is set with --validation, not swept")
+        if key in grid:
+            raise ConfigError(f"--grid {key} given twice")
+        grid[key] = parse_values(spec)
+    if not grid:
+        raise ConfigError("sweep needs at least one --grid KEY=VALUES")
+    return grid
+
+
+def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination, the last key varying fastest."""
+    return [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
+
+
+def apply_point(base: RunConfig, point: dict[str, Any], **extra: Any) -> RunConfig:
+    """``base`` with the grid point's values (``data.KEY`` into ``data``; integral floats of
+    integer keys as ints) and ``extra`` keys; validated."""
+    mapping = base.to_dict()
+    for key, value in {**point, **extra}.items():
+        if key.startswith("data."):
+            mapping["data"] = {**mapping["data"], key[5:]: value}
+        else:
+            integral = isinstance(value, float) and value.is_integer()
+            mapping[key] = int(value) if key in _INT_KEYS and integral else value
+    return from_mapping(mapping)
+
+
+def cell_name(point: dict[str, Any]) -> str:
+    return re.sub(r"[^A-Za-z0-9._=,+-]", "-", ",".join(f"{k}={v}" for k, v in point.items()))
+
+
+@dataclass
+class CellResult:
+    point: dict[str, Any]
+    folder: Path
+    summary: dict[str, Any]
+    reused: bool = False
+
+    @property
+    def value(self) -> float | None:
+        return self.summary.get("final") if self.summary.get("status") == "ok" else None
+
+
+def _matches(folder: Path, config: RunConfig) -> dict[str, Any] | None:
+    """The finished summary in ``folder`` when its ``config.yaml`` is ``config`` (``IGNORED`` keys
+    aside; a ``clients`` left open matches the dataset's number); ``None`` otherwise."""
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+        saved = from_mapping(yaml.safe_load((folder / "config.yaml").read_text())).to_dict()
+    except (OSError, ValueError, TypeError, yaml.YAMLError):
+        return None
+    want = config.to_dict()
+    skip = {*IGNORED, *(("clients",) if want["clients"] is None else ())}
+    same = all(saved[k] == v for k, v in want.items() if k not in skip)
+    return summary if same and summary.get("status") in DONE else None
+
+
+def run_cell(config: RunConfig, folder: Path, fed: Any = None) -> dict[str, Any]:
+    """Run one cell; a configuration refused at start-up (stability check) or a divergence is
+    recorded in ``summary.json`` instead of stopping the sweep."""
+    from ..config import save_config
+    from ..runtime.rundir import prepare_out_dir
+    from ..runtime.simulate import DivergenceError, build_simulation, run
+
+    try:
+        sim = build_simulation(config, fed=fed)
+    except ConfigError as e:
+        prepare_out_dir(folder, overwrite=True)
+        save_config(config, folder / "config.yaml")
+        summary = {"algorithm": config.algorithm, "status": "refused", "final": None, "message": str(e)}
+        (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+    try:
+        return run(config, folder, progress=False, sim=sim, overwrite=True)
+    except DivergenceError:
+        return json.loads((folder / "summary.json").read_text())
+
+
+_DATA_KEYS = (
+    "dataset",
+    "clients",
+    "seed",
+    "data_dir",
+    "data",
+    "standardize",
+    "validation",
+    "model",
+    "l2",
+    "device",
+)
+
+
+class _FederationCache:
+    """The last federation built, reused while the data-defining keys stay the same."""
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.fed: Any = None
+
+    def get(self, config: RunConfig) -> Any:
+        from ..federation import build_federation
+        from ..runtime.simulate import load_dataset, resolve_device
+
+        key = json.dumps({k: getattr(config, k) for k in _DATA_KEYS}, sort_keys=True, default=str)
+        if key != self.key:
+            data = load_dataset(config)
+            device = resolve_device(config.device)
+            self.fed = build_federation(data, config.model, l2=config.l2, device=device)
+            self.key = key
+        return self.fed
+
+
+@dataclass
+class SweepResult:
+    ranked: list[CellResult]
+    metric: str
+    best: RunConfig | None
+    best_path: Path | None
+
+
+def sweep(
+    base: RunConfig,
+    grid: dict[str, list[Any]],
+    out: str | Path,
+    validation: float = 0.2,
+    log: Callable[[str], None] = print,
+) -> SweepResult:
+    """Run every grid point of ``base`` on a ``validation`` split into ``out`` and rank them.
+
+    Args:
+        base: the configuration every point starts from (its own ``validation`` is replaced).
+        grid: ``{key: values}`` (:func:`parse_grid`).
+        out: the sweep folder (``cells/``, ``sweep.csv``, ``best.yaml``).
+        validation: the fraction of each client's training data held out, in (0, 1).
+        log: where progress lines go.
+    Returns:
+        The cells ranked best first, the metric, and the best config (``None`` if no cell finished).
+    """
+    if not 0.0 < validation < 1.0:
+        raise ConfigError(f"--validation = {validation} is out of range; sweep needs 0 < validation < 1")
+    out = Path(out)
+    points = grid_points(grid)
+    configs = [apply_point(base, p, validation=validation, save_maps=False) for p in points]
+    log(
+        f"sweep: {len(points)} cells on a validation split of {validation:g} of each client's training "
+        f"data, into {out}/cells/"
+    )
+    cache, cells = _FederationCache(), []
+    for i, (point, config) in enumerate(zip(points, configs, strict=True), 1):
+        folder = out / "cells" / cell_name(point)
+        t0 = time.perf_counter()
+        summary = _matches(folder, config)
+        reused = summary is not None
+        if summary is None:
+            summary = run_cell(config, folder, cache.get(config))
+        cell = CellResult(point, folder, summary, reused)
+        cells.append(cell)
+        how = "reused" if reused else f"{time.perf_counter() - t0:.1f} s"
+        log(f"[{i}/{len(points)}] {cell_name(point)}: {_describe(cell)} ({how})")
+    metric = next((c.summary["metric"] for c in cells if "metric" in c.summary), "accuracy")
+    ranked = rank(cells, metric)
+    _write_csv(out / "sweep.csv", ranked, list(grid), metric)
+    best = best_path = None
+    if ranked and ranked[0].value is not None:
+        best = apply_point(base, ranked[0].point, validation=0.0)
+        best_path = out / "best.yaml"
+        note = f"validation {metric} {ranked[0].value:.4f}, {validation:g} held out"
+        _write_best(best, list(grid), best_path, note)
+    return SweepResult(ranked, metric, best, best_path)
+
+
+def rank(cells: list[CellResult], metric: str) -> list[CellResult]:
+    """Finished cells best first (accuracy descending, MSE ascending), then the others, each in
+    grid order."""
+    sign = -1.0 if metric == "accuracy" else 1.0
+    done = [c for c in cells if c.value is not None]
+    return sorted(done, key=lambda c: sign * float(c.value)) + [c for c in cells if c.value is None]  # type: ignore[arg-type]
+
+
+def _describe(cell: CellResult) -> str:
+    s = cell.summary
+    if cell.value is not None:
+        return f"validation {s.get('metric', 'metric')} {cell.value:.4f}"
+    return f"{s.get('status', 'failed')}: {s.get('message', '')}".rstrip(": ")
+
+
+def _write_csv(path: Path, ranked: list[CellResult], keys: list[str], metric: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["rank", *keys, f"validation_{metric}", "status", "folder"])
+        for i, c in enumerate(ranked, 1):
+            w.writerow(
+                [
+                    i,
+                    *(c.point[k] for k in keys),
+                    "" if c.value is None else c.value,
+                    c.summary.get("status"),
+                    c.folder.name,
+                ]
+            )
+
+
+def _write_best(config: RunConfig, swept: list[str], path: Path, note: str) -> None:
+    """The keys of ``config`` that differ from the defaults, plus ``dataset``, ``algorithm`` and the
+    swept keys (so that, given to ``reproduce``, a swept value equal to the default still applies);
+    never ``validation``."""
+    default = RunConfig().to_dict()
+    keep = {"dataset", "algorithm", *(k.split(".")[0] for k in swept)}
+    items = config.to_dict().items()
+    mapping = {k: v for k, v in items if (k in keep or v != default[k]) and k != "validation"}
+    path.write_text(f"# sheaf-fmtl sweep: best cell ({note})\n" + yaml.safe_dump(mapping, sort_keys=False))
+
+
+def format_ranking(result: SweepResult, keys: list[str]) -> str:
+    """The ranked table as aligned text."""
+    head = ["rank", *keys, f"validation {result.metric}", "status"]
+    rows = [
+        [
+            str(i),
+            *(str(c.point[k]) for k in keys),
+            "" if c.value is None else f"{c.value:.4f}",
+            str(c.summary.get("status")),
+        ]
+        for i, c in enumerate(result.ranked, 1)
+    ]
+    widths = [max(len(r[j]) for r in [head, *rows]) for j in range(len(head))]
+    lines = ("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in [head, *rows])
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    base = load_config(args.config, args.set, config_keys(args))
+    grid = parse_grid(args.grid)
+    validation = args.validation if args.validation is not None else (base.validation or 0.2)
+    out = (
+        Path(args.out)
+        if args.out
+        else Path("runs") / "sweep" / f"{base.dataset}-{base.algorithm}".replace(":", "_").replace("/", "_")
+    )
+    result = sweep(base, grid, out, validation, log=(lambda _: None) if args.quiet else print)
+    print(format_ranking(result, list(grid)))
+    if result.best is None:
+        print(f"sweep: no cell finished; see {out}/sweep.csv")
+        return 1
+    best = ", ".join(f"{k}={v}" for k, v in result.ranked[0].point.items())
+    print(f"best: {best} (validation {result.metric} {result.ranked[0].value:.4f})")
+    print(f"best config: {result.best_path} (sheaf-fmtl run {result.best_path}); ranking: {out}/sweep.csv")
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("sweep", help="grid search on a validation split; writes the best config")
+    p.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=VALUES",
+        help="a:b:logN, a:b:linN or a comma list (e.g. lam=1e-5:10:log7, alpha=0.01,0.05)",
+    )
+    p.add_argument(
+        "--validation",
+        type=float,
+        default=None,
+        help="fraction of each client's training data held out (default: the config's, else 0.2)",
+    )
+    add_config_options(p, out="sweep folder (default runs/sweep/DATASET-ALGORITHM)", overwrite=False)
+    p.set_defaults(func=cmd_sweep)

@@ -1,0 +1,158 @@
+"""Markdown and CSV tables: our numbers (mean ± standard error over seeds) beside the paper's.
+
+Used by ``reproduce`` (rows = the experiment's settings, paper column filled) and by ``table``
+(rows = any run folders grouped by config up to the seed, paper column "—").
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..metrics.aggregate import SeedStats, aggregate_runs, format_pm, read_summary
+from ..metrics.groups import differing_keys, group_by_config
+from .paper import Experiment
+
+NO_PAPER = "—"
+#: Keys left out of ``table``'s row labels (seed: the rows are means over seeds).
+NOT_A_SETTING = ("seed", "eval_every")
+
+
+@dataclass
+class Row:
+    """One table row: its run folders (one per seed), the paper's cells and a status note."""
+
+    dataset: str
+    label: str
+    slug: str
+    runs: list[Path] = field(default_factory=list)
+    paper: Mapping[str, str] = field(default_factory=dict)
+    note: str = ""
+
+
+def _header(col: str, spec: Experiment, metric: str) -> str:
+    if col == "metric":
+        return f"test {metric}" + (" (%)" if spec.percent and metric == "accuracy" else "")
+    if col == "bits":
+        return f"transmitted bits ({spec.bits_unit[0]})"
+    return {"flops": "FLOPs (1e12)", "memory": "peak memory (MB)"}[col]
+
+
+def _ours(col: str, agg: Mapping[str, Any], spec: Experiment) -> tuple[SeedStats, float, str]:
+    """(stats, scale, format) of one column."""
+    if col == "metric":
+        pct = spec.percent and agg["metric"] == "accuracy"
+        return agg["final"], 100.0 if pct else 1.0, ".2f" if pct else ".4f"
+    if col == "bits":
+        return agg["transmitted_bits"], 1.0 / spec.bits_unit[1], ".4g"
+    if col == "flops":
+        return agg["flops"], 1e-12, ".4g"
+    return agg["peak_rss_bytes"], 1e-6, ".1f"
+
+
+def _cell_text(col: str, agg: Mapping[str, Any], spec: Experiment) -> str:
+    stats, scale, fmt = _ours(col, agg, spec)
+    text = format_pm(stats, scale, fmt)
+    cuda: SeedStats = agg["cuda_max_allocated_bytes"]
+    if col == "memory" and cuda.mean is not None:
+        text += f" (CUDA max allocated {format_pm(cuda, 1e-6, '.1f')})"
+    return text
+
+
+def _status(row: Row, agg: Mapping[str, Any] | None) -> str:
+    if row.note:
+        return row.note
+    if agg is None or not row.runs:
+        return "not run yet"
+    statuses = agg["status"]
+    done = sum(s in ("ok", "finished", "complete") for s in statuses)
+    parts = [f"{done}/{len(statuses)} seeds finished"]
+    for bad in ("diverged", "refused"):
+        if bad in statuses:
+            idx = statuses.index(bad)
+            msg = (read_summary(row.runs[idx]) or {}).get("message", "")
+            parts.append(f"{statuses.count(bad)} {bad}" + (f": {msg.splitlines()[0][:160]}" if msg else ""))
+    return "; ".join(parts)
+
+
+def render(rows: Sequence[Row], spec: Experiment, out_stem: str | Path) -> tuple[Path, Path]:
+    """Write ``OUT_STEM.md`` and ``OUT_STEM.csv``; returns their paths."""
+    aggs = [aggregate_runs(r.runs) if r.runs else None for r in rows]
+    metric = next((a["metric"] for a in aggs if a and a["metric"] != "metric"), "accuracy")
+    heads = [_header(c, spec, metric) for c in spec.columns]
+    md = [f"# {spec.title}", "", f"Paper: {spec.reference}. Ours: mean ± standard error over seeds.", ""]
+    cols = ["dataset", "setting", "seeds"]
+    for h in heads:
+        cols += [f"ours: {h}", f"paper: {h}"]
+    md += ["| " + " | ".join([*cols, "status"]) + " |", "|" + " --- |" * (len(cols) + 1)]
+    csv_rows: list[dict[str, Any]] = []
+    for row, agg in zip(rows, aggs, strict=True):
+        status = _status(row, agg)
+        seeds = str(agg["final"].n) if agg else "0"
+        cells = [row.dataset, row.label, seeds]
+        rec: dict[str, Any] = {
+            "experiment": spec.name,
+            "dataset": row.dataset,
+            "setting": row.label,
+            "slug": row.slug,
+            "seeds": seeds,
+            "status": status,
+            "metric": metric,
+        }
+        for col in spec.columns:
+            ours = _cell_text(col, agg, spec) if agg else "n/a"
+            paper = row.paper.get(col, NO_PAPER)
+            cells += [ours, paper]
+            stats, scale, _ = _ours(col, agg, spec) if agg else (SeedStats(None, None, 0, ()), 1.0, "")
+            rec[f"ours_{col}"] = "" if stats.mean is None else stats.mean * scale
+            rec[f"ours_{col}_se"] = "" if stats.se is None else stats.se * scale
+            rec[f"paper_{col}"] = paper
+        md.append("| " + " | ".join([*cells, status]).replace("\n", " ") + " |")
+        csv_rows.append(rec)
+    stem = Path(out_stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    md_path, csv_path = stem.with_suffix(".md"), stem.with_suffix(".csv")
+    md_path.write_text("\n".join(md) + "\n")
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(csv_rows[0]) if csv_rows else ["experiment"])
+        writer.writeheader()
+        writer.writerows(csv_rows)
+    return md_path, csv_path
+
+
+def group_runs(run_dirs: Sequence[str | Path]) -> list[Row]:
+    """Rows of run folders whose configs differ only in the seed (and bookkeeping keys, see
+    :func:`sheaf_fmtl.metrics.groups.group_by_config`), labelled by the keys that differ between rows.
+
+    Raises:
+        FileNotFoundError: a path is not a run folder with a ``summary.json``.
+    """
+    for d in run_dirs:
+        if read_summary(d) is None:
+            raise FileNotFoundError(f"{d} is not a finished run folder (no readable summary.json)")
+    groups = group_by_config(run_dirs, ignore=("seed",))
+    keys = [
+        k for k in differing_keys([g.config for g in groups]) if k not in NOT_A_SETTING and k != "dataset"
+    ]
+    rows = []
+    for g in groups:
+        label = ", ".join(f"{k}={g.config.get(k)}" for k in keys) or str(g.config.get("algorithm"))
+        rows.append(Row(str(g.config.get("dataset")), label, label, runs=list(g.runs)))
+    return rows
+
+
+def table_spec(title: str = "Runs") -> Experiment:
+    """The column layout of ``sheaf-fmtl table``: every column, accuracy as a fraction, bits in MB."""
+    return Experiment(
+        name="table",
+        title=title,
+        reference="none (any run folders)",
+        datasets=(),
+        settings=(),
+        columns=("metric", "bits", "flops", "memory"),
+        paper={},
+        percent=False,
+    )
