@@ -25,6 +25,7 @@ test-all: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
 	$(BIN)/mypy src
 
 bench: $(STAMP)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -160,8 +161,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _warning_line(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+    """Warnings as one line, ``sheaf-fmtl: warning: ...`` (not Python's file:line + source form)."""
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv``; returns the exit status (errors: one line on stderr)."""
+    shown = warnings.showwarning
+    warnings.showwarning = _warning_line
     try:
         args = build_parser().parse_args(argv)
         return int(args.func(args) or 0)
@@ -176,6 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # before or after the round loop (it stops cleanly by itself)
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        warnings.showwarning = shown
 
 
 if __name__ == "__main__":

@@ -14,18 +14,19 @@ import yaml
 from sheaf_fmtl.config import ConfigError, RunConfig, load_config
 from sheaf_fmtl.data.base import RawClient, RawFederated
 from sheaf_fmtl.data.protocol import ProtocolOptions, apply_protocol
+from sheaf_fmtl.experiments import grid as gr
 from sheaf_fmtl.experiments import sweep as sw
 
 TINY = ["rounds=4", "eval_every=2", "graph=complete", "batch_size=8", "stability_check=true"]
 
 
 def test_grid_values_log_lin_and_lists():
-    assert sw.parse_values("1e-5:10:log7") == [1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0]
-    assert sw.parse_values("0:1:lin3") == [0.0, 0.5, 1.0]
-    assert sw.parse_values("0.01,0.05") == [0.01, 0.05]
-    assert sw.parse_values("1e-3") == [0.001]
-    assert sw.parse_values("gaussian, orthogonal") == ["gaussian", "orthogonal"]
-    assert sw.parse_values("2:8:log3") == [2.0, 4.0, 8.0]
+    assert gr.parse_values("1e-5:10:log7") == [1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0]
+    assert gr.parse_values("0:1:lin3") == [0.0, 0.5, 1.0]
+    assert gr.parse_values("0.01,0.05") == [0.01, 0.05]
+    assert gr.parse_values("1e-3") == [0.001]
+    assert gr.parse_values("gaussian, orthogonal") == ["gaussian", "orthogonal"]
+    assert gr.parse_values("2:8:log3") == [2.0, 4.0, 8.0]
 
 
 @pytest.mark.parametrize(
@@ -44,18 +45,18 @@ def test_grid_values_log_lin_and_lists():
 )
 def test_bad_grids_are_refused_with_one_line(items, fragment):
     with pytest.raises(ConfigError, match=fragment.replace(".", r"\.")):
-        sw.parse_grid(items)
+        gr.parse_grid(items)
 
 
 def test_grid_points_and_integer_keys():
-    grid = sw.parse_grid(["local_epochs=1:3:lin3", "alpha=0.01,0.05", "data.relatedness=0.5"])
-    points = sw.grid_points(grid)
+    grid = gr.parse_grid(["local_epochs=1:3:lin3", "alpha=0.01,0.05", "data.relatedness=0.5"])
+    points = gr.grid_points(grid)
     assert len(points) == 6 and points[1] == {"local_epochs": 1.0, "alpha": 0.05, "data.relatedness": 0.5}
-    cfg = sw.apply_point(RunConfig(), points[-1], validation=0.2)
+    cfg = gr.apply_point(RunConfig(), points[-1], validation=0.2)
     assert cfg.local_epochs == 3 and isinstance(cfg.local_epochs, int)
     assert cfg.data == {"relatedness": 0.5} and cfg.validation == 0.2
     with pytest.raises(ConfigError, match="validation"):
-        sw.apply_point(RunConfig(), {}, validation=1.0)
+        gr.apply_point(RunConfig(), {}, validation=1.0)
 
 
 @pytest.mark.parametrize("task", ["classification", "regression"])
@@ -100,7 +101,7 @@ def _file_dataset(path, corrupt: bool) -> str:
 
 
 def test_sweep_never_reads_the_test_split(tmp_path):
-    grid = sw.parse_grid(["lam=0.001,0.1", "alpha=0.05,0.2"])
+    grid = gr.parse_grid(["lam=0.001,0.1", "alpha=0.05,0.2"])
     results = []
     for corrupt in (False, True):
         base = load_config(None, [f"dataset={_file_dataset(tmp_path / f'd{corrupt}.npz', corrupt)}", *TINY])

@@ -1,0 +1,99 @@
+"""Grid syntax of ``sheaf-fmtl sweep --grid KEY=VALUES``: ``a:b:logN`` (``N`` log-spaced values
+from ``a`` to ``b``), ``a:b:linN`` (``N`` evenly spaced) or a comma list; the grid's points and
+the config of one point."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+import yaml
+
+from ..config import ConfigError, RunConfig, from_mapping
+
+RANGE = re.compile(r"^(?P<a>[^:]+):(?P<b>[^:]+):(?P<kind>log|lin)(?P<n>\d+)$")
+_INT_KEYS = {f.name for f in fields(RunConfig) if str(f.type).startswith("int")}
+_KEYS = {f.name for f in fields(RunConfig)}
+
+
+def parse_values(spec: str) -> list[Any]:
+    """``a:b:logN`` / ``a:b:linN`` / a comma list -> the values (numbers rounded to 6 digits)."""
+    m = RANGE.match(spec.strip())
+    if m:
+        a, b, n = _number(m["a"], spec), _number(m["b"], spec), int(m["n"])
+        if n < 1:
+            raise ConfigError(f"grid {spec!r}: needs at least 1 value")
+        if m["kind"] == "log":
+            if a <= 0 or b <= 0:
+                raise ConfigError(f"grid {spec!r}: log spacing needs a > 0 and b > 0")
+            raw = np.geomspace(a, b, n)
+        else:
+            raw = np.linspace(a, b, n)
+        return [float(f"{v:.6g}") for v in raw]
+    items = [s.strip() for s in spec.split(",")]
+    if not all(items):
+        raise ConfigError(f"grid {spec!r}: empty value (use a:b:logN, a:b:linN or a comma list)")
+    return [_scalar(s) for s in items]
+
+
+def _number(text: str, spec: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"grid {spec!r}: {text!r} is not a number") from None
+
+
+def _scalar(text: str) -> Any:
+    value = yaml.safe_load(text)
+    if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def parse_grid(items: list[str]) -> dict[str, list[Any]]:
+    """``["lam=1e-5:10:log7", "alpha=0.01,0.05"]`` -> ``{key: values}`` in the given order."""
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, spec = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not spec.strip():
+            raise ConfigError(f"--grid {item!r} must look like KEY=VALUES (e.g. lam=1e-5:10:log7)")
+        top, dot, sub = key.partition(".")
+        if top not in _KEYS or (dot and (top != "data" or not sub)):
+            raise ConfigError(f"--grid {item!r}: unknown config key '{key}'")
+        if key == "validation":
+            raise ConfigError("--grid validation: the split is set with --validation, not swept")
+        if key in grid:
+            raise ConfigError(f"--grid {key} given twice")
+        grid[key] = parse_values(spec)
+    if not grid:
+        raise ConfigError("sweep needs at least one --grid KEY=VALUES")
+    return grid
+
+
+def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination, the last key varying fastest."""
+    return [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
+
+
+def apply_point(base: RunConfig, point: dict[str, Any], **extra: Any) -> RunConfig:
+    """``base`` with the grid point's values (``data.KEY`` into ``data``; integral floats of
+    integer keys as ints) and ``extra`` keys; validated."""
+    mapping = base.to_dict()
+    for key, value in {**point, **extra}.items():
+        if key.startswith("data."):
+            mapping["data"] = {**mapping["data"], key[5:]: value}
+        else:
+            integral = isinstance(value, float) and value.is_integer()
+            mapping[key] = int(value) if key in _INT_KEYS and integral else value
+    return from_mapping(mapping)
+
+
+def cell_name(point: dict[str, Any]) -> str:
+    return re.sub(r"[^A-Za-z0-9._=,+-]", "-", ",".join(f"{k}={v}" for k, v in point.items()))
