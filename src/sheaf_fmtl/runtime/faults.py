@@ -1,0 +1,263 @@
+"""Faults: received payloads validated, and simulated dropped clients and lost messages.
+
+Both runtimes call this module; it decides nothing about an algorithm's mathematics:
+
+- :func:`validate` checks one received edge buffer (shape, dtype, finite values per half-edge, on the
+  device); :meth:`Faults.accept` applies it to every buffer of an exchange, ANDs it with the drop
+  plan, zeroes what was not accepted and hands the mask on as :attr:`EdgeTensor.heard`. A neighbour
+  whose message is rejected is treated as dropped for that exchange.
+- :class:`DropPlan` (config keys ``drop_prob``, ``link_drop_prob``): in round ``k`` client ``i`` sits
+  out with probability ``drop_prob`` (it sends nothing, receives nothing and keeps its state, see
+  :meth:`Faults.hold`), and each directed link (graph half-edge ``i -> j``) is down with probability
+  ``link_drop_prob`` (every message along it that round is lost). The draws derive from ``(seed,
+  round, client or half-edge id)`` alone, so they do not depend on how clients share processes.
+- Counts: ``rejected_messages`` (arrived but failed validation; accumulated on the device, read at an
+  evaluation) and ``dropped_messages`` (lost to the plan; known on the host). A message is what one
+  exchange carries along one half-edge (all its payload kinds together), or one client's row to or
+  from the server. Dropped messages are not transmitted bits; rejected ones were transmitted.
+
+A process holding some clients (a shard) builds ``Faults(plan, graph)`` on the whole graph, calls
+:meth:`Faults.begin_round` each round, :meth:`Faults.sent_bits` on what it sends, :meth:`Faults.accept`
+on what it received (laid out by its receiving layouts, whose ``half_edges`` are global ids),
+:meth:`Faults.server_rows` with the global ids of its rows, and :meth:`Faults.hold` with its cohorts'
+client ids. Each message is counted once, by its receiver: the counts of all processes add up to the
+counts of one process holding every client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ..messages import EdgeLayout, EdgeTensor
+from ..sheaf.graph import ClientGraph
+from ..streams import stream_seed
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
+
+CLIENT_OUT, LINK_DOWN = 11, 12  # stream kinds of the drop draws (see sheaf_fmtl.streams)
+
+
+def uniforms(seed: int, kind: int, round_: int, ids: np.ndarray) -> np.ndarray:
+    """``U[0, 1)`` draws, one per id, from ``(seed, kind, round, id)`` alone (splitmix64 of the id
+    under a per-round key), so a process holding some ids draws what a process holding all does."""
+    key = np.uint64(stream_seed(seed, kind, round_))
+    x = np.asarray(ids, np.uint64) ^ key
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return (x >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+@dataclass(frozen=True)
+class DropPlan:
+    """Which clients sit out and which messages are lost in a round (see the module docstring)."""
+
+    seed: int
+    drop_prob: float = 0.0
+    link_drop_prob: float = 0.0
+
+    @classmethod
+    def from_config(cls, config: RunConfig) -> DropPlan:
+        """The plan of a :class:`~sheaf_fmtl.config.RunConfig` (keys ``drop_prob``, ``link_drop_prob``)."""
+        return cls(config.seed, config.drop_prob, config.link_drop_prob)
+
+    @property
+    def active(self) -> bool:
+        return self.drop_prob > 0 or self.link_drop_prob > 0
+
+    def sitting_out(self, round_: int, clients: np.ndarray) -> np.ndarray:
+        """``[len(clients)]`` bool: which of these (global ids) miss round ``round_``."""
+        return uniforms(self.seed, CLIENT_OUT, round_, clients) < self.drop_prob
+
+    def delivered(self, round_: int, graph: ClientGraph, half_edges: np.ndarray | None = None) -> np.ndarray:
+        """``[len(half_edges)]`` bool (default: every half-edge): whether the messages along half-edge
+        ``h = src -> dst`` arrive in round ``round_``: its link is up and both ends take part."""
+        h = np.arange(graph.num_half_edges) if half_edges is None else np.asarray(half_edges, np.int64)
+        gone = self.sitting_out(round_, graph.src[h]) | self.sitting_out(round_, graph.dst[h])
+        delivered: np.ndarray = self.link_up(round_, h) & ~gone
+        return delivered
+
+    def link_up(self, round_: int, half_edges: np.ndarray) -> np.ndarray:
+        """``[len(half_edges)]`` bool: which of these links (graph half-edge ids) are up in ``round_``."""
+        return uniforms(self.seed, LINK_DOWN, round_, half_edges) >= self.link_drop_prob
+
+
+def to_device(mask: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A host mask (from the plan) on ``device``; to a GPU by a non-blocking copy, which does not
+    wait for the device (the CUDA runtime stages pageable memory before it returns)."""
+    t = torch.from_numpy(np.ascontiguousarray(mask))
+    return t if device.type == "cpu" else t.to(device, non_blocking=True)
+
+
+def validate(
+    data: torch.Tensor, layout: EdgeLayout, dtype: torch.dtype | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check a received edge buffer against the layout it should follow.
+
+    Args:
+        data: the received flat buffer.
+        layout: the receiving layout (``layout.total`` elements, ``len(layout.sizes)`` half-edges).
+        dtype: the expected element type (``None``: any floating-point type).
+    Returns:
+        ``(buffer, ok)``: ``ok [H]`` bool on ``data``'s device, per half-edge, that its segment is
+        finite; a buffer of the wrong shape or dtype is rejected whole (``ok`` all False, the buffer
+        replaced by zeros of the right shape). One pass over the buffer and one ``index_add``; no
+        host-device synchronisation.
+    """
+    h = len(layout.sizes)
+    good_type = data.dtype == dtype if dtype is not None else data.is_floating_point()
+    if data.dim() != 1 or data.numel() != layout.total or not good_type:
+        zeros = torch.zeros(layout.total, dtype=dtype or torch.float32, device=data.device)
+        return zeros, torch.zeros(h, dtype=torch.bool, device=data.device)
+    if h and bool((layout.sizes == layout.sizes[0]).all()):  # equal segments: a [H, d] view
+        return data, torch.isfinite(data.view(h, -1)).all(1)
+    where = layout.element_positions(data.device)
+    bad = data.new_zeros(h).index_add_(0, where, data * 0)  # NaN where a segment is not finite
+    return data, torch.isfinite(bad)
+
+
+class Faults:
+    """One run's (or one rank's) faults: the drop plan, the current round, and the counts.
+
+    Call :meth:`begin_round` at the start of each round; the transport calls :meth:`sent_bits`,
+    :meth:`accept` (edge payloads) and :meth:`server_rows` (server payloads); the runtime
+    calls :meth:`hold` at the end of the round. Without a graph or an active plan nothing is
+    dropped, but every payload is still validated."""
+
+    def __init__(self, plan: DropPlan | None = None, graph: ClientGraph | None = None) -> None:
+        self.plan = plan if plan is not None and plan.active and graph is not None else None
+        self.graph = graph
+        self.round = 0
+        self.dropped = 0
+        self._rejected: torch.Tensor | int = 0
+        self._delivered: np.ndarray | None = None  # [2E] this round, None: everything arrives
+        self._out: np.ndarray | None = None  # [N] clients sitting this round out, None: none
+
+    # -- the round ---------------------------------------------------------------------------
+    def begin_round(self, round_: int | None = None) -> None:
+        """Draw round ``round_`` (default: the one after the last) of the plan."""
+        self.round = self.round + 1 if round_ is None else round_
+        if self.plan is None or self.graph is None:
+            return
+        self._out = self.plan.sitting_out(self.round, np.arange(self.graph.num_nodes))
+        self._delivered = self.plan.delivered(self.round, self.graph)
+        if not self._out.any():
+            self._out = None
+
+    def sitting_out(self) -> np.ndarray | None:
+        """``[N]`` bool: the clients that miss this round (``None``: none)."""
+        return self._out
+
+    def _ids(self, layout: EdgeLayout) -> np.ndarray:
+        return np.arange(len(layout.sizes)) if layout.half_edges is None else layout.half_edges
+
+    def sent(self, layout: EdgeLayout) -> np.ndarray | None:
+        """``[H]`` bool per sending position: its message arrives (``None``: all do)."""
+        return None if self._delivered is None else self._delivered[self._ids(layout)]
+
+    def heard(self, layout: EdgeLayout) -> np.ndarray | None:
+        """``[H]`` bool per receiving position ``i -> j``: ``j``'s message along ``j -> i`` arrives."""
+        if self._delivered is None or self.graph is None:
+            return None
+        heard: np.ndarray = self._delivered[self.graph.rev[self._ids(layout)]]
+        return heard
+
+    def sent_bits(self, data: torch.Tensor, layout: EdgeLayout) -> int:
+        """Bits put on the wire for ``data`` laid out by ``layout``: dropped messages excluded."""
+        sent = self.sent(layout)
+        if sent is None or data.numel() != layout.total:
+            return data.numel() * data.element_size() * 8
+        return int(layout.sizes[sent].sum()) * data.element_size() * 8
+
+    # -- receiving ---------------------------------------------------------------------------
+    def accept(self, received: Mapping[str, EdgeTensor]) -> dict[str, EdgeTensor]:
+        """Validate the buffers of one exchange (all on the same half-edge positions), drop what the
+        plan loses, zero what is not accepted and set ``heard`` on each; count both."""
+        if not received:
+            return {}
+        first = next(iter(received.values())).layout
+        checked = {name: validate(item.data, item.layout) for name, item in received.items()}
+        ok = torch.stack([fine for _, fine in checked.values()]).all(0)
+        heard = self.heard(first)
+        if heard is not None:
+            self.dropped += int((~heard).sum())
+            lost = to_device(~heard, ok.device)
+            self._count(ok | lost)
+            ok = ok & ~lost
+        else:
+            self._count(ok)
+        out = {}
+        for name, (data, _) in checked.items():
+            layout = received[name].layout
+            keep = ok.index_select(0, layout.element_positions(ok.device))
+            out[name] = EdgeTensor(torch.where(keep, data, data.new_zeros(())), layout, ok)
+        return out
+
+    def server_rows(
+        self, data: torch.Tensor, clients: np.ndarray | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """A server's uplink ``data [n, d]`` from ``clients`` (global ids; default ``0..n-1``):
+        ``(accepted [n] bool, present [n] bool or None, rows sent)``; a non-finite row is rejected,
+        an absent client's row never arrives."""
+        ok = torch.isfinite(data).all(1) if data.dim() == 2 else torch.zeros(len(data), dtype=torch.bool)
+        out = self._out
+        if out is not None and clients is not None:
+            out = out[clients]
+        if out is None:
+            self._count(ok)
+            return ok, None, len(data)
+        self.dropped += 2 * int(out.sum())  # its uplink and its downlink
+        present = to_device(~out, data.device)
+        self._count(ok | ~present)
+        return ok & present, present, int((~out).sum())
+
+    def _count(self, accepted_or_lost: torch.Tensor) -> None:
+        self._rejected = self._rejected + (~accepted_or_lost).sum()
+
+    # -- the end of the round -----------------------------------------------------------------
+    def hold(self, state: Any, before: Mapping[str, Any], rows: Sequence[np.ndarray]) -> None:
+        """Put back, for the clients that sat this round out, the rows of every per-client field
+        (``state.client_rows``: a list of per-cohort stacks, or one stack) as they were at the start
+        of the round (``before``, from :meth:`snapshot`). ``rows[c]``: the global client id of each
+        row of cohort ``c``'s stack (``Cohort.clients``; a shard holds some clients only)."""
+        out = self._out
+        if out is None:
+            return
+        for name, old in before.items():
+            new = getattr(state, name)
+            stacks = new if isinstance(new, list) else [new]
+            olds = old if isinstance(old, list) else [old]
+            held = []
+            for ids, n, o in zip(rows, stacks, olds, strict=True):
+                keep = to_device(out[ids], n.device).view(-1, *[1] * (n.dim() - 1))
+                held.append(torch.where(keep, o, n))
+            setattr(state, name, held if isinstance(new, list) else held[0])
+
+    def snapshot(self, state: Any) -> dict[str, Any]:
+        """References to the per-client fields at the start of a round (empty when no client sits
+        it out: nothing to hold). Algorithms replace these tensors, never write them in place."""
+        if self._out is None:
+            return {}
+        return {name: getattr(state, name) for name in getattr(state, "client_rows", ("thetas",))}
+
+    # -- counts ------------------------------------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        """``rejected_messages`` and ``dropped_messages`` so far (reads the device counter)."""
+        return {"rejected_messages": int(self._rejected), "dropped_messages": self.dropped}
+
+    def state_dict(self) -> dict[str, int]:
+        """What a checkpoint keeps to resume the same draws and counts."""
+        return {"round": self.round, **self.counts()}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        self.round = int(state["round"])
+        self.dropped = int(state["dropped_messages"])
+        self._rejected = int(state["rejected_messages"])
