@@ -1,0 +1,260 @@
+"""Resumable checkpoints of a run folder, written atomically and in the background.
+
+Layout: ``RUN/checkpoints/round-00000040/`` holds one shard per process (``shard-00000.pt``: that
+process's state, random streams, transport counters and sample counts; :func:`write_shard`) and
+``manifest.json`` (the round, the shard names, the metrics rows and the last evaluation so far;
+:func:`write_manifest`), written last, once every shard is there. A
+checkpoint is complete only when its manifest exists and names shards that exist; a leftover
+temporary file or a folder without a manifest (a write cut short) is ignored, and the previous
+complete checkpoint is used. Every file is written to a temporary name in its folder, flushed,
+fsynced and renamed (``os.replace``).
+
+Cost: the run stops only for :func:`snapshot`, host copies of the small parts of its state (models,
+messages, pending rank-one factors, random streams); the restriction maps, which change in place
+only when the deferred rank-one steps are folded in (:mod:`sheaf_fmtl.sheaf.deferred`), are written
+from the run's own tensors, and a fold waits for the write in flight. The write (``torch.save`` +
+fsync) runs in a background thread while the rounds go on, one at a time (a checkpoint due while the
+previous one is still being written waits for it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..algorithms.snapshot import host_copy, to_device
+
+if TYPE_CHECKING:
+    from ..metrics.flops import SampleCounter
+    from .simulate import Simulation
+
+CHECKPOINTS = "checkpoints"
+MANIFEST = "manifest.json"
+FORMAT = 1
+_ROUND_DIR = re.compile(r"round-(\d+)")
+
+
+def process_count() -> int:
+    """Processes of this run: the ``torch.distributed`` group's size, 1 without a group."""
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def shard_name(rank: int) -> str:
+    return f"shard-{rank:05d}.pt"
+
+
+def round_dir(run_dir: Path, round_: int) -> Path:
+    return run_dir / CHECKPOINTS / f"round-{round_:08d}"
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # e.g. a platform without directory handles
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, write: Any) -> None:
+    """``write(file)`` into a temporary file beside ``path``, flushed and fsynced, then renamed
+    onto ``path`` (a reader sees the old file or the whole new one, never a part)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
+def write_shard(run_dir: Path, round_: int, shard: dict[str, Any], rank: int = 0) -> Path:
+    """Write process ``rank``'s shard of the checkpoint of round ``round_``; returns its folder."""
+    folder = round_dir(run_dir, round_)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write(folder / shard_name(rank), lambda f: torch.save(shard, f))
+    return folder
+
+
+def write_manifest(run_dir: Path, round_: int, manifest: dict[str, Any], world: int = 1) -> Path:
+    """Complete the checkpoint of round ``round_`` once the ``world`` shards are written (in several
+    processes: after a barrier, by one of them): the manifest, then every other checkpoint folder
+    is removed. Returns the checkpoint folder."""
+    folder = round_dir(run_dir, round_)
+    shards = [shard_name(r) for r in range(world)]
+    body = {**manifest, "format": FORMAT, "round": round_, "shards": shards}
+    text = json.dumps(body, indent=1, default=float)  # numbers as repr: they read back exactly
+    atomic_write(folder / MANIFEST, lambda f: f.write(text.encode()))
+    for other in (run_dir / CHECKPOINTS).iterdir():
+        if other != folder and other.is_dir() and _ROUND_DIR.fullmatch(other.name):
+            shutil.rmtree(other, ignore_errors=True)
+    return folder
+
+
+def write_checkpoint(run_dir: Path, round_: int, shard: dict[str, Any], manifest: dict[str, Any]) -> Path:
+    """The checkpoint of a run in one process: its one shard, then the manifest."""
+    write_shard(run_dir, round_, shard)
+    return write_manifest(run_dir, round_, manifest)
+
+
+def read_manifest(folder: Path) -> dict[str, Any] | None:
+    """The manifest of a complete checkpoint folder, or ``None`` (no manifest, unreadable, or a
+    shard it names is missing)."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        return None
+    if not all((folder / str(s)).is_file() for s in manifest.get("shards", [None])):
+        return None
+    return manifest
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The complete checkpoint folder of ``run_dir`` with the highest round, or ``None``."""
+    base = Path(run_dir) / CHECKPOINTS
+    if not base.is_dir():
+        return None
+    found = [(int(m.group(1)), p) for p in base.iterdir() if (m := _ROUND_DIR.fullmatch(p.name))]
+    for _, folder in sorted(found, reverse=True):
+        if read_manifest(folder) is not None:
+            return folder
+    return None
+
+
+def read_checkpoint(folder: Path, rank: int = 0) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(manifest, shard of rank)`` of a complete checkpoint folder."""
+    manifest = read_manifest(folder)
+    if manifest is None:
+        raise ValueError(f"{folder} is not a complete checkpoint (no manifest or a shard missing)")
+    shard = torch.load(folder / manifest["shards"][rank], map_location="cpu", weights_only=True)
+    return manifest, shard
+
+
+def remove_checkpoints(run_dir: Path, keep: Path | None = None) -> None:
+    """Remove the run's checkpoint folders (all of them, or all but ``keep``)."""
+    base = run_dir / CHECKPOINTS
+    if not base.is_dir():
+        return
+    for p in base.iterdir():
+        if p != keep:
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    if keep is None:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+class CheckpointWriter:
+    """Writes checkpoints of one run folder in a background thread, one at a time.
+
+    Args:
+        run_dir: the run folder (``None``: a run in memory; nothing is written).
+    """
+
+    def __init__(self, run_dir: str | Path | None) -> None:
+        self.dir = None if run_dir is None else Path(run_dir)
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self.written: list[Path] = []
+
+    def save(self, round_: int, shard: dict[str, Any], manifest: dict[str, Any], wait: bool = False) -> None:
+        """Write ``shard`` (host copies, not touched by the run afterwards) and ``manifest`` as the
+        checkpoint of round ``round_``; in the background unless ``wait``."""
+        if self.dir is None:
+            return
+        self.wait()
+        run_dir = self.dir
+
+        def work() -> None:
+            try:
+                self.written.append(write_checkpoint(run_dir, round_, shard, manifest))
+            except BaseException as e:  # noqa: BLE001 - raised again by wait()
+                self._error = e
+
+        self._thread = threading.Thread(target=work, name=f"checkpoint-{round_}", daemon=True)
+        self._thread.start()
+        if wait:
+            self.wait()
+
+    @property
+    def busy(self) -> bool:
+        """A write is in flight."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self) -> None:
+        """Wait for the write in flight; raise its error (OSError: disk full, ...) if it failed."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+
+def transport_counters(transport: object) -> dict[str, Any]:
+    """The transport's counters (bits, and any other number or tensor it accumulates) and the
+    ``state_dict()`` of its parts that have one (the fault injector's round and counts)."""
+    out: dict[str, Any] = {}
+    for name, value in vars(transport).items():
+        if isinstance(value, int | float | torch.Tensor):
+            out[name] = host_copy(value)
+        elif callable(getattr(value, "state_dict", None)):
+            out[name] = {"state_dict": host_copy(value.state_dict())}
+    return out
+
+
+def load_transport_counters(transport: object, saved: dict[str, Any], device: torch.device) -> None:
+    """Put back what :func:`transport_counters` returned."""
+    for name, value in saved.items():
+        if isinstance(value, dict) and "state_dict" in value:
+            getattr(transport, name).load_state_dict(to_device(value["state_dict"], device))
+        else:
+            setattr(transport, name, to_device(value, device))
+
+
+def snapshot(
+    sim: Simulation[Any], counter: SampleCounter, guard: Callable[[], None] | None = None
+) -> dict[str, Any]:
+    """One process's shard: host copies of the algorithm state (maps with their pending factors),
+    every random stream, the transport's counters and the samples behind the local gradients.
+
+    Sheaf-FMTL's deferred maps are not copied (see ``SheafState.checkpoint``): ``guard`` (e.g.
+    :meth:`CheckpointWriter.wait`) is called before the run next writes them in place, so a
+    background write of this shard reads them unchanged, and the run stalls only if that write is
+    still going at the next fold (every ``~sqrt(d_ij)`` rounds)."""
+    store = getattr(sim.state, "store", None)
+    if store is not None and hasattr(store, "before_write"):
+        store.before_write = guard
+    return {
+        "state": sim.state.checkpoint(),
+        "random": host_copy(sim.ctx.random_state()),
+        "transport": transport_counters(sim.transport),
+        "faults": sim.transport.faults.state_dict(),  # round of the drop plan, fault counts
+        "samples": counter.samples(),
+    }
+
+
+def restore(sim: Simulation[Any], counter: SampleCounter, shard: dict[str, Any]) -> None:
+    """Put a :func:`snapshot` back into a simulation freshly built from the same config."""
+    device = sim.state.thetas[0].device
+    sim.state.restore(shard["state"], device)
+    sim.ctx.load_random_state(shard["random"])
+    load_transport_counters(sim.transport, shard["transport"], device)
+    if "faults" in shard:
+        sim.transport.faults.load_state_dict(shard["faults"])
+    for count, n in zip(counter.counts, shard["samples"], strict=True):
+        count.fill_(int(n))
