@@ -109,6 +109,7 @@ def run(
     out: str | Path | None = None,
     overwrite: bool = False,
     progress: bool = False,
+    resume: str | Path | None = None,
     **keys: Any,
 ) -> RunResult:
     """Run one experiment, as ``sheaf-fmtl run`` does.
@@ -119,6 +120,9 @@ def run(
             ``checkpoint.pt``); ``None``: nothing is written.
         overwrite: accept and clear a non-empty ``out``.
         progress: show a progress bar.
+        resume: a stopped run's folder: continue it from its last checkpoint with its saved
+            config (``config`` and ``out`` not given; ``keys`` may only change ``rounds`` and the
+            keys that leave the mathematics alone, as ``sheaf-fmtl run --resume``).
         **keys: config keys (README, "Config keys"), applied on top of ``config``.
     Returns:
         A :class:`RunResult`. A run stopped by SIGINT/SIGTERM returns what it has, with
@@ -127,10 +131,20 @@ def run(
         ConfigError: a bad key, type or range (before any work).
         sheaf_fmtl.runtime.simulate.DivergenceError: the loss became NaN or infinite.
     """
+    from .runtime.resume import resume as resume_run
     from .runtime.simulate import execute
     from .scenarios import build
 
-    resolved = resolve_config(config, **keys)
-    outcome = execute(resolved, out, progress=progress, overwrite=overwrite, build=build)
+    if resume is not None:
+        if config is not None or out is not None or overwrite:
+            raise ConfigError(
+                "resume= continues a run folder with its own config: give no config, out or overwrite"
+            )
+        outcome = resume_run(resume, keys=keys, progress=progress, build=build)
+        out = resume
+    else:
+        outcome = execute(
+            resolve_config(config, **keys), out, progress=progress, overwrite=overwrite, build=build
+        )
     where = None if out is None else Path(out)
     return RunResult(outcome.config, outcome.summary, outcome.rows, outcome.final, where)

@@ -31,7 +31,7 @@ def _default_out(algorithm: str, dataset: str) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .runtime.simulate import run
+    from .runtime.launch import run_any
     from .scenarios import build
 
     if args.resume:
@@ -43,8 +43,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         experiments_cli.run_seeds(config, seeds, out, progress=not args.quiet)
         print((out / "aggregate.md").read_text().rstrip())
         return 0
-    summary = run(config, out, progress=not args.quiet, overwrite=args.overwrite, build=build)
-    return _report(summary, out)
+    summary = run_any(config, out, progress=not args.quiet, overwrite=args.overwrite, build=build)
+    return 0 if summary is None else _report(summary, out)  # None: a rank other than 0
 
 
 def _resume(args: argparse.Namespace, build: Any) -> dict[str, Any]:

@@ -62,6 +62,9 @@ class RunConfig:
     stability_check: bool = True  # refuse alpha*lam*lambda_max(L) >= 2 at start-up (power iteration)
     drop_prob: float = 0.0  # simulated faults: a client misses a round with this probability
     link_drop_prob: float = 0.0  # ... a message along a link is lost (runtime/faults.py)
+    processes: int = 1  # > 1: run the clients in this many local processes (runtime/distributed.py)
+    partition: str = "contiguous"  # clients over processes: contiguous blocks, or community (fewer cut edges)
+    timeout_s: float = 60.0  # processes: a peer silent this long ends the run (one line naming it)
     data_dir: str = ""
     device: str = "cpu"
     data: dict[str, Any] = field(default_factory=dict)  # dataset-specific options
@@ -97,6 +100,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "dpsgd_order": ("lian", "atc"),
     "init": ("common", "per-client"),
     "map_draw": ("host", "device"),
+    "partition": ("contiguous", "community"),
     "topology": ("none", "conventional-fmtl", "personalised-fl", "hybrid-fl"),
 }
 # key -> (lower, lower inclusive, upper, upper inclusive, text)
@@ -126,6 +130,8 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "perfedavg_beta": (0.0, False, None, False, "perfedavg_beta > 0"),
     "drop_prob": (0.0, True, 1.0, False, "0 <= drop_prob < 1"),
     "link_drop_prob": (0.0, True, 1.0, False, "0 <= link_drop_prob < 1"),
+    "processes": (1, True, None, False, "processes >= 1"),
+    "timeout_s": (0.0, False, None, False, "timeout_s > 0"),
 }
 
 

@@ -16,8 +16,9 @@ gradients, batched CNN layers).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -27,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, grad_and_value, vmap
 
-from .data.base import FederatedDataset
+from .data.base import ClientSplit, FederatedDataset
 from .models import build_model, default_model, grouped
 from .models.linear import linear_forward, linear_gradients, linear_shape
 from .streams import ClientStreams, draw_keys
@@ -102,6 +103,7 @@ class Cohort:
         init=False, default_factory=dict, repr=False
     )
     _client_ids: list[int] = field(init=False, repr=False)
+    first_client: int = field(init=False, default=-1)  # global id of the architecture's first client
 
     def __post_init__(self) -> None:
         self.group = self.size if self.x_train.is_cuda else GROUP_CLIENTS
@@ -222,11 +224,11 @@ class Cohort:
         draw nothing (their keys are 0: a batch of at least ``n_i`` takes all their samples)."""
         if draw_above not in self._key_slots:  # from the n_i alone: built once, no sync afterwards
             n = self.n_host
-            counts = torch.where(n > draw_above, n, torch.zeros_like(n))
+            drawn = torch.where(n > draw_above, n, torch.zeros_like(n))
             pos = torch.arange(self.x_train.shape[1])
             base = torch.full((len(n), len(pos)), 2.0).masked_fill_(pos < n[:, None], 0.0)
-            slots = torch.nonzero((pos < counts[:, None]).flatten()).flatten()  # row-major
-            self._key_slots[draw_above] = (counts.tolist(), slots, base)
+            slots = torch.nonzero((pos < drawn[:, None]).flatten()).flatten()  # row-major
+            self._key_slots[draw_above] = (drawn.tolist(), slots, base)
         counts, slots, base = self._key_slots[draw_above]
         parts = draw_keys(source, self._client_ids, counts)
         keys = base.clone().view(-1).index_copy_(0, slots, torch.cat(parts)).view(base.shape)
@@ -339,9 +341,11 @@ class Cohort:
 
     def init_thetas(self, seed: int, common: bool = False) -> torch.Tensor:
         """Parameters from the module's default initialiser: one draw per client, seeded per client,
-        or (``common``) one draw seeded by the cohort's first client, shared by every client."""
+        or (``common``) one draw seeded by the architecture's first client (``first_client``; the
+        cohort's first when unset), shared by every client."""
         if common:
-            first = self.init_thetas_for([int(self.clients[0])], seed, stream=8)
+            lead = self.first_client if self.first_client >= 0 else int(self.clients[0])
+            first = self.init_thetas_for([lead], seed, stream=8)
             return first.expand(self.size, -1).clone()
         return self.init_thetas_for(self.clients.tolist(), seed, stream=7)
 
@@ -370,6 +374,8 @@ class Federation:
     position: np.ndarray
     _index: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict, repr=False)
     batch_streams: ClientStreams | None = field(default=None, repr=False)
+    all_dims: np.ndarray | None = field(default=None, repr=False)  # [N] d_i of every client
+    train_sizes: np.ndarray | None = field(default=None, repr=False)  # [N] n_i of every client
 
     def with_streams(self, seed: int) -> Federation:
         """This federation (the same cohorts and data, not copied) with its own random streams: every
@@ -402,12 +408,30 @@ class Federation:
         return self.dataset.task
 
     def node_dims(self) -> np.ndarray:
+        """``d_i`` of every client ``[N]``, also of those held by other processes."""
+        if self.all_dims is not None:
+            return self.all_dims
         return np.array([self.cohorts[c].dim for c in self.cohort_of], dtype=np.int64)
+
+    @property
+    def held(self) -> np.ndarray:
+        """``[N]`` bool: the clients this process holds."""
+        return self.cohort_of >= 0
+
+    def steps_per_epoch(self, batch_size: int) -> int:
+        """Steps of one pass over the largest client's data, over every client (held here or not):
+        ``ceil(max n_i / B)`` (one step for ``B <= 0``)."""
+        sizes = (
+            self.train_sizes
+            if self.train_sizes is not None
+            else [len(c.y_train) for c in self.dataset.clients]
+        )
+        return 1 if batch_size <= 0 else max(1, math.ceil(max(sizes, default=0) / batch_size))
 
     def per_client(self, per_cohort: list[torch.Tensor]) -> torch.Tensor:
         """Scatter per-cohort ``[C, ...]`` results back to client order ``[N, ...]``."""
         first = per_cohort[0]
-        out = first.new_empty((self.num_clients, *first.shape[1:]))
+        out = first.new_zeros((self.num_clients, *first.shape[1:]))  # zero: clients held elsewhere
         for k, (_, values) in enumerate(zip(self.cohorts, per_cohort, strict=True)):
             out.index_copy_(0, self.client_index(k, out.device), values)
         return out
@@ -422,20 +446,32 @@ class Federation:
 
 
 def build_federation(
-    dataset: FederatedDataset, model: str = "auto", *, l2: float = 0.0, device: str | torch.device = "cpu"
+    dataset: FederatedDataset,
+    model: str = "auto",
+    *,
+    l2: float = 0.0,
+    device: str | torch.device = "cpu",
+    clients: Sequence[int] | None = None,
 ) -> Federation:
     """Group clients by (model, input shape). ``model``: a name, ``auto`` (the paper's tabular
-    default for the task), or a comma-separated list assigned round-robin (heterogeneous models)."""
+    default for the task), or a comma-separated list assigned round-robin (heterogeneous models).
+    ``clients``: hold only these global client ids (a shard; default all). ``cohort_of`` and
+    ``position`` stay indexed by global id, ``-1`` for a client held elsewhere; a cohort's common
+    initial model is seeded by its architecture's first client over the whole federation."""
     names = [default_model(dataset.task) if m.strip() == "auto" else m.strip() for m in model.split(",")]
     outputs = dataset.num_classes if dataset.task == "classification" else 1
     keys = [(names[i % len(names)], dataset.feature_shape(i)) for i in range(dataset.num_clients)]
-    distinct = list(dict.fromkeys(keys))
-    cohort_of = np.array([distinct.index(k) for k in keys], np.int64)
-    position = np.zeros(len(keys), np.int64)
+    held = np.zeros(len(keys), bool)
+    held[np.arange(len(keys)) if clients is None else np.asarray(clients, np.int64)] = True
+    distinct = list(dict.fromkeys(keys))  # architectures, in order of their first client
+    first = {k: keys.index(k) for k in distinct}
+    local = [k for k in distinct if any(held[i] for i in range(len(keys)) if keys[i] == k)]
+    cohort_of = np.array([local.index(k) if held[i] else -1 for i, k in enumerate(keys)], np.int64)
+    position = np.full(len(keys), -1, np.int64)
     dev = torch.device(device)
     ydtype = torch.long if dataset.task == "classification" else torch.float32
     cohorts = []
-    for c, (name, shape) in enumerate(distinct):
+    for c, (name, shape) in enumerate(local):
         members = np.flatnonzero(cohort_of == c)
         position[members] = np.arange(len(members))
         splits = [dataset.clients[i] for i in members]
@@ -444,8 +480,29 @@ def build_federation(
         x_te, n_te = _pad([s.x_test for s in splits], torch.float32, dev)
         y_te, _ = _pad([s.y_test for s in splits], ydtype, dev)
         module = build_model(name, shape, outputs).to(dev)
-        cohorts.append(Cohort(c, members, name, module, dataset.task, l2, x_tr, y_tr, n_tr, x_te, y_te, n_te))
-    return Federation(dataset, cohorts, cohort_of, position)
+        cohort = Cohort(c, members, name, module, dataset.task, l2, x_tr, y_tr, n_tr, x_te, y_te, n_te)
+        cohort.first_client = first[(name, shape)]
+        cohorts.append(cohort)
+    with torch.random.fork_rng(devices=[]):  # d_i of architectures held elsewhere; no global draw
+        dims = {k: count_parameters(build_model(k[0], k[1], outputs)) for k in distinct}
+    all_dims = np.array([dims[k] for k in keys], np.int64)
+    sizes = np.array([len(c.y_train) for c in dataset.clients], np.int64)
+    kept = dataset if held.all() else _only(dataset, held)
+    return Federation(kept, cohorts, cohort_of, position, all_dims=all_dims, train_sizes=sizes)
+
+
+def _only(dataset: FederatedDataset, held: np.ndarray) -> FederatedDataset:
+    """``dataset`` with empty arrays (same feature shapes) for the clients not ``held``: a shard
+    keeps no reference to the other clients' data."""
+
+    def empty(a: np.ndarray) -> np.ndarray:
+        return np.empty((0, *a.shape[1:]), a.dtype)
+
+    clients = tuple(
+        c if keep else ClientSplit(empty(c.x_train), empty(c.y_train), empty(c.x_test), empty(c.y_test))
+        for c, keep in zip(dataset.clients, held.tolist(), strict=True)
+    )
+    return dataclasses.replace(dataset, clients=clients)
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -127,7 +127,9 @@ def test_overwrite_clears_an_earlier_run_so_no_stale_file_survives(sandbox, caps
         == 1
     )  # diverges: no checkpoint of its own
     assert "NaN" in capsys.readouterr().err
-    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "metrics.csv", "summary.json"]
+    # no checkpoint.pt of its own; the resumable checkpoint of round 1 stays (issue 11)
+    kept = ["checkpoints", "config.yaml", "metrics.csv", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == kept
     assert json.loads((out / "summary.json").read_text())["status"] == "diverged"
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 import torch
 
 from ..federation import Batch, EpochPlan
-from ..messages import Payload
+from ..messages import Comm, LocalComm, Payload
 from .snapshot import data_fields, host_copy, load_fields, to_device
 
 if TYPE_CHECKING:
@@ -71,6 +71,9 @@ class Context:
     # :meth:`stochastic_gradients` returns ``gradient_source(thetas)`` and draws no batch. The bench
     # sets it to freeze the local gradients while it times the rest of a round; runs leave it None.
     gradient_source: GradientSource | None = field(default=None, repr=False)
+    # Cross-process sums and uncounted exchanges for reporting (the runtime's transport; in one
+    # process a LocalComm): penalties, norms and evaluation means go through it.
+    comm: Comm = field(default_factory=LocalComm, repr=False)
 
     @property
     def batch_source(self) -> ClientStreams | torch.Generator:
@@ -82,8 +85,9 @@ class Context:
         return self.config.local_epochs > 0
 
     def steps_per_epoch(self) -> int:
-        """Steps of one pass over the largest client's data, over all cohorts."""
-        return max(c.steps_per_epoch(self.config.batch_size) for c in self.fed.cohorts)
+        """Steps of one pass over the largest client's data, over every client of the federation
+        (also those held by other processes)."""
+        return self.fed.steps_per_epoch(self.config.batch_size)
 
     def local_steps(self) -> int:
         """Local SGD steps per round: ``local_epochs`` passes over the largest client's data, or

@@ -15,6 +15,10 @@ With ``local_epochs = E > 0`` (FedU's reference code and the Sheaf-FMTL authors'
 is ``E`` passes of mini-batch SGD on ``f_i``, then the exchange and the coupling step
 ``theta_i <- theta_i - alpha lam sum_j a_ij (theta_i - theta_j)``.
 Start-up: ``alpha lam lambda_max(weighted graph Laplacian) >= 2`` makes the coupling diverge and is refused.
+
+Missing neighbours (``drop_prob``, ``link_drop_prob``, rejected messages): a client skips the term
+``a_ij (theta_i - theta_j)`` of each neighbour whose model did not arrive, for that round. A client
+that sits a round out sends nothing, receives nothing and keeps its model (the runtime puts it back).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import torch
 from ..config import RunConfig
 from ..messages import Payload
 from .base import Algorithm, Context, register
-from .coupling import coupling_energy, require_stable_coupling
+from .coupling import require_stable_coupling
 from .gossip import GossipState, ModelGossip, gossip_init
 from .steps import gradient, sgd_steps
 
@@ -41,16 +45,22 @@ class DFedU(Algorithm[GossipState]):
         self.notes: list[str] = []
         self.a_half: torch.Tensor | None = None  # [H, 1] a_ij per half-edge (None: all 1)
 
-    def _coupling(self, gossip: ModelGossip, theta: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
-        """``[N, d]``: ``sum_j a_ij (theta_i - theta_j)``, the weighted graph Laplacian times theta."""
+    def _coupling(
+        self, gossip: ModelGossip, theta: torch.Tensor, theirs: torch.Tensor, heard: torch.Tensor | None
+    ) -> torch.Tensor:
+        """``[N, d]``: ``sum_j a_ij (theta_i - theta_j)``, the weighted graph Laplacian times theta,
+        over the neighbours heard (``heard [H, 1]``, ``None``: all)."""
         diff = theta[gossip.src] - theirs
+        if heard is not None:
+            diff = torch.where(heard, diff, diff.new_zeros(()))
         return gossip.neighbour_sum(diff if self.a_half is None else self.a_half * diff)
 
     def init(self, ctx: Context) -> GossipState:
         state = gossip_init(ctx, self.name)
         if ctx.graph.weighted:
             ref = state.thetas[0]
-            a = ctx.graph.half_edge_weights()
+            assert state.gossip is not None
+            a = state.gossip.on_half_edges(ctx.graph.half_edge_weights())
             self.a_half = torch.as_tensor(a, dtype=ref.dtype, device=ref.device)[:, None]
         if ctx.config.stability_check and self.lam > 0:
             lambda_max = float(nx.laplacian_spectrum(ctx.graph.to_networkx()).max())
@@ -74,24 +84,26 @@ class DFedU(Algorithm[GossipState]):
     def receive(self, state: GossipState, incoming: Payload, phase: int, ctx: Context) -> GossipState:
         gossip, grads = state.gossip, state.grads
         assert gossip is not None
-        theirs = gossip.received(incoming["model"])
+        theirs, heard = gossip.received(incoming["model"]), gossip.heard(incoming["model"])
         theta = state.thetas[0]
         if grads is None:  # local-epochs mode: the coupling step alone
-            state.thetas = [theta - (self.alpha * self.lam) * self._coupling(gossip, theta, theirs)]
+            state.thetas = [theta - (self.alpha * self.lam) * self._coupling(gossip, theta, theirs, heard)]
             return state
         for step in range(self.local_steps):
             if step > 0:
                 grads = gradient(ctx, theta, state)
-            theta = theta - self.alpha * (grads + self.lam * self._coupling(gossip, theta, theirs))
+            theta = theta - self.alpha * (grads + self.lam * self._coupling(gossip, theta, theirs, heard))
         state.thetas = [theta]
         return state
 
     def penalty(self, state: GossipState, ctx: Context) -> tuple[float, float]:
         assert state.gossip is not None
-        diff = state.gossip.edge_differences(state.thetas[0])
-        if self.a_half is not None:  # a_ij ||theta_i - theta_j||^2: half-edge 2e carries edge e's a_ij
-            diff = self.a_half[0::2].sqrt() * diff
-        return coupling_energy(diff, self.lam)
+        diff = state.gossip.half_edge_differences(state.thetas[0], ctx.comm)
+        if self.a_half is not None:  # a_ij ||theta_i - theta_j||^2
+            diff = self.a_half.sqrt() * diff
+        local = (diff.double() ** 2).sum()
+        e = 0.5 * float(ctx.comm.all_sum(local))  # each edge once from each end
+        return 0.5 * self.lam * e, e
 
     def diagnose(self, state: GossipState, ctx: Context) -> list[str]:
         notes, self.notes = self.notes, []

@@ -7,6 +7,8 @@ mini-batches):
   ``v_i <- v_i - alpha (g_i(v_i) + lam (v_i - w^t))``.
 The server sets ``w^{t+1} = sum_i n_i w_i / sum_i n_i``. ``thetas``: the personal models ``v_i``
 (what is evaluated); ``penalty``: ``lam/2 sum_i ||v_i - w||^2`` with the current global ``w``.
+Missing clients (``drop_prob``, rejected rows): the server averages over the clients that reported;
+a client that sits a round out keeps its models (:class:`.server.ServerAlgorithm`).
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ With ``local_epochs = E > 0`` a round is ``E`` passes of mini-batch SGD on each 
 the mixing ``x_i <- sum_j w_ij x_j`` (local SGD with gossip averaging).
 Every client sends its whole model (``d`` floats) to each neighbour. There is no coupling term
 (consensus is sought through mixing): ``penalty`` is ``None``. ``thetas``: the local models ``x_i``.
+Missing neighbours (``drop_prob``, ``link_drop_prob``, rejected messages): a client renormalises
+its mixing weights over itself and the neighbours heard, ``x_i <- (w_ii x_i + sum_{j heard} w_ij
+x_j) / (w_ii + sum_{j heard} w_ij)``. A client that sits a round out sends nothing, receives nothing
+and keeps its model (the runtime puts it back).
 Edge weights ``a_ij`` of a weighted graph are ignored (the mixing weights come from the degrees), with
 a warning.
 """
@@ -57,6 +61,8 @@ class DPSGD(Algorithm[GossipState]):
                 stacklevel=2,
             )
         w, self_w = metropolis_weights(ctx.graph)
+        assert state.gossip is not None
+        w, self_w = state.gossip.on_half_edges(w), state.gossip.on_clients(self_w)
         ref = state.thetas[0]
         state.mixing = (
             torch.as_tensor(w, dtype=ref.dtype, device=ref.device)[:, None],
@@ -83,7 +89,13 @@ class DPSGD(Algorithm[GossipState]):
         gossip, own, mixing = state.gossip, state.outgoing, state.mixing
         assert gossip is not None and own is not None and mixing is not None
         w, self_w = mixing
-        mixed = self_w * own + gossip.neighbour_sum(w * gossip.received(incoming["model"]))
+        terms, heard = w * gossip.received(incoming["model"]), gossip.heard(incoming["model"])
+        if heard is None:
+            mixed = self_w * own + gossip.neighbour_sum(terms)
+        else:  # over the neighbours heard: w_ii + sum_{j heard} w_ij = 1 - sum_{j missed} w_ij
+            missed = gossip.neighbour_sum(torch.where(heard, w.new_zeros(()), w))
+            terms = torch.where(heard, terms, terms.new_zeros(()))
+            mixed = (self_w * own + gossip.neighbour_sum(terms)) / (1.0 - missed)
         grads = state.grads if self.order == "lian" else None  # None too after local epochs
         state.thetas = [mixed if grads is None else mixed - self.alpha * grads]
         return state

@@ -6,6 +6,8 @@ Round ``t``: every client starts from the global model ``w^t``, runs ``local_ste
 ``w_i <- w_i - alpha g_i(w_i)``, uplinks ``w_i``; the server sets ``w^{t+1} = sum_i n_i w_i / sum_i n_i``
 (``n_i``: training sample counts) and downlinks it. Traffic per round: ``d`` floats up and ``d``
 down per client. ``thetas``: the global model, one copy per client (evaluated on each client's data).
+Missing clients (``drop_prob``, rejected rows): the server averages over the clients that reported;
+a client that sits a round out keeps its models (:class:`.server.ServerAlgorithm`).
 """
 
 from __future__ import annotations

@@ -7,22 +7,44 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..messages import EdgeLayout, EdgeTensor, ServerTensor
+from ..messages import Comm, EdgeLayout, EdgeTensor, ServerTensor
 from ..sheaf.graph import ClientGraph
 from .base import Context, State
 from .steps import require_single_cohort
 
 
 class ModelGossip:
-    """Whole models along half-edges: buffer position ``q`` is graph half-edge ``q`` (``src[q] ->
-    dst[q]``) and carries ``theta_{src[q]}`` (``d`` floats); what arrives at ``q`` is ``theta_{dst[q]}``."""
+    """Whole models along the half-edges whose source is held here (every half-edge in one process,
+    graph order): buffer position ``q`` is half-edge ``half_edges[q]`` (``i -> j``) and carries
+    ``theta_i`` (``d`` floats); what arrives at ``q`` is ``theta_j``. Rows of ``theta`` are the held
+    clients ``clients`` (global ids) in order."""
 
-    def __init__(self, graph: ClientGraph, dim: int, device: torch.device | str = "cpu") -> None:
-        self.num_nodes = graph.num_nodes
+    def __init__(
+        self,
+        graph: ClientGraph,
+        dim: int,
+        device: torch.device | str = "cpu",
+        clients: np.ndarray | None = None,
+    ) -> None:
+        self.clients = np.arange(graph.num_nodes) if clients is None else np.asarray(clients, np.int64)
+        self.num_nodes = len(self.clients)
         self.dim = dim
-        self.layout = EdgeLayout(np.full(graph.num_half_edges, dim, np.int64), graph.rev.copy())
-        self.src = torch.as_tensor(graph.src, dtype=torch.long, device=device)
-        self.edges = torch.as_tensor(graph.edges, dtype=torch.long, device=device).reshape(-1, 2)
+        row = np.full(graph.num_nodes, -1, np.int64)
+        row[self.clients] = np.arange(len(self.clients))
+        self.half_edges = np.flatnonzero(row[graph.src] >= 0)
+        slot = np.full(graph.num_half_edges, -1, np.int64)
+        slot[self.half_edges] = np.arange(len(self.half_edges))
+        sizes = np.full(len(self.half_edges), dim, np.int64)
+        self.layout = EdgeLayout(sizes, slot[graph.rev[self.half_edges]], self.half_edges, sizes)
+        self.src = torch.as_tensor(row[graph.src[self.half_edges]], dtype=torch.long, device=device)
+
+    def on_half_edges(self, values: np.ndarray) -> np.ndarray:
+        """``[2E] -> [H]``: a per-graph-half-edge array at the positions held here."""
+        return values[self.half_edges]
+
+    def on_clients(self, values: np.ndarray) -> np.ndarray:
+        """``[N] -> [C]``: a per-client array at the rows held here."""
+        return values[self.clients]
 
     def send(self, theta: torch.Tensor) -> EdgeTensor:
         """``theta [N, d]`` -> one copy per outgoing half-edge."""
@@ -32,14 +54,22 @@ class ModelGossip:
         """``[H, d]``: row ``q`` is the neighbour's model ``theta_{dst[q]}``."""
         return incoming.data.view(-1, self.dim)
 
+    def heard(self, incoming: EdgeTensor | ServerTensor) -> torch.Tensor | None:
+        """``[H, 1]`` bool: whether the neighbour's model arrived at half-edge ``q`` and passed
+        validation (``None``: all did; runtime/faults.py)."""
+        heard = incoming.heard if isinstance(incoming, EdgeTensor) else None
+        return None if heard is None else heard.view(-1, 1)
+
     def neighbour_sum(self, per_half_edge: torch.Tensor) -> torch.Tensor:
-        """``[H, d] -> [N, d]``: ``out_i = sum_{q: src[q] = i} v_q``."""
-        out = per_half_edge.new_zeros((self.num_nodes, self.dim))
+        """``[H, k] -> [N, k]``: ``out_i = sum_{q: src[q] = i} v_q``."""
+        out = per_half_edge.new_zeros((self.num_nodes, *per_half_edge.shape[1:]))
         return out.index_add_(0, self.src, per_half_edge)
 
-    def edge_differences(self, theta: torch.Tensor) -> torch.Tensor:
-        """``[E, d]``: ``theta_i - theta_j`` per undirected edge ``{i, j}`` (for the penalty only)."""
-        return theta[self.edges[:, 0]] - theta[self.edges[:, 1]]
+    def half_edge_differences(self, theta: torch.Tensor, comm: Comm) -> torch.Tensor:
+        """``[H, d]``: ``theta_i - theta_j`` per held half-edge ``i -> j``, the neighbours' models by an
+        uncounted exchange (for the penalty only; each edge appears once from each end)."""
+        theirs = comm.peek({"model": self.send(theta)})["model"]
+        return theta.index_select(0, self.src) - self.received(theirs)
 
 
 @dataclass
@@ -54,4 +84,6 @@ def gossip_init(ctx: Context, name: str) -> GossipState:
     """The common initial models of a one-cohort federation and the gossip along ``ctx.graph``."""
     require_single_cohort(ctx, name)
     thetas = ctx.init_thetas()
-    return GossipState(thetas=thetas, gossip=ModelGossip(ctx.graph, thetas[0].shape[1], thetas[0].device))
+    clients = ctx.fed.cohorts[0].clients
+    gossip = ModelGossip(ctx.graph, thetas[0].shape[1], thetas[0].device, clients)
+    return GossipState(thetas=thetas, gossip=gossip)

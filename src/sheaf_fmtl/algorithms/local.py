@@ -1,6 +1,7 @@
 """Local training: every client runs SGD on its own L2-regularised loss, no communication
 (Sheaf-FMTL with ``lam = 0``, paper Remark 1): ``local_steps`` steps a round, or ``local_epochs``
-passes over each client's data."""
+passes over each client's data. A client that sits a round out (``drop_prob``) does not train that
+round (the runtime puts its model back); there are no neighbours to miss."""
 
 from __future__ import annotations
 

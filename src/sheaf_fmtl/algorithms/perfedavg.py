@@ -12,6 +12,8 @@ adapted by one local step on one fresh training mini-batch, ``theta_i = w - alph
 (``batch_size = 0``: the full local training set). They are recomputed after every round and at
 initialisation; this costs one local gradient and no communication. No coupling term: ``penalty``
 is ``None``.
+Missing clients (``drop_prob``, rejected rows): the server averages over the clients that reported;
+a client that sits a round out keeps its models (:class:`.server.ServerAlgorithm`).
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ The transport averages the uplinked ``w_i``; each client, knowing ``w^t``, appli
 to the downlinked mean (the same numbers the server would broadcast). ``thetas``: the personalised
 models ``theta_i`` of the last inner solve (what pFedMe evaluates); ``penalty``:
 ``lam/2 sum_i ||theta_i - w||^2`` with the current global ``w``.
+Missing clients (``drop_prob``, rejected rows): the server averages over the clients that reported;
+a client that sits a round out keeps its models (:class:`.server.ServerAlgorithm`).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from ..config import RunConfig
-from ..messages import EdgeLayout, EdgeTensor, Payload, ServerTensor
+from ..messages import Comm, EdgeLayout, EdgeTensor, Payload, ServerTensor
 from ..sheaf import ops
 from ..sheaf.deferred import DeferredMaps
 from ..sheaf.layout import SheafLayout, build_layout
@@ -88,11 +88,14 @@ class SheafState(State):
 
     def checkpoint(self) -> dict[str, Any]:
         """The data fields and the map store: stacked maps with their pending rank-one factors,
-        unfolded (folding now would change the rounding of the iterates that follow)."""
-        assert self.store is not None
+        unfolded (folding now would change the rounding of the iterates that follow). The maps of
+        buckets that defer their updates are the run's own tensors, not copies (they change only
+        at a fold): a caller that reads them later sets ``store.before_write`` to wait for it."""
         s = self.store
-        store = {"base": s.base, "u": s.u, "v": s.v, "count": list(s.count)}
-        return {**super().checkpoint(), "store": host_copy(store)}
+        assert s is not None
+        base = [p if u is not None else host_copy(p) for p, u in zip(s.base, s.u, strict=True)]
+        store = {"base": base, "u": host_copy(s.u), "v": host_copy(s.v), "count": list(s.count)}
+        return {**super().checkpoint(), "store": store}
 
     def restore(self, saved: dict[str, Any], device: torch.device | str) -> None:
         saved = dict(saved)
@@ -150,7 +153,7 @@ class SheafFMTL(Algorithm[SheafState]):
             shared=cfg.shared_maps,
             on_device=cfg.map_draw == "device",
         )
-        scalars = EdgeLayout(np.ones(layout.graph.num_half_edges, np.int64), layout.messages.rev, layout.order)
+        scalars = layout.messages.with_sizes(np.ones(len(layout.order), np.int64))
         sizes = torch.as_tensor(layout.messages.sizes, device=cfg.device)
         element_edge = torch.repeat_interleave(torch.arange(len(sizes), device=cfg.device), sizes)
         state = SheafState(
@@ -161,10 +164,10 @@ class SheafFMTL(Algorithm[SheafState]):
             element_edge=element_edge,
         )
         state.maps = maps
-        self.check_stability(state, cfg)
+        self.check_stability(state, cfg, ctx.comm)
         return state
 
-    def check_stability(self, state: SheafState, cfg: RunConfig) -> None:
+    def check_stability(self, state: SheafState, cfg: RunConfig, comm: Comm | None = None) -> None:
         """The start-up check on the current maps (also after maps are replaced by hand, see
         :func:`sheaf_fmtl.scenarios.set_fixed_maps`): ``lambda_max(L_F)`` by power
         iteration, ``alpha lam lambda_max >= 2`` refused, ``>= 1`` noted."""
@@ -173,7 +176,9 @@ class SheafFMTL(Algorithm[SheafState]):
         assert state.layout is not None and state.store is not None
         big = state.layout.map_bytes(MAP_DTYPES[cfg.map_dtype].itemsize) > LARGE_MAPS_BYTES
         iters = STABILITY_ITERS_LARGE if big and cfg.device == "cpu" else STABILITY_ITERS
-        state.lambda_max = laplacian_lambda_max(state.layout, state.thetas, state.store, iters, cfg.seed)
+        state.lambda_max = laplacian_lambda_max(
+            state.layout, state.thetas, state.store, iters, cfg.seed, comm
+        )
         note = require_stable_coupling(self.alpha, self.lam, state.lambda_max, "sheaf Laplacian L_F")
         if note:
             self.notes.append(note)
@@ -239,16 +244,14 @@ class SheafFMTL(Algorithm[SheafState]):
     def _take_messages(self, state: SheafState, incoming: Payload) -> None:
         """This round's ``P_ij theta_i`` (sent) and ``P_ji theta_j`` (received), and which arrived."""
         state.own, state.theirs = state.sent, incoming["msg"].data
-        state.heard = self._spread(state, incoming["msg"])
+        state.heard = self._spread(incoming["msg"])
 
     @staticmethod
-    def _spread(state: SheafState, received: EdgeTensor | ServerTensor) -> torch.Tensor | None:
+    def _spread(received: EdgeTensor | ServerTensor) -> torch.Tensor | None:
         """``received.heard`` (one flag per half-edge) spread over the message elements."""
-        heard = received.heard if isinstance(received, EdgeTensor) else None
-        if heard is None:
+        if not isinstance(received, EdgeTensor) or received.heard is None:
             return None
-        assert state.element_edge is not None
-        return heard.index_select(0, state.element_edge)
+        return received.heard.index_select(0, received.layout.element_positions(received.heard.device))
 
     @staticmethod
     def _residual(mine: torch.Tensor, theirs: torch.Tensor, heard: torch.Tensor | None) -> torch.Tensor:
@@ -294,7 +297,7 @@ class SheafFMTL(Algorithm[SheafState]):
         layout = state.layout
         scale = -self.eta * self.lam
         mine, theirs = state.sent, incoming["msg"].data
-        heard = self._spread(state, incoming["msg"])
+        heard = self._spread(incoming["msg"])
         residual = self._residual(mine, theirs, heard)  # zero: that edge's map step is skipped
         for k, (b, r) in enumerate(zip(layout.buckets, layout.bucket_messages(residual), strict=True)):
             state.store.add_rank_one(k, r, b.sources(state.thetas), scale)
@@ -310,7 +313,9 @@ class SheafFMTL(Algorithm[SheafState]):
     # -- reporting --------------------------------------------------------------------------------
     def penalty(self, state: SheafState, ctx: Context) -> tuple[float, float]:
         assert state.layout is not None and state.store is not None
-        e = float(ops.energy(state.layout, state.thetas, state.store))
+        sent = ops.messages(state.layout, state.thetas, state.store)  # r_ij via an uncounted exchange
+        theirs = ctx.comm.peek({"msg": EdgeTensor(sent, state.layout.messages)})["msg"].data
+        e = float(ctx.comm.all_sum(ops.energy_from_residuals(sent - theirs)))
         return 0.5 * self.lam * e, e
 
     def diagnose(self, state: SheafState, ctx: Context) -> list[str]:
@@ -319,7 +324,8 @@ class SheafFMTL(Algorithm[SheafState]):
         notes, self.notes = self.notes, []
         if not self.learn_maps:
             return notes
-        norms = [float(torch.linalg.vector_norm(t, dim=1).max()) for t in state.thetas]
+        local = torch.stack([torch.linalg.vector_norm(t, dim=1).max() for t in state.thetas])
+        norms = [float(ctx.comm.all_max(local.max()))]  # over every process's clients
         when = None
         if state.first_violation is not None:  # every round's sent norms (compact mode)
             first_round, first_sq = state.first_violation.tolist()

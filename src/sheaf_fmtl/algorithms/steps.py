@@ -18,14 +18,15 @@ from .base import Context, State
 def require_single_cohort(ctx: Context, name: str) -> None:
     """Raise unless all clients share one architecture (one ``[N, d]`` stack in client order)."""
     fed = ctx.fed
-    if len(fed.cohorts) != 1:
-        dims = sorted({c.dim for c in fed.cohorts})
+    if len(fed.cohorts) != 1 or len(set(fed.node_dims().tolist())) != 1:  # also clients held elsewhere
+        dims = sorted(set(fed.node_dims().tolist()) | {c.dim for c in fed.cohorts})
         raise ValueError(
             f"algorithm {name!r} needs every client to have the same model, but this federation has "
             f"{len(fed.cohorts)} model groups (parameter counts {dims}); use sheaf-fmtl or local for "
             "heterogeneous models, or a dataset where all clients share the input shape (e.g. synthetic)"
         )
-    if not np.array_equal(fed.position, np.arange(fed.num_clients)):  # pragma: no cover - by construction
+    held = fed.position[fed.cohort_of >= 0]
+    if not np.array_equal(held, np.arange(len(held))):  # pragma: no cover - by construction
         raise ValueError("single-cohort federation must stack clients in client order")
 
 

@@ -170,7 +170,8 @@ def interrupted_line(summary: dict[str, Any], out: Path | str) -> str:
     """The one line printed when a run was stopped by a signal (its results are in ``out``)."""
     return (
         f"sheaf-fmtl: stopped by {summary['signal']} after round {summary['rounds_done']} of "
-        f"{summary['rounds']}; results so far in {out}/ (summary.json status: interrupted)"
+        f"{summary['rounds']}; results so far in {out}/ (summary.json status: interrupted); continue it "
+        f"with: sheaf-fmtl run --resume {out}"
     )
 
 

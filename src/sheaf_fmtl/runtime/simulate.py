@@ -1,4 +1,5 @@
-"""One process, all clients stacked: build the run from a config and drive the rounds."""
+"""Build a run from a config and drive the rounds: all clients stacked in one process, or one
+rank's shard of them (:mod:`.shard`, :mod:`.distributed`, launched by :mod:`.launch`)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import torch
 from tqdm import tqdm
 
 from ..algorithms import Algorithm, Context, State, make_algorithm
+from ..algorithms.server import ServerAlgorithm
 from ..algorithms.sheaf_fmtl import SheafState
 from ..config import ConfigError, RunConfig
+from ..data.base import FederatedDataset
 from ..data.protocol import ProtocolOptions
 from ..data.registry import DataRequest, load
 from ..federation import Federation, build_federation
@@ -24,10 +27,17 @@ from ..metrics.flops import SampleCounter, run_flops
 from ..metrics.memory import peak_memory, reset_peak_memory
 from ..metrics.recorder import Recorder, software_versions
 from ..sheaf.graph import ClientGraph, make_graph
-from .checkpoint import CheckpointWriter, read_checkpoint, remove_checkpoints, restore, snapshot
-from .interrupt import StopRequest
-from .rundir import check_out_dir, prepare_out_dir
+from .checkpoint import (
+    CheckpointWriter,
+    process_count,
+    read_checkpoint,
+    remove_checkpoints,
+    restore,
+    snapshot,
+)
 from .faults import DropPlan, Faults
+from .interrupt import StopRequest, adopt, signalled
+from .rundir import check_out_dir, prepare_out_dir
 from .transport import InProcessTransport, Transport
 
 S = TypeVar("S", bound=State)
@@ -39,14 +49,17 @@ class DivergenceError(RuntimeError):
 
 @dataclass(eq=False)
 class Simulation(Generic[S]):
-    """A run in one process: the algorithm, its state, the context it sees and the transport.
-    Read it through :meth:`theta` and :meth:`maps` (client order, whatever the stacking)."""
+    """A run, or one rank's shard of it: the algorithm, its state, the context it sees and the
+    transport. Read it through :meth:`theta` and :meth:`maps` (client order, whatever the stacking;
+    a shard answers for its own clients and half-edges). Quantities over all clients (evaluation
+    means, bits, FLOPs, fault counts, the divergence check) are summed through ``ctx.comm``."""
 
     config: RunConfig
     ctx: Context
     algorithm: Algorithm[S]
     state: S
     transport: Transport
+    stop_agreed: tuple[int, int] | None = None  # (round, signal or 0) agreed across processes
 
     def theta(self, i: int) -> torch.Tensor:
         """Client ``i``'s flat parameter vector ``theta_i [d_i]`` (a view into the stacked state)."""
@@ -76,14 +89,53 @@ class Simulation(Generic[S]):
         for phase in range(alg.phases(self.state)):
             incoming = self.transport.exchange(alg.send(self.state, phase, ctx))
             self.state = alg.receive(self.state, incoming, phase, ctx)
-        faults.hold(self.state, before, ctx.fed.cohort_of, ctx.fed.position)
+        faults.hold(self.state, before, [c.clients for c in ctx.fed.cohorts])
 
     def finite(self) -> bool:
-        """Every theta and the last batch losses are finite (one host-device sync a round)."""
+        """Every theta and the last batch losses are finite, on every process (one host-device
+        sync a round; one small all-reduce across processes)."""
         flags = [torch.isfinite(t).all() for t in self.state.thetas]
         if self.state.batch_loss is not None:
             flags.append(torch.isfinite(self.state.batch_loss).all())
-        return bool(torch.stack(flags).all())
+        bad = (~torch.stack(flags).all()).to(torch.int32)
+        if isinstance(self.transport, InProcessTransport):
+            return not bool(bad)
+        both = self.ctx.comm.all_max(torch.stack([bad, torch.tensor(signalled(), dtype=torch.int32)]))
+        self.stop_agreed = (self.transport.faults.round, int(both[1]))  # read by agree_stop
+        return not bool(both[0])
+
+    def agree_stop(self, local: bool) -> bool:
+        """Across processes: whether the group stops after this round: a signal on any rank, as
+        gathered by this round's :meth:`finite` (else one all-reduce); a rank that got none adopts
+        it (:func:`.interrupt.adopt`), so every rank records the same stop."""
+        if self.stop_agreed is None or self.stop_agreed[0] != self.transport.faults.round:
+            got = self.ctx.comm.all_max(torch.tensor(signalled(), dtype=torch.int32))
+            self.stop_agreed = (self.transport.faults.round, int(got))
+        signum = self.stop_agreed[1]
+        if signum:
+            adopt(signum)
+        return signum > 0
+
+    def transmitted_bits(self) -> int:
+        """Bits every process's transport has carried so far (the same total in every runtime)."""
+        bits = torch.tensor(self.transport.bits, dtype=torch.int64)
+        return int(self.ctx.comm.all_sum(bits))
+
+    def fault_counts(self) -> dict[str, int]:
+        """``rejected_messages`` and ``dropped_messages`` so far, over every process."""
+        counts = self.transport.faults.counts()
+        total = self.ctx.comm.all_sum(torch.tensor(list(counts.values()), dtype=torch.int64)).tolist()
+        return dict(zip(counts, (int(v) for v in total), strict=True))
+
+    def flops(self, samples: list[int], rounds: int) -> dict[str, int]:
+        """The summary's FLOP fields (:func:`sheaf_fmtl.metrics.flops.run_flops`), summed over every
+        process's clients and half-edges (graph-wide aggregation terms are counted once)."""
+        out = run_flops(self.config, self.ctx.fed, self.ctx.graph, self.state, samples, rounds)
+        keys = ("flops_local", "flops_sheaf")
+        summed = self.ctx.comm.all_sum(torch.tensor([out[k] for k in keys], dtype=torch.int64)).tolist()
+        out.update(zip(keys, (int(v) for v in summed), strict=True))
+        out["flops"] = out["flops_local"] + out["flops_sheaf"] + out["flops_aggregation"]
+        return out
 
     def diagnose(self) -> list[str]:
         """Warnings the algorithm has for the user now (step-size conditions), each given once."""
@@ -94,12 +146,12 @@ class Simulation(Generic[S]):
         server node of the special cases is left out of the mean and reported as ``None``).
         ``train_loss`` and ``objective`` use a fixed random subsample of each client's training data
         (:data:`sheaf_fmtl.federation.EVAL_TRAIN_SAMPLES`), so an evaluation costs about a round."""
-        fed = self.ctx.fed
+        fed, comm = self.ctx.fed, self.ctx.comm
         pairs = list(zip(fed.cohorts, self.state.thetas, strict=True))
-        with torch.no_grad():
-            metric = fed.per_client([c.test_metric(t) for c, t in pairs])
-            f = fed.per_client([c.train_loss(t) for c, t in pairs])
-            tested = fed.per_client([c.n_test > 0 for c, _ in pairs])
+        with torch.no_grad():  # [N] each, zero for clients held elsewhere, then summed over processes
+            metric = comm.all_sum(fed.per_client([c.test_metric(t) for c, t in pairs]))
+            f = comm.all_sum(fed.per_client([c.train_loss(t) for c, t in pairs]))
+            tested = comm.all_sum(fed.per_client([(c.n_test > 0).float() for c, _ in pairs])) > 0
         pen = self.algorithm.penalty(self.state, self.ctx)
         return {
             "per_client": [
@@ -112,7 +164,7 @@ class Simulation(Generic[S]):
         }
 
 
-def load_dataset(config: RunConfig):  # noqa: ANN201 - FederatedDataset
+def load_dataset(config: RunConfig) -> FederatedDataset:
     request = DataRequest(
         clients=config.clients,
         seed=config.seed,
@@ -148,15 +200,42 @@ def resolve_device(name: str) -> str:
 
 
 def build_simulation(
-    config: RunConfig, fed: Federation | None = None, graph: ClientGraph | None = None
-) -> Simulation:
-    """Everything a run needs, from the config alone (data, federation, graph, algorithm, state)."""
+    config: RunConfig,
+    fed: Federation | None = None,
+    graph: ClientGraph | None = None,
+    *,
+    rank_world: tuple[int, int] | None = None,
+    dataset: FederatedDataset | None = None,
+) -> Simulation[Any]:
+    """Everything a run needs, from the config alone (data, federation, graph, algorithm, state).
+
+    ``rank_world = (rank, K)`` with ``K > 1``: this process is one rank of a process group (joined
+    already, :mod:`.launch`); it builds only the clients of its shard (:mod:`.shard`, the
+    ``partition`` key), their data and maps, and exchanges through :mod:`.distributed`. ``dataset``:
+    the data to use instead of the config's (e.g. a benchmark's generated one)."""
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
-    if fed is None:
-        fed = build_federation(load_dataset(config), config.model, l2=config.l2, device=device)
+    if dataset is None:
+        dataset = fed.dataset if fed is not None else load_dataset(config)
     if graph is None:
-        graph = build_graph(config, fed.num_clients)
+        graph = build_graph(config, dataset.num_clients)
+    faults = Faults(DropPlan.from_config(config), graph)
+    transport: Transport = InProcessTransport(faults)
+    if rank_world is not None and rank_world[1] > 1:
+        from .distributed import DistributedTransport
+        from .shard import Shard, partition
+
+        if config.topology != "none" or config.map_draw == "device":
+            key = "topology" if config.topology != "none" else "map_draw=device"
+            raise ConfigError(f"config key {key} is not supported across processes; use processes=1")
+        rank, world = rank_world
+        shard = Shard(rank, world, partition(graph, world, config.partition, config.seed))
+        fed = build_federation(
+            dataset, config.model, l2=config.l2, device=device, clients=shard.clients.tolist()
+        )
+        transport = DistributedTransport(shard, graph, faults)
+    elif fed is None:
+        fed = build_federation(dataset, config.model, l2=config.l2, device=device)
     if graph.num_nodes != fed.num_clients:
         raise ValueError(
             f"graph has {graph.num_nodes} nodes but the federation has {fed.num_clients} clients"
@@ -164,8 +243,12 @@ def build_simulation(
     init_gen = torch.Generator().manual_seed(_derive(config.seed, 1))
     fed = fed.with_streams(config.seed)  # each client's own mini-batch stream (sheaf_fmtl.streams)
     ctx = Context(fed, graph, config, init_gen)
+    if not isinstance(transport, InProcessTransport):
+        ctx.comm = transport  # type: ignore[assignment]  # DistributedTransport is a Comm
     algorithm = make_algorithm(config)
-    transport = InProcessTransport(Faults(DropPlan.from_config(config), graph))
+    if config.drop_prob > 0 and not isinstance(transport, InProcessTransport) and not ctx.fed.held.all():
+        if isinstance(algorithm, ServerAlgorithm):  # Faults.server_rows reads every client's row
+            raise ConfigError("drop_prob with a server baseline is not supported across processes yet")
     return Simulation(config, ctx, algorithm, algorithm.init(ctx), transport)
 
 
@@ -197,9 +280,9 @@ def run(
     out_dir: str | Path,
     *,
     progress: bool = True,
-    sim: Simulation | None = None,
+    sim: Simulation[Any] | None = None,
     overwrite: bool = False,
-    build: Callable[[RunConfig], Simulation] | None = None,
+    build: Callable[[RunConfig], Simulation[Any]] | None = None,
     resume_from: Path | None = None,
 ) -> dict[str, Any]:
     """Run ``config`` and write the run folder; returns the summary (see :func:`execute`)."""
@@ -214,9 +297,9 @@ def execute(
     out_dir: str | Path | None,
     *,
     progress: bool = False,
-    sim: Simulation | None = None,
+    sim: Simulation[Any] | None = None,
     overwrite: bool = False,
-    build: Callable[[RunConfig], Simulation] | None = None,
+    build: Callable[[RunConfig], Simulation[Any]] | None = None,
     resume_from: Path | None = None,
 ) -> RunOutcome:
     """Run ``config`` (into the run folder ``out_dir``, or in memory when ``None``).
@@ -282,13 +365,16 @@ def execute(
         t0 -= float(manifest["wall_seconds"])
         recorder = Recorder(out_dir, _resolved(config, fed), metric_name, rows=manifest["rows"])
         (Path(out_dir) / "summary.json").unlink(missing_ok=True)  # type: ignore[arg-type]
-    writer = CheckpointWriter(out_dir)
+    # Several processes: each would write its shard (write_shard) and one the manifest after a
+    # barrier; not wired into the distributed runtime yet, so such runs write no checkpoint.
+    writer = CheckpointWriter(out_dir if process_count() == 1 else None)
     every = config.eval_every if config.checkpoint_every < 0 else config.checkpoint_every
 
-    def save(k: int, wait: bool) -> None:
+    def save(k: int, last: dict[str, Any], rows: int, wait: bool) -> None:
+        """Checkpoint round ``k``, with the evaluations an uninterrupted run has by then."""
         elapsed = time.perf_counter() - t0
-        manifest = {"rows": list(recorder.rows), "last": last, "notes": list(notes), "wall_seconds": elapsed}
-        writer.save(k, snapshot(sim, counter), manifest, wait=wait)
+        manifest = {"rows": recorder.rows[:rows], "last": last, "notes": list(notes), "wall_seconds": elapsed}
+        writer.save(k, snapshot(sim, counter, guard=writer.wait), manifest, wait=wait)
 
     bar = tqdm(
         range(start + 1, config.rounds + 1),
@@ -308,18 +394,22 @@ def execute(
                     diverged_at = k
                     break
                 done = k
-                if k % config.eval_every == 0 or k == config.rounds or stop.requested:
+                due = k % config.eval_every == 0 or k == config.rounds
+                regular, rows = last, len(recorder.rows)  # what the checkpoint holds if stopped now
+                if due or stop.requested:
                     last = _record(sim, recorder, k, t0)
-                    warn()
+                    if due:  # (diagnose updates the state: not on an evaluation only the stop asked for)
+                        warn()
+                        regular, rows = last, len(recorder.rows)
                     if not math.isfinite(last["objective"]):
                         diverged_at = k
                         break
                     bar.set_postfix({metric_name: f"{last['test_metric']:.4f}"})
                 if stop.requested:
-                    save(k, wait=True)
+                    save(k, regular, rows, wait=True)
                     break
                 if every > 0 and k % every == 0 and k < config.rounds:
-                    save(k, wait=False)
+                    save(k, last, len(recorder.rows), wait=False)
         writer.wait()
     finally:
         counter.detach()
@@ -336,11 +426,11 @@ def execute(
         "status": status,
         "final": last["test_metric"] if diverged_at is None else None,
         "per_client": last["per_client"] if diverged_at is None else None,
-        "transmitted_bits": sim.transport.bits,
-        **sim.transport.faults.counts(),  # rejected_messages, dropped_messages (runtime/faults.py)
+        "transmitted_bits": sim.transmitted_bits(),
+        **sim.fault_counts(),  # rejected_messages, dropped_messages (runtime/faults.py)
         "wall_seconds": time.perf_counter() - t0,
         **peak_memory(config.device),
-        **run_flops(config, fed, sim.ctx.graph, sim.state, counter.samples(), diverged_at or done),
+        **sim.flops(counter.samples(), diverged_at or done),
         "evaluated_on": "validation" if config.validation > 0 else "test",
         "num_edges": sim.ctx.graph.num_edges,
         "model_dims": sorted({int(d) for d in fed.node_dims()}),
@@ -370,10 +460,15 @@ def execute(
     return RunOutcome(summary, recorder.rows, final, recorder.config)
 
 
-def final_state(sim: Simulation) -> dict[str, Any]:
+def final_state(sim: Simulation[Any]) -> dict[str, Any]:
     """``checkpoint.pt``'s payload: each client's theta (on the CPU), the edges, and the
-    algorithm's own state (Sheaf-FMTL: the maps, or only their norms when ``save_maps=false``)."""
+    algorithm's own state (Sheaf-FMTL: the maps, or only their norms when ``save_maps=false``).
+    Across processes, gathered on rank 0 (:func:`sheaf_fmtl.runtime.gather.gather_final_state`)."""
     fed = sim.ctx.fed
+    if not fed.held.all():
+        from .gather import gather_final_state
+
+        return gather_final_state(sim)
     return {
         "thetas": [sim.state.thetas[fed.cohort_of[i]][fed.position[i]].cpu() for i in range(fed.num_clients)],
         "edges": torch.as_tensor(sim.ctx.graph.edges),
@@ -386,17 +481,18 @@ def _resolved(config: RunConfig, fed: Federation) -> RunConfig:
     own number when the config left it open; a data-less server node is not counted)."""
     if config.clients is not None:
         return config
-    with_data = sum(int((c.n_host > 0).sum()) for c in fed.cohorts)
+    sizes = fed.train_sizes if fed.train_sizes is not None else [len(c.y_train) for c in fed.dataset.clients]
+    with_data = sum(int(n) > 0 for n in sizes)  # also clients held elsewhere
     return config.replace(clients=with_data) if with_data >= 2 else config
 
 
-def _record(sim: Simulation, recorder: Recorder, k: int, t0: float) -> dict[str, Any]:
+def _record(sim: Simulation[Any], recorder: Recorder, k: int, t0: float) -> dict[str, Any]:
     ev = sim.evaluate()
     row = {
         "round": k,
         **{key: ev[key] for key in ("test_metric", "train_loss", "objective", "sheaf_energy")},
-        "transmitted_bits": sim.transport.bits,
-        **sim.transport.faults.counts(),
+        "transmitted_bits": sim.transmitted_bits(),
+        **sim.fault_counts(),
         "wall_seconds": time.perf_counter() - t0,
     }
     if math.isfinite(ev["objective"]):

@@ -10,7 +10,9 @@ Algorithms hand a transport ``{name: EdgeTensor | ServerTensor}`` and get back, 
   Bits: the uplinked rows plus one downlinked copy of the average per client.
 
 The in-process transport is one gather (or one weighted sum) per buffer; a multi-process one would
-move the same buffers between ranks.
+move the same buffers between ranks. Both hand what arrives to their :class:`~.faults.Faults`
+(validation and simulated drops: ``EdgeTensor.heard``, server rows left out of the average); a
+dropped message is not counted in the bits.
 """
 
 from __future__ import annotations

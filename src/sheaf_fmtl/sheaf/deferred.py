@@ -15,7 +15,7 @@ storage the updates also accumulate in float32 before being rounded into the map
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -61,6 +61,10 @@ class DeferredMaps:
             for p, t in zip(self.base, self.depth, strict=True)
         ]
         self.count = [0] * len(self.base)
+        # Called before a fold writes ``base`` in place: a checkpoint being written in the background
+        # from the maps of deferring buckets (sheaf_fmtl.runtime.checkpoint) waits there (checkpoints
+        # copy the maps of buckets updated eagerly).
+        self.before_write: Callable[[], None] | None = None
 
     def __len__(self) -> int:
         return len(self.base)
@@ -104,6 +108,8 @@ class DeferredMaps:
         t = self.count[b]
         if not t:
             return
+        if self.before_write is not None:
+            self.before_write()
         u, v, p = self.u[b], self.v[b], self.base[b]
         assert u is not None and v is not None
         uu, vv = u[:, :, :t].contiguous(), v[:, :t]

@@ -59,11 +59,11 @@ class SheafLayout:
     node_dims: np.ndarray  # [N]
     edge_dims: np.ndarray  # [E] per undirected edge
     cohort_of: np.ndarray  # [N]
-    position: np.ndarray  # [N] row within the cohort stack
+    position: np.ndarray  # [N] row within the cohort stack (-1: held elsewhere)
     cohorts: tuple[np.ndarray, ...]  # client ids per cohort
     buckets: tuple[Bucket, ...]
-    order: np.ndarray  # [H] graph half-edge id at each buffer position
-    slot: np.ndarray  # [H] buffer position of each graph half-edge
+    order: np.ndarray  # [H] graph half-edge id at each buffer position (held half-edges only)
+    slot: np.ndarray  # [2E] buffer position of each graph half-edge, -1 when held elsewhere
     messages: EdgeLayout  # message buffer (sizes d_e per buffer position)
 
     @property
@@ -92,8 +92,11 @@ def build_layout(
 ) -> SheafLayout:
     """Group clients into cohorts and half-edges into shape buckets.
 
-    ``cohort_of[i]``: the cohort (architecture) of client ``i``; clients of one cohort must share
-    ``d_i``. ``edge_dim_override``: ``[E]`` explicit edge stalks (special cases such as hybrid FL).
+    ``cohort_of[i]``: the cohort (architecture) of client ``i``, ``-1`` for a client held by another
+    process: the layout then holds only the half-edges whose source is held here (a shard), and its
+    message layout routes the others' reverse half-edges through the transport. Clients of one
+    cohort must share ``d_i``; ``node_dims`` covers every client. ``edge_dim_override``: ``[E]``
+    explicit edge stalks (special cases such as hybrid FL).
     """
     dims = np.asarray(node_dims, np.int64)
     coh = np.asarray(cohort_of, np.int64)
@@ -102,7 +105,7 @@ def build_layout(
         raise ValueError("node_dims and cohort_of need one entry per client")
     n_cohorts = int(coh.max()) + 1
     cohorts = tuple(np.flatnonzero(coh == c) for c in range(n_cohorts))
-    position = np.zeros(n, np.int64)
+    position = np.full(n, -1, np.int64)
     for members in cohorts:
         if len(set(dims[members].tolist())) > 1:
             raise ValueError("clients of one cohort must have the same parameter count")
@@ -115,7 +118,7 @@ def build_layout(
     half_dims = np.repeat(ed, 2)
     keys = np.stack([coh[graph.src], half_dims], axis=1)
     order_parts, buckets, first = [], [], 0
-    for cohort, d_e in sorted({(int(a), int(b)) for a, b in keys.tolist()}):
+    for cohort, d_e in sorted({(int(a), int(b)) for a, b in keys.tolist() if a >= 0}):
         members = np.flatnonzero((keys[:, 0] == cohort) & (keys[:, 1] == d_e))
         src_pos = torch.as_tensor(position[graph.src[members]], dtype=torch.long)
         node_dim = int(dims[cohorts[cohort][0]])
@@ -123,7 +126,7 @@ def build_layout(
         order_parts.append(members)
         first += len(members)
     order = np.concatenate(order_parts) if order_parts else np.zeros(0, np.int64)
-    slot = np.empty_like(order)
+    slot = np.full(graph.num_half_edges, -1, np.int64)
     slot[order] = np.arange(len(order))
-    messages = EdgeLayout(half_dims[order], slot[graph.rev[order]], order)
+    messages = EdgeLayout(half_dims[order], slot[graph.rev[order]], order, half_dims[graph.rev[order]])
     return SheafLayout(graph, dims, ed, coh, position, cohorts, tuple(buckets), order, slot, messages)

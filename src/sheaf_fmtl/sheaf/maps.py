@@ -37,7 +37,7 @@ def _one_map(init: str, scale: float, d_e: int, d: int, gen: torch.Generator) ->
     if init == "uniform":
         return (torch.rand(d_e, d, generator=gen) * 2 - 1) * scale
     if init == "orthogonal":
-        q, _ = torch.linalg.qr(torch.randn(d, d_e, generator=gen))
+        q: torch.Tensor = torch.linalg.qr(torch.randn(d, d_e, generator=gen))[0]
         return q.T.contiguous() * scale
     eye = torch.eye(d_e, d)
     if init == "identity":

@@ -13,29 +13,51 @@ from collections.abc import Sequence
 
 import torch
 
+from ..messages import Comm, EdgeTensor, LocalComm
+from ..streams import STABILITY, stream
 from . import ops
 from .layout import SheafLayout
 
 
-def _dot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
-    return float(sum((x.double() * y.double()).sum() for x, y in zip(a, b, strict=True)))
+def _dot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], comm: Comm) -> float:
+    local = sum((x.double() * y.double()).sum() for x, y in zip(a, b, strict=True))
+    return float(comm.all_sum(torch.as_tensor(local, dtype=torch.float64)))
 
 
 def laplacian_lambda_max(
-    layout: SheafLayout, like: Sequence[torch.Tensor], maps: ops.Maps, iters: int = 30, seed: int = 0
+    layout: SheafLayout,
+    like: Sequence[torch.Tensor],
+    maps: ops.Maps,
+    iters: int = 30,
+    seed: int = 0,
+    comm: Comm | None = None,
 ) -> float:
     """Rayleigh quotient of ``L_F`` after ``iters`` power iterations from a seeded random start,
     a lower bound of ``lambda_max(L_F)`` that approaches it as ``iters`` grows. ``like``: per-cohort
-    tensors ``[C, d]`` giving the shapes, dtype and device of the thetas."""
-    gen = torch.Generator().manual_seed(seed)
-    v = [torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t) for t in like]
+    tensors ``[C, d]`` giving the shapes, dtype and device of the thetas. Each client's start row is
+    drawn from its own stream; ``comm`` (a shard of the clients): the exchanges and dot products
+    span every process (default: one process holds every client)."""
+    comm = LocalComm() if comm is None else comm
+    v = [
+        torch.stack(
+            [
+                torch.randn(t.shape[1], generator=stream(seed, STABILITY, int(c)), dtype=torch.float64)
+                for c in members
+            ]
+        ).to(t)
+        if len(members)
+        else t.new_zeros(t.shape)
+        for t, members in zip(like, layout.cohorts, strict=True)
+    ]
     estimate = 0.0
     for _ in range(max(1, iters)):
-        norm = _dot(v, v) ** 0.5
+        norm = _dot(v, v, comm) ** 0.5
         if norm == 0.0:
             return 0.0
         v = [x / norm for x in v]
-        w = ops.laplacian_action(layout, v, maps)
-        estimate = _dot(v, w)
+        sent = ops.messages(layout, v, maps)
+        theirs = comm.peek({"v": EdgeTensor(sent, layout.messages)})["v"].data
+        w = ops.transpose_sum(layout, maps, sent - theirs, v)
+        estimate = _dot(v, w, comm)
         v = w
     return estimate

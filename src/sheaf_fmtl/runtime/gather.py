@@ -1,0 +1,48 @@
+"""The final state of a run split over processes, gathered on rank 0 for ``checkpoint.pt``.
+
+Rank 0 receives every rank's thetas (by client id) and, for Sheaf-FMTL with ``save_maps``, every
+map ``P_ij`` (by half-edge); ``map_norms`` (``[N, N]``, zero off each rank's half-edges) is summed.
+The payload has the one-process keys, except that the maps are ``maps_by_half_edge`` (one ``[d_ij,
+d_i]`` tensor per graph half-edge ``h = src[h] -> dst[h]``, in half-edge order) instead of per bucket.
+The other ranks return their own part (they write nothing).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from .simulate import Simulation
+
+
+def gather_final_state(sim: Simulation[Any]) -> dict[str, Any]:
+    """See the module docstring; a collective: every rank calls it."""
+    fed, graph, comm = sim.ctx.fed, sim.ctx.graph, sim.ctx.comm
+    mine = {int(i): sim.theta(int(i)).detach().cpu() for i in fed.held.nonzero()[0]}
+    local = sim.algorithm.checkpoint(sim.state, sim.ctx)
+    maps = sim.maps() if "maps" in local else {}
+    index = {(int(s), int(d)): h for h, (s, d) in enumerate(zip(graph.src, graph.dst, strict=True))}
+    my_maps = {index[k]: m.detach().cpu() for k, m in maps.items()}
+    parts: list[Any] = [None] * dist.get_world_size() if dist.get_rank() == 0 else []
+    dist.gather_object((mine, my_maps), parts if dist.get_rank() == 0 else None, dst=0)
+    out: dict[str, Any] = {k: v for k, v in local.items() if k not in ("maps", "bucket_half_edges")}
+    if "map_norms" in local:
+        out["map_norms"] = comm.all_sum(local["map_norms"])
+    if dist.get_rank() != 0:
+        return {"thetas": list(mine.values()), "edges": torch.as_tensor(graph.edges), **out}
+    thetas: dict[int, torch.Tensor] = {}
+    by_half_edge: dict[int, torch.Tensor] = {}
+    for t, m in parts:
+        thetas.update(t)
+        by_half_edge.update(m)
+    result = {
+        "thetas": [thetas[i] for i in range(fed.num_clients)],
+        "edges": torch.as_tensor(graph.edges),
+        **out,
+    }
+    if "maps" in local:
+        result["maps_by_half_edge"] = [by_half_edge[h] for h in range(graph.num_half_edges)]
+    return result

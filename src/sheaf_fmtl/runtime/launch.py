@@ -1,0 +1,217 @@
+"""Launching a run over several processes: as one rank of ``torchrun``, or ``processes = K`` locally.
+
+- Under ``torchrun`` (``RANK`` and ``WORLD_SIZE`` in the environment, e.g. ``torchrun
+  --nproc-per-node K -m sheaf_fmtl run CONFIG``), this process is one rank: it joins the group
+  (``env://`` rendezvous on the address torchrun was given; Gloo on the CPU, NCCL with
+  ``device=cuda``), builds only its clients, and runs; rank 0 writes the run folder and prints,
+  the others write nothing.
+- ``processes = K`` (no torchrun): the command starts ``K`` such ranks itself, on this machine,
+  with a rendezvous through a temporary file (no TCP listener) and Gloo's connections on the
+  loopback interface only, and waits for them (the ranks run quietly; rank 0's warnings are shown
+  when they end). A rank that dies ends the
+  others within ``timeout_s``; the error line names it, and the round the others reached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import yaml
+
+from ..config import RunConfig
+from . import interrupt
+from .rundir import check_out_dir
+
+STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)  # a rank's exit status after a clean stop
+STORE_FILE = "SHEAF_FMTL_STORE_FILE"  # set by spawn: the ranks meet through this file
+
+
+class RankLostError(RuntimeError):
+    """A collective failed or timed out: a peer rank died or hung."""
+
+
+def rank_world() -> tuple[int, int] | None:
+    """``(rank, world size)`` when this process was started as a rank, else ``None``."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    world = int(os.environ["WORLD_SIZE"])
+    return (int(os.environ["RANK"]), world) if world > 1 else None
+
+
+def join_group(config: RunConfig) -> tuple[int, int]:
+    """Join the process group given by the environment, with ``timeout_s`` on every collective."""
+    cuda = config.device.startswith("cuda")
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    backend, timeout = "nccl" if cuda else "gloo", timedelta(seconds=config.timeout_s)
+    store = os.environ.get(STORE_FILE)
+    if store:  # processes=K: rendezvous through a file, no TCP listener (see spawn)
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        dist.init_process_group(
+            backend, init_method=f"file://{store}", rank=rank, world_size=world, timeout=timeout
+        )
+    else:  # torchrun: env:// on the rendezvous address it was given
+        dist.init_process_group(backend, timeout=timeout)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def run_rank(
+    config: RunConfig, out: Path, *, progress: bool, overwrite: bool, build: Callable[..., Any] | None = None
+) -> dict[str, Any] | None:
+    """Run this process's rank to the end; rank 0's summary (``None`` on the other ranks)."""
+    from .simulate import build_simulation, execute
+
+    rank, world = join_group(config)
+    # Resumable checkpoints hold one process's state (runtime/checkpoint.py): across processes they
+    # would hold rank 0's shard only, so none are written until they are written per rank.
+    config = config.replace(checkpoint_every=0)
+    sim = None
+    try:
+        if rank == 0:
+            check_out_dir(out, overwrite)
+        sim = build_simulation(config, rank_world=(rank, world))
+        interrupt.AGREE = sim.agree_stop  # every rank stops after the same round
+        outcome = execute(
+            config, out if rank == 0 else None, progress=progress and rank == 0, sim=sim, overwrite=overwrite
+        )
+    except RuntimeError as e:
+        if "DistBackendError" in type(e).__name__ or _is_comm_error(e):
+            reached = sim.transport.faults.round if sim is not None else 0
+            raise RankLostError(
+                f"rank {rank} of {world}: lost contact with the group in round {reached} (a peer rank died "
+                f"or stayed silent for timeout_s = {config.timeout_s:g} s): {_first_line(e)}"
+            ) from None
+        raise
+    finally:
+        interrupt.AGREE = None
+    dist.destroy_process_group()
+    return outcome.summary if rank == 0 else None
+
+
+def _is_comm_error(e: BaseException) -> bool:
+    text = str(e).lower()
+    return any(w in text for w in ("gloo", "nccl", "connection", "timed out", "timeout", "peer"))
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [s.strip() for s in str(e).splitlines() if s.strip()]
+    return lines[0][:200] if lines else type(e).__name__
+
+
+def _loopback() -> str:
+    """The name of the loopback interface (Gloo's connections then bind to 127.0.0.1 only)."""
+    names = [name for _, name in socket.if_nameindex()]
+    return "lo" if "lo" in names or not names else next((n for n in names if n.startswith("lo")), "lo")
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def spawn(config: RunConfig, out: Path, *, progress: bool, overwrite: bool) -> dict[str, Any]:
+    """Start ``config.processes`` ranks on this machine, wait for them, return rank 0's summary."""
+    check_out_dir(out, overwrite)
+    world, port = config.processes, free_port()
+    tmp = Path(tempfile.mkdtemp(prefix="sheaf-fmtl-ranks-"))
+    cfg_file = tmp / "config.yaml"
+    cfg_file.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    argv = [sys.executable, "-m", "sheaf_fmtl", "run", str(cfg_file), "--out", str(out)]
+    argv += ["--overwrite"] if overwrite else []
+    procs, logs = [], []
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+        env.update(LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        env.update({STORE_FILE: str(tmp / "rendezvous"), "GLOO_SOCKET_IFNAME": _loopback()})
+        log = open(tmp / f"rank{rank}.err", "w+")  # noqa: SIM115 - read after the rank ends
+        procs.append(  # own session: a signal reaches a rank once, forwarded by _wait
+            subprocess.Popen(
+                [*argv, "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
+            )
+        )
+        logs.append(log)
+    if progress:
+        print(f"sheaf-fmtl: {world} processes running ({config.rounds} rounds) ...", file=sys.stderr)
+    codes = _wait(procs, config.timeout_s)
+    errors = []
+    for rank, (code, log) in enumerate(zip(codes, logs, strict=True)):
+        log.seek(0)
+        lines = [s.strip() for s in log.read().splitlines() if s.strip() and not s.startswith(("\r", "  "))]
+        log.close()
+        if rank == 0:  # the run's warnings, as one process would have shown them
+            for line in lines:
+                if line.startswith("sheaf-fmtl: warning:"):
+                    print(line, file=sys.stderr)
+        if code != 0 and code not in STOPPED:
+            how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+            last = next((s for s in reversed(lines) if "error" in s), lines[-1] if lines else "")
+            errors.append(f"rank {rank} ended with {how}" + (f" ({last})" if last and code > 0 else ""))
+    if errors:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RankLostError(f"{world} processes: " + "; ".join(errors))
+    shutil.rmtree(tmp, ignore_errors=True)
+    summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
+    return summary
+
+
+def _wait(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> list[int]:
+    """Exit codes of every rank; once one fails, the others get ``timeout_s`` + 10 s, then SIGKILL.
+    SIGINT / SIGTERM to this process are forwarded to every rank (each in its own session, so
+    Ctrl-C reaches it once), which stop after the same round; this process waits for them."""
+
+    def forward(signum: int, frame: object) -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _poll(procs, timeout_s)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _poll(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> list[int]:
+    deadline = None
+    while True:
+        codes = [p.poll() for p in procs]
+        if all(c is not None for c in codes):
+            return [int(c) for c in codes]  # type: ignore[arg-type]
+        if deadline is None and any(c not in (None, 0) for c in codes):
+            deadline = time.monotonic() + timeout_s + 10
+        if deadline is not None and time.monotonic() > deadline:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        time.sleep(0.05)
+
+
+def run_any(
+    config: RunConfig, out: Path, *, progress: bool, overwrite: bool, build: Callable[..., Any] | None = None
+) -> dict[str, Any] | None:
+    """The ``run`` command's dispatch: a rank (torchrun or :func:`spawn`'s child), ``K`` local
+    processes, or one process; the summary to print (``None`` on ranks other than 0)."""
+    from .simulate import run
+
+    if rank_world() is not None:
+        return run_rank(config, out, progress=progress, overwrite=overwrite, build=build)
+    if config.processes > 1:
+        return spawn(config, out, progress=progress, overwrite=overwrite)
+    return run(config, out, progress=progress, overwrite=overwrite, build=build)
