@@ -2,7 +2,8 @@
 sheaf -> config -> algorithms -> metrics, plots -> runtime -> scenarios, reference -> api, demo, bench,
 experiments -> cli. A module
 named ``cli`` (a command-line entry point, e.g. ``data/cli.py``) sits at the top, whatever its folder.
-A new top-level module or package must be given its floor in :data:`RANK` (the test says so)."""
+A new top-level module or package must be given its floor in :data:`RANK` (the test says so).
+No module is much over 300 lines unless its docstring says why (``Why one module ...``)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ RANK = {
     "cli": 9,
 }
 ROOT = Path(sheaf_fmtl.__file__).parent
+MAX_LINES = 320  # issue 13's "~300 lines", with a little slack
+REASON = "Why one module"
 
 
 def _rank(parts: list[str]) -> int | None:
@@ -89,3 +92,21 @@ def test_the_check_sees_an_upward_import() -> None:
     assert ["sheaf", "graph"] in _imports(path)
     assert ["algorithms", "sheaf_fmtl"] in _imports(ROOT / "runtime" / "simulate.py")
     assert _rank(["sheaf", "layout"]) < _rank(["runtime", "simulate"])  # type: ignore[operator]
+
+
+def _too_long(text: str) -> bool:
+    """Over :data:`MAX_LINES` lines with no reason (:data:`REASON`) in the module docstring."""
+    doc = ast.get_docstring(ast.parse(text)) or ""
+    return len(text.splitlines()) > MAX_LINES and REASON not in doc
+
+
+def test_no_module_over_300_lines_without_a_reason() -> None:
+    long = [str(p.relative_to(ROOT)) for p in sorted(ROOT.rglob("*.py")) if _too_long(p.read_text())]
+    assert not long, f"split these modules or say why in their docstring ({REASON} ...): {long}"
+
+
+def test_the_size_check_sees_a_long_module() -> None:
+    body = "x = 1\n" * (MAX_LINES + 1)
+    assert _too_long(f'"""A module."""\n{body}')
+    assert not _too_long(f'"""A module.\n\n{REASON} of this size: data."""\n{body}')
+    assert not _too_long('"""A module."""\nx = 1\n')

@@ -38,92 +38,34 @@ Start-up: ``alpha lam lambda_max(L_F) >= 2`` (power iteration, :mod:`sheaf_fmtl.
 makes the coupling step diverge and is refused; Theorem 1's map-step condition ``eta < 2 / (lam D^2)``
 (``D``: the largest ``||theta_i||`` seen) is checked at every evaluation, and in compact mode every
 round on the device, and a warning is given once (also in a divergence message).
+
+The state and its checkpoint are in :mod:`.sheaf_state`; the per-half-edge message helpers (norms,
+arrival flags, residuals) in :mod:`.sheaf_messages`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..config import RunConfig
-from ..messages import Comm, EdgeLayout, EdgeTensor, Payload, ServerTensor
+from ..messages import Comm, EdgeTensor, Payload
 from ..sheaf import ops
-from ..sheaf.deferred import DeferredMaps
-from ..sheaf.layout import SheafLayout, build_layout
+from ..sheaf.layout import build_layout
 from ..sheaf.maps import MAP_DTYPES, init_maps
 from ..sheaf.stability import laplacian_lambda_max
-from .base import Algorithm, Context, State, register
+from .base import Algorithm, Context, register
 from .coupling import require_stable_coupling
-from .snapshot import host_copy
+from .sheaf_messages import masked_residual, spread_heard, sq_norms
+from .sheaf_state import SheafState
 from .steps import sgd_step
 
 # Power iterations of the start-up check: fewer for large map stacks on the CPU (each reads all maps
 # twice: about 2.3 s at R-MNIST scale on 2 cores, 6 ms on an H200).
 STABILITY_ITERS, STABILITY_ITERS_LARGE, LARGE_MAPS_BYTES = 30, 4, 1 << 30
-
-
-@dataclass
-class SheafState(State):
-    layout: SheafLayout | None = None
-    store: DeferredMaps | None = None  # the restriction maps (with pending rank-one updates)
-    grads: list[torch.Tensor] | None = None
-    own: torch.Tensor | None = None  # P_ij theta_i for the coming theta step (flat, per half-edge)
-    theirs: torch.Tensor | None = None  # P_ji theta_j for the coming theta step, as received/rebuilt
-    heard: torch.Tensor | None = None  # [sum d_ij] bool: which of ``theirs`` arrived (None: all)
-    sent: torch.Tensor | None = None  # P_ij theta_i^new sent for the map step
-    sent_sq: torch.Tensor | None = None  # ||theta_i^new||^2 per half-edge, sent with it (compact mode)
-    scalars: EdgeLayout | None = None  # layout of one scalar per half-edge
-    greet: bool = True  # this round starts by exchanging P_ij theta_i (messages not known yet)
-    element_edge: torch.Tensor | None = None  # [sum d_ij] buffer position of each message element's half-edge
-    map_defer: int = -1
-    lambda_max: float | None = None  # start-up estimate of lambda_max(L_F)
-    theta_norm_max: float = 0.0  # largest ||theta_i|| seen at evaluations (Theorem 1's D)
-    first_violation: torch.Tensor | None = None  # [round, ||theta||^2] where eta lam D^2 >= 2 first held
-    rounds_sent: int = 0
-    warned_map_step: bool = False  # Theorem 1's map-step warning was given
-
-    def checkpoint(self) -> dict[str, Any]:
-        """The data fields and the map store: stacked maps with their pending rank-one factors,
-        unfolded (folding now would change the rounding of the iterates that follow). The maps of
-        buckets that defer their updates are the run's own tensors, not copies (they change only
-        at a fold): a caller that reads them later sets ``store.before_write`` to wait for it."""
-        s = self.store
-        assert s is not None
-        base = [p if u is not None else host_copy(p) for p, u in zip(s.base, s.u, strict=True)]
-        store = {"base": base, "u": host_copy(s.u), "v": host_copy(s.v), "count": list(s.count)}
-        return {**super().checkpoint(), "store": store}
-
-    def restore(self, saved: dict[str, Any], device: torch.device | str) -> None:
-        saved = dict(saved)
-        store = saved.pop("store")
-        super().restore(saved, device)
-        s = self.store
-        assert s is not None
-        for name in ("base", "u", "v"):
-            for m, t in zip(getattr(s, name), store[name], strict=True):
-                if m is not None:
-                    m.copy_(t)
-        s.count = list(store["count"])
-
-    @property
-    def maps(self) -> list[torch.Tensor]:
-        """The stacked maps ``[H_b, d_e, d]`` per bucket, with every pending update folded in."""
-        assert self.store is not None
-        return self.store.materialize()
-
-    @maps.setter
-    def maps(self, maps: list[torch.Tensor]) -> None:
-        self.store = DeferredMaps(maps, self.map_defer, self.thetas[0].dtype)
-
-
-def _sq_norms(layout: SheafLayout, thetas: list[torch.Tensor]) -> torch.Tensor:
-    """``||theta_i||^2`` for the source of every half-edge, in message-buffer order ``[H]``."""
-    norms = [(t * t).sum(1) for t in thetas]  # per client, then spread over its half-edges
-    return torch.cat([b.sources(norms) for b in layout.buckets])
 
 
 @register("sheaf-fmtl")
@@ -206,7 +148,7 @@ class SheafFMTL(Algorithm[SheafState]):
         state.sent = ops.messages(state.layout, state.thetas, state.store)
         payload: Payload = {"msg": EdgeTensor(state.sent, state.layout.messages)}
         if self._is_map_phase(state, phase) and self.compact:
-            state.sent_sq = _sq_norms(state.layout, state.thetas)
+            state.sent_sq = sq_norms(state.layout, state.thetas)
             self._track_norms(state)
             payload["sq_norm"] = EdgeTensor(state.sent_sq, state.scalars)
         return payload
@@ -244,20 +186,7 @@ class SheafFMTL(Algorithm[SheafState]):
     def _take_messages(self, state: SheafState, incoming: Payload) -> None:
         """This round's ``P_ij theta_i`` (sent) and ``P_ji theta_j`` (received), and which arrived."""
         state.own, state.theirs = state.sent, incoming["msg"].data
-        state.heard = self._spread(incoming["msg"])
-
-    @staticmethod
-    def _spread(received: EdgeTensor | ServerTensor) -> torch.Tensor | None:
-        """``received.heard`` (one flag per half-edge) spread over the message elements."""
-        if not isinstance(received, EdgeTensor) or received.heard is None:
-            return None
-        return received.heard.index_select(0, received.layout.element_positions(received.heard.device))
-
-    @staticmethod
-    def _residual(mine: torch.Tensor, theirs: torch.Tensor, heard: torch.Tensor | None) -> torch.Tensor:
-        """``r_ij = mine - theirs``, zero where the neighbour's message did not arrive."""
-        r = mine - theirs
-        return r if heard is None else torch.where(heard, r, r.new_zeros(()))
+        state.heard = spread_heard(incoming["msg"])
 
     def _is_map_phase(self, state: SheafState, phase: int) -> bool:
         return self.learn_maps and phase == (0 if self.epochs else int(state.greet))
@@ -272,7 +201,7 @@ class SheafFMTL(Algorithm[SheafState]):
             if step > 0:  # further local steps: fresh gradients, own messages from the current theta
                 grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
                 state.own = ops.messages(layout, state.thetas, maps)
-            residual = self._residual(state.own, state.theirs, state.heard)
+            residual = masked_residual(state.own, state.theirs, state.heard)
             coupling = ops.transpose_sum(layout, maps, residual, state.thetas)
             state.thetas = [
                 t - self.alpha * (g + self.lam * c)
@@ -285,7 +214,7 @@ class SheafFMTL(Algorithm[SheafState]):
         alpha lam sum_j P_ij^T (own_ij - theirs_ij)``."""
         assert state.layout is not None and state.store is not None
         assert state.own is not None and state.theirs is not None
-        residual = self._residual(state.own, state.theirs, state.heard)
+        residual = masked_residual(state.own, state.theirs, state.heard)
         coupling = ops.transpose_sum(state.layout, state.store, residual, state.thetas)
         state.thetas = [t - (self.alpha * self.lam) * c for t, c in zip(state.thetas, coupling, strict=True)]
         state.theirs = state.own = state.heard = None
@@ -297,8 +226,8 @@ class SheafFMTL(Algorithm[SheafState]):
         layout = state.layout
         scale = -self.eta * self.lam
         mine, theirs = state.sent, incoming["msg"].data
-        heard = self._spread(incoming["msg"])
-        residual = self._residual(mine, theirs, heard)  # zero: that edge's map step is skipped
+        heard = spread_heard(incoming["msg"])
+        residual = masked_residual(mine, theirs, heard)  # zero: that edge's map step is skipped
         for k, (b, r) in enumerate(zip(layout.buckets, layout.bucket_messages(residual), strict=True)):
             state.store.add_rank_one(k, r, b.sources(state.thetas), scale)
         if self.compact:

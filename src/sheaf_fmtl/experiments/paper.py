@@ -15,6 +15,10 @@ Where each setting comes from:
   for the tabular ones, evaluation every 10 rounds. The paper tunes its step sizes on validation
   data without printing them: pass the YAML that ``sheaf-fmtl sweep`` writes with ``--tuned`` to
   replace these defaults (never tuned on the test split).
+
+Why one module of about 320 lines: it is data (one entry per experiment, with the paper's numbers
+and table references), read top to bottom beside the paper; the code that runs and reports it
+lives in :mod:`.reproduce`, :mod:`.cells` and :mod:`.table`.
 """
 
 from __future__ import annotations

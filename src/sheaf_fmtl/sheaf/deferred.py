@@ -31,7 +31,14 @@ MIN_DEFER_BYTES = 32 << 20
 def auto_depth(edge_dim: int, stack_bytes: int = MIN_DEFER_BYTES) -> int:
     """Rounds between folds: about ``sqrt(d_e)`` balances the fold against the factors' reads
     (the factors cost ``depth / d_e`` of a map pass); 1 (plain updates) for narrow edge stalks
-    and for small stacks, where per-call overhead, not memory traffic, sets the time."""
+    and for small stacks, where per-call overhead, not memory traffic, sets the time.
+
+    Args:
+        edge_dim: ``d_e`` of the bucket.
+        stack_bytes: the bucket's map bytes.
+    Returns:
+        Rounds between folds, in ``1..MAX_DEPTH``.
+    """
     if edge_dim < 16 or stack_bytes < MIN_DEFER_BYTES:
         return 1
     return min(MAX_DEPTH, math.isqrt(edge_dim))
@@ -70,7 +77,14 @@ class DeferredMaps:
         return len(self.base)
 
     def apply(self, b: int, x: torch.Tensor) -> torch.Tensor:
-        """``P_h x_h`` for bucket ``b``: ``[H, d] -> [H, d_e]``."""
+        """``P_h x_h`` for bucket ``b``: ``[H, d] -> [H, d_e]``, pending factors included.
+
+        Args:
+            b: the bucket.
+            x: one source vector per half-edge ``[H, d]``.
+        Returns:
+            ``[H, d_e]``: ``base x + U (V x)``.
+        """
         out = apply_maps(self.base[b], x)
         t = self.count[b]
         if t:
@@ -81,7 +95,14 @@ class DeferredMaps:
         return out
 
     def apply_t(self, b: int, r: torch.Tensor) -> torch.Tensor:
-        """``P_h^T r_h`` for bucket ``b``: ``[H, d_e] -> [H, d]``."""
+        """``P_h^T r_h`` for bucket ``b``: ``[H, d_e] -> [H, d]``, pending factors included.
+
+        Args:
+            b: the bucket.
+            r: one edge-stalk vector per half-edge ``[H, d_e]``.
+        Returns:
+            ``[H, d]``: ``base^T r + V^T (U^T r)``.
+        """
         out = apply_maps_t(self.base[b], r)
         t = self.count[b]
         if t:
@@ -92,7 +113,16 @@ class DeferredMaps:
         return out
 
     def add_rank_one(self, b: int, r: torch.Tensor, x: torch.Tensor, scale: float) -> None:
-        """``P_h += scale * r_h x_h^T``, deferred until ``depth`` updates are pending."""
+        """``P_h += scale * r_h x_h^T``, deferred until ``depth`` updates are pending.
+
+        Args:
+            b: the bucket.
+            r: ``[H, d_e]`` residuals ``r_ij``.
+            x: ``[H, d]`` source thetas ``theta_i``.
+            scale: ``-eta lam`` for the map step.
+        References:
+            Eq. ``pijaupdate``.
+        """
         u, v = self.u[b], self.v[b]
         if u is None or v is None:
             _rank_one_now(self.base[b], r, x, scale)
@@ -121,7 +151,11 @@ class DeferredMaps:
         self.count[b] = 0
 
     def materialize(self) -> list[torch.Tensor]:
-        """Fold every pending update in; returns the stacked maps."""
+        """Fold every pending update in.
+
+        Returns:
+            The stacked maps ``[H_b, d_e, d]`` per bucket (the stored tensors, not copies).
+        """
         for b in range(len(self.base)):
             self._fold(b)
         return self.base

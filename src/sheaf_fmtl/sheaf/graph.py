@@ -82,15 +82,19 @@ class ClientGraph:
         return np.repeat(self.weights, 2)
 
     def degrees(self) -> np.ndarray:
+        """``[N]`` number of neighbours of each client."""
         return np.bincount(self.src, minlength=self.num_nodes)
 
     def neighbors(self, i: int) -> list[int]:
+        """``N_i``, sorted."""
         return sorted(self.dst[self.src == i].tolist())
 
     def is_connected(self) -> bool:
+        """Whether every client can reach every other."""
         return self.num_nodes == 1 or nx.is_connected(self.to_networkx())
 
     def to_networkx(self) -> nx.Graph:
+        """A NetworkX graph with the weights ``a_ij`` as edge attribute ``weight``."""
         g = nx.Graph()
         g.add_nodes_from(range(self.num_nodes))
         assert self.weights is not None
@@ -138,6 +142,16 @@ def make_graph(
 
     Erdos-Renyi ``G(n, p)``, Watts-Strogatz ``(k, p)``, Barabasi-Albert ``m``, complete, star
     (hub 0), or an edge-list file (one ``i j`` pair per line, nodes ``0..num_nodes-1``).
+
+    Args:
+        kind: one of :data:`GRAPH_KINDS`.
+        num_nodes: ``N >= 2``.
+        p, k, m: the random graphs' parameters (``graph_p``, ``graph_k``, ``graph_m``).
+        seed: the first draw's seed; redraws derive theirs from it.
+        path: the edge list when ``kind == "file"``.
+        max_tries: draws before :class:`GraphError`.
+    Returns:
+        The connected client graph (paper Section 5: Erdos-Renyi, small-world, scale-free, complete).
     """
     if num_nodes < 2:
         raise GraphError(f"a client graph needs at least 2 nodes, got {num_nodes}")

@@ -55,6 +55,9 @@ class Bucket:
 
 @dataclass(frozen=True, eq=False)
 class SheafLayout:
+    """The sheaf's shapes: node and edge stalks, cohorts, shape buckets and the message buffer
+    (see the module docstring). Built by :func:`build_layout`."""
+
     graph: ClientGraph
     node_dims: np.ndarray  # [N]
     edge_dims: np.ndarray  # [E] per undirected edge
@@ -71,7 +74,13 @@ class SheafLayout:
         return self.graph.num_nodes
 
     def bucket_messages(self, flat: torch.Tensor) -> list[torch.Tensor]:
-        """Views ``[H_b, d_e]`` of a flat message buffer, one per bucket."""
+        """Views ``[H_b, d_e]`` of a flat message buffer, one per bucket.
+
+        Args:
+            flat: ``[sum_h d_h]`` in the order of ``messages``.
+        Returns:
+            One view (no copy) per bucket.
+        """
         out = []
         for b in self.buckets:
             start = int(self.messages.offsets[b.first]) if b.size else 0
@@ -79,6 +88,7 @@ class SheafLayout:
         return out
 
     def map_bytes(self, element_size: int = 4) -> int:
+        """Bytes of all stacked maps at ``element_size`` bytes per element."""
         return sum(int(np.prod(b.shape)) for b in self.buckets) * element_size
 
 
@@ -97,6 +107,15 @@ def build_layout(
     message layout routes the others' reverse half-edges through the transport. Clients of one
     cohort must share ``d_i``; ``node_dims`` covers every client. ``edge_dim_override``: ``[E]``
     explicit edge stalks (special cases such as hybrid FL).
+
+    Args:
+        graph: the client graph.
+        node_dims: ``[N]`` ``d_i``.
+        cohort_of: ``[N]`` cohort of each client, ``-1`` when held elsewhere.
+        gamma: ``d_ij = max(1, floor(gamma min(d_i, d_j)))`` (paper Section 5, "Parameters").
+        edge_dim_override: see above.
+    Returns:
+        The :class:`SheafLayout`.
     """
     dims = np.asarray(node_dims, np.int64)
     coh = np.asarray(cohort_of, np.int64)

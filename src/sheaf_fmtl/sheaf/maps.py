@@ -28,7 +28,7 @@ MAP_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": t
 
 
 class MapInitError(ValueError):
-    pass
+    """An initialisation that is unknown or gives zero maps (which never learn, paper Remark)."""
 
 
 def _one_map(init: str, scale: float, d_e: int, d: int, gen: torch.Generator) -> torch.Tensor:
@@ -48,7 +48,14 @@ def _one_map(init: str, scale: float, d_e: int, d: int, gen: torch.Generator) ->
 
 
 def default_scale(init: str, node_dim: int) -> float:
-    """The scale used when ``map_scale`` is not given (see the module docstring)."""
+    """The scale used when ``map_scale`` is not given (see the module docstring).
+
+    Args:
+        init: one of :data:`MAP_INITS`.
+        node_dim: ``d_i``, the size of the source stalk.
+    Returns:
+        Gaussian ``sigma = 1/sqrt(d_i)``, uniform ``a = sqrt(3/d_i)``, else :data:`DEFAULT_SCALE`.
+    """
     if init == "gaussian":
         return 1.0 / math.sqrt(node_dim)
     if init == "uniform":
@@ -80,7 +87,20 @@ def init_maps(
     ``on_device``: Gaussian and uniform maps are drawn one bucket at a time by a generator on
     ``device`` (seeded from ``generator``): the same distribution, not the same numbers as the
     per-map CPU draws, and seconds instead of minutes for tens of GiB of maps on a GPU; these numbers
-    depend on the buckets, so on how clients are split over processes."""
+    depend on the buckets, so on how clients are split over processes.
+
+    Args:
+        layout: the buckets to fill (their shapes ``[H_b, d_e, d]``).
+        init: one of :data:`MAP_INITS` (``zeros`` is refused).
+        scale: ``sigma`` / ``a`` / noise scale; ``None``: :func:`default_scale`.
+        dtype, device: storage of the maps.
+        generator, seed: where the streams' base seed comes from (one of them is needed).
+        shared, on_device: see above.
+    Returns:
+        One ``[H_b, d_e, d]`` tensor per bucket: the initial ``P_ij^0`` of Algorithm 1.
+    References:
+        Section "Effect of the Restriction Maps Initialization" (the ablation's initialisations).
+    """
     if generator is None and seed is None:
         raise ValueError("init_maps needs a seed or a generator")
     if init == "zeros":

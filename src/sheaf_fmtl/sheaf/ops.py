@@ -24,7 +24,14 @@ _WORKSPACE: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
 def widened(p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``p`` (one chunk of narrow maps) copied into a reused buffer of ``dtype``: converting into
-    fresh allocations is several times slower (page faults) than into a warm buffer."""
+    fresh allocations is several times slower (page faults) than into a warm buffer.
+
+    Args:
+        p: maps ``[h, d_e, d]`` in their storage dtype (e.g. ``bfloat16``).
+        dtype: the dtype to compute in (the thetas').
+    Returns:
+        A view of the shared buffer, valid until the next call with the same dtype and device.
+    """
     key = (dtype, p.device)
     buf = _WORKSPACE.get(key)
     if buf is None or buf.numel() < p.numel():
@@ -40,7 +47,16 @@ def _chunks(p: torch.Tensor) -> list[slice]:
 
 
 def apply_maps(p: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``[H, d_e, d] x [H, d] -> [H, d_e]``: ``P_h x_h`` for every half-edge."""
+    """``[H, d_e, d] x [H, d] -> [H, d_e]``: ``P_h x_h`` for every half-edge.
+
+    Args:
+        p: stacked maps ``[H, d_e, d]`` (any storage dtype).
+        x: one source vector per half-edge ``[H, d]``.
+    Returns:
+        ``[H, d_e]`` in ``x``'s dtype.
+    References:
+        The messages ``P_ij theta_i`` of eq. ``thetaupdate`` and Algorithm 1.
+    """
     # x^T P^T as a [1, d] x [d, d_e] product per map: MKL's batched GEMV with a vector on the
     # right is several times slower than this orientation on CPU.
     if p.dtype == x.dtype:
@@ -52,7 +68,16 @@ def apply_maps(p: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_maps_t(p: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    """``[H, d_e, d] x [H, d_e] -> [H, d]``: ``P_h^T r_h`` for every half-edge."""
+    """``[H, d_e, d] x [H, d_e] -> [H, d]``: ``P_h^T r_h`` for every half-edge.
+
+    Args:
+        p: stacked maps ``[H, d_e, d]`` (any storage dtype).
+        r: one edge-stalk vector per half-edge ``[H, d_e]``.
+    Returns:
+        ``[H, d]`` in ``r``'s dtype.
+    References:
+        The terms ``P_ij^T (P_ij theta_i - P_ji theta_j)`` of eq. ``thetaupdate``.
+    """
     if p.dtype == r.dtype:
         return torch.bmm(r.unsqueeze(1), p).squeeze(1)
     out = r.new_empty((p.shape[0], p.shape[2]))
@@ -73,7 +98,17 @@ def _apply_t(maps: Maps, b: int, r: torch.Tensor) -> torch.Tensor:
 
 
 def messages(layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Maps) -> torch.Tensor:
-    """Flat buffer of ``P_ij theta_i`` for every half-edge (buffer order of ``layout.messages``)."""
+    """Flat buffer of ``P_ij theta_i`` for every half-edge (buffer order of ``layout.messages``).
+
+    Args:
+        layout: where each half-edge's block lives.
+        thetas: per cohort ``[C, d]``.
+        maps: stacked maps per bucket, or a :class:`~sheaf_fmtl.sheaf.deferred.DeferredMaps`.
+    Returns:
+        ``[sum_h d_h]``, each bucket's block a row-major ``[H_b, d_e]``.
+    References:
+        What client ``i`` sends to ``j`` in Algorithm 1 (eq. ``thetaupdate``).
+    """
     out = thetas[0].new_empty(layout.messages.total)
     for k, (b, view) in enumerate(zip(layout.buckets, layout.bucket_messages(out), strict=True)):
         view.copy_(_apply(maps, k, b.sources(thetas)))
@@ -84,7 +119,17 @@ def residuals(
     layout: SheafLayout, outgoing: torch.Tensor, incoming: torch.Tensor | None = None
 ) -> torch.Tensor:
     """``r_ij = P_ij theta_i - P_ji theta_j`` for every half-edge; ``incoming`` defaults to the
-    in-process exchange of ``outgoing``."""
+    in-process exchange of ``outgoing``.
+
+    Args:
+        layout: the message layout (its exchange index pairs ``ij`` with ``ji``).
+        outgoing: ``[sum_h d_h]`` messages from :func:`messages`.
+        incoming: ``[sum_h d_h]`` the reverse half-edges' messages, as received.
+    Returns:
+        ``[sum_h d_h]`` residuals (``r_ji = -r_ij``).
+    References:
+        The coboundary ``delta(theta)_e`` (paper, "A Sheaf Theoretic Approach") seen from each end of ``e``.
+    """
     if incoming is None:
         incoming = outgoing.index_select(0, layout.messages.exchange_index(outgoing.device))
     return outgoing - incoming
@@ -93,7 +138,19 @@ def residuals(
 def transpose_sum(
     layout: SheafLayout, maps: Maps, per_edge: torch.Tensor, thetas: Sequence[torch.Tensor]
 ) -> list[torch.Tensor]:
-    """Per cohort ``[C, d]``: ``sum_j P_ij^T v_ij`` for a flat per-half-edge buffer ``v``."""
+    """Per cohort ``[C, d]``: ``sum_j P_ij^T v_ij`` for a flat per-half-edge buffer ``v``.
+
+    Args:
+        layout: where each half-edge's block lives.
+        maps: stacked maps per bucket, or a ``DeferredMaps``.
+        per_edge: ``[sum_h d_h]`` one edge-stalk vector per half-edge (e.g. residuals).
+        thetas: per cohort ``[C, d]``, for the output shapes.
+    Returns:
+        Per cohort ``[C, d]`` (zero for clients without edges).
+    References:
+        The sum in eq. ``thetaupdate``; with residuals, ``L_F theta`` (eq.
+        ``Laplacian_matrix_form``).
+    """
     out = [torch.zeros_like(t) for t in thetas]
     for k, (b, v) in enumerate(zip(layout.buckets, layout.bucket_messages(per_edge), strict=True)):
         out[b.cohort].index_add_(0, b.src_pos_on(v.device), _apply_t(maps, k, v))
@@ -101,22 +158,57 @@ def transpose_sum(
 
 
 def laplacian_action(layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Maps) -> list[torch.Tensor]:
-    """``L_F theta`` per cohort, ``(L theta)_i = sum_j P_ij^T (P_ij theta_i - P_ji theta_j)``."""
+    """``L_F theta`` per cohort, ``(L theta)_i = sum_j P_ij^T (P_ij theta_i - P_ji theta_j)``.
+
+    Args:
+        layout: the sheaf layout.
+        thetas: per cohort ``[C, d]``.
+        maps: stacked maps per bucket, or a ``DeferredMaps``.
+    Returns:
+        Per cohort ``[C, d]``.
+    References:
+        Eqs. ``Laplacian_defn`` / ``Laplacian_matrix_form`` (``L_F = P^T P``), never formed.
+    """
     return transpose_sum(layout, maps, residuals(layout, messages(layout, thetas, maps)), thetas)
 
 
 def energy_from_residuals(r: torch.Tensor) -> torch.Tensor:
-    """``sum_e ||r_e||^2`` over undirected edges; each appears twice in the buffer (``r_ji = -r_ij``)."""
+    """``sum_e ||r_e||^2`` over undirected edges; each appears twice in the buffer (``r_ji = -r_ij``).
+
+    Args:
+        r: ``[sum_h d_h]`` residuals of every half-edge (both directions).
+    Returns:
+        A float64 scalar.
+    References:
+        Lemma 1.
+    """
     return 0.5 * (r.double() ** 2).sum()
 
 
 def energy(layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Maps) -> torch.Tensor:
-    """``theta^T L_F theta = sum_{e={i,j}} ||P_ij theta_i - P_ji theta_j||^2`` (Lemma 1)."""
+    """``theta^T L_F theta = sum_{e={i,j}} ||P_ij theta_i - P_ji theta_j||^2``.
+
+    Args:
+        layout: the sheaf layout (all clients in one process).
+        thetas: per cohort ``[C, d]``.
+        maps: stacked maps per bucket, or a ``DeferredMaps``.
+    Returns:
+        A float64 scalar.
+    References:
+        Lemma 1; ``lam / 2`` times it is the coupling term of problem ``P2``.
+    """
     return energy_from_residuals(residuals(layout, messages(layout, thetas, maps)))
 
 
 def map_frobenius(layout: SheafLayout, maps: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``[N, N]`` matrix of ``||P_ij||_F`` (row ``i``: owner, column ``j``: neighbour); zero off-graph."""
+    """``[N, N]`` matrix of ``||P_ij||_F`` (row ``i``: owner, column ``j``: neighbour); zero off-graph.
+
+    Args:
+        layout: the sheaf layout.
+        maps: stacked maps per bucket (folded, e.g. ``DeferredMaps.materialize()``).
+    Returns:
+        ``[N, N]`` float64 on the CPU.
+    """
     n = layout.num_clients
     out = torch.zeros(n, n, dtype=torch.float64)
     g = layout.graph

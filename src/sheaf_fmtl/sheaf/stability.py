@@ -36,7 +36,20 @@ def laplacian_lambda_max(
     a lower bound of ``lambda_max(L_F)`` that approaches it as ``iters`` grows. ``like``: per-cohort
     tensors ``[C, d]`` giving the shapes, dtype and device of the thetas. Each client's start row is
     drawn from its own stream; ``comm`` (a shard of the clients): the exchanges and dot products
-    span every process (default: one process holds every client)."""
+    span every process (default: one process holds every client).
+
+    Args:
+        layout: the sheaf layout (a shard's, with ``comm``).
+        like: per cohort ``[C, d]``, for shapes, dtype and device.
+        maps: stacked maps per bucket, or a ``DeferredMaps``.
+        iters: power iterations.
+        seed: seeds each client's start row (stream ``STABILITY``).
+        comm: the exchange across processes.
+    Returns:
+        The estimate of ``lambda_max(L_F)`` (0 when ``L_F v = 0``).
+    References:
+        The coupling part of eq. ``thetaupdate`` is stable when ``alpha lam lambda_max(L_F) < 2``.
+    """
     comm = LocalComm() if comm is None else comm
     v = [
         torch.stack(

@@ -13,6 +13,12 @@ def edge_dim(gamma: float, d_i: int, d_j: int) -> int:
     """``d_ij = max(1, floor(gamma * min(d_i, d_j)))`` (paper Section 5, "Parameters").
 
     A tiny tolerance keeps ``floor(0.29 * 100)`` at 29 despite binary rounding.
+
+    Args:
+        gamma: in ``(0, 1]`` (ValueError otherwise).
+        d_i, d_j: the two node stalks.
+    Returns:
+        ``d_ij`` (``= d_ji``).
     """
     if not 0.0 < gamma <= 1.0:
         raise ValueError(f"gamma must be in (0, 1], got {gamma}")
@@ -20,5 +26,13 @@ def edge_dim(gamma: float, d_i: int, d_j: int) -> int:
 
 
 def edge_dims(graph: ClientGraph, node_dims: np.ndarray, gamma: float) -> np.ndarray:
-    """``[E]`` edge-stalk sizes for the undirected edges of ``graph``."""
+    """``[E]`` edge-stalk sizes for the undirected edges of ``graph``.
+
+    Args:
+        graph: the client graph.
+        node_dims: ``[N]`` ``d_i``.
+        gamma: see :func:`edge_dim`.
+    Returns:
+        ``[E]`` int64 ``d_ij``, in the order of ``graph.edges``.
+    """
     return np.array([edge_dim(gamma, int(node_dims[i]), int(node_dims[j])) for i, j in graph.edges], np.int64)

@@ -1,6 +1,6 @@
-"""Typed run configuration: YAML file + ``KEY=VALUE`` overrides (dotted keys into ``data``),
-validated when a :class:`RunConfig` is built (one place for the CLI and Python), saved resolved
-with every run."""
+"""The typed run configuration: :class:`RunConfig`, every key with its default, validated when it
+is built (types, allowed values, ranges, rules that involve several keys), so one place checks the
+configs of the CLI and of Python."""
 
 from __future__ import annotations
 
@@ -9,13 +9,10 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .sheaf.graph import GRAPH_KINDS
-from .sheaf.maps import MAP_DTYPES, MAP_INITS
+from ..sheaf.graph import GRAPH_KINDS
+from ..sheaf.maps import MAP_DTYPES, MAP_INITS
 
 
 class ConfigError(ValueError):
@@ -217,67 +214,6 @@ def validate(config: RunConfig) -> RunConfig:
     return config
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (instead of keeping the last)."""
-
-
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
-    loader.flatten_mapping(node)
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
-        line = key_node.start_mark.line + 1
-        try:
-            first = seen.setdefault(key, line)
-        except TypeError:  # unhashable key: SafeLoader reports it
-            break
-        if first != line:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (first given on line {first})", key_node.start_mark
-            )
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_unique_mapping,  # type: ignore[arg-type]
-)
-
-
-def _yaml_problem(e: yaml.YAMLError) -> str:
-    """One line for a YAML error: line, column and what is wrong."""
-    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:
-        mark = e.problem_mark
-        return f"line {mark.line + 1}, column {mark.column + 1}: {e.problem}"
-    return " ".join(str(e).split())
-
-
-def parse_yaml(text: str, where: str) -> Any:
-    """``text`` read as YAML (duplicate keys refused); ConfigError naming ``where`` otherwise."""
-    try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{where} is not valid YAML: {_yaml_problem(e)}") from None
-
-
-def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``["lam=0.1", "data.relatedness=0.5"]`` -> nested mapping; values parsed as YAML scalars."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        parts = key.strip().split(".")
-        if not sep or not all(parts):
-            raise ConfigError(f"override {item!r} must look like KEY=VALUE (e.g. lam=0.1, data.groups=2)")
-        value = parse_yaml(raw, f"override {item!r}") if raw.strip() else ""
-        node = out
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {item!r}: '{part}' was already given a value")
-        node[parts[-1]] = value
-    return out
-
-
 def from_mapping(mapping: Mapping[str, Any]) -> RunConfig:
     """A validated config from a mapping of keys (a saved ``config.yaml``'s provenance is ignored)."""
     values = {k: v for k, v in mapping.items() if k not in PROVENANCE_KEYS}
@@ -285,51 +221,3 @@ def from_mapping(mapping: Mapping[str, Any]) -> RunConfig:
     if unknown:
         raise ConfigError(_unknown_key(unknown[0]))
     return RunConfig(**values)
-
-
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    """The mapping in a YAML config file; ConfigError naming the file and the problem."""
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"config file {p} does not exist")
-    if p.is_dir():
-        raise ConfigError(f"config file {p} is a folder; give a YAML file (e.g. {p / 'config.yaml'})")
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"config file {p} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
-    except OSError as e:
-        raise ConfigError(f"config file {p} cannot be read: {e.strerror}") from None
-    loaded = parse_yaml(text, f"config file {p}") or {}
-    if not isinstance(loaded, dict):
-        raise ConfigError(f"config file {p} must hold a mapping of keys to values")
-    return loaded
-
-
-def load_config(
-    path: str | Path | None = None,
-    overrides: list[str] | None = None,
-    keys: Mapping[str, Any] | None = None,
-) -> RunConfig:
-    """Defaults, then the YAML file, then ``KEY=VALUE`` overrides, then ``keys`` (typed values,
-    e.g. from CLI flags or Python keywords; ``data`` merged key by key); validated."""
-    mapping: dict[str, Any] = dict(read_config_file(path)) if path is not None else {}
-    layers = [parse_overrides(overrides or []), dict(keys or {})]
-    for layer in layers:
-        for key, value in layer.items():
-            if key == "data" and isinstance(value, dict) and isinstance(mapping.get("data", {}), dict):
-                mapping["data"] = {**mapping.get("data", {}), **value}
-            elif isinstance(value, dict) and key != "data":
-                raise ConfigError(f"config key '{key}' has no sub-keys (only 'data.*' does)")
-            else:
-                mapping[key] = value
-    return from_mapping(mapping)
-
-
-def save_config(config: RunConfig, path: str | Path, provenance: Mapping[str, Any] | None = None) -> None:
-    """``config`` as YAML (rerun it with ``sheaf-fmtl run PATH``), then ``provenance`` keys
-    (:data:`PROVENANCE_KEYS`, e.g. the package and torch versions), which reading ignores."""
-    text = yaml.safe_dump(config.to_dict(), sort_keys=False)
-    if provenance:
-        text += yaml.safe_dump(dict(provenance), sort_keys=False)
-    Path(path).write_text(text)

@@ -1,0 +1,166 @@
+"""The federation: every client's cohort and row (``cohort_of``, ``position``), built from a
+dataset by grouping clients by architecture; a shard holds only some clients."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..data.base import ClientSplit, FederatedDataset
+from ..models import build_model, default_model
+from ..streams import ClientStreams
+from .cohort import Cohort
+from .stacked import pad
+
+
+@dataclass(eq=False)
+class Federation:
+    """All clients: cohorts plus where each client sits (``cohort_of``, ``position``)."""
+
+    dataset: FederatedDataset
+    cohorts: list[Cohort]
+    cohort_of: np.ndarray
+    position: np.ndarray
+    _index: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict, repr=False)
+    batch_streams: ClientStreams | None = field(default=None, repr=False)
+    all_dims: np.ndarray | None = field(default=None, repr=False)  # [N] d_i of every client
+    train_sizes: np.ndarray | None = field(default=None, repr=False)  # [N] n_i of every client
+
+    def with_streams(self, seed: int) -> Federation:
+        """This federation (the same cohorts and data, not copied) with its own random streams: every
+        client held here gets a mini-batch stream from ``seed`` and its id. Two runs built on one
+        federation thus never share a stream."""
+        out = copy.copy(self)
+        out.batch_streams = ClientStreams(seed, [int(c) for cohort in self.cohorts for c in cohort.clients])
+        return out
+
+    def random_state(self) -> dict[str, Any]:
+        """All random state a run advances after it is built (what a checkpoint must keep):
+        ``{"batch": {client id: generator state}}``. Initial models and maps are drawn once from
+        ``seed`` and global ids, so they need no state."""
+        if self.batch_streams is None:
+            raise ValueError("the federation's random streams are not seeded (see with_streams)")
+        return {"batch": self.batch_streams.state()}
+
+    def load_random_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`random_state` (ValueError when it lacks a client held here)."""
+        if self.batch_streams is None:
+            raise ValueError("the federation's random streams are not seeded (see with_streams)")
+        self.batch_streams.load_state(state["batch"])
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.cohort_of)
+
+    @property
+    def task(self) -> str:
+        return self.dataset.task
+
+    def node_dims(self) -> np.ndarray:
+        """``d_i`` of every client ``[N]``, also of those held by other processes."""
+        if self.all_dims is not None:
+            return self.all_dims
+        return np.array([self.cohorts[c].dim for c in self.cohort_of], dtype=np.int64)
+
+    @property
+    def held(self) -> np.ndarray:
+        """``[N]`` bool: the clients this process holds."""
+        return self.cohort_of >= 0
+
+    def steps_per_epoch(self, batch_size: int) -> int:
+        """Steps of one pass over the largest client's data, over every client (held here or not):
+        ``ceil(max n_i / B)`` (one step for ``B <= 0``)."""
+        sizes = (
+            self.train_sizes
+            if self.train_sizes is not None
+            else [len(c.y_train) for c in self.dataset.clients]
+        )
+        return 1 if batch_size <= 0 else max(1, math.ceil(max(sizes, default=0) / batch_size))
+
+    def per_client(self, per_cohort: list[torch.Tensor]) -> torch.Tensor:
+        """Scatter per-cohort ``[C, ...]`` results back to client order ``[N, ...]``."""
+        first = per_cohort[0]
+        out = first.new_zeros((self.num_clients, *first.shape[1:]))  # zero: clients held elsewhere
+        for k, (_, values) in enumerate(zip(self.cohorts, per_cohort, strict=True)):
+            out.index_copy_(0, self.client_index(k, out.device), values)
+        return out
+
+    def client_index(self, k: int, device: torch.device) -> torch.Tensor:
+        """Client ids of cohort ``k`` on ``device``, cached (built per call, a host->device copy each
+        round on a GPU)."""
+        key = (k, str(device))
+        if key not in self._index:
+            self._index[key] = torch.as_tensor(self.cohorts[k].clients, dtype=torch.long, device=device)
+        return self._index[key]
+
+
+def build_federation(
+    dataset: FederatedDataset,
+    model: str = "auto",
+    *,
+    l2: float = 0.0,
+    device: str | torch.device = "cpu",
+    clients: Sequence[int] | None = None,
+) -> Federation:
+    """Group clients by (model, input shape). ``model``: a name, ``auto`` (the paper's tabular
+    default for the task), or a comma-separated list assigned round-robin (heterogeneous models).
+    ``clients``: hold only these global client ids (a shard; default all). ``cohort_of`` and
+    ``position`` stay indexed by global id, ``-1`` for a client held elsewhere; a cohort's common
+    initial model is seeded by its architecture's first client over the whole federation."""
+    names = [default_model(dataset.task) if m.strip() == "auto" else m.strip() for m in model.split(",")]
+    outputs = dataset.num_classes if dataset.task == "classification" else 1
+    keys = [(names[i % len(names)], dataset.feature_shape(i)) for i in range(dataset.num_clients)]
+    held = np.zeros(len(keys), bool)
+    held[np.arange(len(keys)) if clients is None else np.asarray(clients, np.int64)] = True
+    distinct = list(dict.fromkeys(keys))  # architectures, in order of their first client
+    first = {k: keys.index(k) for k in distinct}
+    local = [k for k in distinct if any(held[i] for i in range(len(keys)) if keys[i] == k)]
+    cohort_of = np.array([local.index(k) if held[i] else -1 for i, k in enumerate(keys)], np.int64)
+    position = np.full(len(keys), -1, np.int64)
+    dev = torch.device(device)
+    ydtype = torch.long if dataset.task == "classification" else torch.float32
+    cohorts = []
+    for c, (name, shape) in enumerate(local):
+        members = np.flatnonzero(cohort_of == c)
+        position[members] = np.arange(len(members))
+        splits = [dataset.clients[i] for i in members]
+        x_tr, n_tr = pad([s.x_train for s in splits], torch.float32, dev)
+        y_tr, _ = pad([s.y_train for s in splits], ydtype, dev)
+        x_te, n_te = pad([s.x_test for s in splits], torch.float32, dev)
+        y_te, _ = pad([s.y_test for s in splits], ydtype, dev)
+        module = build_model(name, shape, outputs).to(dev)
+        cohort = Cohort(c, members, name, module, dataset.task, l2, x_tr, y_tr, n_tr, x_te, y_te, n_te)
+        cohort.first_client = first[(name, shape)]
+        cohorts.append(cohort)
+    with torch.random.fork_rng(devices=[]):  # d_i of architectures held elsewhere; no global draw
+        dims = {k: count_parameters(build_model(k[0], k[1], outputs)) for k in distinct}
+    all_dims = np.array([dims[k] for k in keys], np.int64)
+    sizes = np.array([len(c.y_train) for c in dataset.clients], np.int64)
+    kept = dataset if held.all() else _only(dataset, held)
+    return Federation(kept, cohorts, cohort_of, position, all_dims=all_dims, train_sizes=sizes)
+
+
+def _only(dataset: FederatedDataset, held: np.ndarray) -> FederatedDataset:
+    """``dataset`` with empty arrays (same feature shapes) for the clients not ``held``: a shard
+    keeps no reference to the other clients' data."""
+
+    def empty(a: np.ndarray) -> np.ndarray:
+        return np.empty((0, *a.shape[1:]), a.dtype)
+
+    clients = tuple(
+        c if keep else ClientSplit(empty(c.x_train), empty(c.y_train), empty(c.x_test), empty(c.y_test))
+        for c, keep in zip(dataset.clients, held.tolist(), strict=True)
+    )
+    return dataclasses.replace(dataset, clients=clients)
+
+
+def count_parameters(module: nn.Module) -> int:
+    return sum(math.prod(p.shape) for p in module.parameters())

@@ -1,0 +1,197 @@
+"""Batched local losses ``f_i`` of a cohort (L2-regularised cross-entropy or squared loss, paper
+Section 5 "Evaluation"), their mini-batch gradients, evaluation and initial models.
+
+The gradients of all ``C`` clients are computed at once, never client by client: closed-form
+batched matmuls for logistic / linear regression (:mod:`sheaf_fmtl.models.linear`), im2col
+convolutions batched over clients (:mod:`sheaf_fmtl.models.grouped`) with one ``torch.func.grad``
+per group of clients for CNNs, and ``torch.func`` (``vmap`` + ``functional_call`` + ``grad``) for
+any other model.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, grad, grad_and_value, vmap
+
+from ..models import grouped
+from ..models.linear import linear_forward, linear_gradients, linear_shape
+from .stacked import Batch, StackedClients
+
+EVAL_CHUNK = 512  # samples per client per evaluation chunk
+GROUP_CLIENTS = 4  # clients per batched CNN call on CPU (see Cohort._grouped_grad); all on CUDA
+CUDA_PREDICT_GROUP = 8  # clients per batched CNN prediction on CUDA (im2col of EVAL_CHUNK samples each)
+
+
+@dataclass(eq=False)
+class Cohort(StackedClients):
+    """Clients that share one architecture (same model name and input shape, so the same ``d``)."""
+
+    names: list[str] = field(init=False)
+    shapes: list[torch.Size] = field(init=False)
+    numels: list[int] = field(init=False)
+    group: int = field(init=False)  # clients per batched CNN call
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.group = self.size if self.x_train.is_cuda else GROUP_CLIENTS
+        params = dict(self.module.named_parameters())
+        self.names = list(params)
+        self.shapes = [p.shape for p in params.values()]
+        self.numels = [p.numel() for p in params.values()]
+        self._grad: Callable[..., tuple[torch.Tensor, torch.Tensor]] = vmap(grad_and_value(self._loss))
+        self._predict: Callable[..., torch.Tensor] = vmap(self._forward)
+        self._linear_io = linear_shape(self.module)
+        if grouped.supports(self.module):  # CNNs: batched im2col convolutions beat vmap(conv2d) on CPU
+            self._grad = self._grouped_grad
+            self._predict = self._grouped_predict
+        elif self._linear_io is not None:  # logistic / linear regression: closed form, batched matmuls
+            self._grad = self._linear_grad
+            self._predict = self._linear_forward
+
+    @property
+    def dim(self) -> int:
+        return sum(self.numels)
+
+    def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        parts = torch.split(flat, self.numels)
+        return {n: p.view(s) for n, p, s in zip(self.names, parts, self.shapes, strict=True)}
+
+    def _forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.module, self.unflatten(flat), (x,))
+
+    def _linear_forward(self, thetas: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        assert self._linear_io is not None
+        return linear_forward(thetas, x, self._linear_io)
+
+    def _linear_grad(
+        self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Closed-form gradients of ``f_i`` (:func:`sheaf_fmtl.models.linear.linear_gradients`)."""
+        assert self._linear_io is not None
+        return linear_gradients(thetas, x, y, mask, self._linear_io, self.task, self.l2)
+
+    def _grouped_forward(self, thetas: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        parts = torch.split(thetas, self.numels, dim=1)
+        params = {
+            n: p.reshape(len(thetas), *s) for n, p, s in zip(self.names, parts, self.shapes, strict=True)
+        }
+        return grouped.forward(self.module, params, x)  # type: ignore[arg-type]
+
+    def _grouped_predict(self, thetas: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Outputs in groups of ``self.group`` clients: on CPU the im2col buffers of all clients at
+        once would not fit for large evaluation chunks."""
+        g = min(self.group, CUDA_PREDICT_GROUP) if x.is_cuda else self.group
+        return torch.cat(
+            [self._grouped_forward(thetas[k : k + g], x[k : k + g]) for k in range(0, len(thetas), g)]
+        )
+
+    def _grouped_losses(
+        self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sum over clients of ``f_i`` (for one backward pass) and the per-client ``f_i``."""
+        out = self._grouped_forward(thetas, x)
+        per = self._per_sample(out.reshape(-1, *out.shape[2:]), y.reshape(-1)).view(mask.shape)
+        count = mask.sum(1)
+        f = (per * mask).sum(1) / count.clamp(min=1)
+        f = f + (count > 0).to(thetas.dtype) * 0.5 * self.l2 * (thetas * thetas).sum(1)
+        return f.sum(), f
+
+    def _grouped_grad(
+        self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gradients in groups of ``self.group`` clients, so that on CPU the im2col buffers stay small
+        (larger groups were slower on a 2-core CPU; ``sheaf-fmtl bench`` times the group size in use);
+        on CUDA one call takes every client."""
+        g = self.group
+        parts = [
+            grad(self._grouped_losses, has_aux=True)(*(t[k : k + g] for t in (thetas, x, y, mask)))
+            for k in range(0, len(thetas), g)
+        ]
+        return torch.cat([g for g, _ in parts]), torch.cat([f for _, f in parts])
+
+    def _per_sample(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.task == "classification":
+            return F.cross_entropy(out, y, reduction="none")
+        return (out.squeeze(-1) - y) ** 2
+
+    def _loss(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``f_i(theta) = mean_batch loss + l2/2 ||theta||^2``; a client without data has ``f_i = 0``."""
+        count = mask.sum()
+        data = (self._per_sample(self._forward(flat, x), y) * mask).sum() / count.clamp(min=1)
+        return data + (count > 0).to(flat.dtype) * 0.5 * self.l2 * (flat * flat).sum()
+
+    def gradients(
+        self, thetas: torch.Tensor, batch: Batch | tuple[torch.Tensor, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(grad f_i [C, d], f_i [C])`` on the batch, all clients batched (see the module docstring).
+        Clients left out of an ``active`` batch get a zero gradient and ``f_i = 0``."""
+        x, y, mask, *rest = batch
+        active = rest[0] if rest else None
+        if active is None:
+            return self._grad(thetas, x, y, mask)
+        g, f = self._grad(thetas.index_select(0, active), x, y, mask)
+        return (
+            torch.zeros_like(thetas).index_copy_(0, active, g),
+            thetas.new_zeros(len(thetas)).index_copy_(0, active, f),
+        )
+
+    def _chunked(self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, n: torch.Tensor, score: str):
+        """Per-client sums over the valid samples of ``x`` of the loss or the test score, in sample
+        chunks so that evaluating large datasets never holds every activation at once."""
+        clients, n_max = x.shape[:2]
+        valid = torch.arange(n_max, device=n.device) < n[:, None]
+        total = thetas.new_zeros(clients)
+        for s in range(0, n_max, EVAL_CHUNK):
+            out = self._predict(thetas, x[:, s : s + EVAL_CHUNK])
+            flat, yy = out.reshape(-1, *out.shape[2:]), y[:, s : s + EVAL_CHUNK].reshape(-1)
+            if score == "loss":
+                per = self._per_sample(flat, yy)
+            elif self.task == "classification":
+                per = (flat.argmax(-1) == yy).to(out.dtype)
+            else:
+                per = (flat.squeeze(-1) - yy) ** 2
+            total += (per.view(clients, -1) * valid[:, s : s + EVAL_CHUNK]).sum(1)
+        return total, n.to(total.dtype)
+
+    def train_loss(self, thetas: torch.Tensor, full: bool = False) -> torch.Tensor:
+        """``f_i(theta_i)`` per client ``[C]``, on a fixed random subsample of ``EVAL_TRAIN_SAMPLES``
+        training samples per client (the reported estimate; ``full=True``: all training data)."""
+        x, y, n = (self.x_train, self.y_train, self.n_train) if full else self._eval_subsample()
+        total, count = self._chunked(thetas, x, y, n, "loss")
+        reg = (count > 0).to(thetas.dtype) * 0.5 * self.l2 * (thetas * thetas).sum(1)
+        return total / count.clamp(min=1) + reg
+
+    def test_metric(self, thetas: torch.Tensor) -> torch.Tensor:
+        """Per client: test accuracy (classification) or test MSE (regression), ``[C]``."""
+        total, count = self._chunked(thetas, self.x_test, self.y_test, self.n_test, "score")
+        return total / count.clamp(min=1)
+
+    def init_thetas(self, seed: int, common: bool = False) -> torch.Tensor:
+        """Parameters from the module's default initialiser: one draw per client, seeded per client,
+        or (``common``) one draw seeded by the architecture's first client (``first_client``; the
+        cohort's first when unset), shared by every client."""
+        if common:
+            lead = self.first_client if self.first_client >= 0 else int(self.clients[0])
+            first = self.init_thetas_for([lead], seed, stream=8)
+            return first.expand(self.size, -1).clone()
+        return self.init_thetas_for(self.clients.tolist(), seed, stream=7)
+
+    def init_thetas_for(self, clients: list[int], seed: int, stream: int) -> torch.Tensor:
+        """Drawn on a CPU copy of the module, so every device starts from the same models."""
+        module = copy.deepcopy(self.module).cpu()
+        rows = []
+        for client in clients:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(np.random.SeedSequence([seed, stream, client]).generate_state(1)[0]))
+                for m in module.modules():
+                    reset = getattr(m, "reset_parameters", None)
+                    if callable(reset):
+                        reset()
+                rows.append(torch.cat([p.detach().reshape(-1) for p in module.parameters()]))
+        return torch.stack(rows).to(self.x_train.device)

@@ -1,0 +1,186 @@
+"""A cohort's clients stacked: padded data tensors, mini-batches (random and epoch-wise) and the
+fixed evaluation subsample, all indexed with the same row helper (:meth:`StackedClients._rows`).
+
+:class:`sheaf_fmtl.federation.Cohort` adds the model: batched local gradients and evaluation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..streams import ClientStreams, draw_keys
+
+EVAL_TRAIN_SAMPLES = 256  # fixed random training samples per client behind the reported train loss
+EVAL_SUBSAMPLE_SEED = 1_000_003  # their streams: per client, independent of the run's seed
+
+
+class Batch(NamedTuple):
+    """One mini-batch per client of a cohort: rows ``[C, B, ...]``, labels ``[C, B]``, ``mask [C, B]``
+    (1 for a real sample). ``active``: when set, the rows are those of these clients only (the
+    others have no sample at this step and take no step)."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    mask: torch.Tensor
+    active: torch.Tensor | None = None
+
+
+@dataclass(eq=False)
+class EpochPlan:
+    """Mini-batches of one pass over every client's own training data (``DataLoader(shuffle=True,
+    drop_last=False)`` per client): step ``s`` takes positions ``[s B, (s+1) B)`` of a fresh random
+    permutation of the client's ``n_i`` samples. A client with ``n_i`` samples takes ``ceil(n_i / B)``
+    steps; the clients still active at step ``s`` and their masks depend only on the ``n_i``, so they
+    are built once."""
+
+    order: torch.Tensor  # [C, n_max] random permutation of each client's valid positions first
+    steps: int  # ceil(max n_i / B)
+
+
+def pad(
+    arrays: list[np.ndarray], dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-client arrays zero-padded to one ``[C, n_max, ...]`` tensor on ``device``, and the ``n_i``."""
+    n = torch.tensor([len(a) for a in arrays], dtype=torch.long)
+    n_max = max(1, int(n.max()))
+    out = torch.zeros((len(arrays), n_max, *arrays[0].shape[1:]), dtype=dtype)
+    for k, a in enumerate(arrays):
+        out[k, : len(a)] = torch.as_tensor(a, dtype=dtype)
+    return out.to(device), n.to(device)
+
+
+@dataclass(eq=False)
+class StackedClients:
+    """The data of clients that share one architecture (the fields of a
+    :class:`sheaf_fmtl.federation.Cohort`, in its constructor's order) and their mini-batches."""
+
+    index: int
+    clients: np.ndarray
+    model_name: str
+    module: nn.Module
+    task: str
+    l2: float
+    x_train: torch.Tensor  # [C, n_max, *feature_shape]
+    y_train: torch.Tensor  # [C, n_max]
+    n_train: torch.Tensor  # [C]
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    n_test: torch.Tensor
+    n_host: torch.Tensor = field(init=False)  # n_train on the CPU: plans need no device sync
+    _epoch_static: dict[int, list[tuple[torch.Tensor | None, torch.Tensor]]] = field(
+        init=False, default_factory=dict
+    )
+    _eval_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = field(init=False, default=None)
+    _key_slots: dict[int, tuple[list[int], torch.Tensor, torch.Tensor]] = field(
+        init=False, default_factory=dict, repr=False
+    )
+    _client_ids: list[int] = field(init=False, repr=False)
+    first_client: int = field(init=False, default=-1)  # global id of the architecture's first client
+
+    def __post_init__(self) -> None:
+        self.n_host = self.n_train.cpu()
+        self._client_ids = [int(c) for c in self.clients]
+
+    @property
+    def size(self) -> int:
+        return len(self.clients)
+
+    def _rows(self, t: torch.Tensor, idx: torch.Tensor, clients: torch.Tensor | None = None) -> torch.Tensor:
+        """``t[c, idx[k]]`` for ``c = clients[k]`` (every client when ``None``), without copying the
+        other rows (``index_select`` is ~3x faster than ``t[r, idx]``)."""
+        first = torch.arange(len(idx), device=idx.device) if clients is None else clients
+        flat = (idx + t.shape[1] * first[:, None]).flatten()
+        return t.flatten(0, 1).index_select(0, flat).view(*idx.shape, *t.shape[2:])
+
+    def batch_len(self, batch_size: int) -> int:
+        """Samples per client in a mini-batch (``batch_size <= 0``: all of them)."""
+        n_max = int(self.x_train.shape[1])
+        return n_max if batch_size <= 0 else min(batch_size, n_max)
+
+    def steps_per_epoch(self, batch_size: int) -> int:
+        """Steps of one pass over the largest client's data: ``ceil(max n_i / B)``."""
+        return max(1, math.ceil(int(self.n_host.max()) / max(1, self.batch_len(batch_size))))
+
+    def _valid(self) -> torch.Tensor:
+        return torch.arange(self.x_train.shape[1], device=self.n_train.device) < self.n_train[:, None]
+
+    def _random_keys(self, source: ClientStreams | torch.Generator, draw_above: int = 0) -> torch.Tensor:
+        """Uniform keys per (client, sample), each client's from its own stream
+        (:mod:`sheaf_fmtl.streams`), 2 on padding (sorts last). Clients with ``n_i <= draw_above``
+        draw nothing (their keys are 0: a batch of at least ``n_i`` takes all their samples)."""
+        if draw_above not in self._key_slots:  # from the n_i alone: built once, no sync afterwards
+            n = self.n_host
+            drawn = torch.where(n > draw_above, n, torch.zeros_like(n))
+            pos = torch.arange(self.x_train.shape[1])
+            base = torch.full((len(n), len(pos)), 2.0).masked_fill_(pos < n[:, None], 0.0)
+            slots = torch.nonzero((pos < drawn[:, None]).flatten()).flatten()  # row-major
+            self._key_slots[draw_above] = (drawn.tolist(), slots, base)
+        counts, slots, base = self._key_slots[draw_above]
+        parts = draw_keys(source, self._client_ids, counts)
+        keys = base.clone().view(-1).index_copy_(0, slots, torch.cat(parts)).view(base.shape)
+        # drawn on the CPU (same batches on every device), copied without a host-device sync
+        if self.x_train.is_cuda:
+            keys = keys.pin_memory()
+        return keys.to(self.x_train.device, non_blocking=True)
+
+    def sample(self, batch_size: int, source: ClientStreams | torch.Generator) -> Batch:
+        """A mini-batch per client: ``min(batch_size, n_i)`` samples drawn without replacement, from
+        the client's own stream (only clients with ``n_i > batch_size`` draw). ``batch_size <= 0``
+        (or at least every client's size) gives the full local data."""
+        n_max = self.x_train.shape[1]
+        if batch_size <= 0 or batch_size >= n_max:
+            return Batch(self.x_train, self.y_train, self._valid().to(self.x_train.dtype))
+        keys = self._random_keys(source, draw_above=batch_size)
+        idx = keys.topk(batch_size, dim=1, largest=False, sorted=False).indices
+        valid = self._valid()
+        mask = self._rows(valid, idx).to(self.x_train.dtype)
+        return Batch(self._rows(self.x_train, idx), self._rows(self.y_train, idx), mask)
+
+    def epoch(self, batch_size: int, source: ClientStreams | torch.Generator) -> EpochPlan:
+        """A fresh random order of every client's samples for one local epoch (see :class:`EpochPlan`),
+        each from the client's own stream."""
+        return EpochPlan(self._random_keys(source).argsort(dim=1), self.steps_per_epoch(batch_size))
+
+    def epoch_batch(self, plan: EpochPlan, step: int, batch_size: int) -> Batch | None:
+        """Step ``step`` of ``plan``: the clients with samples left and their next batch; ``None``
+        when no client of the cohort has any left (the cohort then takes no step)."""
+        if step >= plan.steps:
+            return None
+        b = self.batch_len(batch_size)
+        if b not in self._epoch_static:  # active clients and masks per step: from the n_i alone
+            n, n_max = self.n_host, int(self.x_train.shape[1])
+            static = []
+            for s in range(plan.steps):
+                rows = torch.nonzero(n > s * b).flatten()
+                pos = torch.arange(s * b, min((s + 1) * b, n_max))
+                mask = (pos[None, :] < n[rows][:, None]).to(self.x_train.dtype)
+                idx = None if len(rows) == self.size else rows.to(self.n_train.device)
+                static.append((idx, mask.to(self.n_train.device)))
+            self._epoch_static[b] = static
+        active, mask = self._epoch_static[b][step]
+        order = plan.order[:, step * b : (step + 1) * b]
+        if active is not None:
+            order = order.index_select(0, active)
+        x, y = self._rows(self.x_train, order, active), self._rows(self.y_train, order, active)
+        return Batch(x, y, mask, active)
+
+    def _eval_subsample(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``EVAL_TRAIN_SAMPLES`` training samples per client (all when fewer), fixed at first use:
+        a random subset per client from a generator seeded by the client's id alone."""
+        if self._eval_rows is None:
+            n_max = self.x_train.shape[1]
+            k = min(EVAL_TRAIN_SAMPLES, n_max)
+            streams = ClientStreams(EVAL_SUBSAMPLE_SEED, self.clients.tolist())
+            idx = self._random_keys(streams).argsort(dim=1)[:, :k]
+            self._eval_rows = (
+                self._rows(self.x_train, idx),
+                self._rows(self.y_train, idx),
+                self.n_train.clamp(max=k),
+            )
+        return self._eval_rows
