@@ -44,6 +44,7 @@ class RawFederated:
     num_classes: int  # 0 for regression
     clients: tuple[RawClient, ...]
     reduce: bool = True  # the protocol's "half of the clients keep 20%" (user data may turn it off)
+    generated: bool = False  # made up by a built-in generator: no single-class warning (data.protocol)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 classification; half of the clients keep 20% of their training data; features standardised with
 training statistics only. Everything depends only on ``seed``. A dataset may turn the reduction
 off (``RawFederated.reduce``, user data's ``reduce=false``). Classification clients whose training
-labels are all one class are legal, and named in one warning."""
+labels are all one class are legal, and named in one warning (not for generated data)."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def apply_protocol(raw: RawFederated, seed: int, options: ProtocolOptions | None
             x_tr, x_te = _standardize(x_tr, x_te)
         ydtype = np.int64 if stratify else np.float32
         out.append(ClientSplit(x_tr, np.asarray(y_tr, ydtype), x_te, np.asarray(y_te, ydtype)))
-    if stratify:
+    if stratify and not raw.generated:
         _warn_single_class(raw.name, out)
     return FederatedDataset(raw.name, raw.task, raw.num_classes, tuple(out))
 

@@ -6,6 +6,8 @@ The top of the data layer: it imports every reader (each registers its datasets 
 
 from __future__ import annotations
 
+import dataclasses
+
 from . import har, images, mocha, school, synthetic  # noqa: F401  (each registers its datasets)
 from .base import READERS, DataRequest, DatasetError, FederatedDataset, RawFederated
 from .protocol import ProtocolOptions, apply_protocol
@@ -43,7 +45,7 @@ def _take_clients(name: str, raw: RawFederated, request: DataRequest) -> RawFede
             raise DatasetError(
                 f"{name}: {request.clients} clients asked for, but the dataset has {len(raw.clients)}"
             )
-        raw = RawFederated(raw.name, raw.task, raw.num_classes, raw.clients[: request.clients], raw.reduce)
+        raw = dataclasses.replace(raw, clients=raw.clients[: request.clients])
     return raw
 
 

@@ -87,7 +87,7 @@ def synthetic(request: DataRequest) -> RawFederated:
         x = _features(rng, rng.normal(shift[k], 1.0, d), int(counts[k]))
         y = np.argmax(x @ w + b, axis=1)
         clients.append(RawClient(x.astype(np.float32), y.astype(np.int64)))
-    return RawFederated("synthetic", "classification", c, tuple(clients))
+    return RawFederated("synthetic", "classification", c, tuple(clients), generated=True)
 
 
 @register("synthetic-hetero")
@@ -116,7 +116,7 @@ def synthetic_hetero(request: DataRequest) -> RawFederated:
         y = np.argmax(x_full @ w + b, axis=1)
         seen = np.sort(rng.choice(d, size=sizes[k % len(sizes)], replace=False))
         clients.append(RawClient(x_full[:, seen].astype(np.float32), y.astype(np.int64)))
-    return RawFederated("synthetic-hetero", "classification", c, tuple(clients))
+    return RawFederated("synthetic-hetero", "classification", c, tuple(clients), generated=True)
 
 
 CLUSTERS_DEFAULTS: dict[str, Any] = {
@@ -221,4 +221,4 @@ def synthetic_clusters(request: DataRequest) -> RawFederated:
         y = np.where(noisy, crng.integers(0, c, n + n_test), y).astype(np.int64)
         xs = x[:, seen[k]].astype(np.float32)
         clients.append(RawClient(xs[:n], y[:n], xs[n:], y[n:]))
-    return RawFederated("synthetic-clusters", "classification", c, tuple(clients))
+    return RawFederated("synthetic-clusters", "classification", c, tuple(clients), generated=True)
