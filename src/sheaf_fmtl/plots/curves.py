@@ -121,7 +121,7 @@ def metric_figure(records: Sequence[RunRecord]) -> Figure:
     groups = group_by_config([r.path for r in records], configs=[r.config for r in records])
     metrics = list(dict.fromkeys(r.metric for r in records))
     keys = {m: legend_keys([r.config for r in records if r.metric == m]) for m in metrics}
-    fig, axes = plt.subplots(len(metrics), 2, figsize=(11, 4.2 * len(metrics)), squeeze=False)
+    fig, axes = plt.subplots(len(metrics), 2, figsize=(14, 4.2 * len(metrics)), squeeze=False)
     datasets: dict[str, list[str]] = {m: [] for m in metrics}
     for i, group in enumerate(groups):
         members = [by_path[p] for p in group.runs]
@@ -141,7 +141,7 @@ def metric_figure(records: Sequence[RunRecord]) -> Figure:
         )
         ax_b.set_xscale("log")
         integer_ticks(ax_r)
-        for ax in (ax_r, ax_b):
-            ax.legend()
+        # One legend per row (both panels draw the same curves), outside the axes: it never hides one.
+        ax_b.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     return fig

@@ -19,6 +19,20 @@ ALGORITHM_NAMES = {
 }
 # Named first when they differ (then any other differing key, in config order).
 LEGEND_FIRST = ("dataset", "gamma", "lam", "eta", "alpha", "model", "graph", "seed")
+#: Keys only Sheaf-FMTL reads (its edge stalks and maps): not named in another algorithm's label.
+SHEAF_ONLY = (
+    "gamma",
+    "eta",
+    "map_init",
+    "map_scale",
+    "map_dtype",
+    "shared_maps",
+    "map_draw",
+    "message_mode",
+    "map_defer",
+)
+#: Algorithms without a coupling strength ``lam`` (it is not named in their labels).
+WITHOUT_LAM = ("local", "dpsgd", "fedavg", "perfedavg")
 
 
 def algorithm_name(config: Mapping[str, Any]) -> str:
@@ -43,9 +57,15 @@ def _value(v: Any) -> str:
 
 
 def describe(config: Mapping[str, Any], keys: Sequence[str]) -> str:
-    """``Sheaf-FMTL, gamma=0.1, lam=0.01``: the algorithm, then ``key=value`` for ``keys``."""
+    """``Sheaf-FMTL, gamma=0.1, lam=0.01``: the algorithm, then ``key=value`` for those of
+    ``keys`` that the algorithm reads (no ``gamma`` for dFedU, no ``lam`` for local training)."""
     flat = flat_config(config)
-    return ", ".join([algorithm_name(config), *(f"{k}={_value(flat.get(k))}" for k in keys)])
+    algorithm = config.get("algorithm")
+    unread = (SHEAF_ONLY if algorithm != "sheaf-fmtl" else ()) + (
+        ("lam",) if algorithm in WITHOUT_LAM else ()
+    )
+    named = [f"{k}={_value(flat.get(k))}" for k in keys if k not in unread]
+    return ", ".join([algorithm_name(config), *named])
 
 
 def long_label(config: Mapping[str, Any]) -> str:
