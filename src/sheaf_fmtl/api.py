@@ -131,8 +131,8 @@ def run(
         ConfigError: a bad key, type or range (before any work).
         sheaf_fmtl.runtime.simulate.DivergenceError: the loss became NaN or infinite.
     """
+    from .runtime.loop import execute
     from .runtime.resume import resume as resume_run
-    from .runtime.simulate import execute
     from .scenarios import build
 
     if resume is not None:

@@ -35,7 +35,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .scenarios import build
 
     if args.resume:
-        return _report(_resume(args, build), Path(args.resume))
+        resumed = _resume(args, build)
+        return 0 if resumed is None else _report(resumed, Path(args.resume))  # None: a rank other than 0
     config = load_config(args.config, args.set, config_keys(args))
     out = Path(args.out) if args.out else _default_out(config.algorithm, config.dataset)
     if args.seeds:
@@ -47,16 +48,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if summary is None else _report(summary, out)  # None: a rank other than 0
 
 
-def _resume(args: argparse.Namespace, build: Any) -> dict[str, Any]:
-    """``run --resume RUN_DIR [--set KEY=VALUE ...]``: continue a stopped run in its own folder."""
-    from .runtime.resume import resume
+def _resume(args: argparse.Namespace, build: Any) -> dict[str, Any] | None:
+    """``run --resume RUN_DIR [--set KEY=VALUE ...]``: continue a stopped run in its own folder (over
+    as many processes as it ran on)."""
+    from .runtime.launch import resume_any
 
     options = [("CONFIG", args.config), ("--out", args.out), ("--seeds", args.seeds)]
     options.append(("--overwrite", args.overwrite))
     given = [name for name, value in options if value]
     if given:
         raise UsageError(f"--resume continues RUN_DIR with its own config and folder; drop {given[0]}")
-    return resume(args.resume, args.set, config_keys(args), progress=not args.quiet, build=build).summary
+    return resume_any(Path(args.resume), args.set, config_keys(args), progress=not args.quiet, build=build)
 
 
 def _report(summary: dict[str, Any], out: Path) -> int:

@@ -85,19 +85,19 @@ def _demo_run(
 ) -> tuple[RunConfig, dict]:
     """Run one curve of the demo into ``run_dir``; returns its config and summary. ``flags``:
     config keys given as flags (``--seed``, ``--clients``, ...), applied after ``overrides``."""
-    from .runtime import simulate
+    from .runtime import loop, simulate
 
     sets = [*spec.defaults, *overrides, *extra, *spec.forced, f"algorithm={spec.algorithm}"]
     config = load_config(config_path, sets, flags)
     if not spec.feature_maps:
-        return config, simulate.run(config, run_dir, progress=not quiet)
+        return config, loop.run(config, run_dir, progress=not quiet)
     from .data.synthetic import clusters_feature_sets
     from .scenarios import shared_feature_maps
 
     features = clusters_feature_sets(config.data, config.seed, config.clients)
     sim = shared_feature_maps(config, simulate.load_dataset(config), features)
     # the same recording, bits, divergence handling and run folder as every other curve
-    return config, simulate.run(sim.config, run_dir, progress=not quiet, sim=sim)
+    return config, loop.run(sim.config, run_dir, progress=not quiet, sim=sim)
 
 
 def run_demo(

@@ -22,7 +22,7 @@ from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import ConfigError, RunConfig
 from sheaf_fmtl.metrics.flops import SampleCounter
 from sheaf_fmtl.runtime import checkpoint as checkpoint_module
-from sheaf_fmtl.runtime import simulate
+from sheaf_fmtl.runtime import loop, simulate
 from sheaf_fmtl.runtime.checkpoint import (
     CHECKPOINTS,
     MANIFEST,
@@ -93,13 +93,13 @@ def _stopped(config: RunConfig, out: Path, at: int) -> dict[str, Any]:
             os.kill(os.getpid(), signal.SIGTERM)
 
     sim.step = step_then_signal  # type: ignore[method-assign]
-    return simulate.execute(config, out, sim=sim).summary
+    return loop.execute(config, out, sim=sim).summary
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_stopped_and_resumed_run_equals_the_uninterrupted_one(tmp_path, case):
     config = RunConfig(**{**BASE, **CASES[case]})
-    simulate.execute(config, tmp_path / "full")
+    loop.execute(config, tmp_path / "full")
     stopped = _stopped(config, tmp_path / "part", at=3)
     assert stopped["status"] == "interrupted" and stopped["rounds_done"] == 3
     folder = latest_checkpoint(tmp_path / "part")
@@ -122,7 +122,7 @@ def test_periodic_checkpoint_is_resumable_after_a_later_partial_write(tmp_path):
     """Stopped at round 5 with checkpoints every 4 rounds: a later checkpoint cut short (a shard
     without a manifest, a leftover temporary file, a manifest naming a missing shard) is ignored."""
     config = RunConfig(**{**BASE, "algorithm": "sheaf-fmtl", "checkpoint_every": 4, "map_defer": 3})
-    simulate.execute(config, tmp_path / "full")
+    loop.execute(config, tmp_path / "full")
     part = tmp_path / "part"
     _stopped(config, part, at=5)
     good = latest_checkpoint(part)
@@ -141,7 +141,7 @@ def test_periodic_checkpoint_is_resumable_after_a_later_partial_write(tmp_path):
 
 def test_resume_raises_rounds_and_refuses_a_change_of_the_mathematics(tmp_path):
     config = RunConfig(**{**BASE, "algorithm": "dfedu"})
-    simulate.execute(config.replace(rounds=10), tmp_path / "full")
+    loop.execute(config.replace(rounds=10), tmp_path / "full")
     _stopped(config, tmp_path / "part", at=3)
     with pytest.raises(ConfigError, match="'lam'.*mathematics"):
         resume(tmp_path / "part", ["lam=0.5"])
@@ -188,7 +188,7 @@ def test_cli_resume_and_its_one_line_errors(tmp_path, capsys, monkeypatch):
 
 def test_checkpoint_every_zero_writes_none_unless_stopped(tmp_path):
     config = RunConfig(**{**BASE, "algorithm": "local", "checkpoint_every": 0})
-    simulate.execute(config, tmp_path / "full")
+    loop.execute(config, tmp_path / "full")
     assert not (tmp_path / "full" / CHECKPOINTS).exists()
     _stopped(config, tmp_path / "part", at=2)
     assert latest_checkpoint(tmp_path / "part") == round_dir(tmp_path / "part", 2)

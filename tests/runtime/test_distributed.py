@@ -20,8 +20,8 @@ import torch
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.runtime.distributed import make_plan
 from sheaf_fmtl.runtime.launch import spawn
+from sheaf_fmtl.runtime.loop import execute
 from sheaf_fmtl.runtime.shard import Shard, community, contiguous, partition
-from sheaf_fmtl.runtime.simulate import execute
 from sheaf_fmtl.sheaf.graph import make_graph
 from sheaf_fmtl.sheaf.layout import build_layout
 
@@ -97,8 +97,17 @@ def test_two_processes_match_one_sheaf_fmtl_heterogeneous_compact(tmp_path: Path
         {"algorithm": "dpsgd", "dataset": "synthetic", "local_epochs": 1},
         {"algorithm": "fedavg", "dataset": "synthetic"},
         {"algorithm": "sheaf-fmtl", "dataset": "synthetic-hetero", "drop_prob": 0.2, "link_drop_prob": 0.2},
+        {"algorithm": "fedavg", "dataset": "synthetic", "drop_prob": 0.3},
     ],
-    ids=["sheaf-literal", "sheaf-epochs-community", "dfedu", "dpsgd", "fedavg", "sheaf-drops"],
+    ids=[
+        "sheaf-literal",
+        "sheaf-epochs-community",
+        "dfedu",
+        "dpsgd",
+        "fedavg",
+        "sheaf-drops",
+        "fedavg-drops",
+    ],
 )
 def test_k_processes_match_one(tmp_path: Path, settings: dict[str, Any], processes: int) -> None:
     _compare(tmp_path, {**settings, **TINY}, processes)

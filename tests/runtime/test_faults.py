@@ -15,7 +15,8 @@ from sheaf_fmtl.federation import build_federation
 from sheaf_fmtl.messages import EdgeLayout, EdgeTensor, Payload, ServerTensor
 from sheaf_fmtl.metrics.recorder import read_metrics
 from sheaf_fmtl.runtime.faults import DropPlan, Faults, uniforms, validate
-from sheaf_fmtl.runtime.simulate import Simulation, build_simulation, execute
+from sheaf_fmtl.runtime.loop import execute
+from sheaf_fmtl.runtime.simulate import Simulation, build_simulation
 from sheaf_fmtl.runtime.transport import server_average
 from sheaf_fmtl.sheaf.graph import ClientGraph
 

@@ -114,7 +114,8 @@ def run_cell(cell: Cell, folder: str | Path) -> dict[str, Any]:
     recorded in ``summary.json`` instead of stopping the reproduction; an interrupted run
     (``status = interrupted``) is not marked done.
     """
-    from ..runtime.simulate import DivergenceError, run
+    from ..runtime.loop import run
+    from ..runtime.simulate import DivergenceError
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

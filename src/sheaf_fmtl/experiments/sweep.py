@@ -63,8 +63,9 @@ def run_cell(config: RunConfig, folder: Path, fed: Any = None) -> dict[str, Any]
     """Run one cell; a configuration refused at start-up (stability check) or a divergence is
     recorded in ``summary.json`` instead of stopping the sweep."""
     from ..config import save_config
+    from ..runtime.loop import run
     from ..runtime.rundir import prepare_out_dir
-    from ..runtime.simulate import DivergenceError, build_simulation, run
+    from ..runtime.simulate import DivergenceError, build_simulation
 
     try:
         sim = build_simulation(config, fed=fed)

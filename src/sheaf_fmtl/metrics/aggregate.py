@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-#: Statuses of a run that finished (``ok`` is what :func:`sheaf_fmtl.runtime.simulate.run` writes).
+#: Statuses of a run that finished (``ok`` is what :func:`sheaf_fmtl.runtime.loop.run` writes).
 FINISHED = ("ok", "finished", "complete")
 #: ``metrics.csv`` names of the test metric, old and new.
 METRIC_COLUMNS = ("test_metric", "test_accuracy", "test_mse")

@@ -15,6 +15,9 @@ only when the deferred rank-one steps are folded in (:mod:`sheaf_fmtl.sheaf.defe
 from the run's own tensors, and a fold waits for the write in flight. The write (``torch.save`` +
 fsync) runs in a background thread while the rounds go on, one at a time (a checkpoint due while the
 previous one is still being written waits for it).
+
+Why one module of this size: the format, its writer, and what one shard holds (:func:`snapshot`,
+:func:`restore`) change together.
 """
 
 from __future__ import annotations
@@ -42,10 +45,12 @@ FORMAT = 1
 _ROUND_DIR = re.compile(r"round-(\d+)")
 
 
-def process_count() -> int:
-    """Processes of this run: the ``torch.distributed`` group's size, 1 without a group."""
+def rank_and_world() -> tuple[int, int]:
+    """``(rank, processes)`` of this run: from the ``torch.distributed`` group, ``(0, 1)`` without."""
     dist = torch.distributed
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 def shard_name(rank: int) -> str:
@@ -92,15 +97,17 @@ def write_shard(run_dir: Path, round_: int, shard: dict[str, Any], rank: int = 0
 
 def write_manifest(run_dir: Path, round_: int, manifest: dict[str, Any], world: int = 1) -> Path:
     """Complete the checkpoint of round ``round_`` once the ``world`` shards are written (in several
-    processes: after a barrier, by one of them): the manifest, then every other checkpoint folder
-    is removed. Returns the checkpoint folder."""
+    processes: after a barrier, by one of them): the manifest, then every checkpoint folder of an
+    earlier round is removed (a later one may be a shard being written by another process).
+    Returns the checkpoint folder."""
     folder = round_dir(run_dir, round_)
     shards = [shard_name(r) for r in range(world)]
     body = {**manifest, "format": FORMAT, "round": round_, "shards": shards}
     text = json.dumps(body, indent=1, default=float)  # numbers as repr: they read back exactly
     atomic_write(folder / MANIFEST, lambda f: f.write(text.encode()))
     for other in (run_dir / CHECKPOINTS).iterdir():
-        if other != folder and other.is_dir() and _ROUND_DIR.fullmatch(other.name):
+        found = _ROUND_DIR.fullmatch(other.name)
+        if found and int(found.group(1)) < round_ and other.is_dir():
             shutil.rmtree(other, ignore_errors=True)
     return folder
 
@@ -161,14 +168,34 @@ def remove_checkpoints(run_dir: Path, keep: Path | None = None) -> None:
 class CheckpointWriter:
     """Writes checkpoints of one run folder in a background thread, one at a time.
 
+    In one process the thread writes the shard and then the manifest. Across ``world`` processes
+    each rank's thread writes its own shard (:func:`write_shard`); the checkpoint is completed by
+    :meth:`complete` on the main thread of every rank (collectives cannot run in the writer thread):
+    each joins its write, the ranks agree that every shard is there (``agree``, one all-reduce), and
+    rank 0 writes the manifest. The round loop calls :meth:`complete` after the first round at
+    whose end no rank's write was in flight (:meth:`.simulate.Simulation.finite` all-reduces that
+    flag with its own); :meth:`save` completes a previous checkpoint still pending first, and a
+    stop by a signal completes its checkpoint at once (``wait=True``).
+
     Args:
         run_dir: the run folder (``None``: a run in memory; nothing is written).
+        rank: this process's rank; ``world``: the number of processes.
+        agree: across processes, ``agree(failed)``: whether any rank's shard write failed (a
+            collective: every rank calls it at the same point).
     """
 
-    def __init__(self, run_dir: str | Path | None) -> None:
+    def __init__(
+        self,
+        run_dir: str | Path | None,
+        rank: int = 0,
+        world: int = 1,
+        agree: Callable[[bool], bool] | None = None,
+    ) -> None:
         self.dir = None if run_dir is None else Path(run_dir)
+        self.rank, self.world, self.agree = rank, world, agree
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._pending: tuple[int, dict[str, Any]] | None = None  # shards in flight, no manifest yet
         self.written: list[Path] = []
 
     def save(self, round_: int, shard: dict[str, Any], manifest: dict[str, Any], wait: bool = False) -> None:
@@ -176,33 +203,64 @@ class CheckpointWriter:
         checkpoint of round ``round_``; in the background unless ``wait``."""
         if self.dir is None:
             return
-        self.wait()
-        run_dir = self.dir
+        self.complete()
+        run_dir, rank, sharded = self.dir, self.rank, self.world > 1
 
         def work() -> None:
             try:
-                self.written.append(write_checkpoint(run_dir, round_, shard, manifest))
-            except BaseException as e:  # noqa: BLE001 - raised again by wait()
+                if sharded:
+                    write_shard(run_dir, round_, shard, rank)
+                else:
+                    self.written.append(write_checkpoint(run_dir, round_, shard, manifest))
+            except BaseException as e:  # noqa: BLE001 - raised again by wait() / complete()
                 self._error = e
 
         self._thread = threading.Thread(target=work, name=f"checkpoint-{round_}", daemon=True)
         self._thread.start()
+        if sharded:
+            self._pending = (round_, manifest)
         if wait:
-            self.wait()
+            self.complete()
+
+    @property
+    def pending(self) -> bool:
+        """Across processes: a checkpoint whose manifest is not written yet (see :meth:`complete`)."""
+        return self._pending is not None
 
     @property
     def busy(self) -> bool:
         """A write is in flight."""
         return self._thread is not None and self._thread.is_alive()
 
-    def wait(self) -> None:
-        """Wait for the write in flight; raise its error (OSError: disk full, ...) if it failed."""
+    def join(self) -> None:
+        """Wait for this process's write in flight (its error, if any, is kept for :meth:`wait`)."""
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+    def wait(self) -> None:
+        """Wait for the write in flight; raise its error (OSError: disk full, ...) if it failed."""
+        self.join()
         if self._error is not None:
             error, self._error = self._error, None
             raise error
+
+    def complete(self) -> None:
+        """Finish the checkpoint in flight: in one process :meth:`wait`; across processes (on every
+        rank at the same point) join this rank's shard write, agree that every rank's succeeded,
+        and write the manifest on rank 0. Raises the shard write's error on the rank that had it,
+        and OSError on the others."""
+        if self._pending is None:
+            self.wait()
+            return
+        (round_, manifest), self._pending = self._pending, None
+        self.join()
+        failed = self.agree(self._error is not None) if self.agree is not None else self._error is not None
+        self.wait()
+        if failed:
+            raise OSError(f"the checkpoint of round {round_} could not be written by another rank")
+        if self.rank == 0 and self.dir is not None:
+            self.written.append(write_manifest(self.dir, round_, manifest, self.world))
 
 
 def transport_counters(transport: object) -> dict[str, Any]:

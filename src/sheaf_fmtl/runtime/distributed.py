@@ -10,7 +10,8 @@ for a reverse half-edge held elsewhere). An exchange of one payload kind is:
   ``b`` is in the order ``b`` unpacks it; split sizes and gather indices are computed once per
   layout (:class:`ExchangePlan`). Gloo implements ``all_to_all_single`` with uneven splits on CPU
   tensors (torch 2.x), so no point-to-point operations are needed;
-- server payloads (FedAvg & co.): one ``all_reduce`` of ``[sum_k w_k x_k, sum_k w_k]``.
+- server payloads (FedAvg & co.): one ``all_reduce`` of ``[sum_k w_k x_k, sum_k w_k]`` over the
+  rows that arrived (a client's drop draw by its global id, :meth:`.faults.Faults.server_rows`).
 
 Bits are counted per rank from the payloads it sends, exactly as :class:`.transport.InProcessTransport`
 counts them; their sum over ranks (:meth:`Simulation.transmitted_bits`) is the one-process total.
@@ -125,7 +126,8 @@ class DistributedTransport:
 
     # -- server and reductions -------------------------------------------------------------------
     def _via_server(self, item: ServerTensor) -> ServerTensor:
-        accepted, present, rows = self.faults.server_rows(item.data)
+        # a server baseline holds one cohort: its rows are this rank's clients, ascending
+        accepted, present, rows = self.faults.server_rows(item.data, self.shard.clients)
         w = torch.where(accepted, item.weights.to(item.data), item.data.new_zeros(()))
         data = torch.where(accepted[:, None], item.data, item.data.new_zeros(()))
         parts = self.all_sum(torch.cat([w @ data, w.sum().view(1)]))

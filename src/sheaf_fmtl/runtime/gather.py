@@ -1,4 +1,5 @@
-"""The final state of a run split over processes, gathered on rank 0 for ``checkpoint.pt``.
+"""The final state of a run (``checkpoint.pt``'s payload, :func:`final_state`); across processes
+gathered on rank 0 (:func:`gather_final_state`).
 
 Rank 0 receives every rank's thetas (by client id) and, for Sheaf-FMTL with ``save_maps``, every
 map ``P_ij`` (by half-edge); ``map_norms`` (``[N, N]``, zero off each rank's half-edges) is summed.
@@ -16,6 +17,20 @@ import torch.distributed as dist
 
 if TYPE_CHECKING:
     from .simulate import Simulation
+
+
+def final_state(sim: Simulation[Any]) -> dict[str, Any]:
+    """``checkpoint.pt``'s payload: each client's theta (on the CPU), the edges, and the
+    algorithm's own state (Sheaf-FMTL: the maps, or only their norms when ``save_maps=false``).
+    Across processes, gathered on rank 0 (:func:`gather_final_state`; a collective)."""
+    fed = sim.ctx.fed
+    if not fed.held.all():
+        return gather_final_state(sim)
+    return {
+        "thetas": [sim.state.thetas[fed.cohort_of[i]][fed.position[i]].cpu() for i in range(fed.num_clients)],
+        "edges": torch.as_tensor(sim.ctx.graph.edges),
+        **sim.algorithm.checkpoint(sim.state, sim.ctx),
+    }
 
 
 def gather_final_state(sim: Simulation[Any]) -> dict[str, Any]:

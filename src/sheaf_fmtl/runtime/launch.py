@@ -4,7 +4,8 @@
   --nproc-per-node K -m sheaf_fmtl run CONFIG``), this process is one rank: it joins the group
   (``env://`` rendezvous on the address torchrun was given; Gloo on the CPU, NCCL with
   ``device=cuda``), builds only its clients, and runs; rank 0 writes the run folder and prints,
-  the others write nothing.
+  every rank writes its shard of each checkpoint (:mod:`.checkpoint`), and ``run --resume``
+  continues such a run over as many ranks (:func:`resume_any`).
 - ``processes = K`` (no torchrun): the command starts ``K`` such ranks itself, on this machine,
   with a rendezvous through a temporary file (no TCP listener) and Gloo's connections on the
   loopback interface only, and waits for them (the ranks run quietly; rank 0's warnings are shown
@@ -70,23 +71,36 @@ def join_group(config: RunConfig) -> tuple[int, int]:
 
 
 def run_rank(
-    config: RunConfig, out: Path, *, progress: bool, overwrite: bool, build: Callable[..., Any] | None = None
+    config: RunConfig,
+    out: Path,
+    *,
+    progress: bool,
+    overwrite: bool,
+    build: Callable[..., Any] | None = None,
+    resume_from: Path | None = None,
+    resuming: bool = False,
 ) -> dict[str, Any] | None:
-    """Run this process's rank to the end; rank 0's summary (``None`` on the other ranks)."""
-    from .simulate import build_simulation, execute
+    """Run this process's rank to the end; rank 0's summary (``None`` on the other ranks). Every
+    rank knows the run folder ``out``: rank 0 writes it, each rank its checkpoint shards.
+    ``resuming``: continue the run of ``out`` from ``resume_from`` (its checkpoint; ``None``: from
+    round 0), as :func:`resume_any` decided."""
+    from .loop import execute
+    from .simulate import build_simulation
 
     rank, world = join_group(config)
-    # Resumable checkpoints hold one process's state (runtime/checkpoint.py): across processes they
-    # would hold rank 0's shard only, so none are written until they are written per rank.
-    config = config.replace(checkpoint_every=0)
     sim = None
     try:
-        if rank == 0:
+        if rank == 0 and not resuming:
             check_out_dir(out, overwrite)
         sim = build_simulation(config, rank_world=(rank, world))
         interrupt.AGREE = sim.agree_stop  # every rank stops after the same round
         outcome = execute(
-            config, out if rank == 0 else None, progress=progress and rank == 0, sim=sim, overwrite=overwrite
+            config,
+            out,
+            progress=progress and rank == 0,
+            sim=sim,
+            overwrite=overwrite or resuming,
+            resume_from=resume_from,
         )
     except RuntimeError as e:
         if "DistBackendError" in type(e).__name__ or _is_comm_error(e):
@@ -125,15 +139,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def spawn(config: RunConfig, out: Path, *, progress: bool, overwrite: bool) -> dict[str, Any]:
-    """Start ``config.processes`` ranks on this machine, wait for them, return rank 0's summary."""
-    check_out_dir(out, overwrite)
+def spawn(
+    config: RunConfig, out: Path, *, progress: bool, overwrite: bool, resume: bool = False
+) -> dict[str, Any]:
+    """Start ``config.processes`` ranks on this machine, wait for them, return rank 0's summary.
+    ``resume``: the ranks continue the stopped run of ``out`` (``run --resume``, the keys of
+    :data:`.resume.RESUMABLE_KEYS` as ``config`` has them)."""
+    from .resume import RESUMABLE_KEYS
+
+    if not resume:
+        check_out_dir(out, overwrite)
     world, port = config.processes, free_port()
     tmp = Path(tempfile.mkdtemp(prefix="sheaf-fmtl-ranks-"))
-    cfg_file = tmp / "config.yaml"
-    cfg_file.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-    argv = [sys.executable, "-m", "sheaf_fmtl", "run", str(cfg_file), "--out", str(out)]
-    argv += ["--overwrite"] if overwrite else []
+    if resume:
+        keys = config.to_dict()
+        pairs = [f"{k}={json.dumps(keys[k])}" for k in RESUMABLE_KEYS]  # JSON values read as YAML
+        argv = [sys.executable, "-m", "sheaf_fmtl", "run", "--resume", str(out), "--set", *pairs]
+    else:
+        cfg_file = tmp / "config.yaml"
+        cfg_file.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        argv = [sys.executable, "-m", "sheaf_fmtl", "run", str(cfg_file), "--out", str(out)]
+        argv += ["--overwrite"] if overwrite else []
     procs, logs = [], []
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
@@ -208,10 +234,44 @@ def run_any(
 ) -> dict[str, Any] | None:
     """The ``run`` command's dispatch: a rank (torchrun or :func:`spawn`'s child), ``K`` local
     processes, or one process; the summary to print (``None`` on ranks other than 0)."""
-    from .simulate import run
+    from .loop import run
 
     if rank_world() is not None:
         return run_rank(config, out, progress=progress, overwrite=overwrite, build=build)
     if config.processes > 1:
         return spawn(config, out, progress=progress, overwrite=overwrite)
     return run(config, out, progress=progress, overwrite=overwrite, build=build)
+
+
+def resume_any(
+    run_dir: Path,
+    overrides: list[str] | None = None,
+    keys: dict[str, Any] | None = None,
+    *,
+    progress: bool,
+    build: Callable[..., Any] | None = None,
+) -> dict[str, Any] | None:
+    """``run --resume RUN_DIR``'s dispatch, as :func:`run_any`: a rank continues from its own shard
+    (the checkpoint chosen before the group meets, so rank 0's clean-up cannot race the others'
+    reads), ``processes = K`` starts ``K`` ranks that do so (after the same checks here, so a bad
+    resume is refused before any rank starts), one process resumes in place
+    (:func:`.resume.resume`). The summary to print (``None`` on ranks other than 0)."""
+    from .resume import checkpoint_to_resume, resume, resume_config
+
+    config = resume_config(run_dir, overrides, keys)
+    ranks = rank_world()
+    if ranks is not None:
+        folder = checkpoint_to_resume(run_dir, config, ranks[1], cleanup=ranks[0] == 0)
+        return run_rank(
+            config,
+            run_dir,
+            progress=progress,
+            overwrite=False,
+            build=build,
+            resume_from=folder,
+            resuming=True,
+        )
+    if config.processes > 1:
+        checkpoint_to_resume(run_dir, config, config.processes)
+        return spawn(config, run_dir, progress=progress, overwrite=False, resume=True)
+    return resume(run_dir, overrides, keys, progress=progress, build=build).summary

@@ -4,6 +4,11 @@ from its last complete checkpoint, with its saved config, to exactly the uninter
 Keys that do not change the mathematics may be given again (:data:`RESUMABLE_KEYS`; ``rounds`` may
 be raised); any other key that differs from the saved ``config.yaml`` is refused in one line. A run
 folder without a complete checkpoint (stopped before its first one) starts again from round 0.
+
+A run over ``K`` processes is resumed over ``K`` processes (``sheaf-fmtl run --resume`` starts them,
+:func:`sheaf_fmtl.runtime.launch.resume_any`), each rank from its own shard; another count is
+refused: a shard holds its rank's clients, maps and streams as stacked by that partition, and
+re-sharding them is not implemented.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from typing import Any
 
 from ..config import ConfigError, RunConfig, load_config
 from .checkpoint import latest_checkpoint, read_manifest, remove_checkpoints
-from .simulate import RunOutcome, Simulation, execute
+from .loop import RunOutcome, execute
+from .simulate import Simulation
 
 #: Config keys a resumed run may change: none of them enters an iterate (``device`` changes the
 #: float rounding, so the result is exact only on the device the run started on).
@@ -37,6 +43,11 @@ def resume_config(
     config = load_config(path, overrides, keys)
     old, new = saved.to_dict(), config.to_dict()
     changed = [k for k in new if new[k] != old[k] and k not in RESUMABLE_KEYS]
+    if "processes" in changed:  # (under torchrun the group's size is checked by checkpoint_to_resume)
+        raise ConfigError(
+            f"--resume {run_dir}: processes = {new['processes']}, but the run ran on {old['processes']}: "
+            "a run resumes over as many processes as it ran on (a shard cannot be split or merged)"
+        )
     if changed:
         k = changed[0]
         raise ConfigError(
@@ -44,6 +55,43 @@ def resume_config(
             f"changes its mathematics; a resumed run may change only {', '.join(RESUMABLE_KEYS)}"
         )
     return config
+
+
+def checkpoint_to_resume(
+    run_dir: Path, config: RunConfig, processes: int, cleanup: bool = True
+) -> Path | None:
+    """The complete checkpoint folder to continue ``run_dir`` from (``None``: start again from round
+    0); with ``cleanup``, the run's other checkpoint folders (writes cut short) are removed.
+
+    Raises:
+        ConfigError: the run finished; ``config.rounds`` is below the checkpoint's round; the
+            checkpoint was written by another number of processes than ``processes``.
+    """
+    folder = latest_checkpoint(run_dir)
+    if folder is None:
+        if (run_dir / "summary.json").is_file() and (run_dir / "checkpoint.pt").is_file():
+            raise ConfigError(
+                f"--resume {run_dir}: the run has no resumable checkpoint (it finished, or ran with "
+                "checkpoint_every=0 and was not stopped by a signal)"
+            )
+        return None
+    manifest = read_manifest(folder)
+    assert manifest is not None
+    if config.rounds < manifest["round"]:
+        raise ConfigError(
+            f"--resume {run_dir}: rounds = {config.rounds} is below the round of its last checkpoint, "
+            f"{manifest['round']}"
+        )
+    shards = len(manifest["shards"])
+    if shards != processes:
+        how = "`sheaf-fmtl run --resume` (or torchrun) with as many" if shards > 1 else "one process"
+        raise ConfigError(
+            f"--resume {run_dir}: its checkpoint was written by {shards} process(es), this resume has "
+            f"{processes}; a shard cannot be split or merged: resume it with {how}"
+        )
+    if cleanup:
+        remove_checkpoints(run_dir, keep=folder)  # writes cut short
+    return folder
 
 
 def resume(
@@ -54,41 +102,24 @@ def resume(
     progress: bool = False,
     build: Callable[[RunConfig], Simulation[Any]] | None = None,
 ) -> RunOutcome:
-    """Continue the run of ``run_dir`` from its last complete checkpoint (see the module docstring).
+    """Continue the run of ``run_dir`` in this process from its last complete checkpoint (see the
+    module docstring; a run checkpointed over several processes: :func:`.launch.resume_any`).
 
     Args:
-        run_dir: a run folder written by :func:`sheaf_fmtl.runtime.simulate.execute`.
+        run_dir: a run folder written by :func:`sheaf_fmtl.runtime.loop.execute`.
         overrides: ``KEY=VALUE`` strings (only :data:`RESUMABLE_KEYS` may differ).
         keys: typed config keys (same rule).
         progress: show a progress bar.
         build: the simulation builder the run used (``sheaf_fmtl.scenarios.build`` for special
             cases).
     Returns:
-        The outcome, as :func:`~sheaf_fmtl.runtime.simulate.execute` returns it.
+        The outcome, as :func:`~sheaf_fmtl.runtime.loop.execute` returns it.
     Raises:
-        ConfigError: see :func:`resume_config`; the run already finished; ``rounds`` below the
-            checkpoint's round.
+        ConfigError: see :func:`resume_config` and :func:`checkpoint_to_resume`.
     """
     run_dir = Path(run_dir)
     config = resume_config(run_dir, overrides, keys)
-    if getattr(config, "processes", 1) > 1:
-        raise ConfigError(
-            f"--resume {run_dir}: runs over several processes write no checkpoint yet; rerun it instead"
-        )
-    folder = latest_checkpoint(run_dir)
+    folder = checkpoint_to_resume(run_dir, config, 1)
     if folder is None:
-        if (run_dir / "summary.json").is_file() and (run_dir / "checkpoint.pt").is_file():
-            raise ConfigError(
-                f"--resume {run_dir}: the run has no resumable checkpoint (it finished, or ran with "
-                "checkpoint_every=0 and was not stopped by a signal)"
-            )
         return execute(config, run_dir, progress=progress, build=build, overwrite=True)
-    manifest = read_manifest(folder)
-    assert manifest is not None
-    if config.rounds < manifest["round"]:
-        raise ConfigError(
-            f"--resume {run_dir}: rounds = {config.rounds} is below the round of its last checkpoint, "
-            f"{manifest['round']}"
-        )
-    remove_checkpoints(run_dir, keep=folder)  # writes cut short
     return execute(config, run_dir, progress=progress, build=build, resume_from=folder)

@@ -1,11 +1,9 @@
-"""Build a run from a config and drive the rounds: all clients stacked in one process, or one
-rank's shard of them (:mod:`.shard`, :mod:`.distributed`, launched by :mod:`.launch`)."""
+"""A run's simulation and its builders: all clients stacked in one process, or one rank's shard of
+them (:mod:`.shard`, :mod:`.distributed`, launched by :mod:`.launch`). The round loop that drives it
+(evaluations, checkpoints, stops) is :mod:`.loop`."""
 
 from __future__ import annotations
 
-import math
-import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,31 +11,18 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..algorithms import Algorithm, Context, State, make_algorithm
-from ..algorithms.server import ServerAlgorithm
 from ..algorithms.sheaf_fmtl import SheafState
 from ..config import ConfigError, RunConfig
 from ..data.base import FederatedDataset
 from ..data.protocol import ProtocolOptions
 from ..data.registry import DataRequest, load
 from ..federation import Federation, build_federation
-from ..metrics.flops import SampleCounter, run_flops
-from ..metrics.memory import peak_memory, reset_peak_memory
-from ..metrics.recorder import Recorder, software_versions
+from ..metrics.flops import run_flops
 from ..sheaf.graph import ClientGraph, make_graph
-from .checkpoint import (
-    CheckpointWriter,
-    process_count,
-    read_checkpoint,
-    remove_checkpoints,
-    restore,
-    snapshot,
-)
 from .faults import DropPlan, Faults
-from .interrupt import StopRequest, adopt, signalled
-from .rundir import check_out_dir, prepare_out_dir
+from .interrupt import adopt, signalled
 from .transport import InProcessTransport, Transport
 
 S = TypeVar("S", bound=State)
@@ -60,6 +45,10 @@ class Simulation(Generic[S]):
     state: S
     transport: Transport
     stop_agreed: tuple[int, int] | None = None  # (round, signal or 0) agreed across processes
+    # Across processes: whether this rank's checkpoint write is in flight (set by the round loop),
+    # and the last round after which no rank's was (every rank may then complete the checkpoint).
+    writing: Callable[[], bool] | None = None
+    settled_round: int = -1
 
     def theta(self, i: int) -> torch.Tensor:
         """Client ``i``'s flat parameter vector ``theta_i [d_i]`` (a view into the stacked state)."""
@@ -93,16 +82,22 @@ class Simulation(Generic[S]):
 
     def finite(self) -> bool:
         """Every theta and the last batch losses are finite, on every process (one host-device
-        sync a round; one small all-reduce across processes)."""
+        sync a round; one small all-reduce across processes, which also carries a pending signal,
+        read by :meth:`agree_stop`, and whether a checkpoint write is in flight, :attr:`writing`)."""
         flags = [torch.isfinite(t).all() for t in self.state.thetas]
         if self.state.batch_loss is not None:
             flags.append(torch.isfinite(self.state.batch_loss).all())
         bad = (~torch.stack(flags).all()).to(torch.int32)
         if isinstance(self.transport, InProcessTransport):
             return not bool(bad)
-        both = self.ctx.comm.all_max(torch.stack([bad, torch.tensor(signalled(), dtype=torch.int32)]))
-        self.stop_agreed = (self.transport.faults.round, int(both[1]))  # read by agree_stop
-        return not bool(both[0])
+        busy = int(self.writing()) if self.writing is not None else 0
+        extra = torch.tensor([signalled(), busy], dtype=torch.int32)
+        got = self.ctx.comm.all_max(torch.cat([bad.view(1).cpu(), extra]).to(bad.device)).tolist()
+        round_ = self.transport.faults.round
+        self.stop_agreed = (round_, int(got[1]))
+        if not got[2]:
+            self.settled_round = round_
+        return not bool(got[0])
 
     def agree_stop(self, local: bool) -> bool:
         """Across processes: whether the group stops after this round: a signal on any rank, as
@@ -246,255 +241,8 @@ def build_simulation(
     if not isinstance(transport, InProcessTransport):
         ctx.comm = transport  # type: ignore[assignment]  # DistributedTransport is a Comm
     algorithm = make_algorithm(config)
-    if config.drop_prob > 0 and not isinstance(transport, InProcessTransport) and not ctx.fed.held.all():
-        if isinstance(algorithm, ServerAlgorithm):  # Faults.server_rows reads every client's row
-            raise ConfigError("drop_prob with a server baseline is not supported across processes yet")
     return Simulation(config, ctx, algorithm, algorithm.init(ctx), transport)
 
 
 def _derive(seed: int, stream: int) -> int:
     return int(np.random.SeedSequence([seed, stream]).generate_state(1)[0])
-
-
-def divergence_message(round_: int, config: RunConfig) -> str:
-    return (
-        f"the loss became NaN or infinite at round {round_}; try smaller step sizes "
-        f"(alpha={config.alpha}, eta={config.eta}): Theorem 1 asks alpha < 2/(N L) and eta < 2/(lambda D^2)"
-    )
-
-
-@dataclass
-class RunOutcome:
-    """What a run produced: the summary, the evaluated rows (``metrics.csv``'s), the final
-    state (``checkpoint.pt``'s payload: thetas per client, edges, maps or their norms) and the
-    config as run (``config.yaml``'s: a special case fixes some keys)."""
-
-    summary: dict[str, Any]
-    rows: list[dict[str, Any]]
-    final: dict[str, Any]
-    config: RunConfig
-
-
-def run(
-    config: RunConfig,
-    out_dir: str | Path,
-    *,
-    progress: bool = True,
-    sim: Simulation[Any] | None = None,
-    overwrite: bool = False,
-    build: Callable[[RunConfig], Simulation[Any]] | None = None,
-    resume_from: Path | None = None,
-) -> dict[str, Any]:
-    """Run ``config`` and write the run folder; returns the summary (see :func:`execute`)."""
-    outcome = execute(
-        config, out_dir, progress=progress, sim=sim, overwrite=overwrite, build=build, resume_from=resume_from
-    )
-    return outcome.summary
-
-
-def execute(
-    config: RunConfig,
-    out_dir: str | Path | None,
-    *,
-    progress: bool = False,
-    sim: Simulation[Any] | None = None,
-    overwrite: bool = False,
-    build: Callable[[RunConfig], Simulation[Any]] | None = None,
-    resume_from: Path | None = None,
-) -> RunOutcome:
-    """Run ``config`` (into the run folder ``out_dir``, or in memory when ``None``).
-
-    Args:
-        config: the run's settings.
-        out_dir: a new or empty folder (a non-empty one only with ``overwrite``, which clears it
-            once the run has been built); checked before any work.
-        progress: show a progress bar.
-        sim: a simulation built elsewhere from ``config`` (e.g. with hand-made maps,
-            :mod:`sheaf_fmtl.scenarios`).
-        overwrite: accept and clear a non-empty ``out_dir``.
-        build: builds the simulation from ``config`` after the folder check (default
-            :func:`build_simulation`; :func:`sheaf_fmtl.scenarios.build` also builds the special
-            cases named by ``topology``, which sit above this layer).
-        resume_from: a complete checkpoint folder of ``out_dir`` (:mod:`.checkpoint`): continue
-            the stopped run of ``out_dir`` from it (see :func:`sheaf_fmtl.runtime.resume.resume`).
-    Returns:
-        The summary, rows and final state. Every ``checkpoint_every`` rounds (default: every
-        evaluation) ``out_dir`` gets a resumable checkpoint, written in the background. SIGINT /
-        SIGTERM stop the run after the current round with a checkpoint: it is then recorded like a
-        finished one with ``status = interrupted``, ``rounds_done`` and ``signal`` in the summary.
-        A finished run keeps no resumable checkpoint (``checkpoint.pt`` holds its final state).
-    Raises:
-        DivergenceError: the loss became NaN or infinite; the folder keeps ``metrics.csv`` up to
-            the last good evaluation, the last checkpoint, and a summary with ``status = diverged``
-            and no final metric.
-    """
-    t0 = time.perf_counter()
-    fresh = out_dir is not None and resume_from is None
-    if fresh:
-        check_out_dir(out_dir, overwrite)  # type: ignore[arg-type]  # not None: fresh
-    reset_peak_memory(config.device)  # peaks of this run, also when runs share a process
-    if sim is None:
-        if build is None and config.topology != "none":
-            raise ConfigError(
-                f"config key 'topology' = {config.topology} is built by sheaf_fmtl.scenarios: run it with "
-                "`sheaf-fmtl run` or sheaf_fmtl.run(...)"
-            )
-        sim = (build or build_simulation)(config)
-        config = sim.config  # as it runs (a special case forces eta = 0, ...): what config.yaml records
-    fed = sim.ctx.fed
-    metric_name = "accuracy" if fed.task == "classification" else "mse"
-    if fresh:
-        prepare_out_dir(out_dir, overwrite)  # type: ignore[arg-type]
-    notes: list[str] = []
-
-    def warn() -> None:
-        for note in sim.diagnose():
-            notes.append(note)
-            tqdm.write(f"sheaf-fmtl: warning: {note}")
-
-    counter = SampleCounter(fed)  # samples behind every local gradient, for flops_local
-    if resume_from is None:
-        recorder = Recorder(out_dir, _resolved(config, fed), metric_name)
-        last, start = _record(sim, recorder, 0, t0), 0
-        warn()
-    else:
-        sim.diagnose()  # start-up notes: given by the stopped run, saved in its checkpoint
-        manifest, shard = read_checkpoint(resume_from)
-        restore(sim, counter, shard)
-        last, start, notes[:] = manifest["last"], int(manifest["round"]), manifest["notes"]
-        t0 -= float(manifest["wall_seconds"])
-        recorder = Recorder(out_dir, _resolved(config, fed), metric_name, rows=manifest["rows"])
-        (Path(out_dir) / "summary.json").unlink(missing_ok=True)  # type: ignore[arg-type]
-    # Several processes: each would write its shard (write_shard) and one the manifest after a
-    # barrier; not wired into the distributed runtime yet, so such runs write no checkpoint.
-    writer = CheckpointWriter(out_dir if process_count() == 1 else None)
-    every = config.eval_every if config.checkpoint_every < 0 else config.checkpoint_every
-
-    def save(k: int, last: dict[str, Any], rows: int, wait: bool) -> None:
-        """Checkpoint round ``k``, with the evaluations an uninterrupted run has by then."""
-        elapsed = time.perf_counter() - t0
-        manifest = {"rows": recorder.rows[:rows], "last": last, "notes": list(notes), "wall_seconds": elapsed}
-        writer.save(k, snapshot(sim, counter, guard=writer.wait), manifest, wait=wait)
-
-    bar = tqdm(
-        range(start + 1, config.rounds + 1),
-        desc=f"{config.algorithm} on {config.dataset}",
-        unit="round",
-        initial=start,
-        total=config.rounds,
-        disable=not progress,
-        dynamic_ncols=True,
-    )
-    diverged_at, done = None, start
-    try:
-        with StopRequest() as stop:
-            for k in bar:
-                sim.step()
-                if not sim.finite():
-                    diverged_at = k
-                    break
-                done = k
-                due = k % config.eval_every == 0 or k == config.rounds
-                regular, rows = last, len(recorder.rows)  # what the checkpoint holds if stopped now
-                if due or stop.requested:
-                    last = _record(sim, recorder, k, t0)
-                    if due:  # (diagnose updates the state: not on an evaluation only the stop asked for)
-                        warn()
-                        regular, rows = last, len(recorder.rows)
-                    if not math.isfinite(last["objective"]):
-                        diverged_at = k
-                        break
-                    bar.set_postfix({metric_name: f"{last['test_metric']:.4f}"})
-                if stop.requested:
-                    save(k, regular, rows, wait=True)
-                    break
-                if every > 0 and k % every == 0 and k < config.rounds:
-                    save(k, last, len(recorder.rows), wait=False)
-        writer.wait()
-    finally:
-        counter.detach()
-        bar.close()
-        recorder.close()
-    status = "diverged" if diverged_at is not None else "interrupted" if stop.requested else "ok"
-    summary: dict[str, Any] = {
-        "algorithm": config.algorithm,
-        "dataset": config.dataset,
-        "num_clients": fed.num_clients,
-        "rounds": config.rounds,
-        "seed": config.seed,
-        "metric": metric_name,
-        "status": status,
-        "final": last["test_metric"] if diverged_at is None else None,
-        "per_client": last["per_client"] if diverged_at is None else None,
-        "transmitted_bits": sim.transmitted_bits(),
-        **sim.fault_counts(),  # rejected_messages, dropped_messages (runtime/faults.py)
-        "wall_seconds": time.perf_counter() - t0,
-        **peak_memory(config.device),
-        **sim.flops(counter.samples(), diverged_at or done),
-        "evaluated_on": "validation" if config.validation > 0 else "test",
-        "num_edges": sim.ctx.graph.num_edges,
-        "model_dims": sorted({int(d) for d in fed.node_dims()}),
-        "warnings": notes,
-        "versions": software_versions(),
-    }
-    lambda_max = getattr(sim.state, "lambda_max", None)
-    if lambda_max is not None:
-        summary["laplacian_lambda_max"] = lambda_max
-    if status == "interrupted":
-        summary.update(rounds_done=done, signal=signal.Signals(stop.signum or 0).name)
-    if resume_from is not None:
-        summary["resumed_from_round"] = start
-    if diverged_at is not None:
-        summary["diverged_at_round"] = diverged_at
-        summary["last_good_round"] = recorder.rows[-1]["round"] if recorder.rows else None
-        late = sim.diagnose()  # e.g. Theorem 1's map-step bound, from the norms seen before the NaN
-        notes.extend(late)
-        summary["message"] = "; ".join([divergence_message(diverged_at, config), *late])
-        recorder.summary(summary)
-        raise DivergenceError(summary["message"])
-    final = final_state(sim)
-    recorder.checkpoint(final)
-    recorder.summary(summary)
-    if status == "ok" and out_dir is not None:
-        remove_checkpoints(Path(out_dir))  # checkpoint.pt holds the final state
-    return RunOutcome(summary, recorder.rows, final, recorder.config)
-
-
-def final_state(sim: Simulation[Any]) -> dict[str, Any]:
-    """``checkpoint.pt``'s payload: each client's theta (on the CPU), the edges, and the
-    algorithm's own state (Sheaf-FMTL: the maps, or only their norms when ``save_maps=false``).
-    Across processes, gathered on rank 0 (:func:`sheaf_fmtl.runtime.gather.gather_final_state`)."""
-    fed = sim.ctx.fed
-    if not fed.held.all():
-        from .gather import gather_final_state
-
-        return gather_final_state(sim)
-    return {
-        "thetas": [sim.state.thetas[fed.cohort_of[i]][fed.position[i]].cpu() for i in range(fed.num_clients)],
-        "edges": torch.as_tensor(sim.ctx.graph.edges),
-        **sim.algorithm.checkpoint(sim.state, sim.ctx),
-    }
-
-
-def _resolved(config: RunConfig, fed: Federation) -> RunConfig:
-    """``config`` as run: ``clients`` = the number of clients with training data (the dataset's
-    own number when the config left it open; a data-less server node is not counted)."""
-    if config.clients is not None:
-        return config
-    sizes = fed.train_sizes if fed.train_sizes is not None else [len(c.y_train) for c in fed.dataset.clients]
-    with_data = sum(int(n) > 0 for n in sizes)  # also clients held elsewhere
-    return config.replace(clients=with_data) if with_data >= 2 else config
-
-
-def _record(sim: Simulation[Any], recorder: Recorder, k: int, t0: float) -> dict[str, Any]:
-    ev = sim.evaluate()
-    row = {
-        "round": k,
-        **{key: ev[key] for key in ("test_metric", "train_loss", "objective", "sheaf_energy")},
-        "transmitted_bits": sim.transmitted_bits(),
-        **sim.fault_counts(),
-        "wall_seconds": time.perf_counter() - t0,
-    }
-    if math.isfinite(ev["objective"]):
-        recorder.log(row)
-    return ev
