@@ -13,8 +13,8 @@ from sheaf_fmtl.federation import build_federation
 from sheaf_fmtl.runtime.simulate import build_simulation
 from sheaf_fmtl.sheaf.graph import make_graph
 from sheaf_fmtl.sheaf.layout import build_layout
-from sheaf_fmtl.sheaf.maps import init_maps
-from sheaf_fmtl.streams import ClientStreams, stream_seed
+from sheaf_fmtl.sheaf.maps import default_scale, init_maps
+from sheaf_fmtl.streams import MAP, ClientStreams, stream, stream_seed
 
 
 def make_dataset(n_clients: int, sizes: tuple[int, ...], dim: int = 4) -> FederatedDataset:
@@ -124,3 +124,27 @@ def test_stream_seeds_are_distinct_and_deterministic() -> None:
     assert len(seeds) == 300 and all(0 <= x < 2**63 for x in seeds)
     a, b = ClientStreams(0, [5]), ClientStreams(0, [5])
     assert torch.equal(a.keys([5], [4])[0], b.keys([5], [4])[0])
+
+
+@pytest.mark.parametrize("init", ["gaussian", "uniform", "orthogonal", "identity-noise"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_maps_drawn_in_place_on_threads_equal_one_draw_per_stream(init: str, dtype: torch.dtype) -> None:
+    """init_maps fills the buckets in place, several maps at once: each map must still be exactly
+    the oracle draw from its own stream, ``(seed, MAP, h)`` (torch.randn / torch.rand written out)."""
+    graph = make_graph("erdos-renyi", 9, p=0.5, seed=2)
+    dims = [12, 20, 12, 20, 12, 20, 12, 20, 12]
+    layout = build_layout(graph, dims, [d // 20 for d in dims], 0.5)
+    maps = init_maps(layout, init, seed=5, dtype=dtype)
+    for b, m in zip(layout.buckets, maps, strict=True):
+        scale = default_scale(init, b.node_dim)
+        for k, h in enumerate(b.half_edges.tolist()):
+            gen, shape = stream(5, MAP, h), (b.edge_dim, b.node_dim)
+            if init == "gaussian":
+                want = torch.randn(shape, generator=gen) * scale
+            elif init == "uniform":
+                want = (torch.rand(shape, generator=gen) * 2 - 1) * scale
+            elif init == "orthogonal":
+                want = torch.linalg.qr(torch.randn(shape[::-1], generator=gen))[0].T * scale
+            else:
+                want = torch.eye(*shape) + torch.randn(shape, generator=gen) * scale
+            assert torch.equal(m[k], want.to(dtype)), (b.edge_dim, b.node_dim, h)

@@ -16,6 +16,9 @@ Orthogonal rows (scale 1) and identity-plus-noise (noise ``sigma = 0.01``) keep 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import torch
 
@@ -118,14 +121,31 @@ def init_maps(
     # does not depend on how buckets are formed nor on which half-edges a process holds.
     base = int(torch.randint(0, 2**62, (1,), generator=generator)) if seed is None else seed
     g, dims = layout.graph, layout.node_dims
+    jobs: list[Callable[[], None]] = []
     for bi, b in enumerate(layout.buckets):
         scale_b = default_scale(init, b.node_dim) if s is None else s
         for k, h in enumerate(b.half_edges.tolist()):
             same = shared and dims[g.src[h]] == dims[g.dst[h]]
             key = min(h, int(g.rev[h])) if same else h  # shared: the edge's stream, P_ji = P_ij
-            gen = stream(base, MAP, key)
-            maps[bi][k] = _one_map(init, scale_b, b.edge_dim, b.node_dim, gen).to(dtype)
+            jobs.append(partial(_draw_into, maps[bi][k], init, scale_b, stream(base, MAP, key)))
+    # Each map has its own stream, so drawing them on several threads gives the same numbers
+    # (torch's kernels release the GIL); at R-MNIST scale this is most of a run's start-up.
+    with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
+        list(pool.map(lambda job: job(), jobs))
     return maps
+
+
+def _draw_into(out: torch.Tensor, init: str, scale: float, gen: torch.Generator) -> None:
+    """Fill ``out`` (one ``[d_e, d]`` map) with :func:`_one_map`'s numbers: in place, without a
+    temporary, where ``out`` is a float32 CPU tensor (Gaussian and uniform maps)."""
+    if out.dtype == torch.float32 and out.device.type == "cpu" and init in ("gaussian", "uniform"):
+        if init == "gaussian":  # torch.randn(...) * scale, operation for operation
+            out.normal_(generator=gen).mul_(scale)
+        else:  # (torch.rand(...) * 2 - 1) * scale
+            out.uniform_(generator=gen).mul_(2).sub_(1).mul_(scale)
+        return
+    d_e, d = out.shape
+    out.copy_(_one_map(init, scale, d_e, d, gen).to(out.dtype))
 
 
 def _draw_on_device(
