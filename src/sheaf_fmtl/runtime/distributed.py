@@ -28,11 +28,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..messages import EdgeLayout, EdgeTensor, Payload, ServerTensor, element_index
+from ..messages import EdgeLayout, EdgeTensor, ServerTensor, element_index
 from ..sheaf.graph import ClientGraph
 from .faults import Faults
 from .shard import Shard
-from .transport import payload_bits
+from .transport import EdgeTransport
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,15 +68,12 @@ def make_plan(layout: EdgeLayout, graph: ClientGraph, shard: Shard, device: torc
     return ExchangePlan(send_t, count.tolist(), got.tolist(), gather_t)
 
 
-class DistributedTransport:
+class DistributedTransport(EdgeTransport):
     """:class:`.transport.Transport` and :class:`sheaf_fmtl.messages.Comm` of one rank."""
 
     def __init__(self, shard: Shard, graph: ClientGraph, faults: Faults | None = None) -> None:
+        super().__init__(faults)
         self.shard, self.graph = shard, graph
-        self.faults = Faults() if faults is None else faults
-        self.bits = 0
-        self.uplink_bits = 0
-        self.downlink_bits = 0
         self.collectives = 0  # per rank, for the scaling numbers (benchmarks/README.md)
         self.sent_bytes = 0  # bytes this rank put into collectives
         self._plans: weakref.WeakKeyDictionary[EdgeLayout, dict[str, ExchangePlan]] = (
@@ -104,21 +101,11 @@ class DistributedTransport:
         received = back.to(data.device)
         return torch.cat([data, received]).index_select(0, plan.gather)
 
-    def exchange(self, payload: Payload) -> Payload:
-        out: Payload = {}
-        received: dict[str, EdgeTensor] = {}
-        for name, item in payload.items():
-            if isinstance(item, ServerTensor):
-                out[name] = self._via_server(item)
-                continue
-            self.bits += self.faults.sent_bits(item.data, item.layout)
-            if item.data.numel() != item.layout.total:
-                raise ValueError(
-                    f"payload {name!r}: {item.data.numel()} elements, layout {item.layout.total}"
-                )
-            received[name] = EdgeTensor(self._move(item), item.layout.reversed())
-        out.update(self.faults.accept(received))
-        return out
+    def _deliver(self, name: str, item: EdgeTensor) -> torch.Tensor:
+        # a mis-shaped buffer cannot be split between the peers (they would wait for ever)
+        if item.data.numel() != item.layout.total:
+            raise ValueError(f"payload {name!r}: {item.data.numel()} elements, layout {item.layout.total}")
+        return self._move(item)
 
     def peek(self, payload: dict[str, EdgeTensor]) -> dict[str, EdgeTensor]:
         """An exchange for reporting only (the sheaf energy, a penalty): no bits, no faults."""
@@ -133,13 +120,7 @@ class DistributedTransport:
         parts = self.all_sum(torch.cat([w @ data, w.sum().view(1)]))
         total = parts[-1]
         avg = parts[:-1] / torch.where(total > 0, total, total.new_ones(()))
-        up, down = rows * payload_bits(item.data[0]), rows * payload_bits(avg)
-        self.uplink_bits += up
-        self.downlink_bits += down
-        self.bits += up + down
-        reached = total > 0 if present is None else (total > 0) & present
-        rows_in = torch.where(torch.as_tensor(reached).view(-1, 1), avg.unsqueeze(0), item.data)
-        return ServerTensor(rows_in, item.weights)
+        return self._server_rows(item, avg, rows, total > 0, present)
 
     def all_sum(self, t: torch.Tensor) -> torch.Tensor:
         return self._reduce(t, dist.ReduceOp.SUM)

@@ -17,7 +17,7 @@ dropped message is not counted in the bits.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -63,9 +63,11 @@ def server_average(
     return (w @ data) / total
 
 
-class InProcessTransport:
-    """All clients in one process: ``incoming[q] = outgoing[rev[q]]`` by one gather per edge buffer;
-    one weighted sum per server buffer."""
+class EdgeTransport:
+    """What every transport does around moving the buffers: bit counts (by
+    :meth:`Faults.sent_bits`), validation and simulated drops of what arrives
+    (:meth:`Faults.accept`), and the server star's bookkeeping. Subclasses move an edge buffer
+    (:meth:`_deliver`) and take a server average (:meth:`_via_server`)."""
 
     def __init__(self, faults: Faults | None = None) -> None:
         self.faults = Faults() if faults is None else faults
@@ -80,25 +82,46 @@ class InProcessTransport:
             if isinstance(item, ServerTensor):
                 out[name] = self._via_server(item)
                 continue
-            data, layout = item.data, item.layout
-            self.bits += self.faults.sent_bits(data, layout)
-            if data.numel() == layout.total:  # else rejected whole by Faults.accept
-                data = data.index_select(0, layout.exchange_index(data.device))
-            received[name] = EdgeTensor(data, layout.reversed())
+            self.bits += self.faults.sent_bits(item.data, item.layout)
+            received[name] = EdgeTensor(self._deliver(name, item), item.layout.reversed())
         out.update(self.faults.accept(received))
         return out
 
+    def _deliver(self, name: str, item: EdgeTensor) -> torch.Tensor:
+        """What arrives at every position of ``item.layout`` (its reverse half-edges' messages)."""
+        raise NotImplementedError
+
     def _via_server(self, item: ServerTensor) -> ServerTensor:
-        accepted, present, rows = self.faults.server_rows(item.data)
-        avg = server_average(item.data, item.weights, accepted)
-        up = rows * payload_bits(item.data[0])  # absent clients send nothing and receive nothing
-        down = rows * payload_bits(avg)
+        raise NotImplementedError
+
+    def _server_rows(
+        self, item: ServerTensor, avg: torch.Tensor, rows: int, reached: torch.Tensor, present: Any
+    ) -> ServerTensor:
+        """Count the star's bits (``rows`` clients up and down; absent clients send and receive
+        nothing) and give every client the average, except one that receives none (absent, or no
+        row accepted): it keeps its own row."""
+        up, down = rows * payload_bits(item.data[0]), rows * payload_bits(avg)
         self.uplink_bits += up
         self.downlink_bits += down
         self.bits += up + down
-        # a client that receives no average (absent, or no row accepted) keeps its own row
-        reached = (item.weights.to(avg.device) * accepted).sum() > 0
         if present is not None:
             reached = reached & present
         rows_in = torch.where(torch.as_tensor(reached).view(-1, 1), avg.unsqueeze(0), item.data)
         return ServerTensor(rows_in, item.weights)
+
+
+class InProcessTransport(EdgeTransport):
+    """All clients in one process: ``incoming[q] = outgoing[rev[q]]`` by one gather per edge buffer;
+    one weighted sum per server buffer."""
+
+    def _deliver(self, name: str, item: EdgeTensor) -> torch.Tensor:
+        data, layout = item.data, item.layout
+        if data.numel() != layout.total:  # rejected whole by Faults.accept
+            return data
+        return data.index_select(0, layout.exchange_index(data.device))
+
+    def _via_server(self, item: ServerTensor) -> ServerTensor:
+        accepted, present, rows = self.faults.server_rows(item.data)
+        avg = server_average(item.data, item.weights, accepted)
+        reached = (item.weights.to(avg.device) * accepted).sum() > 0
+        return self._server_rows(item, avg, rows, reached, present)
