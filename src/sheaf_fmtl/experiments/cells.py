@@ -93,54 +93,67 @@ def _key(config: RunConfig) -> dict[str, Any]:
     return {k: v for k, v in config.to_dict().items() if k not in IGNORED_KEYS}
 
 
-def is_done(cell: Cell, folder: str | Path) -> bool:
-    """``folder`` (the cell's) holds a final ``summary.json`` and a ``cell.json`` with the same config
-    (``IGNORED_KEYS`` aside). ``cell.json`` is written last, so an interrupted cell is not done."""
+def finished(folder: str | Path, config: RunConfig) -> dict[str, Any] | None:
+    """The summary in ``folder`` when it holds a final run of ``config`` (a final ``summary.json``
+    and a ``cell.json`` with the same config, ``IGNORED_KEYS`` aside; ``cell.json`` is written last,
+    so an interrupted run is not finished); ``None`` otherwise."""
     folder = Path(folder)
     summary = read_summary(folder)
     if summary is None or summary.get("status") not in DONE:
-        return False
+        return None
     try:
         saved = json.loads((folder / CELL_FILE).read_text())
     except (OSError, json.JSONDecodeError):
-        return False
-    return bool(saved.get("config") == json.loads(json.dumps(_key(cell.config))))
+        return None
+    return summary if saved.get("config") == json.loads(json.dumps(_key(config))) else None
 
 
-def run_cell(cell: Cell, folder: str | Path) -> dict[str, Any]:
-    """Run one cell into ``folder`` (cleared first) and mark it done with ``cell.json``.
-
-    A refused configuration (``ValueError``: the stability check, bad maps) or a divergence is
-    recorded in ``summary.json`` instead of stopping the reproduction; an interrupted run
-    (``status = interrupted``) is not marked done.
-    """
+def run_folder(
+    config: RunConfig, folder: str | Path, marker: Mapping[str, Any], fed: Any = None
+) -> dict[str, Any]:
+    """Run ``config`` into ``folder`` (cleared first) and mark it finished with ``cell.json``
+    (``marker`` and the config). A refused configuration (``ValueError``: the stability check, bad
+    maps) or a divergence is recorded in ``summary.json`` instead of stopping the caller; an
+    interrupted run (``status = interrupted``) is not marked. ``fed``: a federation to reuse."""
     from ..runtime.loop import run
-    from ..runtime.simulate import DivergenceError
+    from ..runtime.simulate import DivergenceError, build_simulation
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / CELL_FILE).unlink(missing_ok=True)
     try:
-        summary = run(cell.config, folder, progress=False, overwrite=True)
+        sim = None if fed is None else build_simulation(config, fed=fed)
+        summary = run(config, folder, progress=False, sim=sim, overwrite=True)
     except DivergenceError:
         summary = read_summary(folder) or {"status": "diverged"}
     except ValueError as e:
-        save_config(cell.config, folder / "config.yaml")
+        folder.mkdir(parents=True, exist_ok=True)
+        save_config(config, folder / "config.yaml")
         summary = {
-            "algorithm": cell.config.algorithm,
-            "dataset": cell.config.dataset,
-            "seed": cell.seed,
+            "algorithm": config.algorithm,
+            "dataset": config.dataset,
+            "seed": config.seed,
             "status": "refused",
+            "final": None,
             "message": str(e),
         }
         (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if summary.get("status") in DONE:
-        marker = {
-            "experiment": cell.experiment,
-            "dataset": cell.dataset,
-            "setting": cell.setting.slug,
-            "seed": cell.seed,
-            "config": _key(cell.config),
-        }
-        (folder / CELL_FILE).write_text(json.dumps(marker, indent=2) + "\n")
+        (folder / CELL_FILE).write_text(json.dumps({**marker, "config": _key(config)}, indent=2) + "\n")
     return summary
+
+
+def is_done(cell: Cell, folder: str | Path) -> bool:
+    """``folder`` (the cell's) holds a finished run of the cell's config (:func:`finished`)."""
+    return finished(folder, cell.config) is not None
+
+
+def run_cell(cell: Cell, folder: str | Path) -> dict[str, Any]:
+    """Run one cell into ``folder`` (:func:`run_folder`) and mark it done."""
+    marker = {
+        "experiment": cell.experiment,
+        "dataset": cell.dataset,
+        "setting": cell.setting.slug,
+        "seed": cell.seed,
+    }
+    return run_folder(cell.config, folder, marker)

@@ -26,11 +26,9 @@ from typing import Any
 import yaml
 
 from ..cli_options import add_config_options, config_keys
-from ..config import ConfigError, RunConfig, from_mapping, load_config
+from ..config import ConfigError, RunConfig, load_config
+from .cells import finished, run_folder
 from .grid import apply_point, cell_name, grid_points, parse_grid
-
-DONE = ("ok", "diverged", "refused")  # a cell with one of these is not run again
-IGNORED = ("device", "data_dir")  # keys that do not change a cell's numbers
 
 
 @dataclass
@@ -45,40 +43,10 @@ class CellResult:
         return self.summary.get("final") if self.summary.get("status") == "ok" else None
 
 
-def _matches(folder: Path, config: RunConfig) -> dict[str, Any] | None:
-    """The finished summary in ``folder`` when its ``config.yaml`` is ``config`` (``IGNORED`` keys
-    aside; a ``clients`` left open matches the dataset's number); ``None`` otherwise."""
-    try:
-        summary = json.loads((folder / "summary.json").read_text())
-        saved = from_mapping(yaml.safe_load((folder / "config.yaml").read_text())).to_dict()
-    except (OSError, ValueError, TypeError, yaml.YAMLError):
-        return None
-    want = config.to_dict()
-    skip = {*IGNORED, *(("clients",) if want["clients"] is None else ())}
-    same = all(saved[k] == v for k, v in want.items() if k not in skip)
-    return summary if same and summary.get("status") in DONE else None
-
-
 def run_cell(config: RunConfig, folder: Path, fed: Any = None) -> dict[str, Any]:
-    """Run one cell; a configuration refused at start-up (stability check) or a divergence is
-    recorded in ``summary.json`` instead of stopping the sweep."""
-    from ..config import save_config
-    from ..runtime.loop import run
-    from ..runtime.rundir import prepare_out_dir
-    from ..runtime.simulate import DivergenceError, build_simulation
-
-    try:
-        sim = build_simulation(config, fed=fed)
-    except ConfigError as e:
-        prepare_out_dir(folder, overwrite=True)
-        save_config(config, folder / "config.yaml")
-        summary = {"algorithm": config.algorithm, "status": "refused", "final": None, "message": str(e)}
-        (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        return summary
-    try:
-        return run(config, folder, progress=False, sim=sim, overwrite=True)
-    except DivergenceError:
-        return json.loads((folder / "summary.json").read_text())
+    """Run one grid point into ``folder`` (:func:`.cells.run_folder`: a refused configuration or a
+    divergence is recorded, not raised)."""
+    return run_folder(config, folder, {"sweep": True}, fed)
 
 
 _DATA_KEYS = (
@@ -154,7 +122,7 @@ def sweep(
     for i, (point, config) in enumerate(zip(points, configs, strict=True), 1):
         folder = out / "cells" / cell_name(point)
         t0 = time.perf_counter()
-        summary = _matches(folder, config)
+        summary = finished(folder, config)
         reused = summary is not None
         if summary is None:
             summary = run_cell(config, folder, cache.get(config))
