@@ -3,7 +3,7 @@ this package registers every one of them (explicit imports, below)."""
 
 from __future__ import annotations
 
-from . import dfedu, ditto, dpsgd, fedavg, local, perfedavg, pfedme, sheaf_fmtl
+from . import dfedu, ditto, dpsgd, fedavg, local, perfedavg, pfedme, sheaf_coordinates, sheaf_fmtl
 from .base import ALGORITHMS, Algorithm, Context, State, make_algorithm, register
 
 __all__ = [
@@ -20,5 +20,6 @@ __all__ = [
     "local",
     "perfedavg",
     "pfedme",
+    "sheaf_coordinates",
     "sheaf_fmtl",
 ]

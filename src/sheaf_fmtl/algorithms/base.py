@@ -199,6 +199,9 @@ class Algorithm(Protocol[S]):
 AlgorithmFactory = Callable[["RunConfig"], Algorithm[Any]]
 A = TypeVar("A", bound=Algorithm[Any])
 ALGORITHMS: dict[str, AlgorithmFactory] = {}  # filled by the imports in ``algorithms/__init__.py``
+# ``algorithm = sheaf-fmtl`` with ``maps = MODE``: the implementation of that map mode (``learned`` and
+# ``fixed`` are the paper's Algorithm 1 itself, ``ALGORITHMS["sheaf-fmtl"]``).
+MAP_MODES: dict[str, AlgorithmFactory] = {}
 
 
 def register(name: str) -> Callable[[type[A]], type[A]]:
@@ -211,7 +214,21 @@ def register(name: str) -> Callable[[type[A]], type[A]]:
     return deco
 
 
+def register_maps(*modes: str) -> Callable[[type[A]], type[A]]:
+    """Class decorator: ``make_algorithm`` builds ``cls(config)`` for ``algorithm = sheaf-fmtl`` with
+    ``maps`` in ``modes``."""
+
+    def deco(cls: type[A]) -> type[A]:
+        for mode in modes:
+            MAP_MODES[mode] = cls
+        return cls
+
+    return deco
+
+
 def make_algorithm(config: RunConfig) -> Algorithm[Any]:
+    if config.algorithm == "sheaf-fmtl" and config.maps in MAP_MODES:
+        return MAP_MODES[config.maps](config)
     if config.algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {config.algorithm!r}; allowed: {', '.join(sorted(ALGORITHMS))}")
     return ALGORITHMS[config.algorithm](config)

@@ -78,7 +78,7 @@ class SheafFMTL(Algorithm[SheafState]):
         self.eta = config.eta
         self.local_steps = config.local_steps
         self.compact = config.message_mode == "compact"
-        self.learn_maps = config.eta > 0 and config.lam > 0
+        self.learn_maps = config.learns_maps  # maps=fixed: eta = 0
         self.epochs = config.local_epochs > 0
         self.notes: list[str] = []  # warnings for the user, drained by the runtime
 

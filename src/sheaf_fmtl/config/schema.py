@@ -13,6 +13,9 @@ from typing import Any
 
 from ..sheaf.graph import GRAPH_KINDS
 from ..sheaf.maps import MAP_DTYPES, MAP_INITS
+from ..sheaf.selection import MAP_KINDS
+
+MAP_MODES = ("learned", "fixed", "redrawn", "features", "aligned")
 
 
 class ConfigError(ValueError):
@@ -42,6 +45,9 @@ class RunConfig:
     alpha: float = 0.05
     eta: float = 0.01
     gamma: float = 0.3
+    maps: str = "learned"  # learned (paper), fixed (eta = 0), redrawn, features, aligned (sheaf_coordinates)
+    map_kind: str = "selection"  # maps=redrawn: selection of d_ij coordinates, orthonormal or gaussian rows
+    estimates: bool = False  # maps=redrawn: keep copies of the neighbours' models (CHOCO-style)
     map_init: str = "gaussian"
     map_scale: float | None = None  # None: auto (gaussian sigma = 1/sqrt(d_i), ...); see sheaf.maps
     map_dtype: str = "float32"
@@ -80,6 +86,12 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @property
+    def learns_maps(self) -> bool:
+        """Whether Algorithm 1's map step (eq. ``pijaupdate``) runs: ``maps = learned`` with
+        ``eta > 0`` and ``lam > 0`` (``maps = fixed`` is the same algorithm with ``eta = 0``)."""
+        return self.maps == "learned" and self.eta > 0 and self.lam > 0
+
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with ``changes``, validated like any other config."""
         unknown = sorted(set(changes) - _KNOWN)
@@ -92,6 +104,8 @@ _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 _CHOICES: dict[str, tuple[str, ...]] = {
     "graph": GRAPH_KINDS,
     "map_init": MAP_INITS,
+    "maps": MAP_MODES,
+    "map_kind": MAP_KINDS,
     "map_dtype": tuple(MAP_DTYPES),
     "message_mode": ("compact", "literal"),
     "dpsgd_order": ("lian", "atc"),
@@ -206,6 +220,30 @@ def _check_together(config: RunConfig) -> None:
         raise ConfigError(
             f"config key 'map_scale' = 0 gives zero maps with map_init={config.map_init}; "
             "zero restriction maps never learn (allowed: map_scale > 0)"
+        )
+    _check_maps(config)
+
+
+def _check_maps(config: RunConfig) -> None:
+    """The map modes: which keys go together."""
+    if config.maps != "learned" and config.algorithm != "sheaf-fmtl":
+        raise ConfigError(
+            f"config key 'maps' = {config.maps} applies to algorithm=sheaf-fmtl only "
+            f"(algorithm={config.algorithm} has no restriction maps)"
+        )
+    if config.estimates and config.maps != "redrawn":
+        raise ConfigError(
+            f"config key 'estimates' = true needs maps=redrawn (copies of the neighbours' models are "
+            f"refreshed on each round's redrawn coordinates); got maps={config.maps}"
+        )
+    if config.map_kind != "selection" and config.maps != "redrawn":
+        raise ConfigError(
+            f"config key 'map_kind' = {config.map_kind} applies to maps=redrawn only; got maps={config.maps}"
+        )
+    if config.maps in ("redrawn", "features", "aligned") and config.topology != "none":
+        raise ConfigError(
+            f"config key 'maps' = {config.maps} builds its own maps; topology={config.topology} "
+            "(fixed maps of a special case) is not allowed with it"
         )
 
 

@@ -45,6 +45,9 @@ class RawFederated:
     clients: tuple[RawClient, ...]
     reduce: bool = True  # the protocol's "half of the clients keep 20%" (user data may turn it off)
     generated: bool = False  # made up by a built-in generator: no single-class warning (data.protocol)
+    # Per client: the ids, in one shared feature space, of its feature columns, in column order
+    # (``None``: unknown). What ``maps=features`` couples (algorithms/sheaf_coordinates.py).
+    features: tuple[np.ndarray, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class FederatedDataset:
     task: Task
     num_classes: int
     clients: tuple[ClientSplit, ...]
+    features: tuple[np.ndarray, ...] | None = None  # per client, see RawFederated.features
 
     @property
     def num_clients(self) -> int:

@@ -171,7 +171,8 @@ _NPZ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile)
 
 
 def read_npz_clients(path: Path) -> list[dict[str, np.ndarray]]:
-    """Arrays of each client of a per-client ``.npz`` (keys ``x``, ``y``, maybe ``x_test``, ``y_test``).
+    """Arrays of each client of a per-client ``.npz`` (keys ``x``, ``y``, maybe ``x_test``, ``y_test``,
+    ``features``: the shared-feature-space ids of the client's columns).
 
     Everything is read eagerly so a truncated member fails here, with the file named. Clients stored
     beyond ``num_clients`` are an error (they would be ignored silently)."""
@@ -199,6 +200,8 @@ def read_npz_clients(path: Path) -> list[dict[str, np.ndarray]]:
                     raise DatasetError(f"{path}: client {i} has only one of x_test_{i}, y_test_{i}")
                 if all(has_test):
                     client["x_test"], client["y_test"] = z[f"x_test_{i}"], z[f"y_test_{i}"]
+                if f"features_{i}" in keys:  # ids of its columns in one shared feature space
+                    client["features"] = z[f"features_{i}"]
                 out.append(client)
             return out
     except DatasetError:

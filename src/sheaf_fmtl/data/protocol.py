@@ -105,7 +105,7 @@ def apply_protocol(raw: RawFederated, seed: int, options: ProtocolOptions | None
         out.append(ClientSplit(x_tr, np.asarray(y_tr, ydtype), x_te, np.asarray(y_te, ydtype)))
     if stratify and not raw.generated:
         _warn_single_class(raw.name, out)
-    return FederatedDataset(raw.name, raw.task, raw.num_classes, tuple(out))
+    return FederatedDataset(raw.name, raw.task, raw.num_classes, tuple(out), raw.features)
 
 
 def single_class_clients(clients: tuple[ClientSplit, ...] | list[ClientSplit]) -> list[int]:

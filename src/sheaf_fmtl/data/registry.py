@@ -45,7 +45,8 @@ def _take_clients(name: str, raw: RawFederated, request: DataRequest) -> RawFede
             raise DatasetError(
                 f"{name}: {request.clients} clients asked for, but the dataset has {len(raw.clients)}"
             )
-        raw = dataclasses.replace(raw, clients=raw.clients[: request.clients])
+        features = None if raw.features is None else raw.features[: request.clients]
+        raw = dataclasses.replace(raw, clients=raw.clients[: request.clients], features=features)
     return raw
 
 

@@ -106,7 +106,7 @@ def synthetic_hetero(request: DataRequest) -> RawFederated:
     counts = _sample_counts(rng, n_clients, o["min_samples"], o["max_samples"])
     group_w = rng.normal(0.0, 1.0, (o["groups"], d, c))
     group_b = rng.normal(0.0, 1.0, (o["groups"], c))
-    clients = []
+    clients, features = [], []
     for k in range(n_clients):
         g = k % o["groups"]
         w = np.sqrt(r) * group_w[g] + np.sqrt(1 - r) * rng.normal(0.0, 1.0, (d, c))
@@ -116,7 +116,10 @@ def synthetic_hetero(request: DataRequest) -> RawFederated:
         y = np.argmax(x_full @ w + b, axis=1)
         seen = np.sort(rng.choice(d, size=sizes[k % len(sizes)], replace=False))
         clients.append(RawClient(x_full[:, seen].astype(np.float32), y.astype(np.int64)))
-    return RawFederated("synthetic-hetero", "classification", c, tuple(clients), generated=True)
+        features.append(seen.astype(np.int64))
+    return RawFederated(
+        "synthetic-hetero", "classification", c, tuple(clients), generated=True, features=tuple(features)
+    )
 
 
 CLUSTERS_DEFAULTS: dict[str, Any] = {
@@ -221,4 +224,7 @@ def synthetic_clusters(request: DataRequest) -> RawFederated:
         y = np.where(noisy, crng.integers(0, c, n + n_test), y).astype(np.int64)
         xs = x[:, seen[k]].astype(np.float32)
         clients.append(RawClient(xs[:n], y[:n], xs[n:], y[n:]))
-    return RawFederated("synthetic-clusters", "classification", c, tuple(clients), generated=True)
+    features = tuple(np.asarray(f, np.int64) for f in seen)
+    return RawFederated(
+        "synthetic-clusters", "classification", c, tuple(clients), generated=True, features=features
+    )

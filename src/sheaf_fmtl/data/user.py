@@ -111,4 +111,33 @@ def load_user(spec: str, request: DataRequest) -> RawFederated:
         )
         for x, y, xt, yt in arrays
     )
-    return RawFederated(f"file:{path.name}", task, num_classes, clients, reduce=o["reduce"])
+    features = _feature_ids(spec, [c for _, c in parts], [a[0] for a in arrays])
+    return RawFederated(
+        f"file:{path.name}", task, num_classes, clients, reduce=o["reduce"], features=features
+    )
+
+
+def _feature_ids(
+    spec: str, parts: list[dict[str, np.ndarray]], xs: list[np.ndarray]
+) -> tuple[np.ndarray, ...] | None:
+    """The clients' ``features_i`` (ids of their columns in one shared feature space), checked: all
+    clients or none, one distinct non-negative integer per column."""
+    given = ["features" in c for c in parts]
+    if not any(given):
+        return None
+    if not all(given):
+        missing = given.index(False)
+        raise DatasetError(f"file:{spec}: features_i is given for some clients but not for client {missing}")
+    out = []
+    for i, (c, x) in enumerate(zip(parts, xs, strict=True)):
+        f = np.asarray(c["features"])
+        width = int(np.prod(x.shape[1:]))
+        if f.ndim != 1 or not np.issubdtype(f.dtype, np.integer) or len(f) != width:
+            raise DatasetError(
+                f"file:{spec}: features_{i} must list one integer id per feature column ({width}), "
+                f"got shape {f.shape} of {f.dtype}"
+            )
+        if len(np.unique(f)) != len(f) or (len(f) and f.min() < 0):
+            raise DatasetError(f"file:{spec}: features_{i} must be distinct ids >= 0")
+        out.append(f.astype(np.int64))
+    return tuple(out)

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from ..algorithms.coordinate_state import CoordinateState, coupling_flops
 from ..models.linear import linear_shape
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ def sheaf_products(config: RunConfig, rounds: int) -> dict[str, int]:
     step are exchanged every round, except in ``compact`` mode with learned maps, where after round
     1 they are rebuilt from the map step's messages (no product).
     """
-    learn = config.eta > 0 and config.lam > 0
+    learn = config.learns_maps
     compact = config.message_mode == "compact"
     if config.local_epochs > 0:
         return {
@@ -181,7 +182,10 @@ def run_flops(
     """
     layout = getattr(state, "layout", None)
     local = local_flops(fed, samples)
-    sheaf = sheaf_flops(config, layout, rounds) if layout is not None else 0
+    if isinstance(state, CoordinateState):  # maps that select coordinates (maps=redrawn, ...)
+        sheaf = coupling_flops(config, state, rounds)
+    else:
+        sheaf = sheaf_flops(config, layout, rounds) if layout is not None else 0
     agg = aggregation_flops(config, fed.cohorts[0].dim, graph, rounds) if layout is None else 0
     total = local + sheaf + agg
     return {"flops": total, "flops_local": local, "flops_sheaf": sheaf, "flops_aggregation": agg}

@@ -1,0 +1,158 @@
+"""The state of :mod:`.sheaf_coordinates` (maps that relate coordinates), the supports of its
+structure-aware modes per half-edge, and its FLOP count."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..config import ConfigError, RunConfig
+from ..messages import Comm, EdgeTensor
+from ..sheaf.layout import SheafLayout
+from ..sheaf.selection import Support
+from ..sheaf.supports import aligned_support, feature_support
+from .base import Context, State
+
+
+@dataclass
+class CoordinateState(State):
+    """Thetas, the layout (buckets of half-edges by source cohort and ``d_e``), the supports, the
+    round counter the maps are drawn from, and (``estimates``) the copies of the neighbours."""
+
+    layout: SheafLayout | None = None
+    support: Support | None = None
+    round: int = 0
+    grads: list[torch.Tensor] | None = None
+    own: list[torch.Tensor] | None = None  # per bucket [H_b, d_e]: P_ij theta_i sent this round
+    estimates: list[torch.Tensor] | None = None  # per bucket [H_b, d]: the copy x_j at half-edge i -> j
+    lambda_max: float | None = None  # start-up bound on lambda_max of every round's sheaf Laplacian
+    fixed: list[torch.Tensor] | None = field(default=None, repr=False)  # features/aligned coordinates
+    maps_now: tuple[list[torch.Tensor], list[torch.Tensor] | None] | None = field(default=None, repr=False)
+
+    @property
+    def coupling_state_bytes(self) -> int:
+        """Bytes of what the coupling keeps between rounds: the estimates (no maps are stored)."""
+        return sum(e.numel() * e.element_size() for e in self.estimates or [])
+
+
+def flat_index(
+    layout: SheafLayout, thetas: list[torch.Tensor], coords: list[torch.Tensor]
+) -> list[torch.Tensor]:
+    """Per bucket ``[H_b, d_e]``: positions in ``thetas[c].view(-1)`` of each half-edge's source
+    coordinates ``coords[b]``."""
+    out = []
+    for b, c in zip(layout.buckets, coords, strict=True):
+        t = thetas[b.cohort]
+        out.append(b.src_pos_on(t.device)[:, None] * t.shape[1] + c)
+    return out
+
+
+def edge_supports(mode: str, ctx: Context) -> list[np.ndarray]:
+    """Per graph half-edge ``i -> j``: the coordinates of ``theta_i`` it couples (features, aligned)."""
+    fed, graph = ctx.fed, ctx.graph
+    tabular = [c.model_name in ("linear", "logistic") for c in fed.cohorts]
+    if mode == "aligned":
+        if any(tabular):
+            raise ConfigError(
+                "maps=aligned matches layers of neural networks; for linear/logistic models use maps=features"
+            )
+        if not fed.held.all():
+            raise ConfigError("maps=aligned runs in one process (processes=1) for now")
+        modules = [fed.cohorts[int(c)].module for c in fed.cohort_of]
+        out: list[np.ndarray] = [np.zeros(0, np.int64)] * graph.num_half_edges
+        for e, (i, j) in enumerate(graph.edges.tolist()):
+            out[2 * e], out[2 * e + 1] = aligned_support(modules[i], modules[j])
+        return out
+    features = fed.dataset.features
+    if features is None:
+        raise ConfigError(
+            f"maps=features needs the ids of each client's feature columns; dataset {fed.dataset.name} "
+            "has none (built-in generators carry them; file: data gives features_i per client)"
+        )
+    if not all(tabular):
+        raise ConfigError(
+            "maps=features couples the weights of linear/logistic models; use maps=aligned for networks"
+        )
+    outputs = fed.dataset.num_classes if fed.task == "classification" else 1
+    dims = fed.node_dims()
+    for i, f in enumerate(features):
+        if dims[i] != outputs * (len(f) + 1):
+            raise ConfigError(f"maps=features: client {i} has {dims[i]} parameters but {len(f)} feature ids")
+    return [
+        feature_support(features[i], features[j], outputs) for i, j in zip(graph.src, graph.dst, strict=True)
+    ]
+
+
+def coupling_flops(config: RunConfig, state: CoordinateState, rounds: int) -> int:
+    """Floating-point operations of the coupling over ``rounds`` rounds: selections cost the
+    residuals and their scatter (``2 sum d_e`` per step); dense kinds ``2 d_e d`` per product
+    (message, coupling, and with estimates the copy update), QR ``2 d d_e^2`` per half-edge;
+    estimates ``2 d`` per half-edge and step."""
+    layout = state.layout
+    assert layout is not None
+    steps = 1 if config.local_epochs > 0 else config.local_steps
+    elements = int(layout.messages.total)
+    per_round = 0
+    if state.estimates is None:
+        per_round += 2 * elements * steps
+    else:
+        per_round += sum(2 * b.size * b.node_dim for b in layout.buckets) * steps
+    if config.maps == "redrawn" and config.map_kind != "selection":
+        products = sum(2 * b.size * b.edge_dim * b.node_dim for b in layout.buckets)
+        per_round += products * (2 * steps + (1 if state.estimates is not None else 0))
+        if config.map_kind == "orthonormal":
+            per_round += sum(2 * b.size * b.node_dim * b.edge_dim**2 for b in layout.buckets)
+    return per_round * rounds
+
+
+def refresh_estimates(
+    state: CoordinateState,
+    maps: tuple[list[torch.Tensor], list[torch.Tensor] | None],
+    theirs: list[torch.Tensor],
+    held: list[torch.Tensor] | None,
+    kind: str,
+) -> None:
+    """The copies on this round's coordinates: ``x_j <- x_j + S^+ (S theta_j - S x_j)``."""
+    assert state.layout is not None and state.estimates is not None
+    coords, dense = maps
+    for k, (b, est) in enumerate(zip(state.layout.buckets, state.estimates, strict=True)):
+        if dense is None:  # selection: overwrite the round's coordinates
+            local = coords[k] - b.src_pos_on(est.device)[:, None] * est.shape[1]  # row-local
+            new = theirs[k]
+            if held is not None:
+                new = torch.where(held[k][:, None], new, est.gather(1, local))
+            est.scatter_(1, local, new)
+            continue
+        s = dense[k]
+        gap = theirs[k] - torch.bmm(s, est.unsqueeze(-1)).squeeze(-1)
+        if kind == "gaussian":  # S^+ = S^T (S S^T)^-1
+            gap = torch.linalg.solve(torch.bmm(s, s.transpose(1, 2)), gap)
+        step = torch.bmm(s.transpose(1, 2), gap.unsqueeze(-1)).squeeze(-1)
+        if held is not None:
+            step = torch.where(held[k][:, None], step, step.new_zeros(()))
+        est.add_(step)
+
+
+def expected_energy(state: CoordinateState, comm: Comm) -> float:
+    """The expected sheaf energy ``sum_e (d_e/m_e) ||Pi_i theta_i - Pi_j theta_j||^2`` over the
+    supports, by an uncounted exchange of them (exact for fixed supports)."""
+    layout = state.layout
+    assert layout is not None
+    if state.fixed is not None:
+        parts = [
+            state.thetas[b.cohort].reshape(-1)[c] for b, c in zip(layout.buckets, state.fixed, strict=True)
+        ]
+        sizes = layout.messages.sizes
+    else:
+        parts = [b.sources(state.thetas) for b in layout.buckets]
+        sizes = layout.node_dims[layout.graph.src[layout.order]]
+    mine = torch.cat([p.reshape(-1) for p in parts])
+    sent = EdgeTensor(mine, layout.messages.with_sizes(sizes))
+    theirs = comm.peek({"s": sent})["s"].data
+    per_half = torch.zeros(len(sizes), dtype=torch.float64, device=mine.device)
+    where = sent.layout.element_positions(mine.device)
+    per_half.index_add_(0, where, (mine - theirs).double() ** 2)
+    weight = torch.as_tensor(layout.messages.sizes / sizes, dtype=torch.float64, device=mine.device)
+    return 0.5 * float(comm.all_sum((weight * per_half).sum()))  # each edge from both ends

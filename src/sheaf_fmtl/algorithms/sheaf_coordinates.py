@@ -1,0 +1,282 @@
+"""Sheaf-FMTL with restriction maps that relate coordinates, never stored: ``maps = redrawn``,
+``features`` and ``aligned`` (the paper's learned maps are :mod:`.sheaf_fmtl`).
+
+Each edge ``e = {i, j}`` couples a support of ``m_e`` paired coordinates (:mod:`sheaf_fmtl.sheaf.
+selection`, :mod:`sheaf_fmtl.sheaf.supports`) through ``P_ij = S_(e,t) Pi_i``, ``P_ji = S_(e,t) Pi_j``:
+
+- ``redrawn``: the support is the whole model (``d_i = d_j``); ``S_(e,t)`` is drawn afresh each
+  round ``t`` from ``(seed, e, t)`` (``map_kind``: ``selection`` of ``d_e = max(1, floor(gamma d))``
+  coordinates, default; ``orthonormal`` or ``gaussian`` rows). Both ends regenerate it, so one
+  ``d_e`` vector ``S theta_i`` travels per half-edge and round and nothing is stored.
+- ``features``: the weights of the features two tabular clients both see and the biases, all of
+  them every round (``S = I``, ``d_e = m_e``; ``gamma`` is not used).
+- ``aligned``: the parameter slices two architectures share (nested channels), all of them every
+  round; the shared slices start equal (one seeded initial tensor per layer role).
+
+Coupling step (eq. ``thetaupdate`` with these maps; with ``local_epochs = E > 0`` without the
+gradient, after ``E`` local passes, as in :mod:`.sheaf_fmtl`):
+    ``theta_i <- theta_i - alpha (g_i + lam sum_j P_ij^T (P_ij theta_i - P_ji theta_j))``.
+For ``redrawn`` every kind has ``E[S^T S] = (d_e/d) I``, so in expectation the step is dFedU's
+with coupling ``lam d_e/d ~ lam gamma``: ``lam`` reads as ``1/gamma`` times dFedU's for the same
+expected pull. Each round's ``S^T S`` is a projection (selection, orthonormal), so the sheaf
+Laplacian of every round is at most the graph Laplacian and the start-up check refuses
+``alpha lam lambda_max(L_graph) >= 2`` (gaussian rows: times ``(1 + sqrt(d_e/d))^2``, the typical
+largest ``||S||^2``). The reported energy is the expected one, ``sum_e (d_e/m_e) ||Pi_i theta_i -
+Pi_j theta_j||^2`` (exact for ``features``/``aligned``).
+
+``estimates = true`` (``redrawn``; CHOCO-SGD, Koloskova et al. 2019): at each half-edge ``i -> j``
+client ``i`` keeps a copy ``x_j`` of ``theta_j`` (``degree x d`` floats per client, started at its
+own initial model: the common one with ``init = common``). What arrives, ``S theta_j``, refreshes
+the copy on the round's coordinates, ``x_j <- x_j + S^+ (S theta_j - S x_j)`` (``S^+ = S^T`` for
+selection and orthonormal rows), and the coupling uses the whole copy,
+    ``theta_i <- theta_i - alpha (g_i + lam sum_j (theta_i - x_j))``,
+dFedU's step against estimates whose error vanishes as the models settle; the same bits as
+``redrawn``. ``lam`` then reads as dFedU's.
+
+Missing neighbours (``drop_prob``, ``link_drop_prob``, rejected messages): a client skips the terms
+of each edge whose message did not arrive, and leaves that copy as it was.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import torch
+
+from ..config import ConfigError, RunConfig
+from ..messages import EdgeTensor, Payload
+from ..sheaf.layout import SheafLayout, build_layout
+from ..sheaf.selection import Support, dense_maps, selection_positions
+from ..sheaf.supports import align_initial_models
+from .base import Algorithm, Context, register_maps
+from .coordinate_state import CoordinateState, edge_supports, expected_energy, flat_index, refresh_estimates
+from .coupling import require_stable_coupling
+from .sheaf_messages import spread_heard
+from .steps import sgd_step
+
+MODES = ("redrawn", "features", "aligned")
+
+
+@register_maps(*MODES)
+class CoordinateSheaf(Algorithm[CoordinateState]):
+    """``algorithm = sheaf-fmtl`` with ``maps`` in :data:`MODES` (see the module docstring)."""
+
+    name = "sheaf-fmtl"
+
+    def __init__(self, config: RunConfig) -> None:
+        self.mode, self.kind = config.maps, config.map_kind
+        self.lam, self.alpha, self.seed = config.lam, config.alpha, config.seed
+        self.local_steps = config.local_steps
+        self.use_estimates = config.estimates
+        self.notes: list[str] = []
+
+    # -- start-up ---------------------------------------------------------------------------------
+    def init(self, ctx: Context) -> CoordinateState:
+        fed, graph, cfg = ctx.fed, ctx.graph, ctx.config
+        if graph.weighted:
+            raise ConfigError(f"maps={self.mode} does not use edge weights; give an unweighted graph")
+        dims, cohorts = fed.node_dims(), fed.cohort_of.tolist()
+        thetas = ctx.init_thetas()
+        if self.mode == "redrawn":
+            bad = np.flatnonzero(dims[graph.edges[:, 0]] != dims[graph.edges[:, 1]])
+            if len(bad):
+                i, j = graph.edges[int(bad[0])]
+                raise ConfigError(
+                    f"maps=redrawn couples whole models, but clients {i} and {j} have {dims[i]} and "
+                    f"{dims[j]} parameters; use maps=features (tabular) or maps=aligned (CNNs)"
+                )
+            edge_dims = np.maximum(1, np.floor(cfg.gamma * dims[graph.edges[:, 0]])).astype(np.int64)
+            layout = build_layout(graph, dims.tolist(), cohorts, cfg.gamma, edge_dim_override=edge_dims)
+            state = CoordinateState(
+                thetas=thetas, layout=layout, support=Support.whole(dims[graph.src[layout.order]])
+            )
+        else:
+            lists = edge_supports(self.mode, ctx)
+            edge_dims = np.array([len(lists[2 * e]) for e in range(graph.num_edges)], np.int64)
+            if (edge_dims == 0).any():
+                i, j = graph.edges[int(np.flatnonzero(edge_dims == 0)[0])]
+                raise ConfigError(f"maps={self.mode}: clients {i} and {j} share no parameter to couple")
+            layout = build_layout(graph, dims.tolist(), cohorts, 1.0, edge_dim_override=edge_dims)
+            support = Support.from_lists([lists[h] for h in layout.order.tolist()], thetas[0].device)
+            if self.mode == "aligned":
+                thetas = align_initial_models([c.module for c in fed.cohorts], thetas)
+            state = CoordinateState(thetas=thetas, layout=layout, support=support)
+            assert support.index is not None
+            blocks = layout.bucket_messages(support.index)  # [H_b, d_e] coordinates of each bucket
+            state.fixed = flat_index(layout, thetas, list(blocks))
+        if self.use_estimates:
+            state.estimates = [b.sources(thetas).clone() for b in layout.buckets]
+        self._check_stability(state, ctx)
+        return state
+
+    def _check_stability(self, state: CoordinateState, ctx: Context) -> None:
+        """``alpha lam lambda_max(L_graph) >= 2`` refused (module docstring): every round's sheaf
+        Laplacian is at most the graph Laplacian (gaussian rows: times ``(1 + sqrt(d_e/d))^2``)."""
+        if not ctx.config.stability_check or self.lam <= 0:
+            return
+        lmax = float(nx.laplacian_spectrum(ctx.graph.to_networkx()).max())
+        assert state.layout is not None
+        if self.mode == "redrawn" and self.kind == "gaussian" and not self.use_estimates:
+            dims = state.layout.node_dims[ctx.graph.edges[:, 0]]
+            lmax *= float(np.max((1.0 + np.sqrt(state.layout.edge_dims / dims)) ** 2))
+        state.lambda_max = lmax
+        note = require_stable_coupling(self.alpha, self.lam, lmax, "graph Laplacian bound", maps=False)
+        if note:
+            self.notes.append(note)
+
+    # -- this round's maps -------------------------------------------------------------------------
+    def _maps(self, state: CoordinateState) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+        """Per bucket: flat coordinates ``[H_b, d_e]`` (selections) or the whole rows' positions with
+        dense ``S [H_b, d_e, d]``; drawn once per round from ``(seed, edge, round)``."""
+        if state.fixed is not None:
+            return state.fixed, None
+        if state.maps_now is not None:
+            return state.maps_now
+        layout = state.layout
+        assert layout is not None
+        dev = state.thetas[0].device
+        if self.kind == "selection":
+            edges = layout.order // 2
+            m = layout.node_dims[layout.graph.src[layout.order]]
+            pos = selection_positions(self.seed, edges, state.round, m, layout.messages.sizes, dev)
+            coords = flat_index(layout, state.thetas, list(layout.bucket_messages(pos)))
+            state.maps_now = (coords, None)
+        else:
+            dense = [
+                dense_maps(
+                    self.kind, self.seed, b.half_edges // 2, state.round, b.edge_dim, b.node_dim, dev
+                ).to(state.thetas[b.cohort].dtype)
+                for b in layout.buckets
+            ]
+            state.maps_now = ([], dense)
+        return state.maps_now
+
+    def _messages(self, state: CoordinateState) -> list[torch.Tensor]:
+        """``P_ij theta_i`` per bucket ``[H_b, d_e]``."""
+        assert state.layout is not None
+        coords, dense = self._maps(state)
+        if dense is None:
+            return [
+                state.thetas[b.cohort].reshape(-1)[c]
+                for b, c in zip(state.layout.buckets, coords, strict=True)
+            ]
+        return [
+            torch.bmm(s, b.sources(state.thetas).unsqueeze(-1)).squeeze(-1)
+            for b, s in zip(state.layout.buckets, dense, strict=True)
+        ]
+
+    def _spread(self, state: CoordinateState, per_bucket: list[torch.Tensor]) -> list[torch.Tensor]:
+        """``sum_j P_ij^T v_ij`` per cohort ``[C, d]`` from per-bucket ``v [H_b, d_e]``."""
+        assert state.layout is not None
+        coords, dense = self._maps(state)
+        out = [torch.zeros_like(t) for t in state.thetas]
+        for k, (b, v) in enumerate(zip(state.layout.buckets, per_bucket, strict=True)):
+            target = out[b.cohort]
+            if dense is None:
+                target.view(-1).index_add_(0, coords[k].reshape(-1), v.reshape(-1))
+            else:
+                back = torch.bmm(dense[k].transpose(1, 2), v.unsqueeze(-1)).squeeze(-1)
+                target.index_add_(0, b.src_pos_on(target.device), back)
+        return out
+
+    # -- rounds ------------------------------------------------------------------------------------
+    def local(self, state: CoordinateState, ctx: Context) -> CoordinateState:
+        state.maps_now = None  # a new round: new maps (redrawn)
+        if ctx.epoch_mode:  # E passes of plain SGD on f_i; the coupling follows the exchange
+            for _ in range(ctx.local_steps()):
+                grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
+                state.thetas = sgd_step(state.thetas, grads, self.alpha)
+            state.grads = None
+        else:
+            state.grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
+        return state
+
+    def send(self, state: CoordinateState, phase: int, ctx: Context) -> Payload:
+        assert state.layout is not None
+        state.own = self._messages(state)
+        flat = torch.cat([m.reshape(-1) for m in state.own]) if state.own else state.thetas[0].new_zeros(0)
+        return {"msg": EdgeTensor(flat, state.layout.messages)}
+
+    def receive(self, state: CoordinateState, incoming: Payload, phase: int, ctx: Context) -> CoordinateState:
+        layout, own = state.layout, state.own
+        assert layout is not None and own is not None
+        msg = incoming["msg"]
+        assert isinstance(msg, EdgeTensor)
+        theirs = list(layout.bucket_messages(msg.data))
+        heard = spread_heard(msg)
+        heard_b = None if heard is None else list(layout.bucket_messages(heard))
+        held = None if msg.heard is None else self._per_bucket(layout, msg.heard)
+        if state.estimates is not None:
+            refresh_estimates(state, self._maps(state), theirs, held, self.kind)
+        grads = state.grads
+        for step in range(1 if grads is None else self.local_steps):
+            if step > 0:  # further local steps: fresh gradients, own messages from the current theta
+                grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
+                own = self._messages(state)
+            pull = self._pull(state, own, theirs, heard_b, held)
+            if grads is None:
+                state.thetas = [
+                    t - (self.alpha * self.lam) * c for t, c in zip(state.thetas, pull, strict=True)
+                ]
+            else:
+                state.thetas = [
+                    t - self.alpha * (g + self.lam * c)
+                    for t, g, c in zip(state.thetas, grads, pull, strict=True)
+                ]
+        state.own = state.grads = None
+        state.round += 1
+        state.maps_now = None
+        return state
+
+    @staticmethod
+    def _per_bucket(layout: SheafLayout, per_half_edge: torch.Tensor) -> list[torch.Tensor]:
+        return [per_half_edge[b.first : b.first + b.size] for b in layout.buckets]
+
+    def _pull(
+        self,
+        state: CoordinateState,
+        own: list[torch.Tensor],
+        theirs: list[torch.Tensor],
+        heard: list[torch.Tensor] | None,
+        held: list[torch.Tensor] | None,
+    ) -> list[torch.Tensor]:
+        """The coupling term per cohort: ``sum_j P_ij^T (P_ij theta_i - P_ji theta_j)``, or with
+        estimates ``sum_j (theta_i - x_j)``, over the neighbours heard."""
+        assert state.layout is not None
+        if state.estimates is None:
+            r = [o - t for o, t in zip(own, theirs, strict=True)]
+            if heard is not None:
+                r = [torch.where(h.view_as(x), x, x.new_zeros(())) for h, x in zip(heard, r, strict=True)]
+            return self._spread(state, r)
+        out = [torch.zeros_like(t) for t in state.thetas]
+        for k, (b, est) in enumerate(zip(state.layout.buckets, state.estimates, strict=True)):
+            diff = b.sources(state.thetas) - est
+            if held is not None:
+                diff = torch.where(held[k][:, None], diff, diff.new_zeros(()))
+            out[b.cohort].index_add_(0, b.src_pos_on(diff.device), diff)
+        return out
+
+    # -- reporting ---------------------------------------------------------------------------------
+    def penalty(self, state: CoordinateState, ctx: Context) -> tuple[float, float]:
+        e = expected_energy(state, ctx.comm)
+        return 0.5 * self.lam * e, e
+
+    def diagnose(self, state: CoordinateState, ctx: Context) -> list[str]:
+        notes, self.notes = self.notes, []
+        return notes
+
+    def checkpoint(self, state: CoordinateState, ctx: Context) -> dict[str, Any]:
+        """``shared_parameters``: ``[N, N]`` support size ``m_e`` of each held half-edge (zero
+        off-graph), and ``map_norms``: ``||P_ij||_F = sqrt(d_e)`` (selections, orthonormal rows;
+        the expected norm for gaussian rows)."""
+        layout = state.layout
+        assert layout is not None and state.support is not None
+        n, g = layout.num_clients, layout.graph
+        shared = torch.zeros(n, n, dtype=torch.float64)
+        norms = torch.zeros(n, n, dtype=torch.float64)
+        src, dst = g.src[layout.order], g.dst[layout.order]
+        shared[src, dst] = torch.as_tensor(state.support.m, dtype=torch.float64)
+        norms[src, dst] = torch.as_tensor(np.sqrt(layout.messages.sizes), dtype=torch.float64)
+        return {"shared_parameters": shared, "map_norms": norms}
