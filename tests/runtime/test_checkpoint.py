@@ -52,6 +52,15 @@ CASES = {
     "sheaf-compact-steps": {"algorithm": "sheaf-fmtl", "map_defer": 4, "local_epochs": 0},
     "sheaf-literal-epochs": {"algorithm": "sheaf-fmtl", "map_defer": 4, "message_mode": "literal"},
     "sheaf-faults": {"algorithm": "sheaf-fmtl", "map_defer": 4, "drop_prob": 0.2, "link_drop_prob": 0.2},
+    "sheaf-redrawn-estimates-faults": {
+        "algorithm": "sheaf-fmtl",
+        "maps": "redrawn",
+        "estimates": True,
+        "gamma": 0.2,
+        "drop_prob": 0.2,
+        "link_drop_prob": 0.2,
+    },
+    "sheaf-features": {"algorithm": "sheaf-fmtl", "maps": "features", "dataset": "synthetic-clusters"},
     "dfedu": {"algorithm": "dfedu"},
     "dpsgd": {"algorithm": "dpsgd"},
     "fedavg": {"algorithm": "fedavg"},
@@ -106,7 +115,8 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(tmp_path, case):
     assert folder is not None and folder.name == "round-00000003"
     manifest, shard = read_checkpoint(folder)
     assert [r["round"] for r in manifest["rows"]] == [0, 2]  # not the stop's own evaluation
-    if config.algorithm == "sheaf-fmtl":  # resumable checkpoints hold the maps, deferred factors pending
+    learned = config.algorithm == "sheaf-fmtl" and config.maps in ("learned", "fixed")
+    if learned:  # resumable checkpoints hold the maps, deferred factors pending
         assert shard["state"]["store"]["base"] and any(shard["state"]["store"]["count"])
     outcome = resume(tmp_path / "part")
     assert outcome.summary["resumed_from_round"] == 3 and outcome.summary["status"] == "ok"
@@ -115,7 +125,9 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(tmp_path, case):
         assert outcome.summary["dropped_messages"] > 0
     assert not (tmp_path / "part" / CHECKPOINTS).exists()  # finished: checkpoint.pt is the result
     final = torch.load(tmp_path / "part" / "checkpoint.pt", weights_only=True)
-    assert ("maps" in final) == (config.algorithm == "sheaf-fmtl" and config.save_maps)
+    assert ("maps" in final) == (learned and config.save_maps)
+    if config.estimates:  # the neighbours' copies resume too (they shape the rows after the stop)
+        assert shard["state"]["estimates"]
 
 
 def test_periodic_checkpoint_is_resumable_after_a_later_partial_write(tmp_path):

@@ -81,6 +81,16 @@ def test_two_processes_match_one_sheaf_fmtl_heterogeneous_compact(tmp_path: Path
     _compare(tmp_path, {"algorithm": "sheaf-fmtl", "dataset": "synthetic-hetero", **TINY}, 2)
 
 
+REDRAWN = {"algorithm": "sheaf-fmtl", "dataset": "synthetic", "maps": "redrawn", "gamma": 0.2}
+
+
+def test_three_processes_match_one_redrawn_maps_with_estimates_and_faults(tmp_path: Path) -> None:
+    """Default suite: maps redrawn each round from (seed, edge, round) are the same whichever rank
+    draws them; the copies of the neighbours are sharded with their half-edges."""
+    settings = {**REDRAWN, "estimates": True, "link_drop_prob": 0.2, "drop_prob": 0.1, **TINY}
+    _compare(tmp_path, settings, 3)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("processes", [2, 3])
 @pytest.mark.parametrize(
@@ -98,6 +108,13 @@ def test_two_processes_match_one_sheaf_fmtl_heterogeneous_compact(tmp_path: Path
         {"algorithm": "fedavg", "dataset": "synthetic"},
         {"algorithm": "sheaf-fmtl", "dataset": "synthetic-hetero", "drop_prob": 0.2, "link_drop_prob": 0.2},
         {"algorithm": "fedavg", "dataset": "synthetic", "drop_prob": 0.3},
+        {**REDRAWN, "map_kind": "orthonormal", "local_epochs": 1},
+        {
+            "algorithm": "sheaf-fmtl",
+            "dataset": "synthetic-hetero",
+            "maps": "features",
+            "partition": "community",
+        },
     ],
     ids=[
         "sheaf-literal",
@@ -107,6 +124,8 @@ def test_two_processes_match_one_sheaf_fmtl_heterogeneous_compact(tmp_path: Path
         "fedavg",
         "sheaf-drops",
         "fedavg-drops",
+        "redrawn-orthonormal",
+        "features",
     ],
 )
 def test_k_processes_match_one(tmp_path: Path, settings: dict[str, Any], processes: int) -> None:

@@ -149,7 +149,7 @@ def expected_energy(state: CoordinateState, comm: Comm) -> float:
         parts = [b.sources(state.thetas) for b in layout.buckets]
         sizes = layout.node_dims[layout.graph.src[layout.order]]
     mine = torch.cat([p.reshape(-1) for p in parts])
-    sent = EdgeTensor(mine, layout.messages.with_sizes(sizes))
+    sent = EdgeTensor(mine, layout.messages.with_sizes(sizes, sizes))  # m_e: the same at both ends
     theirs = comm.peek({"s": sent})["s"].data
     per_half = torch.zeros(len(sizes), dtype=torch.float64, device=mine.device)
     where = sent.layout.element_positions(mine.device)

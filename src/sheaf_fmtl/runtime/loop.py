@@ -271,6 +271,9 @@ def _summary(
     lambda_max = getattr(sim.state, "lambda_max", None)
     if lambda_max is not None:
         summary["laplacian_lambda_max"] = lambda_max
+    kept = getattr(sim.state, "coupling_state_bytes", None)  # e.g. neighbour estimates (maps=redrawn)
+    if kept is not None:
+        summary["coupling_state_bytes"] = int(sim.ctx.comm.all_sum(torch.tensor(kept, dtype=torch.int64)))
     return summary
 
 
