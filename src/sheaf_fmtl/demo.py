@@ -1,5 +1,10 @@
-"""``sheaf-fmtl demo``: Sheaf-FMTL against local training and dFedU on the built-in
-``synthetic-clusters`` problem (issue 9's demo), one figure and a JSON of every comparison."""
+"""``sheaf-fmtl demo``: Sheaf-FMTL's map modes against local training and dFedU on the built-in
+``synthetic-clusters`` problem, one figure and a JSON of every comparison.
+
+On the heterogeneous problem (clients see different feature subsets, so model sizes differ):
+feature maps (``maps=features``), the paper's learned maps and local training. On its homogeneous
+variant: maps redrawn each round from a shared seed (``maps=redrawn``, with and without neighbour
+estimates), the paper's learned maps, dFedU and local training."""
 
 from __future__ import annotations
 
@@ -16,33 +21,29 @@ from .metrics.recorder import format_summary, interrupted_line, interrupted_stat
 class DemoRun:
     """One curve of ``sheaf-fmtl demo``: ``key`` names its run folder and its entry in
     ``demo.json``; ``defaults`` are overrides the user's ``--set`` can change, ``forced`` ones it
-    cannot; ``feature_maps``: Sheaf-FMTL with the fixed feature-aware maps of
-    :func:`sheaf_fmtl.scenarios.shared_feature_maps` (needs ``eta = 0``)."""
+    cannot."""
 
     key: str
     algorithm: str
     label: str
     defaults: tuple[str, ...] = ()
     forced: tuple[str, ...] = ()
-    feature_maps: bool = False
 
 
+PAPER = "Sheaf-FMTL, the paper's learned maps"
 # (problem, overrides of every run of the problem, runs) of `sheaf-fmtl demo`; the homogeneous
-# variant and the feature-aware maps only for synthetic-clusters, whose option `homogeneous` keeps
-# clients, samples and labels and whose feature subsets are known (`clusters_feature_sets`).
+# variant only for synthetic-clusters, whose option `homogeneous` keeps clients, samples and labels.
+# Redrawn maps without estimates pull with lam * d_e/d in expectation, so their lam is the config's
+# (dFedU's) over gamma, capped below the stability limit alpha*lam*lambda_max(L) < 2: 1.0 here.
 DEMO_PROBLEMS: tuple[tuple[str, tuple[str, ...], tuple[DemoRun, ...]], ...] = (
     (
         "heterogeneous",
         (),
         (
-            DemoRun("sheaf-fmtl", "sheaf-fmtl", "Sheaf-FMTL"),  # + which maps, from the run's config
             DemoRun(
-                "sheaf-fmtl-feature-maps",
-                "sheaf-fmtl",
-                "Sheaf-FMTL, feature-aware fixed maps",
-                forced=("eta=0",),
-                feature_maps=True,
+                "sheaf-fmtl-features", "sheaf-fmtl", "Sheaf-FMTL, feature maps", forced=("maps=features",)
             ),
+            DemoRun("sheaf-fmtl-learned", "sheaf-fmtl", PAPER, forced=("maps=learned",)),
             DemoRun("local", "local", "local training"),
         ),
     ),
@@ -50,27 +51,34 @@ DEMO_PROBLEMS: tuple[tuple[str, tuple[str, ...], tuple[DemoRun, ...]], ...] = (
         "homogeneous",
         ("data.homogeneous=true",),
         (
-            DemoRun("sheaf-fmtl", "sheaf-fmtl", "Sheaf-FMTL", defaults=("eta=0",)),
+            DemoRun(
+                "sheaf-fmtl-redrawn",
+                "sheaf-fmtl",
+                "Sheaf-FMTL, maps redrawn each round",
+                defaults=("lam=1.0",),
+                forced=("maps=redrawn",),
+            ),
+            DemoRun(
+                "sheaf-fmtl-estimates",
+                "sheaf-fmtl",
+                "Sheaf-FMTL, redrawn maps + neighbour estimates",
+                forced=("maps=redrawn", "estimates=true"),
+            ),
+            DemoRun("sheaf-fmtl-learned", "sheaf-fmtl", PAPER, forced=("maps=learned",)),
             DemoRun("dfedu", "dfedu", "dFedU"),
             DemoRun("local", "local", "local training"),
         ),
     ),
 )
 
-# Issue 9's targets: (problem, run, baseline) -> (least difference in points, least bits ratio of
-# the baseline over the run, the target in words).
-DEMO_TARGETS: dict[tuple[str, str, str], tuple[float, float | None, str]] = {
-    ("heterogeneous", "sheaf-fmtl", "local"): (3.0, None, ">= +3 points over local training"),
-    ("heterogeneous", "sheaf-fmtl-feature-maps", "local"): (3.0, None, ">= +3 points over local training"),
-    ("homogeneous", "sheaf-fmtl", "dfedu"): (-1.0, 10.0, "within 1 point of dFedU with >= 10x fewer bits"),
-}
 # The comparisons printed and written to demo.json: (problem, run, baseline).
 DEMO_COMPARISONS: tuple[tuple[str, str, str], ...] = (
-    ("heterogeneous", "sheaf-fmtl", "local"),
-    ("heterogeneous", "sheaf-fmtl-feature-maps", "local"),
-    ("heterogeneous", "sheaf-fmtl-feature-maps", "sheaf-fmtl"),
-    ("homogeneous", "sheaf-fmtl", "dfedu"),
-    ("homogeneous", "sheaf-fmtl", "local"),
+    ("heterogeneous", "sheaf-fmtl-features", "local"),
+    ("heterogeneous", "sheaf-fmtl-learned", "local"),
+    ("homogeneous", "sheaf-fmtl-redrawn", "dfedu"),
+    ("homogeneous", "sheaf-fmtl-estimates", "dfedu"),
+    ("homogeneous", "sheaf-fmtl-estimates", "local"),
+    ("homogeneous", "sheaf-fmtl-learned", "dfedu"),
 )
 
 
@@ -85,19 +93,11 @@ def _demo_run(
 ) -> tuple[RunConfig, dict]:
     """Run one curve of the demo into ``run_dir``; returns its config and summary. ``flags``:
     config keys given as flags (``--seed``, ``--clients``, ...), applied after ``overrides``."""
-    from .runtime import loop, simulate
+    from .runtime import loop
 
     sets = [*spec.defaults, *overrides, *extra, *spec.forced, f"algorithm={spec.algorithm}"]
     config = load_config(config_path, sets, flags)
-    if not spec.feature_maps:
-        return config, loop.run(config, run_dir, progress=not quiet)
-    from .data.synthetic import clusters_feature_sets
-    from .scenarios import shared_feature_maps
-
-    features = clusters_feature_sets(config.data, config.seed, config.clients)
-    sim = shared_feature_maps(config, simulate.load_dataset(config), features)
-    # the same recording, bits, divergence handling and run folder as every other curve
-    return config, loop.run(sim.config, run_dir, progress=not quiet, sim=sim)
+    return config, loop.run(config, run_dir, progress=not quiet)
 
 
 def run_demo(
@@ -110,8 +110,9 @@ def run_demo(
     flags: dict[str, Any] | None = None,
 ) -> int:
     """``sheaf-fmtl demo``: every run of :data:`DEMO_PROBLEMS` into ``out`` (new or empty; cleared
-    first with ``overwrite``), then ``demo.png`` and ``demo.json`` (each comparison, and whether
-    issue 9's target for it is met). Returns the exit status (128 + signal when a run was stopped)."""
+    first with ``overwrite``), then ``demo.png`` and ``demo.json`` (each comparison: the difference
+    of the final metric and the bits ratio). Returns the exit status (128 + signal when a run was
+    stopped)."""
     import json
 
     from .plots import plot_demo
@@ -127,8 +128,6 @@ def run_demo(
     for problem, extra, specs in problems:
         curves = []
         for spec in specs:
-            if spec.feature_maps and not clusters:  # feature subsets known for synthetic-clusters only
-                continue
             run_dir = out / problem / spec.key
             config, summary = _demo_run(config_path, overrides, quiet, extra, spec, run_dir, flags)
             print(format_summary(summary, run_dir))
@@ -136,10 +135,8 @@ def run_demo(
                 print(interrupted_line(summary, run_dir), file=sys.stderr)
                 return interrupted_status(summary)
             label = spec.label
-            if spec.algorithm == "sheaf-fmtl" and not spec.feature_maps:
-                learned = "learned" if config.eta > 0 and config.lam > 0 else "fixed"
-                shared = "shared " if config.shared_maps and len(summary["model_dims"]) == 1 else ""
-                label += f", {learned} {shared}random maps (gamma={config.gamma:g})"
+            if config.algorithm == "sheaf-fmtl" and config.maps in ("learned", "redrawn"):
+                label += f" (gamma={config.gamma:g})"
             keys = ("final", "metric", "transmitted_bits", "rounds", "model_dims")
             finals.setdefault(problem, {})[spec.key] = {"label": label, **{k: summary[k] for k in keys}}
             curves.append((run_dir, label))
@@ -162,7 +159,7 @@ def run_demo(
 def _demo_comparisons(finals: dict[str, dict[str, dict]]) -> dict[str, dict]:
     """Each of :data:`DEMO_COMPARISONS` whose runs exist: the difference of the final metric
     (accuracy points, or the metric's units), the bits ratio (the baseline's bits over the run's;
-    ``None`` when either sends nothing) and, where issue 9 sets one, whether the target is met."""
+    ``None`` when either sends nothing)."""
     out = {}
     for problem, key, other_key in DEMO_COMPARISONS:
         runs = finals.get(problem, {})
@@ -190,12 +187,6 @@ def _demo_comparisons(finals: dict[str, dict[str, dict]]) -> dict[str, dict]:
             "baseline_bits": other_bits,
             "bits_ratio": ratio,
         }
-        target = DEMO_TARGETS.get((problem, key, other_key))
-        if target is not None and run["metric"] == "accuracy":
-            least_diff, least_ratio, words = target
-            met = diff >= least_diff and (least_ratio is None or (ratio is not None and ratio >= least_ratio))
-            entry["target"], entry["target_met"] = words, met
-            text += f" -- issue-9 target ({words}): {'met' if met else 'NOT met'}"
         entry["text"] = text
         out[f"{problem}/{key}-vs-{other_key}"] = entry
     return out

@@ -253,3 +253,18 @@ def test_plot_demo_draws_its_rows(tmp_path):
     b = make_run(tmp_path, "b", [0.5, 0.55], algorithm="local", bits=[0, 0])
     path = plot_demo([("first", [(a, "mine"), b])], tmp_path / "demo", title="t")
     assert path.name == "demo.png" and path.stat().st_size > 10_000
+
+
+def test_labels_name_the_map_mode_and_keep_it_out_of_other_algorithms() -> None:
+    from sheaf_fmtl.plots.labels import describe, legend_keys, long_label
+
+    redrawn = {"algorithm": "sheaf-fmtl", "maps": "redrawn", "estimates": True, "gamma": 0.1}
+    assert long_label(redrawn) == "Sheaf-FMTL (gamma=0.1, maps redrawn each round, selection, estimates)"
+    assert long_label(
+        {"algorithm": "sheaf-fmtl", "maps": "learned", "eta": 0.01, "lam": 0.1, "gamma": 0.3}
+    ) == ("Sheaf-FMTL (gamma=0.3, the paper's learned maps)")
+    assert long_label({"algorithm": "sheaf-fmtl", "maps": "features"}) == "Sheaf-FMTL (feature maps)"
+    configs = [{**redrawn, "lam": 1.0}, {"algorithm": "dfedu", "maps": "learned", "lam": 1.0}]
+    keys = legend_keys(configs)
+    assert keys[:2] == ["maps", "estimates"]
+    assert describe(configs[1], keys) == "dFedU"

@@ -18,9 +18,24 @@ ALGORITHM_NAMES = {
     "perfedavg": "Per-FedAvg",
 }
 # Named first when they differ (then any other differing key, in config order).
-LEGEND_FIRST = ("dataset", "gamma", "lam", "eta", "alpha", "model", "graph", "seed")
+LEGEND_FIRST = (
+    "dataset",
+    "maps",
+    "map_kind",
+    "estimates",
+    "gamma",
+    "lam",
+    "eta",
+    "alpha",
+    "model",
+    "graph",
+    "seed",
+)
 #: Keys only Sheaf-FMTL reads (its edge stalks and maps): not named in another algorithm's label.
 SHEAF_ONLY = (
+    "maps",
+    "map_kind",
+    "estimates",
     "gamma",
     "eta",
     "map_init",
@@ -68,10 +83,29 @@ def describe(config: Mapping[str, Any], keys: Sequence[str]) -> str:
     return ", ".join([algorithm_name(config), *named])
 
 
+MAP_LABELS = {
+    "learned": "the paper's learned maps",
+    "fixed": "fixed maps",
+    "redrawn": "maps redrawn each round",
+    "features": "feature maps",
+    "aligned": "aligned maps",
+}
+
+
 def long_label(config: Mapping[str, Any]) -> str:
-    """``Sheaf-FMTL (gamma=0.1, learned maps)``, ``dFedU``, ``local training`` ... (the demo's)."""
+    """``Sheaf-FMTL (gamma=0.1, the paper's learned maps)``, ``Sheaf-FMTL (gamma=0.1, maps redrawn
+    each round, selection, estimates)``, ``dFedU``, ``local training`` ..."""
     name = algorithm_name(config)
-    if config.get("algorithm") == "sheaf-fmtl":
-        maps = "learned maps" if config.get("eta", 0) > 0 and config.get("lam", 0) > 0 else "fixed maps"
-        name += f" (gamma={config.get('gamma', 0):g}, {maps})"
-    return name
+    if config.get("algorithm") != "sheaf-fmtl":
+        return name
+    mode = str(config.get("maps", "learned"))
+    if mode == "learned" and not (config.get("eta", 0) > 0 and config.get("lam", 0) > 0):
+        mode = "fixed"
+    parts = [MAP_LABELS.get(mode, mode)]
+    if mode in ("learned", "fixed", "redrawn"):
+        parts.insert(0, f"gamma={config.get('gamma', 0):g}")
+    if mode == "redrawn":
+        parts.append(str(config.get("map_kind", "selection")))
+        if config.get("estimates"):
+            parts.append("estimates")
+    return f"{name} ({', '.join(parts)})"
