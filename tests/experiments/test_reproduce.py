@@ -54,9 +54,10 @@ def test_quick_smoke_run_writes_tables_beside_the_paper(name: str, tmp_path: Pat
     assert all(line.count("|") == header.count("|") for line in body)
     recs = list(csv.DictReader(open(table)))
     assert len(recs) == len(exp.settings)
-    # lam = 10 (topology) fails the start-up stability check at alpha 0.05: a visible "refused" row
-    refused = [r for r in recs if "refused: unstable configuration" in r["status"]]
-    assert all(r["slug"].endswith("lam10") for r in refused)
+    # lam = 10 (topology) fails the start-up stability check at alpha 0.05, and aligned maps (layers
+    # of networks) do not fit the smoke problem's logistic models: visible "refused" rows
+    refused = [r for r in recs if "refused: " in r["status"]]
+    assert all(r["slug"].endswith("lam10") or r["slug"] == "sheaf-fmtl-aligned" for r in refused)
     assert all(r["seeds"] == "1" and r["ours_metric"] != "" for r in recs if r not in refused)
     for (ds, slug), cells in exp.paper.items():  # the paper's numbers appear on their rows
         if ds != exp.datasets[0]:
@@ -80,7 +81,8 @@ def test_finished_cells_are_reused_and_changed_ones_rerun(
 
     monkeypatch.setattr(rep, "run_cell", counting)
     _reproduce("heterogeneous", tmp_path, seeds=2)
-    assert len(calls) == 2 * 2 * 2  # datasets x settings x seeds
+    settings = len(EXPERIMENTS["heterogeneous"].settings)
+    assert len(calls) == 2 * settings * 2  # datasets x settings x seeds
     some = next((tmp_path / "cells").rglob("summary.json"))
     stamp = some.stat().st_mtime_ns
     calls.clear()
@@ -91,7 +93,7 @@ def test_finished_cells_are_reused_and_changed_ones_rerun(
     assert len(calls) == 1
     calls.clear()
     _reproduce("heterogeneous", tmp_path, seeds=2, datasets=["rmnist"], overrides=[*TWO_ROUNDS, "lam=0.5"])
-    assert len(calls) == 2 * 2  # another config: recomputed
+    assert len(calls) == settings * 2  # another config: recomputed
 
 
 def test_seed_column_is_mean_and_standard_error(tmp_path: Path) -> None:
@@ -187,4 +189,5 @@ def test_cli_reproduce_and_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     args = parser.parse_args(["table", *runs, "--out", "t", "--name", "het"])
     assert args.func(args) == 0
     recs = list(csv.DictReader(open(tmp_path / "t" / "het.csv")))
-    assert sorted(r["seeds"] for r in recs) == ["2", "2"]  # two settings, two seeds each
+    # two seeds of each setting; aligned maps do not fit the smoke problem's logistic models
+    assert sorted(r["seeds"] for r in recs) == ["0", "2", "2"]

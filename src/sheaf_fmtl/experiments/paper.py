@@ -160,6 +160,17 @@ COMPARISON = Experiment(
     settings=(
         _sheaf(0.01),
         _sheaf(0.03),
+        # beyond the paper: maps redrawn each round from a shared seed (algorithms/sheaf_coordinates.py)
+        Setting(
+            "Sheaf-FMTL, redrawn maps (gamma=0.01)",
+            "sheaf-fmtl-redrawn-g0.01",
+            {"algorithm": "sheaf-fmtl", "maps": "redrawn", "gamma": 0.01},
+        ),
+        Setting(
+            "Sheaf-FMTL, redrawn maps + estimates (gamma=0.01)",
+            "sheaf-fmtl-estimates-g0.01",
+            {"algorithm": "sheaf-fmtl", "maps": "redrawn", "estimates": True, "gamma": 0.01},
+        ),
         DFEDU,
         DPSGD,
         _alg("FedAvg", "fedavg"),
@@ -273,7 +284,14 @@ HETEROGENEOUS = Experiment(
     title="Experiment 2: different model sizes (Small/Medium/Large CNNs), Sheaf-FMTL against local",
     reference="Fig. experiment2 (numbers from the Section 5.3 text) and Fig. experiment22 (heatmaps)",
     datasets=IMAGES,
-    settings=(_sheaf(0.01), LOCAL),
+    settings=(
+        _sheaf(0.01),
+        # beyond the paper: the parameter slices two architectures share (sheaf/supports.py)
+        Setting(
+            "Sheaf-FMTL, aligned maps", "sheaf-fmtl-aligned", {"algorithm": "sheaf-fmtl", "maps": "aligned"}
+        ),
+        LOCAL,
+    ),
     columns=("metric", "bits"),
     paper={
         ("rmnist", "sheaf-fmtl-g0.01"): {"metric": "~93 (text)"},
