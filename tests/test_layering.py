@@ -17,6 +17,7 @@ RANK = {
     "models": 0,
     "messages": 0,
     "streams": 0,
+    "plugins": 0,
     "federation": 1,
     "sheaf": 2,
     "config": 3,

@@ -65,6 +65,10 @@ class FederatedDataset:
     task: Task
     num_classes: int
     clients: tuple[ClientSplit, ...]
+    loss: str = (
+        "auto"  # the config's key: auto (the task's), module:function or a Python object's placeholder
+    )
+    metric: str = "auto"  # likewise: auto (accuracy / MSE) or the user's metric
 
     @property
     def num_clients(self) -> int:
