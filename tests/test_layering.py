@@ -28,6 +28,7 @@ RANK = {
     "scenarios": 7,
     "reference": 7,
     "api": 8,
+    "own": 8,
     "cli_options": 8,
     "demo": 8,
     "bench": 8,
