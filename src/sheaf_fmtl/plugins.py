@@ -99,7 +99,7 @@ _COUNTER = itertools.count(1)
 def hold(obj: Any, label: str) -> Held:
     """Register ``obj`` under a new placeholder ``<python: label #n>``; it resolves while the
     returned :class:`Held` is referenced."""
-    clean = re.sub(r"[^\w .+-]", "_", label)[:60]  # no commas (model lists), no '>'
+    clean = re.sub(r"[^\w .+-]", "_", label.replace("<", "").replace(">", ""))[:60]  # no commas, no '>'
     held = Held(obj, f"{HELD_PREFIX}{clean} #{next(_COUNTER)}>")
     _REGISTRY[held.token] = held
     return held
