@@ -73,18 +73,32 @@ class Federation:
         self, data: Any = None, model: Any = None, *, loss: Any = None, metric: Any = None, graph: Any = None
     ) -> None:
         self._held: list[Held] = []  # keeps the placeholders' objects alive as long as this object
-        self.keys: dict[str, str] = {}
         self.num_clients: int | None = None
-        if data is not None:
+        self.keys = self._as_keys(data=data, model=model, loss=loss, metric=metric, graph=graph)
+
+    def _as_keys(self, **given: Any) -> dict[str, Any]:
+        """Config keys for ``given``: objects held (their placeholders), importable functions as
+        ``module:function``, strings and ``data`` options as they are; ``None`` left out."""
+        keys: dict[str, Any] = {}
+        data = given.pop("data", None)
+        if given.get("dataset") is not None and not isinstance(given["dataset"], str | Mapping):
+            if not callable(given["dataset"]):  # the clients' data itself
+                data = given.pop("dataset")
+        if data is not None and isinstance(data, Mapping):
+            keys["data"] = data
+        elif data is not None:
             raw = from_objects(data)
             self.num_clients = len(raw.clients)
-            what = f"{self.num_clients} {raw.task} clients"
-            self.keys["dataset"] = self._hold(raw, what)
-        for key, obj in (("model", model), ("loss", loss), ("metric", metric)):
-            if obj is not None:
-                self.keys[key] = obj if isinstance(obj, str) else spec_of(obj) or self._hold(obj, _label(obj))
-        if graph is not None:
-            self.keys["graph"] = graph if isinstance(graph, str) else self._hold_graph(graph)
+            keys["dataset"] = self._hold(raw, f"{self.num_clients} {raw.task} clients")
+        for key, obj in given.items():
+            if obj is None or isinstance(obj, str) or key not in OBJECT_KEYS:
+                if obj is not None:
+                    keys[key] = obj
+            elif key == "graph":
+                keys[key] = self._hold_graph(obj)
+            else:
+                keys[key] = spec_of(obj) or self._hold(obj, _label(obj))
+        return keys
 
     def _hold(self, obj: Any, label: str) -> str:
         held = hold(obj, label)
@@ -105,9 +119,10 @@ class Federation:
         return self._hold(g, f"{g.num_nodes} nodes {g.num_edges} edges")
 
     def config(self, config: ConfigSource = None, **keys: Any) -> RunConfig:
-        """The run's config: ``config`` and ``keys`` (as :func:`sheaf_fmtl.run` takes them) on top
-        of this federation's objects; :class:`ConfigError` as the command line checks it."""
-        resolved = resolve_config(config, **{**self.keys, **keys})
+        """The run's config: ``config`` and ``keys`` (as :func:`sheaf_fmtl.run` takes them; objects
+        among them replace this federation's, e.g. ``model=`` another factory) on top of this
+        federation's objects; :class:`ConfigError` as the command line checks it."""
+        resolved = resolve_config(config, **{**self.keys, **self._as_keys(**keys)})
         held = held_keys(resolved.to_dict())
         if resolved.processes > 1 and held:
             raise ConfigError(
