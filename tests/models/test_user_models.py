@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
+from torch.utils.flop_counter import FlopCounterMode
 
 import sheaf_fmtl
 from sheaf_fmtl.runtime.simulate import build_simulation
@@ -213,3 +214,30 @@ def test_processes_and_resume_refuse_objects_they_cannot_recreate(tmp_path: Path
         sheaf_fmtl.run(data=tabular(), processes=2, **SMALL)
     with pytest.raises(sheaf_fmtl.ConfigError, match="resumes through the sheaf_fmtl.Federation"):
         sheaf_fmtl.run(data=tabular(), resume=tmp_path, **SMALL)
+
+
+def test_flops_are_counted_on_the_users_modules() -> None:
+    """One full-batch local round: ``flops_local`` is FlopCounterMode's count of every client's
+    forward and backward pass over its training data, on its own module."""
+    data = tabular()
+    result = sheaf_fmtl.run(
+        data=data, model=lambda i: _mlp(8 if i % 2 else 16), algorithm="local", rounds=1, batch_size=0
+    )
+    expected = 0
+    for i, (x, y, _, _) in enumerate(data):
+        module = _mlp(8 if i % 2 else 16)
+        with FlopCounterMode(display=False) as counter:
+            nn.functional.cross_entropy(module(torch.tensor(x)), torch.tensor(y)).backward()
+        expected += counter.get_total_flops()
+    assert result.summary["flops_local"] == expected > 0
+
+
+def test_an_importable_function_is_recorded_as_module_function() -> None:
+    fed = sheaf_fmtl.Federation(tabular(), _mlp_16, loss=nn.functional.cross_entropy)
+    config = fed.config(rounds=1)
+    assert config.model == f"{__name__}:_mlp_16" and config.loss == "torch.nn.functional:cross_entropy"
+    assert config.dataset.startswith("<python: 4 classification clients #")
+
+
+def _mlp_16() -> nn.Module:
+    return _mlp(16)
