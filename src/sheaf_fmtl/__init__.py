@@ -5,13 +5,15 @@ For notebooks::
     import sheaf_fmtl
     result = sheaf_fmtl.run(dataset="school", algorithm="sheaf-fmtl", rounds=50)
     result.final, result.metrics[-1], result.thetas[0]
+    sheaf_fmtl.run(data=[(x_train, y_train, x_test, y_test), ...], model=make_model, graph=G)
 
-(:func:`run`; the command line is ``sheaf-fmtl``.)
+(:func:`run`, :class:`Federation` for one's own data and models; the command line is ``sheaf-fmtl``.)
 """
 
 __version__ = "0.1.0"
 
 from .api import RunResult, run  # noqa: E402
 from .config import ConfigError, RunConfig, load_config  # noqa: E402
+from .own import Federation  # noqa: E402
 
-__all__ = ["ConfigError", "RunConfig", "RunResult", "__version__", "load_config", "run"]
+__all__ = ["ConfigError", "Federation", "RunConfig", "RunResult", "__version__", "load_config", "run"]

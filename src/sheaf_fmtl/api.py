@@ -112,7 +112,11 @@ def run(
     resume: str | Path | None = None,
     **keys: Any,
 ) -> RunResult:
-    """Run one experiment, as ``sheaf-fmtl run`` does.
+    """Run one experiment, as ``sheaf-fmtl run`` does; on the user's own data, models, loss,
+    metric or graph when keywords give them as Python objects (:class:`sheaf_fmtl.Federation`)::
+
+        sheaf_fmtl.run(data=[(x_train, y_train, x_test, y_test), ...], model=make_model,
+                       loss=loss_fn, metric=metric_fn, graph=G, algorithm="sheaf-fmtl", rounds=50)
 
     Args:
         config: a :class:`RunConfig`, a mapping of config keys, or a YAML file; optional.
@@ -123,18 +127,41 @@ def run(
         resume: a stopped run's folder: continue it from its last checkpoint with its saved
             config (``config`` and ``out`` not given; ``keys`` may only change ``rounds`` and the
             keys that leave the mathematics alone, as ``sheaf-fmtl run --resume``).
-        **keys: config keys (README, "Config keys"), applied on top of ``config``.
+        **keys: config keys (README, "Config keys"), applied on top of ``config``; ``data`` (a
+            list, one entry per client), ``model``, ``loss``, ``metric``, ``graph`` may be Python
+            objects instead (:class:`sheaf_fmtl.Federation` says which; such a run's config cannot
+            re-create them: ``resume`` only in this process, ``processes = 1``).
     Returns:
         A :class:`RunResult`. A run stopped by SIGINT/SIGTERM returns what it has, with
         ``summary["status"] == "interrupted"``.
     Raises:
-        ConfigError: a bad key, type or range (before any work).
+        ConfigError: a bad key, type or range (before any work); ``DatasetError``, ``GraphError``,
+            ``ModelError`` (all ``ValueError``): the user's data, graph, model, loss or metric
+            refused before training, in one line.
         sheaf_fmtl.runtime.simulate.DivergenceError: the loss became NaN or infinite.
     """
+    from .own import Federation, has_objects
     from .runtime.loop import execute
     from .runtime.resume import resume as resume_run
     from .scenarios import build
 
+    if has_objects(keys):
+        if resume is not None:
+            raise ConfigError(
+                "resume= continues a run with its own config, not with Python objects given again; a run "
+                "given objects resumes through the sheaf_fmtl.Federation that started it: fed.run(resume=...)"
+            )
+        objects = {
+            k: keys.pop(k)
+            for k in ("model", "loss", "metric", "graph")
+            if k in keys and not isinstance(keys[k], str)
+        }
+        data = keys.pop("data") if "data" in keys and not isinstance(keys["data"], Mapping) else None
+        if "dataset" in keys and not isinstance(keys["dataset"], str):
+            data = keys.pop("dataset")
+        return Federation(data, **objects).run(
+            config, out=out, overwrite=overwrite, progress=progress, **keys
+        )
     if resume is not None:
         if config is not None or out is not None or overwrite:
             raise ConfigError(

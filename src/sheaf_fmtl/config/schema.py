@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ..plugins import PLUGIN_KEYS, PluginError, is_held, is_spec, load_spec
 from ..sheaf.graph import GRAPH_KINDS
 from ..sheaf.maps import MAP_DTYPES, MAP_INITS
 from ..sheaf.selection import MAP_KINDS
@@ -29,6 +30,8 @@ class RunConfig:
     algorithm: str = "sheaf-fmtl"
     dataset: str = "synthetic-hetero"
     model: str = "auto"
+    loss: str = "auto"  # auto: cross-entropy / squared loss by task; or the user's, as module:function
+    metric: str = "auto"  # auto: accuracy / MSE by task; or the user's metric, as module:function
     clients: int | None = None  # None: the dataset's own number of clients
     graph: str = "erdos-renyi"
     graph_p: float = 0.2
@@ -186,6 +189,10 @@ def _check(name: str, value: Any) -> Any:
             raise ConfigError(f"config key '{name}' = {value!r} is not a finite number")
     if name == "data":
         return dict(value)
+    if name in PLUGIN_KEYS:
+        _check_code(name, value)
+        if is_held(value):
+            return value
     if name == "map_init" and value == "zeros":
         raise ConfigError(
             "config key 'map_init' = zeros is rejected: zero restriction maps never learn "
@@ -205,6 +212,18 @@ def _check(name: str, value: Any) -> Any:
         if bad:
             raise ConfigError(f"config key '{name}' = {value!r} is out of range; allowed: {text}")
     return value
+
+
+def _check_code(name: str, value: str) -> None:
+    """Import the ``module:function`` a key names (config keys naming user code, ``plugins``)."""
+    for part in value.split(",") if name == "model" else [value]:
+        if is_spec(part.strip()):
+            try:
+                load_spec(name, part.strip())
+            except PluginError as e:
+                raise ConfigError(str(e)) from None
+    if name in ("loss", "metric") and value != "auto" and not is_spec(value) and not is_held(value):
+        raise ConfigError(f"config key '{name}': {value!r} is not allowed; allowed: auto, or module:function")
 
 
 def _check_together(config: RunConfig) -> None:

@@ -69,6 +69,10 @@ class FederatedDataset:
     num_classes: int
     clients: tuple[ClientSplit, ...]
     features: tuple[np.ndarray, ...] | None = None  # per client, see RawFederated.features
+    loss: str = (
+        "auto"  # the config's key: auto (the task's), module:function or a Python object's placeholder
+    )
+    metric: str = "auto"  # likewise: auto (accuracy / MSE) or the user's metric
 
     @property
     def num_clients(self) -> int:

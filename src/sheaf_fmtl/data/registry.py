@@ -7,9 +7,12 @@ The top of the data layer: it imports every reader (each registers its datasets 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
+from ..plugins import call_with, first_line, is_held, is_spec, resolve
 from . import har, images, mocha, school, synthetic  # noqa: F401  (each registers its datasets)
 from .base import READERS, DataRequest, DatasetError, FederatedDataset, RawFederated
+from .objects import from_objects
 from .protocol import ProtocolOptions, apply_protocol
 from .user import load_user
 
@@ -33,10 +36,33 @@ def load_raw(name: str, request: DataRequest) -> RawFederated:
     """Read or generate ``name`` (a registered dataset or ``file:PATH``), before the protocol."""
     if name.startswith(USER_PREFIX):
         return _take_clients(name, load_user(name[len(USER_PREFIX) :], request), request)
+    if is_spec(name) or is_held(name):
+        return _take_clients(name, _from_code(name, request), request)
     if name not in READERS:
         known = ", ".join([*sorted(READERS), f"{USER_PREFIX}PATH"])
         raise DatasetError(f"unknown dataset {name!r}; known: {known}")
     return _take_clients(name, READERS[name].build(request), request)
+
+
+def _from_code(name: str, request: DataRequest) -> RawFederated:
+    """A dataset handed to :func:`sheaf_fmtl.run` (held, read already), or the per-client data a
+    ``module:function`` returns (:mod:`.objects`), called with the ``data`` options as keyword
+    arguments, and ``seed`` (the run's) when it takes one and the options do not set it."""
+    where = f"config key 'dataset' = '{name}'"
+    obj = resolve("dataset", name)
+    if isinstance(obj, RawFederated):
+        return obj
+    named = {} if "seed" in request.options else {"seed": request.seed}
+    try:
+        entries = call_with(functools.partial(obj, **request.options), (), named)
+    except Exception as e:  # the user's function failed (or refused the options)
+        raise DatasetError(f"{where} raised {type(e).__name__}: {first_line(e)}") from None
+    if isinstance(entries, RawFederated):
+        return entries
+    try:
+        return from_objects(entries, name.partition(":")[2])
+    except DatasetError as e:
+        raise DatasetError(f"{where} returned unusable data: {e}") from None
 
 
 def _take_clients(name: str, raw: RawFederated, request: DataRequest) -> RawFederated:

@@ -19,6 +19,7 @@ from ..models import build_model, default_model
 from ..streams import ClientStreams
 from .cohort import Cohort
 from .stacked import pad
+from .user import UserModels, objective, preflight
 
 
 @dataclass(eq=False)
@@ -33,6 +34,7 @@ class Federation:
     batch_streams: ClientStreams | None = field(default=None, repr=False)
     all_dims: np.ndarray | None = field(default=None, repr=False)  # [N] d_i of every client
     train_sizes: np.ndarray | None = field(default=None, repr=False)  # [N] n_i of every client
+    user_metric: str | None = None  # the name of the user's metric (config key metric), if any
 
     def with_streams(self, seed: int) -> Federation:
         """This federation (the same cohorts and data, not copied) with its own random streams: every
@@ -63,6 +65,12 @@ class Federation:
     @property
     def task(self) -> str:
         return self.dataset.task
+
+    @property
+    def metric_name(self) -> str:
+        """The test metric's name: ``accuracy``, ``mse`` or the user's metric's (``metrics.csv``'s
+        ``test_NAME``)."""
+        return self.user_metric or ("accuracy" if self.task == "classification" else "mse")
 
     def node_dims(self) -> np.ndarray:
         """``d_i`` of every client ``[N]``, also of those held by other processes."""
@@ -111,13 +119,19 @@ def build_federation(
     clients: Sequence[int] | None = None,
 ) -> Federation:
     """Group clients by (model, input shape). ``model``: a name, ``auto`` (the paper's tabular
-    default for the task), or a comma-separated list assigned round-robin (heterogeneous models).
+    default for the task), user code (``module:function`` or a held object's placeholder,
+    :mod:`.user`: grouped also by architecture), or a comma-separated list of these assigned
+    round-robin (heterogeneous models). The dataset's ``loss`` / ``metric`` replace the task's.
     ``clients``: hold only these global client ids (a shard; default all). ``cohort_of`` and
     ``position`` stay indexed by global id, ``-1`` for a client held elsewhere; a cohort's common
     initial model is seeded by its architecture's first client over the whole federation."""
     names = [default_model(dataset.task) if m.strip() == "auto" else m.strip() for m in model.split(",")]
     outputs = dataset.num_classes if dataset.task == "classification" else 1
-    keys = [(names[i % len(names)], dataset.feature_shape(i)) for i in range(dataset.num_clients)]
+    user = UserModels.build(names, dataset, outputs)
+    keys = [
+        (names[i % len(names)], dataset.feature_shape(i), user.archs.get(i))
+        for i in range(dataset.num_clients)
+    ]
     held = np.zeros(len(keys), bool)
     held[np.arange(len(keys)) if clients is None else np.asarray(clients, np.int64)] = True
     distinct = list(dict.fromkeys(keys))  # architectures, in order of their first client
@@ -127,8 +141,9 @@ def build_federation(
     position = np.full(len(keys), -1, np.int64)
     dev = torch.device(device)
     ydtype = torch.long if dataset.task == "classification" else torch.float32
+    loss, metric = objective(dataset)
     cohorts = []
-    for c, (name, shape) in enumerate(local):
+    for c, (name, shape, arch) in enumerate(local):
         members = np.flatnonzero(cohort_of == c)
         position[members] = np.arange(len(members))
         splits = [dataset.clients[i] for i in members]
@@ -136,16 +151,30 @@ def build_federation(
         y_tr, _ = pad([s.y_train for s in splits], ydtype, dev)
         x_te, n_te = pad([s.x_test for s in splits], torch.float32, dev)
         y_te, _ = pad([s.y_test for s in splits], ydtype, dev)
-        module = build_model(name, shape, outputs).to(dev)
-        cohort = Cohort(c, members, name, module, dataset.task, l2, x_tr, y_tr, n_tr, x_te, y_te, n_te)
-        cohort.first_client = first[(name, shape)]
+        lead = first[(name, shape, arch)]
+        module = build_model(name, shape, outputs) if arch is None else user.modules[lead]
+        cohort = Cohort(
+            c, members, name, module.to(dev), dataset.task, l2, x_tr, y_tr, n_tr, x_te, y_te, n_te
+        )
+        cohort.first_client = lead
+        if arch is not None:
+            cohort.factory = user.maker(name, shape, outputs)
+        cohort.use_objective(loss, metric)
+        if arch is not None or loss is not None or metric is not None:
+            preflight(cohort, dataset, user_model=arch is not None)
         cohorts.append(cohort)
     with torch.random.fork_rng(devices=[]):  # d_i of architectures held elsewhere; no global draw
-        dims = {k: count_parameters(build_model(k[0], k[1], outputs)) for k in distinct}
+        dims = {
+            k: count_parameters(build_model(k[0], k[1], outputs) if k[2] is None else user.modules[first[k]])
+            for k in distinct
+        }
     all_dims = np.array([dims[k] for k in keys], np.int64)
     sizes = np.array([len(c.y_train) for c in dataset.clients], np.int64)
     kept = dataset if held.all() else _only(dataset, held)
-    return Federation(kept, cohorts, cohort_of, position, all_dims=all_dims, train_sizes=sizes)
+    metric_name = None if metric is None else metric.name
+    return Federation(
+        kept, cohorts, cohort_of, position, all_dims=all_dims, train_sizes=sizes, user_metric=metric_name
+    )
 
 
 def _only(dataset: FederatedDataset, held: np.ndarray) -> FederatedDataset:

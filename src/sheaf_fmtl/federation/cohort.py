@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.func import functional_call, grad, grad_and_value, vmap
 
 from ..models import grouped
@@ -36,6 +37,9 @@ class Cohort(StackedClients):
     shapes: list[torch.Size] = field(init=False)
     numels: list[int] = field(init=False)
     group: int = field(init=False)  # clients per batched CNN call
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = field(init=False, default=None)
+    metric_fn: Callable[[torch.Tensor, torch.Tensor], float] | None = field(init=False, default=None)
+    factory: Callable[[int], nn.Module] | None = field(init=False, default=None)  # a user model's builder
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -53,6 +57,18 @@ class Cohort(StackedClients):
         elif self._linear_io is not None:  # logistic / linear regression: closed form, batched matmuls
             self._grad = self._linear_grad
             self._predict = self._linear_forward
+
+    def use_objective(
+        self,
+        loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
+        metric: Callable[[torch.Tensor, torch.Tensor], float] | None,
+    ) -> None:
+        """A user loss (per-sample values ``[B]``) and metric (one client's test outputs -> float) in
+        place of the task's; ``None`` keeps the task's. The closed-form gradients know only the
+        task's losses: with a user loss a linear model takes ``torch.func`` gradients."""
+        self.loss_fn, self.metric_fn = loss, metric
+        if loss is not None and self._linear_io is not None and not grouped.supports(self.module):
+            self._grad = vmap(grad_and_value(self._loss))
 
     @property
     def dim(self) -> int:
@@ -116,6 +132,8 @@ class Cohort(StackedClients):
         return torch.cat([g for g, _ in parts]), torch.cat([f for _, f in parts])
 
     def _per_sample(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.loss_fn is not None:
+            return self.loss_fn(out, y)
         if self.task == "classification":
             return F.cross_entropy(out, y, reduction="none")
         return (out.squeeze(-1) - y) ** 2
@@ -168,7 +186,16 @@ class Cohort(StackedClients):
         return total / count.clamp(min=1) + reg
 
     def test_metric(self, thetas: torch.Tensor) -> torch.Tensor:
-        """Per client: test accuracy (classification) or test MSE (regression), ``[C]``."""
+        """Per client: test accuracy (classification) or test MSE (regression), ``[C]``; with a user
+        metric, its value on the client's whole test set."""
+        if self.metric_fn is not None:
+            chunks = range(0, self.x_test.shape[1], EVAL_CHUNK)
+            out = torch.cat([self._predict(thetas, self.x_test[:, s : s + EVAL_CHUNK]) for s in chunks], 1)
+            sizes = self.n_test.tolist()
+            values = [
+                self.metric_fn(out[c, :n], self.y_test[c, :n]) if n else 0.0 for c, n in enumerate(sizes)
+            ]
+            return thetas.new_tensor(values)
         total, count = self._chunked(thetas, self.x_test, self.y_test, self.n_test, "score")
         return total / count.clamp(min=1)
 
@@ -189,9 +216,17 @@ class Cohort(StackedClients):
         for client in clients:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(int(np.random.SeedSequence([seed, stream, client]).generate_state(1)[0]))
-                for m in module.modules():
-                    reset = getattr(m, "reset_parameters", None)
-                    if callable(reset):
-                        reset()
-                rows.append(torch.cat([p.detach().reshape(-1) for p in module.parameters()]))
+                if self.factory is not None:  # a user model: its own initialisation, under the seed
+                    module = self.factory(client)
+                else:
+                    for m in module.modules():
+                        reset = getattr(m, "reset_parameters", None)
+                        if callable(reset):
+                            reset()
+                rows.append(torch.cat([p.detach().reshape(-1).float() for p in module.parameters()]))
+            if len(rows[-1]) != self.dim:
+                raise ValueError(
+                    f"model of client {client}: {len(rows[-1])} parameters, {self.dim} when the federation "
+                    "was built; the model factory must build the same architecture each time"
+                )
         return torch.stack(rows).to(self.x_train.device)

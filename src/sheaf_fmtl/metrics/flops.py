@@ -28,6 +28,7 @@ The paper's FLOPs column is in units of 1e12.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -46,40 +47,50 @@ if TYPE_CHECKING:
 SERVER_ALGORITHMS = ("fedavg", "ditto", "pfedme", "perfedavg")
 
 
-def per_sample_flops(module: nn.Module, input_shape: tuple[int, ...], task: str) -> int:
-    """FLOPs of one sample's forward and backward pass: ``4 in out`` for ``Flatten`` + ``Linear``,
-    :func:`measured_flops` for any other model."""
+def per_sample_flops(
+    module: nn.Module, input_shape: tuple[int, ...], task: str, loss: Callable[..., Any] | None = None
+) -> int:
+    """FLOPs of one sample's forward and backward pass: ``4 in out`` for ``Flatten`` + ``Linear``
+    with the task's loss, :func:`measured_flops` for any other model or a user loss."""
     io = linear_shape(module)
-    if io is not None:
+    if io is not None and loss is None:
         return 4 * io[0] * io[1]
-    key = (repr(module), input_shape, task)
+    if loss is not None:  # measured each time: a loss has no key that outlives it
+        return measured_flops(module, input_shape, task, loss)
+    key = (type(module).__module__, repr(module), input_shape, task)
     if key not in _MEASURED:
-        _MEASURED[key] = measured_flops(module, input_shape, task)
+        _MEASURED[key] = measured_flops(module, input_shape, task, loss)
     return _MEASURED[key]
 
 
-_MEASURED: dict[tuple[str, tuple[int, ...], str], int] = {}  # per architecture, in this process
+_MEASURED: dict[tuple[Any, ...], int] = {}  # per architecture, in this process
 
 
-def measured_flops(module: nn.Module, input_shape: tuple[int, ...], task: str) -> int:
+def measured_flops(
+    module: nn.Module, input_shape: tuple[int, ...], task: str, loss: Callable[..., Any] | None = None
+) -> int:
     """FLOPs of one sample's forward pass, loss and backward pass (parameter gradients only).
 
     Args:
         module: the model (a CPU copy is measured; the original is left untouched).
         input_shape: one sample's feature shape.
         task: ``classification`` (cross-entropy on class 0) or ``regression`` (squared loss).
+        loss: a user loss, per sample (``(outputs, targets) -> [B]``), in place of the task's.
     Returns:
         FLOPs counted by ``FlopCounterMode`` (matmuls and convolutions, 2 per multiply-add).
     """
     model = copy.deepcopy(module).cpu().float()
     x = torch.zeros((1, *input_shape))
+    target = torch.zeros(1, dtype=torch.long if task == "classification" else torch.float32)
     with FlopCounterMode(display=False) as counter:
         out = model(x)
-        if task == "classification":
-            loss = F.cross_entropy(out, torch.zeros(1, dtype=torch.long))
+        if loss is not None:
+            value = loss(out, target).sum()
+        elif task == "classification":
+            value = F.cross_entropy(out, target)
         else:
-            loss = (out.reshape(-1) ** 2).sum()
-        loss.backward()
+            value = (out.reshape(-1) ** 2).sum()
+        value.backward()
     return int(counter.get_total_flops())
 
 
@@ -118,7 +129,8 @@ def local_flops(fed: Federation, samples: list[int]) -> int:
     total = 0
     for cohort, n in zip(fed.cohorts, samples, strict=True):
         if n:
-            total += per_sample_flops(cohort.module, tuple(cohort.x_train.shape[2:]), cohort.task) * n
+            shape = tuple(cohort.x_train.shape[2:])
+            total += per_sample_flops(cohort.module, shape, cohort.task, cohort.loss_fn) * n
     return total
 
 

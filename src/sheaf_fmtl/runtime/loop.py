@@ -129,7 +129,7 @@ def execute(
         sim = (build or build_simulation)(config)
         config = sim.config  # as it runs (a special case forces eta = 0, ...): what config.yaml records
     fed = sim.ctx.fed
-    metric_name = "accuracy" if fed.task == "classification" else "mse"
+    metric_name = fed.metric_name
     if fresh and folder is not None:
         prepare_out_dir(folder, overwrite)
     notes: list[str] = []
@@ -253,7 +253,7 @@ def _summary(
         "num_clients": fed.num_clients,
         "rounds": config.rounds,
         "seed": config.seed,
-        "metric": "accuracy" if fed.task == "classification" else "mse",
+        "metric": fed.metric_name,
         "status": status,
         "final": last["test_metric"] if diverged_at is None else None,
         "per_client": last["per_client"] if diverged_at is None else None,

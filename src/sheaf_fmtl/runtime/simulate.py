@@ -4,6 +4,7 @@ them (:mod:`.shard`, :mod:`.distributed`, launched by :mod:`.launch`). The round
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,8 @@ from ..data.protocol import ProtocolOptions
 from ..data.registry import DataRequest, load
 from ..federation import Federation, build_federation
 from ..metrics.flops import run_flops
-from ..sheaf.graph import ClientGraph, make_graph
+from ..plugins import is_held, resolve
+from ..sheaf.graph import ClientGraph, GraphError, make_graph
 from .faults import DropPlan, Faults
 from .interrupt import adopt, signalled
 from .transport import InProcessTransport, Transport
@@ -167,10 +169,17 @@ def load_dataset(config: RunConfig) -> FederatedDataset:
         options=config.data,
     )
     protocol = ProtocolOptions(standardize=config.standardize, validation=config.validation)
-    return load(config.dataset, request, protocol)
+    dataset = load(config.dataset, request, protocol)
+    return dataclasses.replace(dataset, loss=config.loss, metric=config.metric)
 
 
 def build_graph(config: RunConfig, num_clients: int) -> ClientGraph:
+    """The config's graph; a graph handed to :func:`sheaf_fmtl.run` (a placeholder) as given."""
+    if is_held(config.graph):
+        graph = resolve("graph", config.graph)
+        if graph.num_nodes != num_clients:
+            raise GraphError(f"the graph has {graph.num_nodes} nodes but the data has {num_clients} clients")
+        return graph  # type: ignore[no-any-return]
     return make_graph(
         config.graph,
         num_clients,

@@ -15,6 +15,7 @@ test metric (its ``per_client`` entry is ``None``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -34,7 +35,7 @@ def with_server_node(dataset: FederatedDataset, server: ClientSplit | None = Non
     if server is None:
         first = dataset.clients[0]
         server = empty_split(first.x_train.shape[1:], first.x_train.dtype, first.y_train.dtype)
-    return FederatedDataset(dataset.name, dataset.task, dataset.num_classes, (server, *dataset.clients))
+    return dataclasses.replace(dataset, clients=(server, *dataset.clients))  # loss and metric kept
 
 
 def empty_split(feature_shape: tuple[int, ...], x_dtype: np.dtype, y_dtype: np.dtype) -> ClientSplit:

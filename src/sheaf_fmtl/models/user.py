@@ -1,0 +1,211 @@
+"""The user's own models, losses and metrics (config keys ``model``, ``loss``, ``metric`` naming
+``module:function`` or a Python object handed to :func:`sheaf_fmtl.run`).
+
+- A model is a factory of fresh ``nn.Module``: a function ``make_model(i)`` called with the client
+  id ``i`` (when it has a required positional parameter) or with none; a ``nn.Module`` class,
+  called with no argument; a module instance, copied for every client; or a list of these, one per
+  client. Parameters named ``input_shape`` / ``num_outputs`` are filled in by keyword. A client's
+  initial parameters are those of the module the factory builds under a seed drawn from the run's
+  seed and the client's id (so the factory must build its modules from torch's random generator).
+  Models run in eval mode (no dropout): every client's forward pass is batched with ``torch.func``.
+- A loss is ``(outputs [B, ...], targets [B]) -> scalar``, the mean over the samples (PyTorch's
+  default ``reduction="mean"``), or a per-sample ``[B]``; it is evaluated per sample, so that the
+  padding of smaller clients stays out. A metric is ``(outputs, targets) -> float`` over one
+  client's whole test set. With one output per sample (``[B, 1]``), regression targets are passed
+  as ``[B, 1]`` too (so ``F.mse_loss`` and its kin compare sample with sample).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.func import vmap
+
+from ..plugins import call_with, first_line
+
+ModelFactory = Callable[[int, tuple[int, ...], int], nn.Module]
+SHAPE_KEYWORDS = ("input_shape", "num_outputs")
+
+
+class ModelError(ValueError):
+    """One line naming the config key, the client and what was expected."""
+
+
+def _wants_client(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` has a required positional parameter besides :data:`SHAPE_KEYWORDS`."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return any(p.kind in positional and p.default is p.empty and p.name not in SHAPE_KEYWORDS for p in params)
+
+
+def model_factory(label: str, obj: Any, num_clients: int) -> ModelFactory:
+    """``(i, input_shape, num_outputs) -> fresh module`` for the object config key ``model`` names
+    (``label``: how the config spells it, for errors)."""
+    where = f"config key 'model' = '{label}'"
+    if isinstance(obj, Sequence) and not isinstance(obj, str | nn.Module):
+        if len(obj) != num_clients:
+            raise ModelError(
+                f"{where}: {len(obj)} models for {num_clients} clients (one per client expected)"
+            )
+        per = [model_factory(label, o, num_clients) for o in obj]
+        return lambda i, shape, out: per[i](i, shape, out)
+    if isinstance(obj, nn.Module):
+        return lambda i, shape, out: copy.deepcopy(obj)
+    if not callable(obj):
+        raise ModelError(f"{where}: a {type(obj).__name__}; expected an nn.Module factory (i -> nn.Module)")
+    client = not (isinstance(obj, type) and issubclass(obj, nn.Module)) and _wants_client(obj)
+
+    def make(i: int, shape: tuple[int, ...], out: int) -> nn.Module:
+        named = {"input_shape": shape, "num_outputs": out}
+        try:
+            module = call_with(obj, (i,) if client else (), named)
+        except Exception as e:
+            raise ModelError(
+                f"{where}: building client {i}'s model raised {type(e).__name__}: {first_line(e)}"
+            ) from None
+        if not isinstance(module, nn.Module):
+            raise ModelError(
+                f"{where}: returned a {type(module).__name__} for client {i}; expected a torch.nn.Module"
+            )
+        return module
+
+    return make
+
+
+def check_module(module: nn.Module, what: str) -> nn.Module:
+    """``module`` in eval mode with float32 parameters; :class:`ModelError` for what the stacked
+    federation cannot train (lazy parameters, buffers, no parameters)."""
+    lazy = [n for n, p in module.named_parameters() if isinstance(p, nn.parameter.UninitializedParameter)]
+    if lazy:
+        raise ModelError(
+            f"{what} has parameters whose shape is set by its first input ({lazy[0]}; lazy modules): a "
+            "client's parameter vector needs a fixed size; give the layer sizes explicitly"
+        )
+    buffers = [n for n, _ in module.named_buffers()]
+    if buffers:
+        raise ModelError(
+            f"{what} has buffers ({', '.join(buffers[:3])}): a client's model here is its parameter vector "
+            "alone, stacked per client and exchanged; running statistics would be neither; use nn.GroupNorm "
+            "or nn.LayerNorm instead of BatchNorm"
+        )
+    if not any(True for _ in module.parameters()):
+        raise ModelError(f"{what} has no parameters; there is nothing to train")
+    return module.float().eval()
+
+
+def architecture(module: nn.Module) -> tuple[Any, ...]:
+    """What makes two modules one cohort: their class, ``repr`` and parameter names and shapes."""
+    params = tuple((n, tuple(p.shape)) for n, p in module.named_parameters())
+    return (type(module).__module__, type(module).__qualname__, repr(module), params)
+
+
+def shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
+    return {n: tuple(p.shape) for n, p in module.named_parameters()}
+
+
+def probe(module: nn.Module, x: torch.Tensor, what: str) -> torch.Tensor:
+    """``module(x)`` on a few samples; :class:`ModelError` when it fails or changes its parameters."""
+    before = shapes(module)
+    try:
+        with torch.no_grad():
+            out = module(x)
+    except Exception as e:
+        raise ModelError(
+            f"{what} failed on its data (input {list(x.shape)}): {type(e).__name__}: {first_line(e)}"
+        ) from None
+    after = shapes(module)
+    if after != before:
+        name = next((n for n in after if before.get(n) != after[n]), next(iter(before), "?"))
+        raise ModelError(
+            f"{what} changed its parameters during a forward pass ({name}: {before.get(name)} -> "
+            f"{after.get(name)}); a client's parameter vector needs a fixed size"
+        )
+    if not isinstance(out, torch.Tensor) or out.ndim == 0 or out.shape[0] != len(x):
+        got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ModelError(f"{what} returned {got} for {len(x)} samples; expected a tensor [{len(x)}, ...]")
+    return out
+
+
+def shaped_targets(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Regression targets ``[B]`` as ``[B, 1]`` when the outputs are ``[B, 1]`` (module docstring)."""
+    if y.is_floating_point() and y.ndim == out.ndim - 1 and out.ndim >= 2 and out.shape[-1] == 1:
+        return y.unsqueeze(-1)
+    return y
+
+
+def name_of(fn: Any) -> str:
+    """A metric's name for ``metrics.csv`` (``test_NAME``): its function's name, lower case."""
+    raw = getattr(fn, "__name__", None) or type(fn).__name__
+    return re.sub(r"\W+", "_", str(raw)).strip("_").lower() or "metric"
+
+
+class UserLoss:
+    """A user loss as per-sample values ``[B]`` (module docstring); :meth:`check` decides how."""
+
+    def __init__(self, fn: Callable[..., Any], label: str) -> None:
+        self.fn, self.label, self.vector = fn, label, False
+
+    def _one(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(self.fn(out.unsqueeze(0), shaped_targets(out.unsqueeze(0), y.unsqueeze(0))))
+
+    def __call__(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.vector:
+            return self.fn(out, shaped_targets(out, y))
+        return vmap(self._one)(out, y)
+
+    def check(self, out: torch.Tensor, y: torch.Tensor) -> None:
+        """Decide scalar or per-sample from ``out`` (``B >= 2`` samples); :class:`ModelError` when
+        the loss fails, is not a scalar or ``[B]``, or a scalar is not the mean of its samples."""
+        where = f"config key 'loss' = '{self.label}'"
+        shapes_ = f"outputs {list(out.shape)}, targets {list(shaped_targets(out, y).shape)}"
+        try:
+            whole = torch.as_tensor(self.fn(out, shaped_targets(out, y)))
+            self.vector = whole.shape == (len(out),)
+            if not self.vector and whole.ndim != 0:
+                raise ModelError(
+                    f"{where} returned {list(whole.shape)} ({shapes_}); expected a scalar or [{len(out)}]"
+                )
+            each = self(out, y)
+        except ModelError:
+            raise
+        except Exception as e:
+            raise ModelError(f"{where} failed ({shapes_}): {type(e).__name__}: {first_line(e)}") from None
+        if not bool(torch.isfinite(whole).all()):
+            raise ModelError(f"{where} is not finite on the first samples ({shapes_})")
+        if not self.vector and not math.isclose(float(whole), float(each.mean()), rel_tol=1e-4, abs_tol=1e-6):
+            raise ModelError(
+                f"{where}: its value on {len(out)} samples ({float(whole):.6g}) is not the mean of their "
+                f"single-sample values ({float(each.mean()):.6g}; {shapes_}); the loss is taken per sample "
+                "to leave padding out, so give a mean over the samples (reduction='mean')"
+            )
+
+
+class UserMetric:
+    """A user metric ``(outputs, targets) -> float`` over one client's test set."""
+
+    def __init__(self, fn: Callable[..., Any], label: str) -> None:
+        self.fn, self.label, self.name = fn, label, name_of(fn)
+
+    def __call__(self, out: torch.Tensor, y: torch.Tensor) -> float:
+        return float(self.fn(out, shaped_targets(out, y)))
+
+    def check(self, out: torch.Tensor, y: torch.Tensor) -> None:
+        try:
+            value = self(out, y)
+        except Exception as e:
+            raise ModelError(
+                f"config key 'metric' = '{self.label}' failed (outputs {list(out.shape)}): "
+                f"{type(e).__name__}: {first_line(e)}; expected (outputs, targets) -> float"
+            ) from None
+        if not math.isfinite(value):
+            raise ModelError(f"config key 'metric' = '{self.label}' is not finite on the first samples")

@@ -1,0 +1,174 @@
+"""Bring your own data, models, loss, metric and graph: :class:`Federation`, what
+:func:`sheaf_fmtl.run` builds when given Python objects.
+
+Example::
+
+    import sheaf_fmtl
+    fed = sheaf_fmtl.Federation(
+        data=[(x_train, y_train, x_test, y_test), ...],   # or [(train_dataset, test_dataset), ...]
+        model=make_model,                                 # i -> fresh nn.Module of client i
+        loss=loss_fn, metric=metric_fn, graph=G,          # optional
+    )
+    ours = fed.run(algorithm="sheaf-fmtl", rounds=50)
+    theirs = fed.run(algorithm="dfedu", rounds=50)
+
+The objects are held for this process, under placeholders that the config records (``model:
+<python: make_model #2>``; :mod:`sheaf_fmtl.plugins`); a function or class importable from a module
+(not ``__main__``) is recorded as ``module:function`` instead. What a placeholder cannot do: the
+run's ``config.yaml`` does not re-create it (``sheaf-fmtl run``, ``run --resume`` and
+``processes > 1`` re-create a run from its config, and refuse in one line); a run is resumed only
+in the process, and with the :class:`Federation`, that started it. Name such objects as
+``module:function`` to lift all three limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+from .api import ConfigSource, RunResult, resolve_config
+from .config import ConfigError, RunConfig
+from .data.objects import from_objects
+from .plugins import Held, held_keys, hold, spec_of
+from .sheaf.graph import ClientGraph, GraphError
+
+#: The keywords of :func:`sheaf_fmtl.run` that may carry Python objects.
+OBJECT_KEYS = ("data", "dataset", "model", "loss", "metric", "graph")
+
+
+def has_objects(keys: Mapping[str, Any]) -> bool:
+    """Whether ``keys`` (:func:`sheaf_fmtl.run`'s) carry Python objects rather than config values."""
+    data = keys.get("data")
+    if data is not None and not isinstance(data, Mapping):
+        return True
+    return any(k in keys and not isinstance(keys[k], str) for k in OBJECT_KEYS if k != "data")
+
+
+class Federation:
+    """Clients' own data, models, loss, metric and graph, read and checked once for many runs.
+
+    Args:
+        data: one entry per client, ``(x_train, y_train, x_test, y_test)`` (arrays or tensors) or
+            ``(train_dataset, test_dataset)`` (``torch.utils.data.Dataset`` of ``(x, y)`` items,
+            read once into memory); integer targets classify, float targets regress
+            (:mod:`sheaf_fmtl.data.objects`). ``None``: the config's ``dataset``.
+        model: a factory ``make_model(i) -> nn.Module`` (or with no argument), an ``nn.Module``
+            class or instance, or a list with one per client (:mod:`sheaf_fmtl.models.user`);
+            clients whose modules share class, ``repr`` and parameter shapes form one cohort,
+            batched with ``torch.func``. A string is the config key (``cnn``, ``mod:fn``, ...).
+        loss: ``(outputs, targets) -> scalar`` (a mean over the samples) or per-sample ``[B]``;
+            default: cross-entropy / squared loss by task.
+        metric: ``(outputs, targets) -> float`` over one client's test set; default accuracy / MSE.
+        graph: a ``networkx.Graph`` on nodes ``0..N-1`` (edge attribute ``weight`` optional), or an
+            edge list of ``(i, j)`` or ``(i, j, weight)``; connected. A string is the config key.
+    Raises:
+        ValueError (``DatasetError``, ``GraphError``, ``ConfigError``): one line naming the problem.
+    """
+
+    def __init__(
+        self, data: Any = None, model: Any = None, *, loss: Any = None, metric: Any = None, graph: Any = None
+    ) -> None:
+        self._held: list[Held] = []  # keeps the placeholders' objects alive as long as this object
+        self.num_clients: int | None = None
+        self.keys = self._as_keys(data=data, model=model, loss=loss, metric=metric, graph=graph)
+
+    def _as_keys(self, **given: Any) -> dict[str, Any]:
+        """Config keys for ``given``: objects held (their placeholders), importable functions as
+        ``module:function``, strings and ``data`` options as they are; ``None`` left out."""
+        keys: dict[str, Any] = {}
+        data = given.pop("data", None)
+        if given.get("dataset") is not None and not isinstance(given["dataset"], str | Mapping):
+            if not callable(given["dataset"]):  # the clients' data itself
+                data = given.pop("dataset")
+        if data is not None and isinstance(data, Mapping):
+            keys["data"] = data
+        elif data is not None:
+            raw = from_objects(data)
+            self.num_clients = len(raw.clients)
+            keys["dataset"] = self._hold(raw, f"{self.num_clients} {raw.task} clients")
+        for key, obj in given.items():
+            if obj is None or isinstance(obj, str) or key not in OBJECT_KEYS:
+                if obj is not None:
+                    keys[key] = obj
+            elif key == "graph":
+                keys[key] = self._hold_graph(obj)
+            else:
+                keys[key] = spec_of(obj) or self._hold(obj, _label(obj))
+        return keys
+
+    def _hold(self, obj: Any, label: str) -> str:
+        held = hold(obj, label)
+        self._held.append(held)
+        return held.token
+
+    def _hold_graph(self, graph: Any) -> str:
+        if isinstance(graph, nx.Graph):
+            g = ClientGraph.from_networkx(graph)
+        elif isinstance(graph, ClientGraph):
+            g = graph
+        else:
+            g = _edge_list(graph, self.num_clients)
+        if self.num_clients is not None and g.num_nodes != self.num_clients:
+            raise GraphError(f"the graph has {g.num_nodes} nodes but the data has {self.num_clients} clients")
+        if not g.is_connected():
+            raise GraphError(f"the graph on {g.num_nodes} clients is not connected")
+        return self._hold(g, f"{g.num_nodes} nodes {g.num_edges} edges")
+
+    def config(self, config: ConfigSource = None, **keys: Any) -> RunConfig:
+        """The run's config: ``config`` and ``keys`` (as :func:`sheaf_fmtl.run` takes them; objects
+        among them replace this federation's, e.g. ``model=`` another factory) on top of this
+        federation's objects; :class:`ConfigError` as the command line checks it."""
+        resolved = resolve_config(config, **{**self.keys, **self._as_keys(**keys)})
+        held = held_keys(resolved.to_dict())
+        if resolved.processes > 1 and held:
+            raise ConfigError(
+                f"config key 'processes' = {resolved.processes}: each process re-creates the run from its "
+                f"config, which cannot re-create the Python objects given as {', '.join(held)}; name them "
+                "as module:function (importable) or run with processes=1"
+            )
+        return resolved
+
+    def run(
+        self,
+        config: ConfigSource = None,
+        /,
+        *,
+        out: str | Path | None = None,
+        overwrite: bool = False,
+        progress: bool = False,
+        resume: str | Path | None = None,
+        **keys: Any,
+    ) -> RunResult:
+        """One run on this federation, as :func:`sheaf_fmtl.run` (same arguments and result);
+        ``resume`` continues a run this federation started in this process."""
+        from .api import run
+
+        if resume is not None:
+            return run(resume=resume, progress=progress, **keys)
+        return run(self.config(config, **keys), out=out, overwrite=overwrite, progress=progress)
+
+
+def _label(obj: Any) -> str:
+    if isinstance(obj, Sequence):
+        return f"{len(obj)} models"
+    return str(getattr(obj, "__name__", None) or type(obj).__name__)
+
+
+def _edge_list(edges: Any, num_clients: int | None) -> ClientGraph:
+    """A :class:`ClientGraph` from ``[(i, j), ...]`` or ``[(i, j, weight), ...]``."""
+    try:
+        rows = [tuple(e) for e in edges]
+    except TypeError:
+        raise GraphError(
+            f"graph: a {type(edges).__name__}; expected a networkx.Graph or a list of (i, j[, weight]) edges"
+        ) from None
+    if not rows or any(len(r) not in (2, 3) for r in rows):
+        raise GraphError("graph: expected a non-empty list of (i, j) or (i, j, weight) edges")
+    pairs = np.array([r[:2] for r in rows], dtype=np.int64)
+    weights = np.array([float(r[2]) if len(r) == 3 else 1.0 for r in rows])
+    n = num_clients if num_clients is not None else int(pairs.max()) + 1
+    return ClientGraph(n, pairs, weights)

@@ -1,0 +1,35 @@
+"""The scripts of ``examples/`` run (on their ``--quick`` settings) and compare what they say."""
+
+from __future__ import annotations
+
+import math
+import runpy
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _main(name: str):  # noqa: ANN202 - the script's main
+    return runpy.run_path(str(EXAMPLES / name), run_name="example")["main"]
+
+
+def test_mlp_silos_compares_two_widths_with_local_training_and_dfedu(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    results = _main("mlp_silos.py")(["--quick"])
+    assert list(results) == ["sheaf-fmtl (8 + 32 units)", "local (8 + 32 units)", "dfedu (32 units)"]
+    sheaf, local, dfedu = results.values()
+    assert len(sheaf.summary["model_dims"]) == 2 and len(dfedu.summary["model_dims"]) == 1
+    assert sheaf.summary["transmitted_bits"] > 0 == local.summary["transmitted_bits"]
+    assert all(math.isfinite(r.final or math.nan) for r in results.values())
+    assert "sheaf-fmtl (8 + 32 units)" in capsys.readouterr().out
+
+
+def test_cnn_datasets_runs_a_dataset_per_client(capsys: pytest.CaptureFixture[str]) -> None:
+    results = _main("cnn_datasets.py")(["--quick"])
+    assert list(results) == ["sheaf-fmtl", "local", "dfedu"]
+    assert all(r.metric == "accuracy" and r.summary["num_clients"] == 4 for r in results.values())
+    assert all(r.summary["flops_local"] > 0 for r in results.values())
+    assert "dfedu" in capsys.readouterr().out
