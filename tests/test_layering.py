@@ -13,6 +13,7 @@ from pathlib import Path
 import sheaf_fmtl
 
 RANK = {
+    "_version": 0,
     "data": 0,
     "models": 0,
     "messages": 0,
@@ -83,6 +84,23 @@ def test_imports_point_down_only() -> None:
             if mine is not None and theirs is not None and target[0] != me[0] and theirs > mine:
                 upward.append(f"{'/'.join(me)} imports {'.'.join(target)}")
     assert not upward, "imports pointing up a layer:\n" + "\n".join(upward)
+
+
+def _top_level_names() -> set[str]:
+    return {p.stem if p.is_file() else p.name for p in ROOT.iterdir() if p.suffix == ".py" or p.is_dir()}
+
+
+def test_no_module_imports_the_package_root() -> None:
+    """``sheaf_fmtl/__init__`` imports the API, which imports the runtime: a module below it that
+    took a name from the root (``from .. import __version__``) would close a cycle."""
+    names = _top_level_names()
+    rooted = [
+        f"{'/'.join(path.relative_to(ROOT).parts)} imports sheaf_fmtl.{target[0]}"
+        for path in sorted(ROOT.rglob("*.py"))
+        for target in _imports(path)
+        if target and target[0] not in names
+    ]
+    assert not rooted, "names taken from the package root:\n" + "\n".join(rooted)
 
 
 def test_the_check_sees_an_upward_import() -> None:

@@ -9,9 +9,8 @@ For notebooks::
 (:func:`run`; the command line is ``sheaf-fmtl``.)
 """
 
-__version__ = "0.1.0"
-
-from .api import RunResult, run  # noqa: E402
-from .config import ConfigError, RunConfig, load_config  # noqa: E402
+from ._version import __version__
+from .api import RunResult, run
+from .config import ConfigError, RunConfig, load_config
 
 __all__ = ["ConfigError", "RunConfig", "RunResult", "__version__", "load_config", "run"]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from ._version import __version__
 from .bench import cli as bench_cli
 from .cli_options import PROG, Parser, UsageError, add_config_options, config_keys, error_line
 from .config import load_config
