@@ -1,7 +1,7 @@
 """The package's import graph points down only (issue 13): data, models, messages -> federation ->
 sheaf -> config -> algorithms -> metrics, plots -> runtime -> scenarios, reference -> api, demo, bench,
 experiments -> cli. A module
-named ``cli`` (a command-line entry point, e.g. ``data/cli.py``) sits at the top, whatever its folder.
+named ``cli`` (a command-line entry point, e.g. ``bench/cli.py``) sits at the top, whatever its folder.
 A new top-level module or package must be given its floor in :data:`RANK` (the test says so).
 No module is much over 300 lines unless its docstring says why (``Why one module ...``)."""
 
@@ -29,6 +29,7 @@ RANK = {
     "reference": 7,
     "api": 8,
     "cli_options": 8,
+    "cli_data": 9,
     "demo": 8,
     "bench": 8,
     "experiments": 8,

@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import cli_data as data_cli
 from ._version import __version__
 from .bench import cli as bench_cli
 from .cli_options import PROG, Parser, UsageError, add_config_options, config_keys, error_line
 from .config import load_config
-from .data import cli as data_cli
 from .experiments import cli as experiments_cli
 from .experiments import sweep
 from .metrics.recorder import format_summary, interrupted_line, interrupted_status

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sheaf_fmtl.cli_data import run, summarize
 from sheaf_fmtl.data import fetch as fetch_mod
 from sheaf_fmtl.data import files
-from sheaf_fmtl.data.cli import run, summarize
 from sheaf_fmtl.data.fetch import SOURCES, Source, _unpack
 from sheaf_fmtl.data.registry import DataRequest, load
 

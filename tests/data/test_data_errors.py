@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sheaf_fmtl.cli_data import DATASET_FILES
 from sheaf_fmtl.data import files
 from sheaf_fmtl.data.base import READERS, DatasetError, RawClient, RawFederated
-from sheaf_fmtl.data.cli import DATASET_FILES
 from sheaf_fmtl.data.files import find_file, search_dirs
 from sheaf_fmtl.data.protocol import ProtocolOptions, apply_protocol
 from sheaf_fmtl.data.registry import DataRequest, dataset_files, load, load_raw

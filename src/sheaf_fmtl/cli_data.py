@@ -1,4 +1,5 @@
-"""``sheaf-fmtl data list | describe | fetch`` (hooked into the main CLI through :func:`add_parser`).
+"""``sheaf-fmtl data list | describe | fetch`` (hooked into the main CLI through :func:`add_parser`);
+beside the other command-line modules, above the config it reads ``--set`` with.
 
 ``describe`` prints what the paper's Table "Data partitioning" reports (min/max training samples
 n_k per client after the protocol) plus class balance and a non-IID summary: the mean total-variation
@@ -16,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from ..cli_options import PROG, Parser, UsageError, add_config_options, config_keys, error_line
-from ..config import ConfigError, RunConfig, load_config
-from .base import DatasetError, FederatedDataset
-from .fetch import SOURCES, fetch
-from .files import search_dirs, try_find
-from .protocol import apply_protocol
-from .registry import DataRequest, dataset_files, dataset_names, load_raw
+from .cli_options import PROG, Parser, UsageError, add_config_options, config_keys, error_line
+from .config import ConfigError, RunConfig, load_config
+from .data.base import DatasetError, FederatedDataset
+from .data.fetch import SOURCES, fetch
+from .data.files import search_dirs, try_find
+from .data.protocol import apply_protocol
+from .data.registry import DataRequest, dataset_files, dataset_names, load_raw
 
 #: Files that make each file-based dataset available (any one of each list suffices), as the readers
 #: declare them (``register(name, files=...)``).
