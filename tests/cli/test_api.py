@@ -13,7 +13,7 @@ import sheaf_fmtl
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import ConfigError, RunConfig, load_config
 
-from ..conftest import shared_data_dir
+from ..conftest import NO_DATA, shared_data_dir
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 TINY = {"rounds": 2, "eval_every": 1, "clients": 4}
@@ -26,7 +26,7 @@ def _readme_example() -> str:
 
 def _run_readme_example(rounds: int | None, monkeypatch, tmp_path) -> dict:
     if shared_data_dir() is None:
-        pytest.skip("the README's example reads the School dataset ($SHEAF_FMTL_DATA or ../shared/data)")
+        pytest.skip(f"the README's example reads the School dataset: {NO_DATA}")
     monkeypatch.chdir(tmp_path)
     code = _readme_example()
     if rounds is not None:

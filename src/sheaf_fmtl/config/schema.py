@@ -63,6 +63,7 @@ class RunConfig:
     partition: str = "contiguous"  # clients over processes: contiguous blocks, or community (fewer cut edges)
     timeout_s: float = 60.0  # processes: a peer silent this long ends the run (one line naming it)
     data_dir: str = ""
+    data_search: bool = False
     device: str = "cpu"
     data: dict[str, Any] = field(default_factory=dict)  # dataset-specific options
     # Baselines (algorithms/*.py); see each algorithm's docstring.
