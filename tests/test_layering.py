@@ -18,6 +18,7 @@ RANK = {
     "models": 0,
     "messages": 0,
     "streams": 0,
+    "progress": 0,
     "federation": 1,
     "sheaf": 2,
     "config": 3,

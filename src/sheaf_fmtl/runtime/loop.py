@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
+from .. import progress
 from ..config import ConfigError, RunConfig
 from ..metrics.flops import SampleCounter
 from ..metrics.memory import reset_peak_memory
@@ -142,7 +142,7 @@ class _RunState:
         """Print and keep the simulation's new warnings."""
         for note in self.sim.diagnose():
             self.notes.append(note)
-            tqdm.write(f"sheaf-fmtl: warning: {note}")
+            progress.note(f"sheaf-fmtl: warning: {note}")
 
     def save(self, k: int, last: dict[str, Any], rows: int, wait: bool) -> None:
         """Checkpoint round ``k``, with the evaluations an uninterrupted run has by then."""
@@ -219,18 +219,17 @@ def _prepare(
     return state
 
 
-def _loop(state: _RunState, progress: bool) -> _Ending:
+def _loop(state: _RunState, show: bool) -> _Ending:
     """Rounds ``start + 1 .. rounds``: evaluations, checkpoints, and the stop on divergence or a signal."""
     config, sim, recorder, writer = state.config, state.sim, state.recorder, state.writer
     every = config.eval_every if config.checkpoint_every < 0 else config.checkpoint_every
-    bar = tqdm(
+    bar = progress.bar(
         range(state.start + 1, config.rounds + 1),
         desc=f"{config.algorithm} on {config.dataset}",
         unit="round",
         initial=state.start,
         total=config.rounds,
-        disable=not progress,
-        dynamic_ncols=True,
+        enabled=show,
     )
     ending, metric_name = _Ending(done=state.start), _metric_name(sim.ctx.fed)
     try:
