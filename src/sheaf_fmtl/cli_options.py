@@ -56,7 +56,7 @@ def add_config_options(
         overwrite: add ``--overwrite`` (clear a non-empty ``--out`` first).
     """
     if config_file:
-        parser.add_argument("config", nargs="?", help="YAML config file (keys: see README)")
+        parser.add_argument("config", nargs="?", help="YAML config file (keys: sheaf-fmtl run --help-keys)")
     if sets:
         parser.add_argument(
             "--set",
