@@ -1,11 +1,13 @@
 # Two commands do all set-up: `make demo` and `make test` (each creates .venv when missing).
+# `make docs` adds the documentation tools to .venv and builds the site into site/.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.installed-docs
 OUT ?= runs/demo
 
-.PHONY: demo test test-all lint bench clean
+.PHONY: demo test test-all lint docs bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,6 +15,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt torch==2.13.0
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,dev]'
 	touch $(STAMP)
+
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,dev,docs]'
+	touch $(DOCS_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/sheaf-fmtl demo configs/demo.yaml --out $(OUT) --overwrite
@@ -28,8 +34,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests
 	$(BIN)/mypy src
 
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: $(STAMP)
 	$(BIN)/sheaf-fmtl bench
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs site .pytest_cache

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -35,8 +36,19 @@ def toy_dataset() -> FederatedDataset:
     return make_dataset([3, 5, 3, 4, 5, 3])
 
 
+@pytest.fixture(autouse=True, scope="session")
+def empty_user_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The per-user data folder of every test is an empty one (never the real ``~/.local/share``)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+        yield
+
+
+#: Why a test that needs the real datasets is skipped.
+NO_DATA = "the real datasets are found through $SHEAF_FMTL_DATA, which is not set"
+
+
 def shared_data_dir() -> str | None:
-    for cand in (os.environ.get("SHEAF_FMTL_DATA"), "../shared/data", "/work/shared/data"):
-        if cand and os.path.isdir(cand):
-            return cand
-    return None
+    """The real datasets' folder, ``$SHEAF_FMTL_DATA`` (``.ci/run`` sets it), or ``None``."""
+    cand = os.environ.get("SHEAF_FMTL_DATA")
+    return cand if cand and os.path.isdir(cand) else None

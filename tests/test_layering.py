@@ -1,7 +1,7 @@
 """The package's import graph points down only (issue 13): data, models, messages -> federation ->
 sheaf -> config -> algorithms -> metrics, plots -> runtime -> scenarios, reference -> api, demo, bench,
 experiments -> cli. A module
-named ``cli`` (a command-line entry point, e.g. ``data/cli.py``) sits at the top, whatever its folder.
+named ``cli`` (a command-line entry point, e.g. ``bench/cli.py``) sits at the top, whatever its folder.
 A new top-level module or package must be given its floor in :data:`RANK` (the test says so).
 No module is much over 300 lines unless its docstring says why (``Why one module ...``)."""
 
@@ -13,11 +13,13 @@ from pathlib import Path
 import sheaf_fmtl
 
 RANK = {
+    "_version": 0,
     "data": 0,
     "models": 0,
     "messages": 0,
     "streams": 0,
     "plugins": 0,
+    "progress": 0,
     "federation": 1,
     "sheaf": 2,
     "config": 3,
@@ -30,6 +32,7 @@ RANK = {
     "api": 8,
     "own": 8,
     "cli_options": 8,
+    "cli_data": 9,
     "demo": 8,
     "bench": 8,
     "experiments": 8,
@@ -85,6 +88,23 @@ def test_imports_point_down_only() -> None:
             if mine is not None and theirs is not None and target[0] != me[0] and theirs > mine:
                 upward.append(f"{'/'.join(me)} imports {'.'.join(target)}")
     assert not upward, "imports pointing up a layer:\n" + "\n".join(upward)
+
+
+def _top_level_names() -> set[str]:
+    return {p.stem if p.is_file() else p.name for p in ROOT.iterdir() if p.suffix == ".py" or p.is_dir()}
+
+
+def test_no_module_imports_the_package_root() -> None:
+    """``sheaf_fmtl/__init__`` imports the API, which imports the runtime: a module below it that
+    took a name from the root (``from .. import __version__``) would close a cycle."""
+    names = _top_level_names()
+    rooted = [
+        f"{'/'.join(path.relative_to(ROOT).parts)} imports sheaf_fmtl.{target[0]}"
+        for path in sorted(ROOT.rglob("*.py"))
+        for target in _imports(path)
+        if target and target[0] not in names
+    ]
+    assert not rooted, "names taken from the package root:\n" + "\n".join(rooted)
 
 
 def test_the_check_sees_an_upward_import() -> None:

@@ -10,10 +10,9 @@ For notebooks::
 (:func:`run`, :class:`Federation` for one's own data and models; the command line is ``sheaf-fmtl``.)
 """
 
-__version__ = "0.1.0"
-
-from .api import RunResult, run  # noqa: E402
-from .config import ConfigError, RunConfig, load_config  # noqa: E402
-from .own import Federation  # noqa: E402
+from ._version import __version__
+from .api import RunResult, run
+from .config import ConfigError, RunConfig, load_config
+from .own import Federation
 
 __all__ = ["ConfigError", "Federation", "RunConfig", "RunResult", "__version__", "load_config", "run"]

@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from . import cli_data as data_cli
+from ._version import __version__
 from .bench import cli as bench_cli
 from .cli_options import PROG, Parser, UsageError, add_config_options, config_keys, error_line
 from .config import load_config
-from .data import cli as data_cli
 from .experiments import cli as experiments_cli
 from .experiments import sweep
 from .metrics.recorder import format_summary, interrupted_line, interrupted_status
@@ -70,9 +70,22 @@ def _report(summary: dict[str, Any], out: Path) -> int:
     return 0
 
 
+class _HelpKeys(argparse.Action):
+    """``--help-keys``: print every config key (type, default, allowed values, doc) and exit."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any, **__: Any) -> None:
+        from .config import reference
+
+        print(reference.text(), end="")
+        parser.exit()
+
+
 def add_run_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("run", help="run one experiment into a run folder")
     add_config_options(p, out="run folder (new or empty; default runs/DATASET-ALGORITHM-TIME)")
+    p.add_argument(
+        "--help-keys", nargs=0, action=_HelpKeys, help="list every config key: type, default, allowed values"
+    )
     p.add_argument(
         "--seeds",
         default="",
@@ -153,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog=PROG,
         description="Decentralized federated multi-task learning with cellular sheaves (Sheaf-FMTL).",
-        epilog="Config keys: [CONFIG.yaml] --set KEY=VALUE [KEY=VALUE ...] (README, 'Config keys'); "
+        epilog="Config keys: [CONFIG.yaml] --set KEY=VALUE [KEY=VALUE ...] ('run --help-keys' lists them); "
         f"'{PROG} COMMAND --help' for each command's options.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")

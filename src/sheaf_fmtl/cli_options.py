@@ -52,11 +52,11 @@ def add_config_options(
         sets: take ``--set KEY=VALUE [KEY=VALUE ...]`` (repeatable).
         flags: which of :data:`COMMON_FLAGS` (by config key) to add.
         out: help of ``--out`` (``None``: no ``--out``).
-        quiet: add ``--quiet`` (no progress bar).
+        quiet: add ``--quiet`` (no progress output).
         overwrite: add ``--overwrite`` (clear a non-empty ``--out`` first).
     """
     if config_file:
-        parser.add_argument("config", nargs="?", help="YAML config file (keys: see README)")
+        parser.add_argument("config", nargs="?", help="YAML config file (keys: sheaf-fmtl run --help-keys)")
     if sets:
         parser.add_argument(
             "--set",
@@ -72,7 +72,11 @@ def add_config_options(
     if out is not None:
         parser.add_argument("--out", help=out)
     if quiet:
-        parser.add_argument("--quiet", action="store_true", help="no progress bar")
+        parser.add_argument(
+            "--quiet",
+            action="store_true",
+            help="no progress output (a bar on a terminal, else a line every tenth of the rounds)",
+        )
     if overwrite:
         parser.add_argument(
             "--overwrite",

@@ -12,20 +12,32 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sheaf_fmtl.cli_data import run, summarize
 from sheaf_fmtl.data import fetch as fetch_mod
 from sheaf_fmtl.data import files
-from sheaf_fmtl.data.cli import run, summarize
 from sheaf_fmtl.data.fetch import SOURCES, Source, _unpack
 from sheaf_fmtl.data.registry import DataRequest, load
 
-SHARED = Path("/work/shared/data")
+from ..conftest import NO_DATA, shared_data_dir
+
+_found = shared_data_dir()  # read before the fixture below clears $SHEAF_FMTL_DATA
+SHARED = Path(_found) if _found else None
+
+
+def shared_file(name: str) -> Path:
+    """``name`` in the real datasets' folder, or the test is skipped (saying why)."""
+    if SHARED is None:
+        pytest.skip(NO_DATA)
+    if not (SHARED / name).exists():
+        pytest.skip(f"{SHARED / name} absent (the real file is needed)")
+    return SHARED / name
 
 
 @pytest.fixture(autouse=True)
 def only_given_folders(monkeypatch):
-    """Search only the folders a test names: no ``$SHEAF_FMTL_DATA``, no ``../shared/data``."""
+    """Search only the folders a test names: no ``$SHEAF_FMTL_DATA`` (and, from conftest, an
+    empty user data folder)."""
     monkeypatch.delenv(files.ENV_VAR, raising=False)
-    monkeypatch.setattr(files, "FALLBACK_DIRS", ())
 
 
 @pytest.fixture
@@ -47,13 +59,12 @@ def server(tmp_path):
 
 
 def test_fetch_verifies_sha256_then_moves_into_place(server, tmp_path, capsys):
-    if not (SHARED / "school.mat").exists():
-        pytest.skip(f"{SHARED / 'school.mat'} absent (real file needed: its SHA-256 is in the table)")
+    school = shared_file("school.mat")  # the real file: its SHA-256 is in the table
     www, base = server
-    shutil.copy(SHARED / "school.mat", www / "school.mat")
+    shutil.copy(school, www / "school.mat")
     dest = tmp_path / "dest"
     assert run(["fetch", "school", "--dest", str(dest), "--url", f"{base}/school.mat"]) == 0
-    assert (dest / "school.mat").read_bytes() == (SHARED / "school.mat").read_bytes()
+    assert (dest / "school.mat").read_bytes() == school.read_bytes()
     assert "verified" in capsys.readouterr().out
     assert sorted(p.name for p in dest.iterdir()) == ["school.mat"]
     assert load("school", DataRequest(data_dir=dest)).num_clients == 139
@@ -88,6 +99,26 @@ def test_fetch_without_known_checksum_warns_and_honours_given_sha(server, tmp_pa
         == 2
     )
     assert not (tmp_path / "d2" / "vehicle.mat").exists()
+
+
+def test_fetch_stores_in_the_user_data_folder_where_runs_find_it(server, tmp_path, monkeypatch, capsys):
+    www, base = server
+    schools = 139  # the reader checks the published number of schools
+    arrays = {f"x_{i}": np.ones((4, 28)) * i for i in range(schools)}
+    np.savez(
+        www / "s.npz",
+        num_clients=np.int64(schools),
+        **arrays,
+        **{f"y_{i}": np.arange(4.0) for i in range(schools)},
+    )
+    digest = hashlib.sha256((www / "s.npz").read_bytes()).hexdigest()
+    monkeypatch.setitem(SOURCES, "school", [Source("school.npz", f"{base}/s.npz", digest)])
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert run(["fetch", "school"]) == 0
+    assert (tmp_path / "xdg" / "sheaf-fmtl" / "school.npz").exists()
+    assert load("school", DataRequest()).num_clients == schools  # no --data-dir, no $SHEAF_FMTL_DATA
+    assert run(["list"]) == 0
+    assert str(tmp_path / "xdg" / "sheaf-fmtl" / "school.npz") in capsys.readouterr().out
 
 
 def test_fetch_unreachable_url_and_gleam_without_url(tmp_path, capsys):
@@ -161,12 +192,11 @@ def test_describe_label_skew_of_pure_clients(tmp_path, capsys):
 
 
 def test_describe_regression_and_bad_option(tmp_path, capsys):
-    if not (SHARED / "school.mat").exists():
-        pytest.skip("school.mat absent")
-    assert run(["describe", "school", "--data-dir", str(SHARED), "--seed", "2"]) == 0
+    folder = shared_file("school.mat").parent
+    assert run(["describe", "school", "--data-dir", str(folder), "--seed", "2"]) == 0
     out = capsys.readouterr().out
     assert "139 clients" in out and "min 22, max 251, total 15362" in out
-    assert run(["describe", "school", "--data-dir", str(SHARED), "-o", "nope=1"]) == 2
+    assert run(["describe", "school", "--data-dir", str(folder), "-o", "nope=1"]) == 2
     assert "unknown option" in capsys.readouterr().err
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sheaf_fmtl.cli_data import DATASET_FILES
 from sheaf_fmtl.data import files
 from sheaf_fmtl.data.base import READERS, DatasetError, RawClient, RawFederated
-from sheaf_fmtl.data.cli import DATASET_FILES
 from sheaf_fmtl.data.files import find_file, search_dirs
 from sheaf_fmtl.data.protocol import ProtocolOptions, apply_protocol
 from sheaf_fmtl.data.registry import DataRequest, dataset_files, load, load_raw
@@ -23,9 +23,9 @@ READER_MODULES = ("har", "images", "mocha", "school", "synthetic", "user")
 
 @pytest.fixture(autouse=True)
 def only_given_folders(monkeypatch):
-    """Search only the folders a test names: no ``$SHEAF_FMTL_DATA``, no ``../shared/data``."""
+    """Search only the folders a test names: no ``$SHEAF_FMTL_DATA`` (and, from conftest, an
+    empty user data folder)."""
     monkeypatch.delenv(files.ENV_VAR, raising=False)
-    monkeypatch.setattr(files, "FALLBACK_DIRS", ())
 
 
 # ------------------------------------------------------------------------------ import structure
@@ -95,19 +95,45 @@ def test_user_data_option_types(tmp_path):
 
 
 # ------------------------------------------------------------------------------ search order
-def test_data_dir_is_searched_first_then_env_then_fallbacks(tmp_path, monkeypatch):
-    given, env, shared = (tmp_path / n for n in ("given", "env", "shared"))
-    for d in (given, env, shared):
-        d.mkdir()
+def test_env_then_user_data_folder_and_a_named_data_dir_alone(tmp_path, monkeypatch):
+    given, env, user = tmp_path / "given", tmp_path / "env", tmp_path / "xdg" / "sheaf-fmtl"
+    for d in (given, env, user):
+        d.mkdir(parents=True)
         (d / "f.bin").write_bytes(b"x")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv(files.ENV_VAR, str(env))
-    monkeypatch.setattr(files, "FALLBACK_DIRS", (str(shared),))
-    assert search_dirs(given) == [given, env, shared]
-    assert find_file("x", ["f.bin"], given) == given / "f.bin"
-    (given / "f.bin").unlink()  # data_dir no longer replaces the other folders
-    assert find_file("x", ["f.bin"], given) == env / "f.bin"
+    assert search_dirs() == [env, user] and search_dirs(given) == [given]
+    assert search_dirs(given, search=True) == [given, env, user]
+    assert find_file("x", ["f.bin"]) == env / "f.bin"
     (env / "f.bin").unlink()
-    assert find_file("x", ["f.bin"], given) == shared / "f.bin"
+    assert find_file("x", ["f.bin"]) == user / "f.bin"
+    assert find_file("x", ["f.bin"], given) == given / "f.bin"
+    (given / "f.bin").unlink()  # a named folder lacking the file is an error, not a search
+    with pytest.raises(DatasetError) as e:
+        find_file("school", ["f.bin"], given)
+    assert f"no data file in data_dir {given}" in str(e.value) and "data_search=true" in str(e.value)
+    assert find_file("school", ["f.bin"], given, search=True) == user / "f.bin"
+
+
+def test_no_folder_the_user_did_not_name_is_read(tmp_path, monkeypatch):
+    """A temporary home, no $SHEAF_FMTL_DATA: only the user data folder is looked at, even with a
+    ``../shared/data`` holding the files beside the working directory."""
+    home, work = tmp_path / "home", tmp_path / "work" / "main"
+    shared = tmp_path / "work" / "shared" / "data"
+    for d in (home, work, shared):
+        d.mkdir(parents=True)
+    np.savez(shared / "school.npz", num_clients=np.int64(1), x_0=np.zeros((2, 28)), y_0=np.zeros(2))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.chdir(work)
+    looked: list[Path] = []
+    exists = Path.exists
+    monkeypatch.setattr(Path, "exists", lambda p, **kw: looked.append(p) or exists(p, **kw))
+    user = home / ".local" / "share" / "sheaf-fmtl"
+    assert search_dirs() == [user]
+    with pytest.raises(DatasetError, match="school: data file not found"):
+        load_raw("school", DataRequest())
+    assert looked and all(user in p.parents for p in looked), looked
 
 
 # --------------------------------------------------------------------------------- user files

@@ -24,9 +24,9 @@ RNG = np.random.default_rng(1234)
 
 @pytest.fixture(autouse=True)
 def only_given_folders(monkeypatch):
-    """Search only the folders a test names: no ``$SHEAF_FMTL_DATA``, no ``../shared/data``."""
+    """Search only the folders a test names: no ``$SHEAF_FMTL_DATA`` (and, from conftest, an
+    empty user data folder)."""
     monkeypatch.delenv(files.ENV_VAR, raising=False)
-    monkeypatch.setattr(files, "FALLBACK_DIRS", ())
 
 
 def req(d: Path, seed: int = 0, **options: object) -> DataRequest:
@@ -431,10 +431,8 @@ def test_missing_dataset_names_every_path_searched(tmp_path):
 def test_env_var_is_searched_when_no_data_dir(tmp_path, monkeypatch):
     (tmp_path / "thing.bin").write_bytes(b"x")
     monkeypatch.setenv("SHEAF_FMTL_DATA", str(tmp_path))
-    monkeypatch.setattr(files, "FALLBACK_DIRS", ("../shared/data",))
     assert find_file("x", ["thing.bin"]) == tmp_path / "thing.bin"
-    monkeypatch.chdir(tmp_path)  # ../shared/data relative to cwd is searched too
-    with pytest.raises(DatasetError, match=str(tmp_path.parent / "shared" / "data" / "absent.bin")):
+    with pytest.raises(DatasetError, match=str(tmp_path / "absent.bin")):
         find_file("x", ["absent.bin"])
 
 

@@ -1,8 +1,7 @@
-"""Readers against the real files of shared/data (skipped, with the reason, when they are absent)."""
+"""Readers against the real files in ``$SHEAF_FMTL_DATA`` (skipped, with the reason, when absent)."""
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 
@@ -13,25 +12,18 @@ from sheaf_fmtl.data.images import read_mnist
 from sheaf_fmtl.data.registry import DataRequest, load, load_raw
 from sheaf_fmtl.data.school import read_school_mat, read_school_npz
 
+from ..conftest import NO_DATA, shared_data_dir
 
-def _real_dir() -> Path | None:
-    env = os.environ.get("SHEAF_FMTL_DATA")
-    defaults = [Path.cwd().parent / "shared" / "data", Path("/work/shared/data")]
-    for d in ([Path(env)] if env else []) + defaults:
-        if d.is_dir():
-            return d
-    return None
-
-
-REAL = _real_dir()
+_found = shared_data_dir()
+REAL = Path(_found) if _found else None
 
 
 def need(*names: str) -> Path:
     if REAL is None:
-        pytest.skip("no real data folder ($SHEAF_FMTL_DATA, ../shared/data, /work/shared/data)")
+        pytest.skip(NO_DATA)
     missing = [n for n in names if not (REAL / n).exists()]
     if missing:
-        pytest.skip(f"real data file(s) {missing} not in {REAL}; see shared/data/DATA.md")
+        pytest.skip(f"real data file(s) {missing} not in {REAL} ($SHEAF_FMTL_DATA)")
     return REAL
 
 

@@ -9,12 +9,10 @@ import pytest
 
 from sheaf_fmtl.cli import main
 
-from ..conftest import shared_data_dir
+from ..conftest import NO_DATA, shared_data_dir
 
 DATA = shared_data_dir()
-pytestmark = pytest.mark.skipif(
-    DATA is None, reason="real datasets not found ($SHEAF_FMTL_DATA, ../shared/data)"
-)
+pytestmark = pytest.mark.skipif(DATA is None, reason=NO_DATA)
 
 CASES = {
     # dataset: (overrides, tolerance on the final metric, relative?)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 
 import torch
-from tqdm import tqdm
 
+from .. import progress
 from ..metrics.recorder import peak_rss_bytes
 from ..runtime.simulate import Simulation
 from .timing import sync, timed
@@ -38,7 +38,7 @@ def time_steps(sim: Simulation, warmup: int, rounds: int, device: str, desc: str
     sync(device)
     return [
         timed(sim.step, device)
-        for _ in tqdm(range(rounds), desc=desc, unit="round", leave=False, disable=rounds < 2)
+        for _ in progress.bar(range(rounds), desc=desc, unit="round", transient=True, enabled=rounds >= 2)
     ]
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
+from .. import progress
 from ..metrics.recorder import peak_rss_bytes
 from ..reference import loop as ref
 from ..runtime.simulate import Simulation
@@ -58,7 +58,7 @@ def time_map_work(sim: Simulation, device: str, min_seconds: float = 0.5, blocks
         probe = timed(sim.step, device)  # also a warm-up round
         per_block = period * max(1, math.ceil(min_seconds / blocks / max(probe * period, 1e-9)))
         means: list[float] = []
-        with tqdm(desc="map work (gradients frozen)", unit="round", leave=False) as bar:
+        with progress.bar(desc="map work (gradients frozen)", unit="round", transient=True) as bar:
             while not means or (len(means) < blocks and sum(means) * per_block < min_seconds):
                 means.append(timed(block, device) / per_block)
                 bar.update(per_block)
@@ -98,7 +98,9 @@ def time_reference(sim: Simulation, s: Setting, device: str) -> dict[str, Any]:
     grad = ref.minibatch_gradients(sim.ctx.fed, cfg.batch_size, s.seed)
     grad_s, edge_s = [], []
     warm = 1 if s.ref_rounds > 2 else 0  # first calls (autograd graph set-up, allocations) not timed
-    for k in tqdm(range(warm + s.ref_rounds), desc=f"{s.name}: loop reference", unit="round", leave=False):
+    for k in progress.bar(
+        range(warm + s.ref_rounds), desc=f"{s.name}: loop reference", unit="round", transient=True
+    ):
         grads: dict[int, torch.Tensor] = {}
 
         def grad_part(g: dict[int, torch.Tensor] = grads) -> None:

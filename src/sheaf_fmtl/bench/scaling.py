@@ -8,8 +8,8 @@ import statistics
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
+from .. import progress
 from ..reference import loop as ref
 from .measure import time_steps
 from .settings import Setting
@@ -43,7 +43,7 @@ def scaling_sweep(quick: bool, device: str = "cpu", smoke: bool = False) -> list
     points = [("edges", dataclasses.replace(base, clients=n)) for n in clients]
     points += [("map_size", dataclasses.replace(base, clients=clients[1], gamma=g)) for g in gammas]
     out = []
-    for sweep, s in tqdm(points, desc="scaling sweep", unit="setting"):
+    for sweep, s in progress.bar(points, desc="scaling sweep", unit="setting"):
         sim = build(s, device)
         bounds = lower_bound_bytes(sim)
         layout = ref.sheaf_state(sim).layout

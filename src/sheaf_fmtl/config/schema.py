@@ -1,6 +1,10 @@
 """The typed run configuration: :class:`RunConfig`, every key with its default, validated when it
 is built (types, allowed values, ranges, rules that involve several keys), so one place checks the
-configs of the CLI and of Python."""
+configs of the CLI and of Python.
+
+Why one module of this size: each key's type, default and doc (the dataclass), its choices and
+range (the tables below it) live here once; the configuration reference is made from them
+(:mod:`.reference`)."""
 
 from __future__ import annotations
 
@@ -23,63 +27,184 @@ class ConfigError(ValueError):
     """One line naming the key and the allowed values."""
 
 
+def _key(default: Any, doc: str) -> Any:  # noqa: ANN401 - a dataclass field of any key's type
+    """A config key: its default and its doc (the configuration reference and ``--help-keys``
+    are made from it, with the type, and the choices and range below)."""
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Every setting of a run; invalid values raise :class:`ConfigError` in the constructor."""
 
-    algorithm: str = "sheaf-fmtl"
-    dataset: str = "synthetic-hetero"
-    model: str = "auto"
-    loss: str = "auto"  # auto: cross-entropy / squared loss by task; or the user's, as module:function
-    metric: str = "auto"  # auto: accuracy / MSE by task; or the user's metric, as module:function
-    clients: int | None = None  # None: the dataset's own number of clients
-    graph: str = "erdos-renyi"
-    graph_p: float = 0.2
-    graph_k: int = 4
-    graph_m: int = 2
-    graph_file: str = ""
-    topology: str = "none"  # none, or a special case of the paper (sheaf_fmtl.scenarios.TOPOLOGIES)
-    rounds: int = 200
-    batch_size: int = 32  # 0: full local data (deterministic gradients)
-    local_steps: int = 1
-    local_epochs: int = 0  # E > 0: E passes of mini-batch SGD over each client's data per round
-    init: str = "common"  # common: one initial model per architecture; per-client: one draw each
-    lam: float = 0.01
-    alpha: float = 0.05
-    eta: float = 0.01
-    gamma: float = 0.3
-    maps: str = "learned"  # learned (paper), fixed (eta = 0), redrawn, features, aligned (sheaf_coordinates)
-    map_kind: str = "selection"  # maps=redrawn: selection of d_ij coordinates, orthonormal or gaussian rows
-    estimates: bool = False  # maps=redrawn: keep copies of the neighbours' models (CHOCO-style)
-    map_init: str = "gaussian"
-    map_scale: float | None = None  # None: auto (gaussian sigma = 1/sqrt(d_i), ...); see sheaf.maps
-    map_dtype: str = "float32"
-    shared_maps: bool = True  # both maps of an edge between equal-size models start equal
-    map_draw: str = "host"  # host: per-map CPU draws (same maps on every device); device: per bucket there
-    message_mode: str = "compact"
-    map_defer: int = -1  # rounds between folds of the rank-one map steps (-1 auto, 1 = every round)
-    l2: float = 1e-4
-    standardize: bool = True
-    validation: float = 0.0  # > 0: hold out this fraction of each client's training data, evaluate on it
-    seed: int = 0
-    eval_every: int = 10
-    checkpoint_every: int = -1  # rounds between resumable checkpoints (-1: every evaluation; 0: none)
-    save_maps: bool = True  # write the final restriction maps into checkpoint.pt (GBs at paper scale)
-    stability_check: bool = True  # refuse alpha*lam*lambda_max(L) >= 2 at start-up (power iteration)
-    drop_prob: float = 0.0  # simulated faults: a client misses a round with this probability
-    link_drop_prob: float = 0.0  # ... a message along a link is lost (runtime/faults.py)
-    processes: int = 1  # > 1: run the clients in this many local processes (runtime/distributed.py)
-    partition: str = "contiguous"  # clients over processes: contiguous blocks, or community (fewer cut edges)
-    timeout_s: float = 60.0  # processes: a peer silent this long ends the run (one line naming it)
-    data_dir: str = ""
-    device: str = "cpu"
-    data: dict[str, Any] = field(default_factory=dict)  # dataset-specific options
-    # Baselines (algorithms/*.py); see each algorithm's docstring.
-    dpsgd_order: str = "lian"  # lian: x <- W x - alpha g(x); atc: x <- W (x - alpha g(x))
-    inner_steps: int = 5  # pFedMe: gradient steps of the inner (Moreau envelope) solve
-    inner_lr: float = 0.05  # pFedMe: step size of the inner solve
-    pfedme_beta: float = 1.0  # pFedMe: server mixing w <- (1 - beta) w + beta mean_i w_i
-    perfedavg_beta: float = 0.01  # Per-FedAvg: meta (outer) step size; alpha is the adaptation step
+    algorithm: str = _key(
+        "sheaf-fmtl",
+        "What runs: `sheaf-fmtl` (the paper's Algorithm 1), `local` (no communication), or a baseline: "
+        "`dpsgd`, `dfedu`, `fedavg`, `ditto`, `pfedme`, `perfedavg`.",
+    )
+    dataset: str = _key(
+        "synthetic-hetero",
+        "Generated: `synthetic`, `synthetic-hetero`, `synthetic-clusters`; the paper's: `vehicle`, `gleam`, "
+        "`har`, `school`, `rmnist`, `hcifar10` (files found as the Datasets page says); or `file:PATH`, "
+        "your own per-client `.npz` or folder of CSVs.",
+    )
+    model: str = _key(
+        "auto",
+        "`auto` (`logistic` for classification, `linear` for regression), `logistic`, `linear`, `cnn`, "
+        "`cnn-small`, `cnn-medium`, `cnn-large`, or a comma list assigned to the clients round-robin.",
+    )
+    loss: str = _key(
+        "auto",
+        "`auto`: cross-entropy (classification) or squared loss (regression); or your own loss "
+        "`(outputs, targets) -> scalar` as `module:function` (see the guide to your own models).",
+    )
+    metric: str = _key(
+        "auto",
+        "`auto`: accuracy (classification) or MSE (regression); or your own metric "
+        "`(outputs, targets) -> float` as `module:function`.",
+    )
+    clients: int | None = _key(None, "Number of clients; `null`: the dataset's own.")
+    graph: str = _key(
+        "erdos-renyi",
+        "The client graph: `erdos-renyi` (`graph_p`), `watts-strogatz` (`graph_k`, `graph_p`), "
+        "`barabasi-albert` (`graph_m`), `complete`, `star`, or `file` (`graph_file`).",
+    )
+    graph_p: float = _key(0.2, "Edge probability (`erdos-renyi`); rewiring probability (`watts-strogatz`).")
+    graph_k: int = _key(4, "Neighbours of each client on the `watts-strogatz` ring.")
+    graph_m: int = _key(2, "Edges each new client attaches with (`barabasi-albert`).")
+    graph_file: str = _key(
+        "", "Edge list for `graph=file`: `i j` or `i j a_ij` (a positive weight, default 1) per line."
+    )
+    topology: str = _key(
+        "none",
+        "`none`, or a special case of the paper, run with fixed maps: `conventional-fmtl`, "
+        "`personalised-fl`, `hybrid-fl` (it sets `eta=0`, `gamma=1`).",
+    )
+    rounds: int = _key(200, "Communication rounds.")
+    batch_size: int = _key(32, "Mini-batch per client; 0: the client's whole training data.")
+    local_steps: int = _key(1, "Gradient steps per exchange when `local_epochs` is 0 (1: Algorithm 1).")
+    local_epochs: int = _key(
+        0,
+        "`E > 0`: each round, `E` passes of mini-batch SGD over each client's data, then the exchange "
+        "(the paper's training protocol); 0: `local_steps` steps a round.",
+    )
+    init: str = _key(
+        "common",
+        "`common`: the clients of an architecture start from one model drawn from the seed; "
+        "`per-client`: one draw each.",
+    )
+    lam: float = _key(0.01, "Strength `lambda` of the coupling between neighbours (0: local training).")
+    alpha: float = _key(0.05, "Step size of the model updates.")
+    eta: float = _key(0.01, "Step size of the restriction-map updates (0: fixed maps).")
+    gamma: float = _key(
+        0.3,
+        "Edge-space size `d_ij = max(1, floor(gamma min(d_i, d_j)))`; the bits sent per edge scale with it.",
+    )
+    maps: str = _key(
+        "learned",
+        "Restriction maps of `sheaf-fmtl`: `learned` (the paper's Algorithm 1), `fixed` (the same with "
+        "`eta = 0`), `redrawn` (drawn afresh each round from a seed both ends know, never stored; "
+        "`map_kind`, `estimates`), `features` (the weights of the features two tabular clients both "
+        "see), `aligned` (the parameter slices two network architectures share). See the maps page.",
+    )
+    map_kind: str = _key(
+        "selection",
+        "`maps=redrawn`: `selection` of `d_ij` random coordinates (O(d_ij) per edge), or `orthonormal` / "
+        "`gaussian` rows (O(d_ij d) per edge, drawn each round).",
+    )
+    estimates: bool = _key(
+        False,
+        "`maps=redrawn`: keep a copy of each neighbour's model, refreshed on each round's coordinates, and "
+        "couple whole models against it (CHOCO-SGD style; `degree x d` floats per client, same bits).",
+    )
+    map_init: str = _key(
+        "gaussian", "Initial maps (zero maps never learn, and are refused: the paper's Remark)."
+    )
+    map_scale: float | None = _key(
+        None,
+        "Scale of the initial maps (sigma; `a` for uniform); `null`: `1/sqrt(d_i)` (uniform: "
+        "`sqrt(3/d_i)`), so `P^T P` is close to a projection whatever the model size. The paper's "
+        "N(0, 1) is `map_scale=1`, which needs `alpha lam` about `d_i` times smaller.",
+    )
+    map_dtype: str = _key("float32", "Storage of the maps (`bfloat16`: half the memory).")
+    shared_maps: bool = _key(
+        True,
+        "Both maps of an edge between equal-size models start equal (`P_ji = P_ij`), so the coupling "
+        "asks the two models to agree on one projection; `false`: independent draws (the paper's wording).",
+    )
+    map_draw: str = _key(
+        "host",
+        "`host`: each map drawn on the CPU from the seed (the same maps on every device); `device`: drawn "
+        "per bucket on the device (same law, other numbers; seconds instead of minutes for GiBs of maps).",
+    )
+    message_mode: str = _key(
+        "compact",
+        "`compact`: one `d_ij` vector and one scalar per neighbour and round; `literal`: two vectors "
+        "(Algorithm 1 as written). Same iterates.",
+    )
+    map_defer: int = _key(
+        -1,
+        "Fold the rank-one map updates into the maps every so many rounds (-1: about `sqrt(d_ij)`; "
+        "1: every round). Same iterates.",
+    )
+    l2: float = _key(1e-4, "L2 regularisation inside each client's loss.")
+    standardize: bool = _key(True, "Standardise features with each client's training statistics.")
+    validation: float = _key(
+        0.0,
+        "`0 < v < 1`: hold out this fraction of each client's training data and evaluate on it, never "
+        "reading the test split (what `sweep` tunes on); 0: evaluate on the test split.",
+    )
+    seed: int = _key(0, "Seed of everything: data split, graph, initial models and maps, batches, faults.")
+    eval_every: int = _key(10, "Evaluate (one row of `metrics.csv`) every so many rounds, and at the last.")
+    checkpoint_every: int = _key(
+        -1,
+        "Rounds between resumable checkpoints (-1: at every evaluation; 0: only when stopped by a signal).",
+    )
+    save_maps: bool = _key(
+        True, "Write the final maps into `checkpoint.pt` (`false`: their norms only; GBs at paper scale)."
+    )
+    stability_check: bool = _key(
+        True,
+        "Before training, estimate the coupling's largest eigenvalue and refuse `alpha lam lambda_max >= 2` "
+        "(the coupling step would diverge), naming the keys to change; warn at `>= 1`.",
+    )
+    drop_prob: float = _key(0.0, "Simulated faults: each round a client sits out with this probability.")
+    link_drop_prob: float = _key(
+        0.0,
+        "Simulated faults: each round each directed link is down (its messages lost) with this probability.",
+    )
+    processes: int = _key(1, "Run the clients in this many local processes; the numbers of one process.")
+    partition: str = _key(
+        "contiguous",
+        "Clients over processes: `contiguous` blocks of ids, or `community` (fewer edges cross processes).",
+    )
+    timeout_s: float = _key(60.0, "Across processes: seconds a silent peer is waited for; then the run ends.")
+    data_dir: str = _key(
+        "",
+        "Folder holding the dataset's files; when given, the only one searched (see `data_search`). "
+        "Empty: `$SHEAF_FMTL_DATA`, then the user data folder (where `sheaf-fmtl data fetch` stores them).",
+    )
+    data_search: bool = _key(
+        False,
+        "With `data_dir`: when it lacks a dataset's files, go on searching `$SHEAF_FMTL_DATA` and the user "
+        "data folder (`false`: an error naming `data_dir`).",
+    )
+    device: str = _key("cpu", "Where the run computes.")
+    data: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "doc": "Dataset options, `data.KEY=VALUE` (e.g. `data.relatedness=0.5`); unknown options and "
+            "values of the wrong type fail, naming the allowed ones (`sheaf-fmtl data describe NAME`)."
+        },
+    )
+    # Baselines (algorithms/*.py)
+    dpsgd_order: str = _key(
+        "lian", "D-PSGD's update: `lian` (`x <- W x - alpha g(x)`) or `atc` (`x <- W (x - alpha g(x))`)."
+    )
+    inner_steps: int = _key(5, "pFedMe: gradient steps of the inner (Moreau envelope) solve.")
+    inner_lr: float = _key(0.05, "pFedMe: step size of the inner solve.")
+    pfedme_beta: float = _key(1.0, "pFedMe: server mixing `w <- (1 - beta) w + beta mean_i w_i`.")
+    perfedavg_beta: float = _key(0.01, "Per-FedAvg: meta (outer) step size; `alpha` is the adaptation step.")
 
     def __post_init__(self) -> None:
         for f in fields(self):

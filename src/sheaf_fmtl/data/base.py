@@ -88,7 +88,8 @@ class DataRequest:
 
     clients: int | None = None  # None: the dataset's own number of clients
     seed: int = 0
-    data_dir: Path | None = None
+    data_dir: Path | None = None  # given: the only folder searched, unless data_search
+    data_search: bool = False  # with data_dir: also search $SHEAF_FMTL_DATA, then the user data folder
     options: Mapping[str, Any] = field(default_factory=dict)  # dataset-specific knobs
 
 

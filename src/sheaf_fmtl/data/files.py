@@ -1,17 +1,20 @@
 """Locating dataset files, checking options, the container formats several readers share (per-client
 ``.npz``, MATLAB cell arrays) and validating what the readers return.
 
-Search order for a dataset file (paper, Appendix "Additional Details on Datasets", lists the six
-public datasets; ``data/DATA.md`` describes their on-disk layouts): the request's ``data_dir`` when
-given, then ``$SHEAF_FMTL_DATA``, then :data:`FALLBACK_DIRS` (``../shared/data`` relative to the
-working directory, ``/work/shared/data``). Folders are tried in that order and, within a folder, the
-names in the order given, so the first folder holding any form of a dataset is the one read.
+Where dataset files are looked for (paper, Appendix "Additional Details on Datasets", lists the six
+public datasets; the documentation's "Datasets" page gives their on-disk layouts): a run's
+``data_dir``, when given, and nothing else unless ``data_search`` is set; otherwise
+``$SHEAF_FMTL_DATA``, then the per-user data folder (:func:`user_data_dir`, where ``sheaf-fmtl data
+fetch`` stores downloads). Folders are tried in that order and, within a folder, the names in the
+order given, so the first folder holding any form of a dataset is the one read. No other folder is
+ever read.
 """
 
 from __future__ import annotations
 
 import numbers
 import os
+import sys
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -22,8 +25,7 @@ import numpy as np
 from .base import DatasetError
 
 ENV_VAR = "SHEAF_FMTL_DATA"
-#: Searched after ``data_dir`` and ``$SHEAF_FMTL_DATA`` (relative paths from the working directory).
-FALLBACK_DIRS: tuple[str, ...] = ("../shared/data", "/work/shared/data")
+APP_DIR = "sheaf-fmtl"
 
 #: How to obtain each dataset (shown when its files are missing).
 HOW_TO_GET: dict[str, str] = {
@@ -36,19 +38,39 @@ HOW_TO_GET: dict[str, str] = {
 }
 
 
-def search_dirs(data_dir: Path | str | None = None) -> list[Path]:
-    """Folders searched for data files, in order: ``data_dir``, ``$SHEAF_FMTL_DATA``, the fallbacks.
+def user_data_dir() -> Path:
+    """The per-user data folder: ``$XDG_DATA_HOME/sheaf-fmtl`` (default ``~/.local/share/sheaf-fmtl``)
+    on Linux, ``~/Library/Application Support/sheaf-fmtl`` on macOS, ``%LOCALAPPDATA%\\sheaf-fmtl``
+    on Windows. ``sheaf-fmtl data fetch`` stores downloads there."""
+    home = Path.home()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or home / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = home / "Library" / "Application Support"
+    else:
+        xdg = os.environ.get("XDG_DATA_HOME", "")
+        base = Path(xdg) if os.path.isabs(xdg) else home / ".local" / "share"
+    return base / APP_DIR
+
+
+def search_dirs(data_dir: Path | str | None = None, search: bool = False) -> list[Path]:
+    """Folders searched for data files, in order.
 
     Args:
-        data_dir: the run's ``data_dir`` (searched first), or ``None``.
+        data_dir: the run's ``data_dir``, or ``None``: when given, the only folder searched unless
+            ``search``.
+        search: with ``data_dir``, go on to ``$SHEAF_FMTL_DATA`` and :func:`user_data_dir`.
     Returns:
-        The distinct folders, in search order (relative fallbacks resolved from the working directory).
+        ``[data_dir]``; or the distinct folders among ``data_dir``, ``$SHEAF_FMTL_DATA`` and
+        :func:`user_data_dir`, in that order.
     """
-    dirs: list[Path] = [] if data_dir is None or str(data_dir) == "" else [Path(data_dir)]
+    dirs = [] if data_dir is None or str(data_dir) == "" else [Path(data_dir)]
+    if dirs and not search:
+        return dirs
     env = os.environ.get(ENV_VAR)
     if env:
         dirs.append(Path(env))
-    dirs += [Path(os.path.normpath(Path.cwd() / d)) for d in FALLBACK_DIRS]
+    dirs.append(user_data_dir())
     unique: list[Path] = []
     for d in dirs:
         if not any(_same(d, u) for u in unique):
@@ -63,28 +85,38 @@ def _same(a: Path, b: Path) -> bool:
         return a == b
 
 
-def candidates(names: Sequence[str], data_dir: Path | str | None = None) -> list[Path]:
+def candidates(names: Sequence[str], data_dir: Path | str | None = None, search: bool = False) -> list[Path]:
     """Every path :func:`find_file` would try, in order (``names`` relative to each folder)."""
-    return [d / n for d in search_dirs(data_dir) for n in names]
+    return [d / n for d in search_dirs(data_dir, search) for n in names]
 
 
-def find_file(dataset: str, names: Sequence[str], data_dir: Path | str | None = None) -> Path:
-    """The first existing ``dir/name``; raises :class:`DatasetError` naming every path searched."""
-    tried = candidates(names, data_dir)
+def find_file(
+    dataset: str, names: Sequence[str], data_dir: Path | str | None = None, search: bool = False
+) -> Path:
+    """The first existing ``dir/name`` (folders of :func:`search_dirs`); raises :class:`DatasetError`
+    naming every path searched and how to obtain the files."""
+    tried = candidates(names, data_dir, search)
     for path in tried:
         if path.exists():
             return path
-    how = HOW_TO_GET.get(dataset, "see data/DATA.md")
+    how = HOW_TO_GET.get(dataset, "see the documentation's Datasets page")
+    if data_dir and not search:
+        raise DatasetError(
+            f"{dataset}: no data file in data_dir {data_dir} (looked for {', '.join(map(str, tried))}). "
+            f"Obtain it: {how} (with --dest {data_dir}); or pass --set data_search=true to search "
+            f"${ENV_VAR} and {user_data_dir()} after it."
+        )
     listing = "\n  ".join(str(p) for p in tried)
     raise DatasetError(
         f"{dataset}: data file not found; searched:\n  {listing}\n"
-        f"Obtain it: {how}; put it in one of these folders or pass data_dir / ${ENV_VAR}."
+        f"Obtain it: {how} (stores it in {user_data_dir()}); or put it in a folder and pass "
+        f"data_dir (--data-dir) or ${ENV_VAR}."
     )
 
 
-def try_find(names: Sequence[str], data_dir: Path | str | None = None) -> Path | None:
+def try_find(names: Sequence[str], data_dir: Path | str | None = None, search: bool = False) -> Path | None:
     """Like :func:`find_file` but returns ``None`` when nothing exists."""
-    return next((p for p in candidates(names, data_dir) if p.exists()), None)
+    return next((p for p in candidates(names, data_dir, search) if p.exists()), None)
 
 
 def _integer(v: Any) -> bool:
@@ -180,7 +212,10 @@ def read_npz_clients(path: Path) -> list[dict[str, np.ndarray]]:
         with np.load(path, allow_pickle=False) as z:
             keys = set(z.files)
             if "num_clients" not in keys:
-                raise DatasetError(f"{path}: no 'num_clients' key (per-client .npz layout, see DATA.md)")
+                raise DatasetError(
+                    f"{path}: no 'num_clients' key (per-client .npz layout: num_clients, x_i, y_i, "
+                    "optional x_test_i, y_test_i)"
+                )
             n = int(np.asarray(z["num_clients"]).reshape(()))
             if n < 1:
                 raise DatasetError(f"{path}: num_clients = {n}")

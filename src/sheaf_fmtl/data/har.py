@@ -72,5 +72,5 @@ def read_har(root: Path) -> list[RawClient]:
 @register("har", files=HAR_FILES)
 def har(request: DataRequest) -> RawFederated:
     check_options("har", request.options, {})
-    marker = find_file("har", HAR_FILES, request.data_dir)
+    marker = find_file("har", HAR_FILES, request.data_dir, request.data_search)
     return RawFederated("har", "classification", N_CLASSES, tuple(read_har(marker.parent.parent)))

@@ -87,10 +87,10 @@ def _check_mnist(arrays: dict[str, np.ndarray], where: dict[str, Path]) -> dict[
     return {k: np.asarray(v, np.uint8 if k[0] == "x" else np.int64) for k, v in arrays.items()}
 
 
-def read_mnist(data_dir: Path | str | None = None) -> dict[str, np.ndarray]:
+def read_mnist(data_dir: Path | str | None = None, search: bool = False) -> dict[str, np.ndarray]:
     """``x_train, y_train, x_test, y_test`` from ``mnist.npz`` or the four IDX files beside each other,
     whichever the first data folder holding either has (``mnist.npz`` preferred within a folder)."""
-    found = find_file("rmnist", MNIST_FILES, data_dir)
+    found = find_file("rmnist", MNIST_FILES, data_dir, search)
     if found.suffix == ".npz":
         return _read_mnist_npz(found)
     where: dict[str, Path] = {}
@@ -143,7 +143,7 @@ def rotated_mnist(
 @register("rmnist", files=MNIST_FILES)
 def rmnist(request: DataRequest) -> RawFederated:
     o = check_options("rmnist", request.options, {"use_test": False})
-    m = read_mnist(request.data_dir)
+    m = read_mnist(request.data_dir, request.data_search)
     x, y = m["x_train"], m["y_train"]
     if o["use_test"]:
         x, y = np.concatenate([x, m["x_test"]]), np.concatenate([y, m["y_test"]])
@@ -189,8 +189,10 @@ def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)
 
 
-def read_cifar10(data_dir: Path | str | None, use_test: bool) -> tuple[np.ndarray, np.ndarray]:
-    first = find_file("hcifar10", CIFAR_FILES, data_dir)
+def read_cifar10(
+    data_dir: Path | str | None, use_test: bool, search: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    first = find_file("hcifar10", CIFAR_FILES, data_dir, search)
     root = first.parent
     names = CIFAR_TRAIN + ([CIFAR_TEST] if use_test else [])
     for name in names:
@@ -248,7 +250,7 @@ def hcifar10(request: DataRequest) -> RawFederated:
     o = check_options("hcifar10", request.options, {"use_test": False, "spread": 0.17})
     if not 0.0 <= float(o["spread"]) < 1.0:
         raise DatasetError("hcifar10: option spread must be in [0, 1)")
-    x, y = read_cifar10(request.data_dir, bool(o["use_test"]))
+    x, y = read_cifar10(request.data_dir, bool(o["use_test"]), request.data_search)
     if len(np.unique(y)) != 10:
         raise DatasetError(f"hcifar10: the CIFAR-10 batches hold {len(np.unique(y))} classes; expected 10")
     clients = tuple(

@@ -57,7 +57,7 @@ def vehicle(request: DataRequest) -> RawFederated:
     """Vehicle Sensor from ``vehicle.mat``; falls back to Ditto's small training subset when the first
     data folder holding either has only the subset."""
     _no_options("vehicle", request)
-    path = find_file("vehicle", VEHICLE_FILES, request.data_dir)
+    path = find_file("vehicle", VEHICLE_FILES, request.data_dir, request.data_search)
     if path.suffix == ".mat":
         clients = read_mocha_mat(path, VEHICLE["clients"], VEHICLE["features"])
         return RawFederated("vehicle", "classification", 2, tuple(clients))
@@ -80,6 +80,6 @@ def vehicle(request: DataRequest) -> RawFederated:
 def gleam(request: DataRequest) -> RawFederated:
     """GLEAM from MOCHA-style ``gleam.mat``."""
     _no_options("gleam", request)
-    path = find_file("gleam", GLEAM_FILES, request.data_dir)
+    path = find_file("gleam", GLEAM_FILES, request.data_dir, request.data_search)
     clients = read_mocha_mat(path, GLEAM["clients"], GLEAM["features"])
     return RawFederated("gleam", "classification", 2, tuple(clients))

@@ -46,6 +46,6 @@ def read_school_npz(path: Path) -> list[RawClient]:
 @register("school", files=SCHOOL_FILES)
 def school(request: DataRequest) -> RawFederated:
     check_options("school", request.options, {})
-    path = find_file("school", SCHOOL_FILES, request.data_dir)
+    path = find_file("school", SCHOOL_FILES, request.data_dir, request.data_search)
     clients = read_school_mat(path) if path.suffix == ".mat" else read_school_npz(path)
     return RawFederated("school", "regression", 0, tuple(clients))

@@ -1,6 +1,6 @@
 """``file:PATH`` -- the user's own federated data.
 
-Two layouts: an ``.npz`` in the per-client convention of ``data/DATA.md`` (``num_clients``, ``x_i``,
+Two layouts: a per-client ``.npz`` (``num_clients``, ``x_i``,
 ``y_i``, optional ``x_test_i``/``y_test_i`` used as a fixed test split), or a folder with one CSV per
 client (sorted by file name, last column the target, an optional non-numeric header row). The task
 is inferred (integer targets with at most ``max_classes`` distinct values -> classification) or

@@ -15,7 +15,16 @@ from ..config import PROVENANCE_KEYS
 # Keys that say where or how a run was executed, not what was computed (or that give the same
 # iterates by design): two runs differing only in these are the same experiment.
 BOOKKEEPING_KEYS = frozenset(
-    {"data_dir", "device", "save_maps", "stability_check", "message_mode", "map_defer", "processes"}
+    {
+        "data_dir",
+        "data_search",
+        "device",
+        "save_maps",
+        "stability_check",
+        "message_mode",
+        "map_defer",
+        "processes",
+    }
     | {"partition", "timeout_s"}
 )
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .. import __version__
+from .._version import __version__
 from ..config import RunConfig, save_config
 
 #: Columns of ``metrics.csv``; ``test_metric`` is written as ``test_accuracy`` or ``test_mse``.

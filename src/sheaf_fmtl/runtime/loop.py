@@ -13,18 +13,17 @@ import math
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
+from .. import progress
 from ..config import ConfigError, RunConfig
-from ..federation import Federation
 from ..metrics.flops import SampleCounter
-from ..metrics.memory import peak_memory, reset_peak_memory
-from ..metrics.recorder import Recorder, software_versions
+from ..metrics.memory import reset_peak_memory
+from ..metrics.recorder import Recorder
 from .checkpoint import (
     CheckpointWriter,
     rank_and_world,
@@ -37,6 +36,7 @@ from .gather import final_state
 from .interrupt import StopRequest
 from .rundir import check_out_dir, prepare_out_dir
 from .simulate import DivergenceError, Simulation, build_simulation
+from .summary import resolved, summarize
 
 
 def divergence_message(round_: int, config: RunConfig) -> str:
@@ -92,7 +92,7 @@ def execute(
         out_dir: a new or empty folder (a non-empty one only with ``overwrite``, which clears it
             once the run has been built); checked before any work. Across processes every rank
             is given it: rank 0 writes the run folder, every rank its checkpoint shards.
-        progress: show a progress bar.
+        progress: show progress (a bar on a terminal, else a line every so many rounds).
         sim: a simulation built elsewhere from ``config`` (e.g. with hand-made maps,
             :mod:`sheaf_fmtl.scenarios`, or one rank's shard, :mod:`.launch`).
         overwrite: accept and clear a non-empty ``out_dir``.
@@ -113,6 +113,63 @@ def execute(
             the last good evaluation, the last checkpoint, and a summary with ``status = diverged``
             and no final metric.
     """
+    state = _prepare(config, out_dir, sim=sim, overwrite=overwrite, build=build, resume_from=resume_from)
+    try:
+        ending = _loop(state, progress)
+    finally:
+        state.counter.detach()
+        state.recorder.close()
+    return _finish(state, ending, resumed=resume_from is not None)
+
+
+@dataclass
+class _RunState:
+    """What the phases of one run share: the simulation and what records it."""
+
+    config: RunConfig  # as it runs (a special case fixes some keys)
+    sim: Simulation[Any]
+    folder: Path | None  # the run folder, on the rank that writes it
+    recorder: Recorder
+    counter: SampleCounter  # samples behind every local gradient, for flops_local
+    writer: CheckpointWriter
+    t0: float  # perf_counter at the start (moved back by a resumed run's time)
+    start: int  # the last round done before this process's first round
+    last: dict[str, Any]  # the latest evaluation
+    notes: list[str] = field(default_factory=list)  # warnings, in summary.json
+
+    def warn(self) -> None:
+        """Print and keep the simulation's new warnings."""
+        for note in self.sim.diagnose():
+            self.notes.append(note)
+            progress.note(f"sheaf-fmtl: warning: {note}")
+
+    def save(self, k: int, last: dict[str, Any], rows: int, wait: bool) -> None:
+        """Checkpoint round ``k``, with the evaluations an uninterrupted run has by then."""
+        elapsed = time.perf_counter() - self.t0
+        rows_so_far = self.recorder.rows[:rows]
+        manifest = {"rows": rows_so_far, "last": last, "notes": list(self.notes), "wall_seconds": elapsed}
+        self.writer.save(k, snapshot(self.sim, self.counter, guard=self.writer.join), manifest, wait=wait)
+
+
+@dataclass
+class _Ending:
+    """How the round loop ended: the last round done, and a divergence or a signal."""
+
+    done: int
+    diverged_at: int | None = None
+    signum: int | None = None  # the signal that stopped the run
+
+
+def _prepare(
+    config: RunConfig,
+    out_dir: str | Path | None,
+    *,
+    sim: Simulation[Any] | None,
+    overwrite: bool,
+    build: Callable[[RunConfig], Simulation[Any]] | None,
+    resume_from: Path | None,
+) -> _RunState:
+    """Check the folder, build the simulation, then evaluate round 0 or restore the checkpoint."""
     t0 = time.perf_counter()
     rank, world = rank_and_world()
     fresh = out_dir is not None and resume_from is None
@@ -132,159 +189,107 @@ def execute(
     metric_name = fed.metric_name
     if fresh and folder is not None:
         prepare_out_dir(folder, overwrite)
-    notes: list[str] = []
-
-    def warn() -> None:
-        for note in sim.diagnose():
-            notes.append(note)
-            tqdm.write(f"sheaf-fmtl: warning: {note}")
-
-    counter = SampleCounter(fed)  # samples behind every local gradient, for flops_local
-    if resume_from is None:
-        recorder = Recorder(folder, _resolved(config, fed), metric_name)
-        last, start = _record(sim, recorder, 0, t0), 0
-        warn()
-    else:
-        sim.diagnose()  # start-up notes: given by the stopped run, saved in its checkpoint
-        manifest, shard = read_checkpoint(resume_from, rank)
-        if len(manifest["shards"]) != world:
-            raise ConfigError(
-                f"{resume_from} was written by {len(manifest['shards'])} process(es); resume it with as many"
-            )
-        restore(sim, counter, shard)
-        last, start, notes[:] = manifest["last"], int(manifest["round"]), manifest["notes"]
-        t0 -= float(manifest["wall_seconds"])
-        recorder = Recorder(folder, _resolved(config, fed), metric_name, rows=manifest["rows"])
-        if folder is not None:
-            (folder / "summary.json").unlink(missing_ok=True)
+    counter, comm = SampleCounter(fed), sim.ctx.comm
 
     def agree(failed: bool) -> bool:  # across processes: did any rank fail to write its shard?
-        return bool(sim.ctx.comm.all_max(torch.tensor(int(failed), dtype=torch.int32)))
+        return bool(comm.all_max(torch.tensor(int(failed), dtype=torch.int32)))
 
     writer = CheckpointWriter(out_dir, rank, world, agree)
     sim.writing = lambda: writer.busy
+    if resume_from is None:
+        recorder = Recorder(folder, resolved(config, fed), metric_name)
+        state = _RunState(config, sim, folder, recorder, counter, writer, t0, 0, {})
+        state.last = _record(sim, recorder, 0, t0)
+        state.warn()
+        return state
+    sim.diagnose()  # start-up notes: given by the stopped run, saved in its checkpoint
+    manifest, shard = read_checkpoint(resume_from, rank)
+    if len(manifest["shards"]) != world:
+        raise ConfigError(
+            f"{resume_from} was written by {len(manifest['shards'])} process(es); resume it with as many"
+        )
+    restore(sim, counter, shard)
+    recorder = Recorder(folder, resolved(config, fed), metric_name, rows=manifest["rows"])
+    if folder is not None:
+        (folder / "summary.json").unlink(missing_ok=True)
+    t0 -= float(manifest["wall_seconds"])
+    state = _RunState(config, sim, folder, recorder, counter, writer, t0, int(manifest["round"]), {})
+    state.last, state.notes = manifest["last"], manifest["notes"]
+    return state
+
+
+def _loop(state: _RunState, show: bool) -> _Ending:
+    """Rounds ``start + 1 .. rounds``: evaluations, checkpoints, and the stop on divergence or a signal."""
+    config, sim, recorder, writer = state.config, state.sim, state.recorder, state.writer
     every = config.eval_every if config.checkpoint_every < 0 else config.checkpoint_every
-
-    def save(k: int, last: dict[str, Any], rows: int, wait: bool) -> None:
-        """Checkpoint round ``k``, with the evaluations an uninterrupted run has by then."""
-        elapsed = time.perf_counter() - t0
-        manifest = {"rows": recorder.rows[:rows], "last": last, "notes": list(notes), "wall_seconds": elapsed}
-        writer.save(k, snapshot(sim, counter, guard=writer.join), manifest, wait=wait)
-
-    bar = tqdm(
-        range(start + 1, config.rounds + 1),
+    bar = progress.bar(
+        range(state.start + 1, config.rounds + 1),
         desc=f"{config.algorithm} on {config.dataset}",
         unit="round",
-        initial=start,
+        initial=state.start,
         total=config.rounds,
-        disable=not progress,
-        dynamic_ncols=True,
+        enabled=show,
     )
-    diverged_at, done = None, start
+    ending, metric_name = _Ending(done=state.start), sim.ctx.fed.metric_name
     try:
         with StopRequest() as stop:
             for k in bar:
                 sim.step()
                 if not sim.finite():
-                    diverged_at = k
+                    ending.diverged_at = k
                     break
                 if writer.pending and sim.settled_round == k:  # every rank's shard is written
                     writer.complete()
-                done = k
+                ending.done = k
                 due = k % config.eval_every == 0 or k == config.rounds
-                regular, rows = last, len(recorder.rows)  # what the checkpoint holds if stopped now
+                regular, rows = state.last, len(recorder.rows)  # what the checkpoint holds if stopped now
                 if due or stop.requested:
-                    last = _record(sim, recorder, k, t0)
+                    state.last = _record(sim, recorder, k, state.t0)
                     if due:  # (diagnose updates the state: not on an evaluation only the stop asked for)
-                        warn()
-                        regular, rows = last, len(recorder.rows)
-                    if not math.isfinite(last["objective"]):
-                        diverged_at = k
+                        state.warn()
+                        regular, rows = state.last, len(recorder.rows)
+                    if not math.isfinite(state.last["objective"]):
+                        ending.diverged_at = k
                         break
-                    bar.set_postfix({metric_name: f"{last['test_metric']:.4f}"})
+                    bar.set_postfix({metric_name: f"{state.last['test_metric']:.4f}"})
                 if stop.requested:
-                    save(k, regular, rows, wait=True)
+                    state.save(k, regular, rows, wait=True)
                     break
                 if every > 0 and k % every == 0 and k < config.rounds:
-                    save(k, last, len(recorder.rows), wait=False)
+                    state.save(k, state.last, len(recorder.rows), wait=False)
         writer.complete()
     finally:
-        counter.detach()
         bar.close()
-        recorder.close()
-    status = "diverged" if diverged_at is not None else "interrupted" if stop.requested else "ok"
-    summary = _summary(sim, config, counter, status, last, diverged_at, done, t0, notes)
+    if ending.diverged_at is None and stop.requested:
+        ending.signum = stop.signum or 0
+    return ending
+
+
+def _finish(state: _RunState, ending: _Ending, *, resumed: bool) -> RunOutcome:
+    """The summary, and the final checkpoint (or, for a diverged run, :class:`DivergenceError`)."""
+    config, sim, recorder, diverged_at = state.config, state.sim, state.recorder, ending.diverged_at
+    status = "diverged" if diverged_at is not None else "interrupted" if ending.signum is not None else "ok"
+    summary = summarize(
+        sim, config, state.counter, status, state.last, diverged_at, ending.done, state.t0, state.notes
+    )
     if status == "interrupted":
-        summary.update(rounds_done=done, signal=signal.Signals(stop.signum or 0).name)
-    if resume_from is not None:
-        summary["resumed_from_round"] = start
+        summary.update(rounds_done=ending.done, signal=signal.Signals(ending.signum or 0).name)
+    if resumed:
+        summary["resumed_from_round"] = state.start
     if diverged_at is not None:
         summary["diverged_at_round"] = diverged_at
         summary["last_good_round"] = recorder.rows[-1]["round"] if recorder.rows else None
         late = sim.diagnose()  # e.g. Theorem 1's map-step bound, from the norms seen before the NaN
-        notes.extend(late)
+        state.notes.extend(late)
         summary["message"] = "; ".join([divergence_message(diverged_at, config), *late])
         recorder.summary(summary)
         raise DivergenceError(summary["message"])
     final = final_state(sim)
     recorder.checkpoint(final)
     recorder.summary(summary)
-    if status == "ok" and folder is not None:
-        remove_checkpoints(folder)  # checkpoint.pt holds the final state
+    if status == "ok" and state.folder is not None:
+        remove_checkpoints(state.folder)  # checkpoint.pt holds the final state
     return RunOutcome(summary, recorder.rows, final, recorder.config)
-
-
-def _summary(
-    sim: Simulation[Any],
-    config: RunConfig,
-    counter: SampleCounter,
-    status: str,
-    last: dict[str, Any],
-    diverged_at: int | None,
-    done: int,
-    t0: float,
-    notes: list[str],
-) -> dict[str, Any]:
-    """``summary.json``'s fields common to every status (collectives across processes)."""
-    fed = sim.ctx.fed
-    summary: dict[str, Any] = {
-        "algorithm": config.algorithm,
-        "dataset": config.dataset,
-        "num_clients": fed.num_clients,
-        "rounds": config.rounds,
-        "seed": config.seed,
-        "metric": fed.metric_name,
-        "status": status,
-        "final": last["test_metric"] if diverged_at is None else None,
-        "per_client": last["per_client"] if diverged_at is None else None,
-        "transmitted_bits": sim.transmitted_bits(),
-        **sim.fault_counts(),  # rejected_messages, dropped_messages (runtime/faults.py)
-        "wall_seconds": time.perf_counter() - t0,
-        **peak_memory(config.device),
-        **sim.flops(counter.samples(), diverged_at or done),
-        "evaluated_on": "validation" if config.validation > 0 else "test",
-        "num_edges": sim.ctx.graph.num_edges,
-        "model_dims": sorted({int(d) for d in fed.node_dims()}),
-        "warnings": notes,
-        "versions": software_versions(),
-    }
-    lambda_max = getattr(sim.state, "lambda_max", None)
-    if lambda_max is not None:
-        summary["laplacian_lambda_max"] = lambda_max
-    kept = getattr(sim.state, "coupling_state_bytes", None)  # e.g. neighbour estimates (maps=redrawn)
-    if kept is not None:
-        summary["coupling_state_bytes"] = int(sim.ctx.comm.all_sum(torch.tensor(kept, dtype=torch.int64)))
-    return summary
-
-
-def _resolved(config: RunConfig, fed: Federation) -> RunConfig:
-    """``config`` as run: ``clients`` = the number of clients with training data (the dataset's
-    own number when the config left it open; a data-less server node is not counted)."""
-    if config.clients is not None:
-        return config
-    sizes = fed.train_sizes if fed.train_sizes is not None else [len(c.y_train) for c in fed.dataset.clients]
-    with_data = sum(int(n) > 0 for n in sizes)  # also clients held elsewhere
-    return config.replace(clients=with_data) if with_data >= 2 else config
 
 
 def _record(sim: Simulation[Any], recorder: Recorder, k: int, t0: float) -> dict[str, Any]:

@@ -166,6 +166,7 @@ def load_dataset(config: RunConfig) -> FederatedDataset:
         clients=config.clients,
         seed=config.seed,
         data_dir=Path(config.data_dir) if config.data_dir else None,
+        data_search=config.data_search,
         options=config.data,
     )
     protocol = ProtocolOptions(standardize=config.standardize, validation=config.validation)

@@ -1,11 +1,11 @@
 #!/bin/bash
-# Issue 9 sweep (docs/results.md, "Issue 9: School and Vehicle"): 72 runs, one seed, 2 at a time.
-# Usage: docs/configs/issue9-sweep.sh [OUT_DIR]   (from the repository root; default /tmp/issue9)
+# The School and Vehicle sweep (docs/results.md, "School and Vehicle"): 72 runs, one seed, 2 at a time.
+# Usage: docs/configs/school-vehicle-sweep.sh [OUT_DIR]   (from the repository root; default /tmp/school-vehicle-sweep)
 # Each run goes to OUT_DIR/runs/NAME (summary.json, metrics.csv); the last lines of each log to OUT_DIR/logs/NAME.log.
 # OMP_NUM_THREADS=1: these problems are tiny and, on a shared 2-core machine, torch's default thread count made
 # runs many times slower (same numbers either way).
 set -u
-OUT=${1:-/tmp/issue9}
+OUT=${1:-/tmp/school-vehicle-sweep}
 mkdir -p "$OUT/runs" "$OUT/logs"
 # Settings of every run; shared_maps=false: the sweep ran before shared maps became the default.
 COMMON="graph_p=0.2 local_epochs=1 rounds=500 eval_every=10 shared_maps=false"

@@ -1,4 +1,5 @@
-"""``sheaf-fmtl data list | describe | fetch`` (hooked into the main CLI through :func:`add_parser`).
+"""``sheaf-fmtl data list | describe | fetch`` (hooked into the main CLI through :func:`add_parser`);
+beside the other command-line modules, above the config it reads ``--set`` with.
 
 ``describe`` prints what the paper's Table "Data partitioning" reports (min/max training samples
 n_k per client after the protocol) plus class balance and a non-IID summary: the mean total-variation
@@ -16,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from ..cli_options import PROG, Parser, UsageError, add_config_options, config_keys, error_line
-from ..config import ConfigError, RunConfig, load_config
-from .base import DatasetError, FederatedDataset
-from .fetch import SOURCES, fetch
-from .files import search_dirs, try_find
-from .protocol import apply_protocol
-from .registry import DataRequest, dataset_files, dataset_names, load_raw
+from .cli_options import PROG, Parser, UsageError, add_config_options, config_keys, error_line
+from .config import ConfigError, RunConfig, load_config
+from .data.base import DatasetError, FederatedDataset
+from .data.fetch import SOURCES, fetch
+from .data.files import ENV_VAR, search_dirs, try_find, user_data_dir
+from .data.protocol import apply_protocol
+from .data.registry import DataRequest, dataset_files, dataset_names, load_raw
 
 #: Files that make each file-based dataset available (any one of each list suffices), as the readers
 #: declare them (``register(name, files=...)``).
@@ -47,7 +48,12 @@ def add_parser(subparsers: Any) -> None:
     )  # older spelling of --set data.KEY=VALUE
     f = sub.add_parser("fetch", help="download a dataset and verify its SHA-256")
     f.add_argument("name", choices=sorted(SOURCES))
-    f.add_argument("--dest", type=Path, required=True)
+    f.add_argument(
+        "--dest",
+        type=Path,
+        default=None,
+        help="folder to store it in (default: the user data folder, searched by runs)",
+    )
     f.add_argument("--url", default=None, help="download from here instead of the official address")
     f.add_argument("--sha256", default=None, help="expected SHA-256 where the table has none")
     p.set_defaults(func=main_data)
@@ -68,7 +74,7 @@ def cmd_list(data_dir: Path | None) -> int:
             continue
         found = try_find(DATASET_FILES[name], data_dir)
         if found is None:
-            print(f"{name:18s} missing  (get it: sheaf-fmtl data fetch {name} --dest DIR)")
+            print(f"{name:18s} missing  (get it: sheaf-fmtl data fetch {name})")
             continue
         subset = name == "vehicle" and found.suffix == ".npz"
         print(f"{name:18s} found    {found}" + (" (small subset; vehicle.mat preferred)" if subset else ""))
@@ -105,7 +111,13 @@ def summarize(ds: FederatedDataset) -> dict[str, Any]:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    req = DataRequest(clients=args.clients, seed=args.seed, data_dir=args.data_dir, options=args.options)
+    req = DataRequest(
+        clients=args.clients,
+        seed=args.seed,
+        data_dir=args.data_dir,
+        data_search=args.data_search,
+        options=args.options,
+    )
     raw = load_raw(args.name, req)
     ds = apply_protocol(raw, args.seed)
     s = summarize(ds)
@@ -142,9 +154,13 @@ def main_data(args: argparse.Namespace) -> int:
             config = _describe_config(args)
             args.clients, args.seed, args.options = config.clients, config.seed, config.data
             args.data_dir = Path(config.data_dir) if config.data_dir else None
+            args.data_search = config.data_search
             return cmd_describe(args)
         if args.data_command == "fetch":
-            fetch(args.name, args.dest, url=args.url, sha256=args.sha256)
+            dest = args.dest or user_data_dir()
+            fetch(args.name, dest, url=args.url, sha256=args.sha256)
+            if args.dest is not None:
+                print(f"{args.name}: runs find it with --data-dir {dest} (or {ENV_VAR}={dest})")
             return 0
         raise DatasetError(f"unknown data command {args.data_command!r}")
     except (DatasetError, ConfigError) as e:

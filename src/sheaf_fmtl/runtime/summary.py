@@ -1,0 +1,68 @@
+"""``summary.json``'s fields (:func:`summarize`) and the config as a run records it (:func:`resolved`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from ..config import RunConfig
+from ..federation import Federation
+from ..metrics.flops import SampleCounter
+from ..metrics.memory import peak_memory
+from ..metrics.recorder import software_versions
+from .simulate import Simulation
+
+
+def summarize(
+    sim: Simulation[Any],
+    config: RunConfig,
+    counter: SampleCounter,
+    status: str,
+    last: dict[str, Any],
+    diverged_at: int | None,
+    done: int,
+    t0: float,
+    notes: list[str],
+) -> dict[str, Any]:
+    """``summary.json``'s fields common to every status (collectives across processes)."""
+    fed = sim.ctx.fed
+    summary: dict[str, Any] = {
+        "algorithm": config.algorithm,
+        "dataset": config.dataset,
+        "num_clients": fed.num_clients,
+        "rounds": config.rounds,
+        "seed": config.seed,
+        "metric": fed.metric_name,
+        "status": status,
+        "final": last["test_metric"] if diverged_at is None else None,
+        "per_client": last["per_client"] if diverged_at is None else None,
+        "transmitted_bits": sim.transmitted_bits(),
+        **sim.fault_counts(),  # rejected_messages, dropped_messages (runtime/faults.py)
+        "wall_seconds": time.perf_counter() - t0,
+        **peak_memory(config.device),
+        **sim.flops(counter.samples(), diverged_at or done),
+        "evaluated_on": "validation" if config.validation > 0 else "test",
+        "num_edges": sim.ctx.graph.num_edges,
+        "model_dims": sorted({int(d) for d in fed.node_dims()}),
+        "warnings": notes,
+        "versions": software_versions(),
+    }
+    lambda_max = getattr(sim.state, "lambda_max", None)
+    if lambda_max is not None:
+        summary["laplacian_lambda_max"] = lambda_max
+    kept = getattr(sim.state, "coupling_state_bytes", None)  # e.g. neighbour estimates (maps=redrawn)
+    if kept is not None:
+        summary["coupling_state_bytes"] = int(sim.ctx.comm.all_sum(torch.tensor(kept, dtype=torch.int64)))
+    return summary
+
+
+def resolved(config: RunConfig, fed: Federation) -> RunConfig:
+    """``config`` as run: ``clients`` = the number of clients with training data (the dataset's
+    own number when the config left it open; a data-less server node is not counted)."""
+    if config.clients is not None:
+        return config
+    sizes = fed.train_sizes if fed.train_sizes is not None else [len(c.y_train) for c in fed.dataset.clients]
+    with_data = sum(int(n) > 0 for n in sizes)  # also clients held elsewhere
+    return config.replace(clients=with_data) if with_data >= 2 else config
