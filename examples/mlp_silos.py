@@ -5,8 +5,10 @@ share their decision rule up to a shift, regions differ. Even silos train a wide
 narrow one: two architectures on one graph, which Sheaf-FMTL couples through its restriction maps.
 The loss is cross-entropy with label smoothing (a mean over samples, as every loss here must be).
 
-Compared: Sheaf-FMTL (both widths), local training (both widths) and dFedU, which averages whole
-models and so needs one architecture: it runs the wide MLP on every silo.
+Compared: Sheaf-FMTL with the paper's learned maps and with aligned maps (both widths: the maps
+compare the hidden units the two widths share), local training (both widths), and, on the wide MLP
+everywhere, dFedU (which averages whole models, so needs one architecture) and Sheaf-FMTL with maps
+redrawn each round plus neighbour estimates (dFedU's coupling at a tenth of its bits).
 
     python examples/mlp_silos.py            # about a minute of CPU time
     python examples/mlp_silos.py --quick    # a few seconds (what the test suite runs)
@@ -73,8 +75,12 @@ def main(argv: list[str] | None = None) -> dict[str, sheaf_fmtl.RunResult]:
     ours = sheaf_fmtl.Federation(data, two_widths, loss=smoothed_cross_entropy, graph=graph)
     results = {
         "sheaf-fmtl (8 + 32 units)": ours.run(algorithm="sheaf-fmtl", **keys),
+        "sheaf-fmtl aligned (8 + 32)": ours.run(algorithm="sheaf-fmtl", maps="aligned", **keys),
         "local (8 + 32 units)": ours.run(algorithm="local", **keys),
         "dfedu (32 units)": ours.run(algorithm="dfedu", model=lambda i: mlp(32), **keys),
+        "sheaf-fmtl redrawn (32)": ours.run(
+            algorithm="sheaf-fmtl", maps="redrawn", estimates=True, gamma=0.1, model=lambda i: mlp(32), **keys
+        ),
     }
     print(f"{'algorithm':<28}{'test accuracy':>14}{'Mbit sent':>12}{'GFLOP':>10}")
     for name, r in results.items():

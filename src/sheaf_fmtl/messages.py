@@ -80,6 +80,21 @@ class EdgeLayout:
             )
         return self._index[key]
 
+    def exchange(self, data: torch.Tensor) -> torch.Tensor:
+        """``data.index_select(0, self.exchange_index(data.device))``: what arrives at every position
+        of an in-process exchange. When every payload has the same size ``d`` (one model per
+        half-edge, one sheaf bucket) it is taken by rows of the ``[H, d]`` view: the same elements,
+        ~4x faster on the CPU than an element-level gather."""
+        key = f"rows:{data.device}"
+        if key not in self._index:
+            sizes = self.sizes
+            equal = len(sizes) > 0 and sizes[0] > 0 and bool((sizes == sizes[0]).all()) and self.whole
+            self._index[key] = torch.as_tensor(self.rev, device=data.device) if equal else torch.empty(0)
+        rows = self._index[key]
+        if not len(rows):
+            return data.index_select(0, self.exchange_index(data.device))
+        return data.reshape(len(rows), -1).index_select(0, rows).view(-1)
+
     def element_positions(self, device: torch.device | str = "cpu") -> torch.Tensor:
         """``[total]``: the buffer position of the half-edge that owns each element (cached)."""
         key = f"elements:{device}"
@@ -121,8 +136,7 @@ Payload = dict[str, EdgeTensor | ServerTensor]
 
 def exchanged(item: EdgeTensor) -> EdgeTensor:
     """What arrives for ``item`` when every reverse half-edge is held here: one gather."""
-    data = item.data.index_select(0, item.layout.exchange_index(item.data.device))
-    return EdgeTensor(data, item.layout.reversed())
+    return EdgeTensor(item.layout.exchange(item.data), item.layout.reversed())
 
 
 class Comm(Protocol):

@@ -50,7 +50,7 @@ class DFedU(Algorithm[GossipState]):
     ) -> torch.Tensor:
         """``[N, d]``: ``sum_j a_ij (theta_i - theta_j)``, the weighted graph Laplacian times theta,
         over the neighbours heard (``heard [H, 1]``, ``None``: all)."""
-        diff = theta[gossip.src] - theirs
+        diff = theta.index_select(0, gossip.src) - theirs
         if heard is not None:
             diff = torch.where(heard, diff, diff.new_zeros(()))
         return gossip.neighbour_sum(diff if self.a_half is None else self.a_half * diff)

@@ -48,7 +48,7 @@ class ModelGossip:
 
     def send(self, theta: torch.Tensor) -> EdgeTensor:
         """``theta [N, d]`` -> one copy per outgoing half-edge."""
-        return EdgeTensor(theta[self.src].reshape(-1), self.layout)
+        return EdgeTensor(theta.index_select(0, self.src).reshape(-1), self.layout)  # ~7x theta[src]
 
     def received(self, incoming: EdgeTensor | ServerTensor) -> torch.Tensor:
         """``[H, d]``: row ``q`` is the neighbour's model ``theta_{dst[q]}``."""

@@ -35,6 +35,7 @@ class Federation:
     all_dims: np.ndarray | None = field(default=None, repr=False)  # [N] d_i of every client
     train_sizes: np.ndarray | None = field(default=None, repr=False)  # [N] n_i of every client
     user_metric: str | None = None  # the name of the user's metric (config key metric), if any
+    _largest: int = field(init=False, default=-1, repr=False)  # max n_i, once asked (steps_per_epoch)
 
     def with_streams(self, seed: int) -> Federation:
         """This federation (the same cohorts and data, not copied) with its own random streams: every
@@ -86,12 +87,14 @@ class Federation:
     def steps_per_epoch(self, batch_size: int) -> int:
         """Steps of one pass over the largest client's data, over every client (held here or not):
         ``ceil(max n_i / B)`` (one step for ``B <= 0``)."""
-        sizes = (
-            self.train_sizes
-            if self.train_sizes is not None
-            else [len(c.y_train) for c in self.dataset.clients]
-        )
-        return 1 if batch_size <= 0 else max(1, math.ceil(max(sizes, default=0) / batch_size))
+        if self._largest < 0:  # asked at every local step: the sizes never change
+            sizes = (
+                self.train_sizes
+                if self.train_sizes is not None
+                else [len(c.y_train) for c in self.dataset.clients]
+            )
+            self._largest = int(max(sizes, default=0))
+        return 1 if batch_size <= 0 else max(1, math.ceil(self._largest / batch_size))
 
     def per_client(self, per_cohort: list[torch.Tensor]) -> torch.Tensor:
         """Scatter per-cohort ``[C, ...]`` results back to client order ``[N, ...]``."""

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..streams import ClientStreams, draw_keys
+from ..streams import ClientStreams, fill_keys
 
 EVAL_TRAIN_SAMPLES = 256  # fixed random training samples per client behind the reported train loss
 EVAL_SUBSAMPLE_SEED = 1_000_003  # their streams: per client, independent of the run's seed
@@ -77,7 +77,7 @@ class StackedClients:
         init=False, default_factory=dict
     )
     _eval_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = field(init=False, default=None)
-    _key_slots: dict[int, tuple[list[int], torch.Tensor, torch.Tensor]] = field(
+    _key_slots: dict[int, tuple[torch.Tensor, list[int], list[torch.Tensor]]] = field(
         init=False, default_factory=dict, repr=False
     )
     _client_ids: list[int] = field(init=False, repr=False)
@@ -115,18 +115,16 @@ class StackedClients:
         (:mod:`sheaf_fmtl.streams`), 2 on padding (sorts last). Clients with ``n_i <= draw_above``
         draw nothing (their keys are 0: a batch of at least ``n_i`` takes all their samples)."""
         if draw_above not in self._key_slots:  # from the n_i alone: built once, no sync afterwards
-            n = self.n_host
-            drawn = torch.where(n > draw_above, n, torch.zeros_like(n))
+            n, sizes = self.n_host, self.n_host.tolist()
             pos = torch.arange(self.x_train.shape[1])
-            base = torch.full((len(n), len(pos)), 2.0).masked_fill_(pos < n[:, None], 0.0)
-            slots = torch.nonzero((pos < drawn[:, None]).flatten()).flatten()  # row-major
-            self._key_slots[draw_above] = (drawn.tolist(), slots, base)
-        counts, slots, base = self._key_slots[draw_above]
-        parts = draw_keys(source, self._client_ids, counts)
-        keys = base.clone().view(-1).index_copy_(0, slots, torch.cat(parts)).view(base.shape)
+            buf = torch.full((len(n), len(pos)), 2.0).masked_fill_(pos < n[:, None], 0.0)
+            drawn = [k for k, nk in enumerate(sizes) if nk > draw_above]
+            rows = [buf[k, : sizes[k]] for k in drawn]  # views: each call redraws exactly these
+            self._key_slots[draw_above] = (buf, [self._client_ids[k] for k in drawn], rows)
+        buf, ids, rows = self._key_slots[draw_above]
+        fill_keys(source, ids, rows)  # in place, client after client (the numbers of draw_keys)
         # drawn on the CPU (same batches on every device), copied without a host-device sync
-        if self.x_train.is_cuda:
-            keys = keys.pin_memory()
+        keys = buf.pin_memory() if self.x_train.is_cuda else buf.clone()  # buf is redrawn next call
         return keys.to(self.x_train.device, non_blocking=True)
 
     def sample(self, batch_size: int, source: ClientStreams | torch.Generator) -> Batch:

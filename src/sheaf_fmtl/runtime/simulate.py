@@ -5,6 +5,7 @@ them (:mod:`.shard`, :mod:`.distributed`, launched by :mod:`.launch`). The round
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,10 +87,10 @@ class Simulation(Generic[S]):
         """Every theta and the last batch losses are finite, on every process (one host-device
         sync a round; one small all-reduce across processes, which also carries a pending signal,
         read by :meth:`agree_stop`, and whether a checkpoint write is in flight, :attr:`writing`)."""
-        flags = [torch.isfinite(t).all() for t in self.state.thetas]
+        checked = [*self.state.thetas]
         if self.state.batch_loss is not None:
-            flags.append(torch.isfinite(self.state.batch_loss).all())
-        bad = (~torch.stack(flags).all()).to(torch.int32)
+            checked.append(self.state.batch_loss)
+        bad = _non_finite(checked)
         if isinstance(self.transport, InProcessTransport):
             return not bool(bad)
         busy = int(self.writing()) if self.writing is not None else 0
@@ -159,6 +160,17 @@ class Simulation(Generic[S]):
             "objective": float(f.sum()) + (pen[0] if pen else 0.0),
             "sheaf_energy": pen[1] if pen else None,
         }
+
+
+def _non_finite(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``int32`` scalar, 1 when an element of ``tensors`` is NaN or infinite. On the CPU one sum per
+    tensor comes first (read on the host, free there): finite sums mean finite elements, and only a
+    sum that is not (a non-finite element, or an overflow of finite ones) takes the elementwise check
+    (``isfinite`` is ~50x slower than a sum on the CPU)."""
+    if all(t.device.type == "cpu" for t in tensors) and all(math.isfinite(float(t.sum())) for t in tensors):
+        return torch.zeros((), dtype=torch.int32)
+    flags = [torch.isfinite(t).all() for t in tensors]
+    return (~torch.stack(flags).all()).to(torch.int32)
 
 
 def load_dataset(config: RunConfig) -> FederatedDataset:

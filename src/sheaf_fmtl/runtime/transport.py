@@ -118,7 +118,7 @@ class InProcessTransport(EdgeTransport):
         data, layout = item.data, item.layout
         if data.numel() != layout.total:  # rejected whole by Faults.accept
             return data
-        return data.index_select(0, layout.exchange_index(data.device))
+        return layout.exchange(data)
 
     def _via_server(self, item: ServerTensor) -> ServerTensor:
         accepted, present, rows = self.faults.server_rows(item.data)
