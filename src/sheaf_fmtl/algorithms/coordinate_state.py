@@ -11,7 +11,7 @@ import torch
 from ..config import ConfigError, RunConfig
 from ..messages import Comm, EdgeTensor
 from ..sheaf.layout import SheafLayout
-from ..sheaf.selection import Support
+from ..sheaf.selection import SelectionDraws, Support
 from ..sheaf.supports import aligned_support, feature_support
 from .base import Context, State
 
@@ -30,6 +30,7 @@ class CoordinateState(State):
     lambda_max: float | None = None  # start-up bound on lambda_max of every round's sheaf Laplacian
     fixed: list[torch.Tensor] | None = field(default=None, repr=False)  # features/aligned coordinates
     maps_now: tuple[list[torch.Tensor], list[torch.Tensor] | None] | None = field(default=None, repr=False)
+    draws: SelectionDraws | None = field(default=None, repr=False)  # maps=redrawn, map_kind=selection
 
     @property
     def coupling_state_bytes(self) -> int:

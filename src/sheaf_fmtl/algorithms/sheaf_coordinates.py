@@ -48,7 +48,7 @@ import torch
 from ..config import ConfigError, RunConfig
 from ..messages import EdgeTensor, Payload
 from ..sheaf.layout import SheafLayout, build_layout
-from ..sheaf.selection import Support, dense_maps, selection_positions
+from ..sheaf.selection import SelectionDraws, Support, dense_maps
 from ..sheaf.supports import align_initial_models
 from .base import Algorithm, Context, register_maps
 from .coordinate_state import CoordinateState, edge_supports, expected_energy, flat_index, refresh_estimates
@@ -138,9 +138,10 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         assert layout is not None
         dev = state.thetas[0].device
         if self.kind == "selection":
-            edges = layout.order // 2
-            m = layout.node_dims[layout.graph.src[layout.order]]
-            pos = selection_positions(self.seed, edges, state.round, m, layout.messages.sizes, dev)
+            if state.draws is None:  # the round-independent part of the draws, once per run
+                m = layout.node_dims[layout.graph.src[layout.order]]
+                state.draws = SelectionDraws(self.seed, layout.order // 2, m, layout.messages.sizes, dev)
+            pos = state.draws.positions(state.round)
             coords = flat_index(layout, state.thetas, list(layout.bucket_messages(pos)))
             state.maps_now = (coords, None)
         else:

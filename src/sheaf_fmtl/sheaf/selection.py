@@ -42,13 +42,17 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def edge_keys(seed: int, edges: torch.Tensor, round_: int, stream: int) -> torch.Tensor:
-    """``[E]`` 32-bit keys of ``(seed, stream, edge, round)`` (int64 tensors holding 32-bit values)."""
+def _base_keys(seed: int, edges: torch.Tensor, stream: int) -> torch.Tensor:
+    """``[E]`` keys of ``(seed, stream, edge)``, before the round is mixed in."""
     k = _mix32(torch.full_like(edges, (seed & _MASK32) ^ _GOLDEN))
     k = _mix32(k ^ ((seed >> 32) & _MASK32))
     k = _mix32(k ^ stream)
-    k = _mix32(k ^ (edges & _MASK32))
-    return _mix32(k ^ (round_ & _MASK32))
+    return _mix32(k ^ (edges & _MASK32))
+
+
+def edge_keys(seed: int, edges: torch.Tensor, round_: int, stream: int) -> torch.Tensor:
+    """``[E]`` 32-bit keys of ``(seed, stream, edge, round)`` (int64 tensors holding 32-bit values)."""
+    return _mix32(_base_keys(seed, edges, stream) ^ (round_ & _MASK32))
 
 
 def hash_uniform32(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
@@ -83,26 +87,43 @@ class Support:
         return cls(m, torch.as_tensor(flat, dtype=torch.long, device=device), offsets)
 
 
+class SelectionDraws:
+    """The ``selection`` maps of a fixed list of edges, round after round (:meth:`positions`): for
+    each listed edge ``e`` (global id), ``d[e]`` distinct positions in ``0..m[e]-1``, one uniformly
+    in each stratum ``[floor(k m/d), floor((k+1) m/d))`` of a ``0..m-1`` rotated by a uniform
+    offset, concatenated edge after edge (``[sum d]`` int64). Every position is drawn with
+    probability ``d/m``; integer arithmetic only. What does not depend on the round (the strata,
+    the keys up to the round, the element counters' hashes) is computed once."""
+
+    def __init__(
+        self, seed: int, edges: np.ndarray, m: np.ndarray, d: np.ndarray, device: torch.device | str
+    ) -> None:
+        e = torch.as_tensor(edges, dtype=torch.long, device=device)
+        self.m = torch.as_tensor(m, dtype=torch.long, device=device)
+        d_t = torch.as_tensor(d, dtype=torch.long, device=device)
+        self.base = _base_keys(seed, e, stream=1)
+        self.per_el = torch.repeat_interleave(torch.arange(len(e), device=device), d_t)
+        first = torch.cumsum(d_t, 0) - d_t
+        k = torch.arange(len(self.per_el), device=device) - first[self.per_el]  # stratum within its edge
+        self.m_el, d_el = self.m[self.per_el], d_t[self.per_el]
+        self.start = k * self.m_el // d_el
+        self.size = (k + 1) * self.m_el // d_el - self.start
+        self.counter_hash = _mix32((k + 1) * _GOLDEN + 1)  # hash_uniform32's counters k + 1
+        self.offset_hash = int(_mix32(torch.tensor(1)))  # hash_uniform32 of counter 0: the rotation
+
+    def positions(self, round_: int) -> torch.Tensor:
+        """This round's positions (see the class docstring)."""
+        keys = _mix32(self.base ^ (round_ & _MASK32))
+        u = _mix32(keys[self.per_el] ^ self.counter_hash)
+        offset = (_mix32(keys ^ self.offset_hash) * self.m) >> 32  # rotation per edge
+        return (self.start + ((u * self.size) >> 32) + offset[self.per_el]) % self.m_el
+
+
 def selection_positions(
     seed: int, edges: np.ndarray, round_: int, m: np.ndarray, d: np.ndarray, device: torch.device | str
 ) -> torch.Tensor:
-    """This round's ``selection`` maps: for each listed edge ``e`` (global id), ``d[e]`` distinct
-    positions in ``0..m[e]-1``, one uniformly in each stratum ``[floor(k m/d), floor((k+1) m/d))``
-    of a ``0..m-1`` rotated by a uniform offset. Concatenated edge after edge: ``[sum d]`` int64.
-    Every position is drawn with probability ``d/m``; integer arithmetic only."""
-    e = torch.as_tensor(edges, dtype=torch.long, device=device)
-    m_t = torch.as_tensor(m, dtype=torch.long, device=device)
-    d_t = torch.as_tensor(d, dtype=torch.long, device=device)
-    keys = edge_keys(seed, e, round_, stream=1)
-    per_el = torch.repeat_interleave(torch.arange(len(e), device=device), d_t)
-    first = torch.cumsum(d_t, 0) - d_t
-    k = torch.arange(len(per_el), device=device) - first[per_el]  # stratum index within its edge
-    mm, dd = m_t[per_el], d_t[per_el]
-    start = k * mm // dd
-    size = (k + 1) * mm // dd - start
-    u = hash_uniform32(keys[per_el], k + 1)
-    offset = (hash_uniform32(keys, torch.zeros_like(keys)) * m_t) >> 32  # rotation per edge
-    return (start + ((u * size) >> 32) + offset[per_el]) % mm
+    """Round ``round_``'s positions of :class:`SelectionDraws` (one round; see there)."""
+    return SelectionDraws(seed, edges, m, d, device).positions(round_)
 
 
 def dense_maps(
