@@ -20,6 +20,7 @@ ROWS = [
     ("dpsgd", "D-PSGD", "C4", "-"),
     ("learned", "learned maps (the paper's)", "C7", "-"),
     ("fixed", "fixed shared maps", "C5", "-"),
+    ("fixed-wide", "fixed shared maps, lam 10 (wider grid)", "C5", "--"),
     ("redrawn-selection", "redrawn, selection", "C2", "-"),
     ("redrawn-selection-est", "redrawn, selection + estimates", "C2", "--"),
     ("redrawn-orthonormal", "redrawn, orthonormal", "C3", "-"),

@@ -3,7 +3,7 @@
     .venv/bin/python docs/results/coupling/table.py [ROOT]
 
 One row per setting and dataset: the lam and alpha chosen on validation (best.yaml of the row's
-sweep), the final test metric over 5 seeds (mean ± standard error, s / sqrt(n)), the bits the whole
+sweep; ``fixed-wide``: of the School grid-edge sweep ``sweep-edge/fixed``), the final test metric over 5 seeds (mean ± standard error, s / sqrt(n)), the bits the whole
 network transmitted in the run (mean over seeds), dFedU's bits over the row's (same seeds, so the
 same graphs), and the peak resident memory of the process (peak_rss_bytes, mean over seeds).
 """
@@ -22,6 +22,7 @@ ROWS = [
     ("dpsgd", "D-PSGD"),
     ("learned", "Sheaf-FMTL, learned maps (the paper's Algorithm 1)"),
     ("fixed", "Sheaf-FMTL, fixed shared maps (eta = 0)"),
+    ("fixed-wide", "the same, wider lam grid (School)"),
     ("redrawn-selection", "redrawn, selection"),
     ("redrawn-selection-est", "redrawn, selection + estimates"),
     ("redrawn-orthonormal", "redrawn, orthonormal rows"),
@@ -47,12 +48,15 @@ def main() -> None:
         for row, name in ROWS:
             label = ds_name if first else ""
             if row not in agg:
+                if row == "fixed-wide":
+                    continue
                 print(f"| {label} | {name} | not run | | | | |")
                 first = False
                 continue
             first = False
             a = agg[row]
-            best = yaml.safe_load((root / ds / "sweep" / row / "best.yaml").read_text())
+            sweep = root / ds / ("sweep-edge/fixed" if row == "fixed-wide" else f"sweep/{row}")
+            best = yaml.safe_load((sweep / "best.yaml").read_text())
             hp = f"alpha {best['alpha']}" if row in ("local", "dpsgd") else f"{best['lam']}, {best['alpha']}"
             scale = 100.0 if a["metric"] == "accuracy" else 1.0
             m, se, n = a["final"]["mean"] * scale, a["final"]["se"] * scale, a["final"]["n"]
