@@ -27,7 +27,12 @@ VARIANTS = {
     "dfedu": {"algorithm": "dfedu", "lam": 0.1},
     "redrawn": {"algorithm": "sheaf-fmtl", "maps": "redrawn", "lam": 1.0},
     "redrawn-est": {"algorithm": "sheaf-fmtl", "maps": "redrawn", "estimates": True, "lam": 0.1},
-    "redrawn-orthonormal": {"algorithm": "sheaf-fmtl", "maps": "redrawn", "map_kind": "orthonormal", "lam": 1.0},
+    "redrawn-orthonormal": {
+        "algorithm": "sheaf-fmtl",
+        "maps": "redrawn",
+        "map_kind": "orthonormal",
+        "lam": 1.0,
+    },
     "redrawn-gaussian": {"algorithm": "sheaf-fmtl", "maps": "redrawn", "map_kind": "gaussian", "lam": 1.0},
     "learned": {"algorithm": "sheaf-fmtl", "maps": "learned", "lam": 0.01},
 }
@@ -43,8 +48,17 @@ def main() -> None:
     args = parser.parse_args()
     names = ["dfedu"] + [v for v in args.variants.split(",") if v and v != "dfedu"]
     base = dict(
-        dataset=args.dataset, graph="erdos-renyi", graph_p=0.2, local_epochs=1, batch_size=32,
-        gamma=args.gamma, alpha=0.01, rounds=10**6, seed=0, save_maps=False, checkpoint_every=0,
+        dataset=args.dataset,
+        graph="erdos-renyi",
+        graph_p=0.2,
+        local_epochs=1,
+        batch_size=32,
+        gamma=args.gamma,
+        alpha=0.01,
+        rounds=10**6,
+        seed=0,
+        save_maps=False,
+        checkpoint_every=0,
     )
     sims = {n: build_simulation(resolve_config(None, **{**base, **VARIANTS[n]})) for n in names}
     for sim in sims.values():  # warm-up
@@ -59,13 +73,24 @@ def main() -> None:
                 sim.step()
             times[n].append((time.perf_counter() - t) / per_block)
     med = {n: statistics.median(v) for n, v in times.items()}
-    print(f"{args.dataset}, {per_block * args.blocks} rounds each in {args.blocks} alternating blocks, "
-          f"torch threads {torch.get_num_threads()}")
+    print(
+        f"{args.dataset}, {per_block * args.blocks} rounds each in {args.blocks} alternating blocks, "
+        f"torch threads {torch.get_num_threads()}"
+    )
     for n in names:
         print(f"  {n:22s} {med[n] * 1e3:8.2f} ms/round   ratio to dFedU {med[n] / med['dfedu']:.3f}")
-    print(json.dumps({"dataset": args.dataset, "gamma": args.gamma, "rounds_per_variant": per_block * args.blocks,
-                      "median_s_per_round": med, "ratio_to_dfedu": {n: med[n] / med["dfedu"] for n in names},
-                      "blocks_s_per_round": times}))
+    print(
+        json.dumps(
+            {
+                "dataset": args.dataset,
+                "gamma": args.gamma,
+                "rounds_per_variant": per_block * args.blocks,
+                "median_s_per_round": med,
+                "ratio_to_dfedu": {n: med[n] / med["dfedu"] for n in names},
+                "blocks_s_per_round": times,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -45,7 +45,9 @@ def main() -> None:
     root = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/results/coupling")
     out = Path(sys.argv[2] if len(sys.argv) > 2 else root / "coupling-metric-vs-bits.png")
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
-    for ax, (ds, ylabel) in zip(axes, [("school", "test MSE (lower is better)"), ("vehicle", "test accuracy %")]):
+    for ax, (ds, ylabel) in zip(
+        axes, [("school", "test MSE (lower is better)"), ("vehicle", "test accuracy %")], strict=True
+    ):
         local = root / ds / "seeds" / "local"
         if (local / "aggregate.json").exists():
             v = curve(local)
@@ -58,7 +60,9 @@ def main() -> None:
         ax.set_xscale("log")
         ax.set_xlabel("MB transmitted by the whole network (log scale)")
         ax.set_ylabel(ylabel)
-        ax.set_title(f"{'School' if ds == 'school' else 'Vehicle subset'}: gamma 0.1, every 50 rounds to 500, 5 seeds")
+        ax.set_title(
+            f"{'School' if ds == 'school' else 'Vehicle subset'}: gamma 0.1, every 50 rounds to 500, 5 seeds"
+        )
         ax.grid(alpha=0.3)
         if ds == "school":
             ax.set_ylim(105, 160)

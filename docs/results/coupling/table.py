@@ -3,7 +3,8 @@
     .venv/bin/python docs/results/coupling/table.py [ROOT]
 
 One row per setting and dataset: the lam and alpha chosen on validation (best.yaml of the row's
-sweep; ``fixed-wide``: of the School grid-edge sweep ``sweep-edge/fixed``), the final test metric over 5 seeds (mean ± standard error, s / sqrt(n)), the bits the whole
+sweep; ``fixed-wide``: of the School grid-edge sweep ``sweep-edge/fixed``), the final test metric
+over 5 seeds (mean ± standard error, s / sqrt(n)), the bits the whole
 network transmitted in the run (mean over seeds), dFedU's bits over the row's (same seeds, so the
 same graphs), and the peak resident memory of the process (peak_rss_bytes, mean over seeds).
 """
@@ -35,7 +36,10 @@ DATASETS = [("school", "School (test MSE, lower is better)"), ("vehicle", "Vehic
 
 def main() -> None:
     root = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/results/coupling")
-    print("| dataset | coupling | lam, alpha (validation) | test metric (5 seeds) | bits (MB) | dFedU / bits | peak RSS (MB) |")
+    head = (
+        "| dataset | coupling | lam, alpha (validation) | test metric (5 seeds) | bits (MB) | dFedU / bits |"
+    )
+    print(head + " peak RSS (MB) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for ds, ds_name in DATASETS:
         agg = {}
@@ -64,7 +68,8 @@ def main() -> None:
             ratio = "-" if bits == 0 or ref is None else f"{ref / bits:.1f}x"
             rss = a["peak_rss_bytes"]["mean"] / 2**20
             seeds = "" if n == 5 else f" ({n} seeds)"
-            print(f"| {label} | {name} | {hp} | {m:.2f} ± {se:.2f}{seeds} | {bits / 8e6:,.1f} | {ratio} | {rss:,.0f} |")
+            metric = f"{m:.2f} ± {se:.2f}{seeds}"
+            print(f"| {label} | {name} | {hp} | {metric} | {bits / 8e6:,.1f} | {ratio} | {rss:,.0f} |")
 
 
 if __name__ == "__main__":
