@@ -9,7 +9,7 @@ Where each setting comes from:
   for R-MNIST / H-CIFAR-10 and ``p = 0.2`` otherwise (Section 5.1); gamma values, topologies,
   ``lam`` grid and map initialisations of each experiment (Sections 5.2-5.4, appendix);
   the CNNs (Section 5.1, Table ``tab:heterogeneous_cnn_architectures``).
-- our documented defaults (``docs/results.md``, README "Config keys"), where the paper gives none:
+- our documented defaults (``docs/results.md``, the config reference), where the paper gives none:
   one local epoch of batch-32 SGD per round (``local_epochs=1``, the authors' code), ``alpha=0.05``,
   ``eta=0.01``, shared maps with the automatic map scale, 200 rounds for the image datasets and 500
   for the tabular ones, evaluation every 10 rounds. The paper tunes its step sizes on validation
