@@ -127,7 +127,7 @@ def run(
         resume: a stopped run's folder: continue it from its last checkpoint with its saved
             config (``config`` and ``out`` not given; ``keys`` may only change ``rounds`` and the
             keys that leave the mathematics alone, as ``sheaf-fmtl run --resume``).
-        **keys: config keys (`sheaf-fmtl run --help-keys`, the config reference), applied on top of ``config``; ``data`` (a
+        **keys: config keys (`sheaf-fmtl run --help-keys`), applied on top of ``config``; ``data`` (a
             list, one entry per client), ``model``, ``loss``, ``metric``, ``graph`` may be Python
             objects instead (:class:`sheaf_fmtl.Federation` says which; such a run's config cannot
             re-create them: ``resume`` only in this process, ``processes = 1``).
