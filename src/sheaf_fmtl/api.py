@@ -11,6 +11,7 @@ Example (the README's)::
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,6 +144,7 @@ def run(
     from .own import Federation, has_objects
     from .runtime.loop import execute
     from .runtime.resume import resume as resume_run
+    from .runtime.rundir import claim
     from .scenarios import build
 
     if has_objects(keys):
@@ -170,8 +172,8 @@ def run(
         outcome = resume_run(resume, keys=keys, progress=progress, build=build)
         out = resume
     else:
-        outcome = execute(
-            resolve_config(config, **keys), out, progress=progress, overwrite=overwrite, build=build
-        )
+        resolved = resolve_config(config, **keys)
+        with claim(out, overwrite=overwrite) if out is not None else contextlib.nullcontext():
+            outcome = execute(resolved, out, progress=progress, overwrite=overwrite, build=build)
     where = None if out is None else Path(out)
     return RunResult(outcome.config, outcome.summary, outcome.rows, outcome.final, where)

@@ -19,6 +19,7 @@ import torch
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.runtime import simulate
 from sheaf_fmtl.runtime.interrupt import StopRequest
+from sheaf_fmtl.runtime.rundir import MARKER
 
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 TINY = ["--set", "rounds=2", "eval_every=1", "clients=4", "--quiet"]
@@ -122,13 +123,15 @@ def test_catalogue_is_large_enough():
 
 def test_overwrite_clears_an_earlier_run_so_no_stale_file_survives(sandbox, capsys):
     out = sandbox / "previous_run"
+    (out / MARKER).write_text("")  # a run folder sheaf-fmtl wrote ...
+    (out / "notes.txt").write_text("the user's own notes")  # ... where the user kept a file
     assert (
         main(["run", *TINY, "--set", "alpha=1e4", "stability_check=false", "--out", str(out), "--overwrite"])
         == 1
     )  # diverges: no checkpoint of its own
     assert "NaN" in capsys.readouterr().err
     # no checkpoint.pt of its own; the resumable checkpoint of round 1 stays (issue 11)
-    kept = ["checkpoints", "config.yaml", "metrics.csv", "summary.json"]
+    kept = [MARKER, "checkpoints", "config.yaml", "metrics.csv", "notes.txt", "summary.json"]
     assert sorted(p.name for p in out.iterdir()) == kept
     assert json.loads((out / "summary.json").read_text())["status"] == "diverged"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from sheaf_fmtl.runtime import checkpoint as checkpoint_module
 from sheaf_fmtl.runtime import loop, simulate
 from sheaf_fmtl.runtime.checkpoint import (
     CHECKPOINTS,
+    CheckpointError,
     MANIFEST,
     CheckpointWriter,
     atomic_write,
@@ -132,7 +134,8 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(tmp_path, case):
 
 def test_periodic_checkpoint_is_resumable_after_a_later_partial_write(tmp_path):
     """Stopped at round 5 with checkpoints every 4 rounds: a later checkpoint cut short (a shard
-    without a manifest, a leftover temporary file, a manifest naming a missing shard) is ignored."""
+    without a manifest, a leftover temporary file) is passed over, and the resume says so; a
+    manifest naming a missing shard is refused until its folder is removed."""
     config = RunConfig(**{**BASE, "algorithm": "sheaf-fmtl", "checkpoint_every": 4, "map_defer": 3})
     loop.execute(config, tmp_path / "full")
     part = tmp_path / "part"
@@ -146,8 +149,12 @@ def test_periodic_checkpoint_is_resumable_after_a_later_partial_write(tmp_path):
     bad = round_dir(part, 7)
     bad.mkdir()
     (bad / MANIFEST).write_text(json.dumps({"format": 1, "round": 7, "shards": ["shard-00000.pt"]}))
+    with pytest.raises(CheckpointError, match="round-00000007/manifest.json names shard.*missing"):
+        latest_checkpoint(part)
+    shutil.rmtree(bad)  # the user removes the folder the message names
     assert latest_checkpoint(part) == good
-    resume(part)
+    with pytest.warns(UserWarning, match="round 5; the later one of round 6 was cut short"):
+        resume(part)
     _assert_same_run(tmp_path / "full", part)
 
 
@@ -193,7 +200,7 @@ def test_cli_resume_and_its_one_line_errors(tmp_path, capsys, monkeypatch):
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and err.startswith("sheaf-fmtl: error:") and fragment in err, err
     assert main(["run", "--resume", str(tmp_path / "nowhere")]) == 2
-    assert "no config.yaml" in capsys.readouterr().err
+    assert "nowhere: no such run folder" in capsys.readouterr().err
     assert main(["run", "--resume", str(tmp_path / "part"), "--quiet"]) == 0
     _assert_same_run(tmp_path / "full", tmp_path / "part")
 
@@ -302,5 +309,8 @@ def test_a_sharded_checkpoint_counts_only_with_every_shard_and_its_manifest(tmp_
     folder = round_dir(tmp_path, 3)
     assert latest_checkpoint(tmp_path) == folder
     assert int(read_checkpoint(folder, rank=1)[1]["rank"]) == 1
+    manifest = json.loads((folder / MANIFEST).read_text())
+    assert manifest["files"]["shard-00001.pt"]["bytes"] == (folder / "shard-00001.pt").stat().st_size
     (folder / "shard-00001.pt").unlink()
-    assert latest_checkpoint(tmp_path) is None
+    with pytest.raises(CheckpointError, match="shard-00001.pt, which is missing"):
+        latest_checkpoint(tmp_path)  # a checkpoint missing a shard is refused, not skipped

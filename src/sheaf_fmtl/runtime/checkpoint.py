@@ -2,12 +2,13 @@
 
 Layout: ``RUN/checkpoints/round-00000040/`` holds one shard per process (``shard-00000.pt``: that
 process's state, random streams, transport counters and sample counts; :func:`write_shard`) and
-``manifest.json`` (the round, the shard names, the metrics rows and the last evaluation so far;
-:func:`write_manifest`), written last, once every shard is there. A
-checkpoint is complete only when its manifest exists and names shards that exist; a leftover
+``manifest.json`` (the round, the shard names with their sizes and SHA-256, a digest of the run's
+config, the metrics rows and the last evaluation so far; :func:`write_manifest`), written last,
+once every shard is there. A checkpoint is complete only when its manifest exists; a leftover
 temporary file or a folder without a manifest (a write cut short) is ignored, and the previous
-complete checkpoint is used. Every file is written to a temporary name in its folder, flushed,
-fsynced and renamed (``os.replace``).
+complete checkpoint (kept until the next one is complete) is used. A manifest or shard that cannot
+be trusted is refused (:mod:`.integrity`). Every file is written to a temporary name in its folder,
+flushed, fsynced and renamed (``os.replace``).
 
 Cost: the run stops only for :func:`snapshot`, host copies of the small parts of its state (models,
 messages, pending rank-one factors, random streams); the restriction maps, which change in place
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import threading
 from collections.abc import Callable
@@ -34,15 +34,25 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..algorithms.snapshot import host_copy, to_device
+from .integrity import (
+    FORMAT,
+    MANIFEST,
+    ROUND_DIR,
+    CheckpointError,
+    check_manifest,
+    config_digest,
+    file_digest,
+    find_checkpoint,
+    run_config,
+    sidecar,
+)
 
 if TYPE_CHECKING:
     from ..metrics.flops import SampleCounter
     from .simulate import Simulation
 
 CHECKPOINTS = "checkpoints"
-MANIFEST = "manifest.json"
-FORMAT = 1
-_ROUND_DIR = re.compile(r"round-(\d+)")
+_ROUND_DIR = ROUND_DIR
 
 
 def rank_and_world() -> tuple[int, int]:
@@ -91,7 +101,10 @@ def write_shard(run_dir: Path, round_: int, shard: dict[str, Any], rank: int = 0
     """Write process ``rank``'s shard of the checkpoint of round ``round_``; returns its folder."""
     folder = round_dir(run_dir, round_)
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write(folder / shard_name(rank), lambda f: torch.save(shard, f))
+    path = folder / shard_name(rank)
+    atomic_write(path, lambda f: torch.save(shard, f))
+    digest = json.dumps(file_digest(path)).encode()  # gathered into the manifest
+    atomic_write(sidecar(path), lambda f: f.write(digest))
     return folder
 
 
@@ -102,7 +115,11 @@ def write_manifest(run_dir: Path, round_: int, manifest: dict[str, Any], world: 
     Returns the checkpoint folder."""
     folder = round_dir(run_dir, round_)
     shards = [shard_name(r) for r in range(world)]
-    body = {**manifest, "format": FORMAT, "round": round_, "shards": shards}
+    files = {name: json.loads(sidecar(folder / name).read_text()) for name in shards}
+    body = {**manifest, "format": FORMAT, "round": round_, "shards": shards, "files": files}
+    config = run_config(run_dir)
+    if config is not None:  # what a resume checks config.yaml against
+        body.update(config=config, config_sha256=config_digest(config))
     text = json.dumps(body, indent=1, default=float)  # numbers as repr: they read back exactly
     atomic_write(folder / MANIFEST, lambda f: f.write(text.encode()))
     for other in (run_dir / CHECKPOINTS).iterdir():
@@ -119,37 +136,34 @@ def write_checkpoint(run_dir: Path, round_: int, shard: dict[str, Any], manifest
 
 
 def read_manifest(folder: Path) -> dict[str, Any] | None:
-    """The manifest of a complete checkpoint folder, or ``None`` (no manifest, unreadable, or a
-    shard it names is missing)."""
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        return None
-    if not all((folder / str(s)).is_file() for s in manifest.get("shards", [None])):
-        return None
-    return manifest
+    """The manifest of a complete checkpoint folder, ``None`` when it has none (a write cut short);
+    CheckpointError when it is unreadable or names a shard that is missing or of another size
+    (:func:`.integrity.check_manifest`)."""
+    return check_manifest(folder)
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The complete checkpoint folder of ``run_dir`` with the highest round, or ``None``."""
-    base = Path(run_dir) / CHECKPOINTS
-    if not base.is_dir():
-        return None
-    found = [(int(m.group(1)), p) for p in base.iterdir() if (m := _ROUND_DIR.fullmatch(p.name))]
-    for _, folder in sorted(found, reverse=True):
-        if read_manifest(folder) is not None:
-            return folder
-    return None
+    """The complete checkpoint folder of ``run_dir`` with the highest round, or ``None``
+    (CheckpointError for one that cannot be trusted: :func:`.integrity.find_checkpoint`)."""
+    return find_checkpoint(Path(run_dir))[0]
 
 
 def read_checkpoint(folder: Path, rank: int = 0) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(manifest, shard of rank)`` of a complete checkpoint folder."""
+    """``(manifest, shard of rank)`` of a complete checkpoint folder (CheckpointError naming the
+    file when it cannot be read)."""
     manifest = read_manifest(folder)
     if manifest is None:
-        raise ValueError(f"{folder} is not a complete checkpoint (no manifest or a shard missing)")
-    shard = torch.load(folder / manifest["shards"][rank], map_location="cpu", weights_only=True)
+        raise CheckpointError(f"{folder} is not a complete checkpoint (no {MANIFEST})")
+    path = folder / manifest["shards"][rank]
+    try:
+        shard = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - unpickling, zip and truncation errors alike
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise CheckpointError(
+            f"checkpoint shard {path} cannot be read ({first}); nothing was changed"
+        ) from None
+    if not isinstance(shard, dict):
+        raise CheckpointError(f"checkpoint shard {path} does not hold a shard; nothing was changed")
     return manifest, shard
 
 
@@ -158,11 +172,13 @@ def remove_checkpoints(run_dir: Path, keep: Path | None = None) -> None:
     base = run_dir / CHECKPOINTS
     if not base.is_dir():
         return
+    if base.is_symlink():
+        return
     for p in base.iterdir():
-        if p != keep:
+        if p != keep and not p.is_symlink() and (_ROUND_DIR.fullmatch(p.name) or p.name.startswith(".")):
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-    if keep is None:
-        shutil.rmtree(base, ignore_errors=True)
+    if keep is None and not any(base.iterdir()):
+        base.rmdir()
 
 
 class CheckpointWriter:

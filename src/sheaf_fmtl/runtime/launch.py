@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -35,7 +36,8 @@ import yaml
 
 from ..config import RunConfig
 from . import interrupt
-from .rundir import check_out_dir
+from .precheck import check_processes
+from .rundir import HELD_ENV, check_out_dir, claim
 
 STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)  # a rank's exit status after a clean stop
 STORE_FILE = "SHEAF_FMTL_STORE_FILE"  # set by spawn: the ranks meet through this file
@@ -87,21 +89,22 @@ def run_rank(
     from .loop import execute
     from .simulate import build_simulation
 
+    check_processes(config, data=False)
     rank, world = join_group(config)
     sim = None
     try:
-        if rank == 0 and not resuming:
-            check_out_dir(out, overwrite)
-        sim = build_simulation(config, rank_world=(rank, world))
-        interrupt.AGREE = sim.agree_stop  # every rank stops after the same round
-        outcome = execute(
-            config,
-            out,
-            progress=progress and rank == 0,
-            sim=sim,
-            overwrite=overwrite or resuming,
-            resume_from=resume_from,
-        )
+        owned = claim(out, overwrite=overwrite, resume=resuming) if rank == 0 else contextlib.nullcontext()
+        with owned:  # rank 0 writes the run folder (its lock: held here, or by spawn's process)
+            sim = build_simulation(config, rank_world=(rank, world))
+            interrupt.AGREE = sim.agree_stop  # every rank stops after the same round
+            outcome = execute(
+                config,
+                out,
+                progress=progress and rank == 0,
+                sim=sim,
+                overwrite=overwrite or resuming,
+                resume_from=resume_from,
+            )
     except RuntimeError as e:
         if "DistBackendError" in type(e).__name__ or _is_comm_error(e):
             reached = sim.transport.faults.round if sim is not None else 0
@@ -144,11 +147,16 @@ def spawn(
 ) -> dict[str, Any]:
     """Start ``config.processes`` ranks on this machine, wait for them, return rank 0's summary.
     ``resume``: the ranks continue the stopped run of ``out`` (``run --resume``, the keys of
-    :data:`.resume.RESUMABLE_KEYS` as ``config`` has them)."""
+    :data:`.resume.RESUMABLE_KEYS` as ``config`` has them). What the ranks would refuse is
+    refused here first (:func:`.precheck.check_processes`); this process holds the folder's lock."""
+    check_processes(config)
+    with claim(out, overwrite=overwrite, resume=resume):  # held for the ranks (HELD_ENV)
+        return _spawn(config, out, progress=progress, overwrite=overwrite, resume=resume)
+
+
+def _spawn(config: RunConfig, out: Path, *, progress: bool, overwrite: bool, resume: bool) -> dict[str, Any]:
     from .resume import RESUMABLE_KEYS
 
-    if not resume:
-        check_out_dir(out, overwrite)
     world, port = config.processes, free_port()
     tmp = Path(tempfile.mkdtemp(prefix="sheaf-fmtl-ranks-"))
     if resume:
@@ -165,6 +173,7 @@ def spawn(
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
         env.update(LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         env.update({STORE_FILE: str(tmp / "rendezvous"), "GLOO_SOCKET_IFNAME": _loopback()})
+        env[HELD_ENV] = str(out.resolve())
         log = open(tmp / f"rank{rank}.err", "w+")  # noqa: SIM115 - read after the rank ends
         procs.append(  # own session: a signal reaches a rank once, forwarded by _wait
             subprocess.Popen(
@@ -188,12 +197,19 @@ def spawn(
             how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
             last = next((s for s in reversed(lines) if "error" in s), lines[-1] if lines else "")
             errors.append(f"rank {rank} ended with {how}" + (f" ({last})" if last and code > 0 else ""))
-    if errors:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise RankLostError(f"{world} processes: " + "; ".join(errors))
     shutil.rmtree(tmp, ignore_errors=True)
+    if errors and all(c == 2 for c in codes):  # every rank refused the run: its one line, once
+        raise ValueError(_refusal(errors[0]))
+    if errors:
+        raise RankLostError(f"{world} processes: " + "; ".join(errors))
     summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
     return summary
+
+
+def _refusal(error: str) -> str:
+    """The message of a rank's ``sheaf-fmtl: error: ...`` line kept in ``error``."""
+    inner = error.partition(" (")[2].removesuffix(")")
+    return inner.removeprefix("sheaf-fmtl: error: ") or error
 
 
 def _wait(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> list[int]:
@@ -240,7 +256,8 @@ def run_any(
         return run_rank(config, out, progress=progress, overwrite=overwrite, build=build)
     if config.processes > 1:
         return spawn(config, out, progress=progress, overwrite=overwrite)
-    return run(config, out, progress=progress, overwrite=overwrite, build=build)
+    with claim(out, overwrite=overwrite):
+        return run(config, out, progress=progress, overwrite=overwrite, build=build)
 
 
 def resume_any(
@@ -258,20 +275,24 @@ def resume_any(
     (:func:`.resume.resume`). The summary to print (``None`` on ranks other than 0)."""
     from .resume import checkpoint_to_resume, resume, resume_config
 
+    check_out_dir(run_dir, resume=True)
     config = resume_config(run_dir, overrides, keys)
     ranks = rank_world()
     if ranks is not None:
-        folder = checkpoint_to_resume(run_dir, config, ranks[1], cleanup=ranks[0] == 0)
-        return run_rank(
-            config,
-            run_dir,
-            progress=progress,
-            overwrite=False,
-            build=build,
-            resume_from=folder,
-            resuming=True,
-        )
+        lead = ranks[0] == 0
+        with claim(run_dir, resume=True) if lead else contextlib.nullcontext():
+            folder = checkpoint_to_resume(run_dir, config, ranks[1], cleanup=lead)
+            return run_rank(
+                config,
+                run_dir,
+                progress=progress,
+                overwrite=False,
+                build=build,
+                resume_from=folder,
+                resuming=True,
+            )
     if config.processes > 1:
-        checkpoint_to_resume(run_dir, config, config.processes)
-        return spawn(config, run_dir, progress=progress, overwrite=False, resume=True)
+        with claim(run_dir, resume=True):
+            checkpoint_to_resume(run_dir, config, config.processes)
+            return spawn(config, run_dir, progress=progress, overwrite=False, resume=True)
     return resume(run_dir, overrides, keys, progress=progress, build=build).summary

@@ -13,18 +13,19 @@ re-sharding them is not implemented.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, RunConfig, load_config
-from .checkpoint import latest_checkpoint, read_manifest, remove_checkpoints
+from .checkpoint import read_manifest, remove_checkpoints
+from .integrity import RESUMABLE_KEYS, check_config, find_checkpoint, verify_shards
 from .loop import RunOutcome, execute
+from .rundir import check_out_dir, claim
 from .simulate import Simulation
 
-#: Config keys a resumed run may change: none of them enters an iterate (``device`` changes the
-#: float rounding, so the result is exact only on the device the run started on).
-RESUMABLE_KEYS = ("rounds", "eval_every", "checkpoint_every", "save_maps", "data_dir", "device", "timeout_s")
+__all__ = ["RESUMABLE_KEYS", "checkpoint_to_resume", "resume", "resume_config"]
 
 
 def resume_config(
@@ -36,8 +37,9 @@ def resume_config(
         ConfigError: ``run_dir`` has no ``config.yaml``, or a key outside :data:`RESUMABLE_KEYS`
             differs from the saved value.
     """
+    check_out_dir(run_dir, resume=True)  # a folder sheaf-fmtl wrote, not a link
     path = Path(run_dir) / "config.yaml"
-    if not path.is_file():
+    if path.is_symlink() or not path.is_file():
         raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a run folder)")
     saved = load_config(path)
     config = load_config(path, overrides, keys)
@@ -66,8 +68,16 @@ def checkpoint_to_resume(
     Raises:
         ConfigError: the run finished; ``config.rounds`` is below the checkpoint's round; the
             checkpoint was written by another number of processes than ``processes``.
+        CheckpointError: the checkpoint's manifest or a shard cannot be trusted, or
+            ``config.yaml`` was edited since it was written (:mod:`.integrity`).
     """
-    folder = latest_checkpoint(run_dir)
+    folder, skipped = find_checkpoint(run_dir)
+    if folder is None and skipped:
+        warnings.warn(
+            f"{run_dir}: no complete checkpoint (the one of round {skipped[0]} was cut short); the run "
+            "starts again from round 0",
+            stacklevel=2,
+        )
     if folder is None:
         if (run_dir / "summary.json").is_file() and (run_dir / "checkpoint.pt").is_file():
             raise ConfigError(
@@ -77,6 +87,14 @@ def checkpoint_to_resume(
         return None
     manifest = read_manifest(folder)
     assert manifest is not None
+    check_config(run_dir, manifest)
+    verify_shards(folder, manifest)
+    if skipped:
+        warnings.warn(
+            f"{run_dir}: resuming from the checkpoint of round {manifest['round']}; the later one of "
+            f"round {skipped[0]} was cut short (no manifest) and is removed",
+            stacklevel=2,
+        )
     if config.rounds < manifest["round"]:
         raise ConfigError(
             f"--resume {run_dir}: rounds = {config.rounds} is below the round of its last checkpoint, "
@@ -104,6 +122,8 @@ def resume(
 ) -> RunOutcome:
     """Continue the run of ``run_dir`` in this process from its last complete checkpoint (see the
     module docstring; a run checkpointed over several processes: :func:`.launch.resume_any`).
+    Only a folder sheaf-fmtl wrote (its marker, :mod:`.rundir`) and no other process runs in is
+    resumed.
 
     Args:
         run_dir: a run folder written by :func:`sheaf_fmtl.runtime.loop.execute`.
@@ -119,7 +139,8 @@ def resume(
     """
     run_dir = Path(run_dir)
     config = resume_config(run_dir, overrides, keys)
-    folder = checkpoint_to_resume(run_dir, config, 1)
-    if folder is None:
-        return execute(config, run_dir, progress=progress, build=build, overwrite=True)
-    return execute(config, run_dir, progress=progress, build=build, resume_from=folder)
+    with claim(run_dir, resume=True):  # held while it runs: a second resume is refused
+        folder = checkpoint_to_resume(run_dir, config, 1)
+        if folder is None:  # (clears only what the library wrote there)
+            return execute(config, run_dir, progress=progress, build=build, overwrite=True)
+        return execute(config, run_dir, progress=progress, build=build, resume_from=folder)

@@ -1,46 +1,240 @@
-"""Run folders: refuse a path that cannot be one, or that holds files of another run (unless
-asked to overwrite, which clears it first), so that one folder never mixes two runs."""
+"""Run folders are owned: a folder the library writes carries a marker file (:data:`MARKER`, written
+first), and the process writing it holds an ``fcntl.flock`` lock on that marker while it runs.
+
+- A new or empty folder may be written; a non-empty one only when it carries the marker and
+  ``overwrite`` (or a resume) is asked, and never while another live process holds its lock.
+- Clearing (``overwrite``) removes only what the library writes (:data:`OWNED`) in marked folders,
+  never follows a symbolic link and never removes one; anything else in the folder stays.
+- The owning process takes the folder with :func:`claim` (before the run is built: a failed start
+  that created the folder removes it again); the run clears it (:func:`prepare_out_dir`) only once
+  its config is validated and its data and model are built.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import json
+import os
+import re
 import shutil
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: no locks, markers only
+    fcntl = None  # type: ignore[assignment]
 
-def check_out_dir(path: str | Path, overwrite: bool = False) -> Path:
+MARKER = ".sheaf-fmtl-run"
+#: Set by a process that holds a folder's lock for the processes it starts (``processes = K``).
+HELD_ENV = "SHEAF_FMTL_HELD_FOLDER"
+#: What the library writes into a run folder (a run, a cell, plots, ``run --seeds``, the demo).
+OWNED = re.compile(
+    r"config\.yaml|metrics\.csv|summary\.json|checkpoint\.pt|cell\.json|aggregate\.(json|md)"
+    r"|demo\.(json|png|pdf|svg)|(metric_vs_rounds_and_bits|map_norms_.*)\.(png|pdf|svg)"
+    r"|\.(metrics\.csv|summary\.json|checkpoint\.pt)\.tmp.*"
+)
+CHECKPOINTS = "checkpoints"
+_HELD: dict[str, int] = {}  # resolved folder -> file descriptor of its locked marker
+
+
+class FolderError(ValueError):
+    """A folder the library may not write or clear (one line naming it)."""
+
+
+def is_marked(path: str | Path) -> bool:
+    """``path`` is a folder (not a link) holding the library's marker (a regular file)."""
+    p = Path(path)
+    return p.is_dir() and not p.is_symlink() and (p / MARKER).is_file() and not (p / MARKER).is_symlink()
+
+
+def _entries(p: Path) -> list[Path]:
+    return [c for c in p.iterdir() if c.name != MARKER] if p.is_dir() else []
+
+
+def _key(p: Path) -> str:
+    return str(p.resolve())
+
+
+def _held(p: Path) -> bool:
+    return _key(p) in _HELD or os.environ.get(HELD_ENV) == _key(p)
+
+
+def is_locked(path: str | Path) -> bool:
+    """Another process (or another claim of this one) holds the lock of the marked folder ``path``."""
+    p = Path(path)
+    if fcntl is None or not is_marked(p) or _held(p):
+        return False
+    try:
+        fd = os.open(p / MARKER, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # (closing releases a lock taken just now)
+    return False
+
+
+def check_out_dir(path: str | Path, overwrite: bool = False, *, resume: bool = False) -> Path:
     """``path`` as a run folder, checked without touching anything.
 
     Args:
         path: the folder a run will write (it may not exist yet).
-        overwrite: a non-empty folder is accepted (and cleared by :func:`prepare_out_dir`).
+        overwrite: a non-empty folder is accepted if it carries the marker (and is cleared by
+            :func:`prepare_out_dir`).
+        resume: the folder must carry the marker (a run continues in it).
     Returns:
         ``path`` as a :class:`Path`.
     Raises:
-        ValueError: ``path`` (or a folder above it) is a file, or ``path`` is a non-empty folder
-            and ``overwrite`` is false.
+        FolderError: ``path`` (or a folder above it) is a file; it is a symbolic link and would be
+            cleared or resumed; it is non-empty and not marked (or ``overwrite`` is false); a live
+            process holds its lock.
     """
     p = Path(path)
     if p.exists() and not p.is_dir():
-        raise ValueError(f"output folder {p} is an existing file; choose another --out")
+        raise FolderError(f"output folder {p} is an existing file; choose another --out")
     for parent in p.parents:
         if parent.exists() and not parent.is_dir():
-            raise ValueError(f"output folder {p} is under {parent}, which is a file; choose another --out")
-    if p.is_dir() and any(p.iterdir()) and not overwrite:
-        raise ValueError(
-            f"output folder {p} is not empty (an earlier run?); choose another --out, or pass "
-            "--overwrite (Python: overwrite=True) to clear it first"
+            raise FolderError(f"output folder {p} is under {parent}, which is a file; choose another --out")
+    if p.is_symlink() and (overwrite or resume):
+        raise FolderError(
+            f"{p} is a symbolic link; sheaf-fmtl clears or resumes only the folder itself, never through "
+            "a link: give the folder it points to"
+        )
+    marked = is_marked(p)
+    if resume and not p.exists():
+        raise FolderError(f"--resume {p}: no such run folder")
+    if resume and not marked:
+        raise FolderError(
+            f"{p} is not a run folder written by sheaf-fmtl (no {MARKER} file in it); nothing was changed"
+        )
+    if _entries(p) and not resume:
+        if not marked:
+            how = "--overwrite clears only folders sheaf-fmtl wrote" if overwrite else "--overwrite"
+            raise FolderError(
+                f"output folder {p} is not empty and was not written by sheaf-fmtl (no {MARKER} file in "
+                f"it); choose another --out (nothing was changed; {how})"
+            )
+        if not overwrite:
+            raise FolderError(
+                f"output folder {p} is not empty (an earlier run?); choose another --out, or pass "
+                "--overwrite (Python: overwrite=True) to clear it first"
+            )
+    if marked and is_locked(p):
+        raise FolderError(
+            f"{p} is in use by another sheaf-fmtl process that is still running; wait for it to end "
+            "or choose another --out"
         )
     return p
 
 
-def prepare_out_dir(path: str | Path, overwrite: bool = False) -> Path:
-    """Check ``path`` (:func:`check_out_dir`), clear it when ``overwrite`` and create it."""
-    p = check_out_dir(path, overwrite)
-    if p.is_dir() and overwrite:
-        for child in p.iterdir():
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
+def _write_marker(p: Path, kind: str) -> bool:
+    """Create ``p/MARKER`` unless it exists; whether this call created it."""
+    body = json.dumps({"written_by": "sheaf-fmtl", "kind": kind, "created": time.time()})
+    try:
+        fd = os.open(p / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(body + "\n")
+    return True
+
+
+def mark(path: str | Path, kind: str = "run") -> Path:
+    """Create the folder ``path`` (checked: :func:`check_out_dir`, any content) with its marker."""
+    p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
+    _write_marker(p, kind)
     return p
+
+
+@contextlib.contextmanager
+def claim(
+    path: str | Path, *, overwrite: bool = False, resume: bool = False, kind: str = "run"
+) -> Iterator[Path]:
+    """Own the folder ``path`` while the block runs: check it (:func:`check_out_dir`), create it
+    with its marker, and hold the marker's lock (released at the end). When the block fails and
+    this call created the folder, the folder (then empty) is removed again.
+
+    Raises:
+        FolderError: see :func:`check_out_dir`; or another process took the folder meanwhile.
+    """
+    p = check_out_dir(path, overwrite, resume=resume)
+    new = [q for q in [p, *p.parents] if not q.exists()]  # created here: removed again on failure
+    if _held(p):  # this process (or the one that started it) owns it already
+        yield p
+        return
+    p.mkdir(parents=True, exist_ok=True)
+    created = _write_marker(p, kind)
+    fd = _lock(p)
+    _HELD[_key(p)] = fd
+    ok = False
+    try:
+        if not created and not (overwrite or resume) and _entries(p):
+            raise FolderError(
+                f"output folder {p} is not empty (another run started into it); choose another --out"
+            )
+        yield p
+        ok = True
+    finally:
+        _HELD.pop(_key(p), None)
+        os.close(fd)
+        if not ok and new and not _entries(p):
+            (p / MARKER).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # (stops at the first folder not empty)
+                for q in new:
+                    q.rmdir()
+
+
+def _lock(p: Path) -> int:
+    fd = os.open(p / MARKER, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    if fcntl is None:
+        return fd
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise FolderError(
+                f"{p} is in use by another sheaf-fmtl process that is still running; wait for it to end "
+                "or choose another --out"
+            ) from None
+        raise
+    return fd
+
+
+def clear(path: Path, depth: int = 8) -> bool:
+    """Remove what the library wrote under the marked folder ``path``: :data:`OWNED` files and
+    ``checkpoints/`` in marked folders, marked subfolders emptied that way; never through or of a
+    symbolic link. Whether anything was removed."""
+    owned, removed = is_marked(path), False
+    for child in path.iterdir():
+        if child.name == MARKER or child.is_symlink():
+            continue
+        if child.is_dir():
+            if owned and child.name == CHECKPOINTS:
+                shutil.rmtree(child)  # (rmtree removes links inside, never their targets)
+                removed = True
+            elif depth > 0 and clear(child, depth - 1) and not _entries(child):
+                (child / MARKER).unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    child.rmdir()
+                removed = True
+        elif owned and OWNED.fullmatch(child.name):
+            child.unlink()
+            removed = True
+    return removed
+
+
+def prepare_out_dir(path: str | Path, overwrite: bool = False, kind: str = "run") -> Path:
+    """Check ``path`` (:func:`check_out_dir`), clear what the library wrote there when
+    ``overwrite``, and create it with its marker."""
+    p = check_out_dir(path, overwrite)
+    if p.is_dir() and overwrite and is_marked(p):
+        clear(p)
+    return mark(p, kind)

@@ -1,0 +1,158 @@
+"""What a checkpoint vouches for, and the checks a resume makes before it trusts one.
+
+A checkpoint's ``manifest.json`` records the size and SHA-256 of every shard it names (each rank
+writes them beside its shard, ``shard-RRRRR.json``, and the manifest gathers them) and a digest of
+the run's ``config.yaml`` as resolved (the keys a resume may change, :data:`RESUMABLE_KEYS`, left
+out). A resume refuses, in one line naming the file and changing nothing, a manifest that cannot be
+read, names a path outside its folder or a shard that is missing, truncated or altered, and a
+``config.yaml`` edited since. A checkpoint folder without a manifest is a write cut short: the
+previous complete checkpoint is used, and the resume says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from ..config import PROVENANCE_KEYS, ConfigError, read_config_file
+
+#: Config keys a resumed run may change: none of them enters an iterate (``device`` changes the
+#: float rounding, so the result is exact only on the device the run started on).
+RESUMABLE_KEYS = ("rounds", "eval_every", "checkpoint_every", "save_maps", "data_dir", "device", "timeout_s")
+MANIFEST = "manifest.json"
+FORMAT = 1
+SHARD = re.compile(r"shard-(\d{5})\.pt")
+ROUND_DIR = re.compile(r"round-(\d+)")
+_CHUNK = 1 << 20
+
+
+class CheckpointError(ValueError):
+    """A checkpoint or run folder a resume cannot trust (one line naming the file)."""
+
+
+def file_digest(path: Path) -> dict[str, Any]:
+    """``{"bytes": size, "sha256": hex digest}`` of the file ``path``."""
+    h, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+            size += len(chunk)
+    return {"bytes": size, "sha256": h.hexdigest()}
+
+
+def sidecar(shard: Path) -> Path:
+    """Where a rank records its shard's digest: ``shard-RRRRR.json`` beside ``shard-RRRRR.pt``."""
+    return shard.with_suffix(".json")
+
+
+def run_config(run_dir: Path) -> dict[str, Any] | None:
+    """The keys of ``run_dir/config.yaml`` that a resume may not change (``None``: unreadable)."""
+    try:
+        mapping = read_config_file(run_dir / "config.yaml")
+    except ConfigError:
+        return None
+    skip = {*PROVENANCE_KEYS, *RESUMABLE_KEYS}
+    return json.loads(json.dumps({k: v for k, v in mapping.items() if k not in skip}, default=str))
+
+
+def config_digest(mapping: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(mapping, sort_keys=True).encode()).hexdigest()
+
+
+def _bad(path: Path, what: str) -> CheckpointError:
+    return CheckpointError(
+        f"checkpoint {path} {what}; nothing was changed (remove its folder {path.parent} to resume "
+        "from an earlier checkpoint, if any, or start the run again with --overwrite)"
+    )
+
+
+def check_manifest(folder: Path, *, shards: bool = True) -> dict[str, Any] | None:
+    """The manifest of the checkpoint folder ``folder``: ``None`` when it has none (a write cut
+    short); CheckpointError when it is unreadable, names a path outside ``folder``, or (``shards``)
+    names a shard that is missing or whose size differs from the recorded one."""
+    path = folder / MANIFEST
+    if not path.exists() and not path.is_symlink():
+        return None
+    if path.is_symlink() or not path.is_file():
+        raise _bad(path, "is not a regular file")
+    try:
+        manifest = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError) as e:
+        raise _bad(path, f"cannot be read ({type(e).__name__}: {str(e)[:120]})") from None
+    found = ROUND_DIR.fullmatch(folder.name)
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise _bad(path, f"is not a checkpoint manifest of format {FORMAT}")
+    if found is None or manifest.get("round") != int(found.group(1)):
+        raise _bad(path, f"records round {str(manifest.get('round'))[:40]}, not its folder's")
+    names = manifest.get("shards")
+    if not isinstance(names, list) or not names or any(not isinstance(n, str) for n in names):
+        raise _bad(path, "lists no shards")
+    for rank, name in enumerate(names):
+        if not SHARD.fullmatch(name) or int(name[6:11]) != rank:
+            raise _bad(
+                path, f"names {name[:80]!r}, not a shard file of its folder (refused: outside the run)"
+            )
+    if not shards:
+        return manifest
+    for name in names:
+        shard = folder / name
+        if shard.is_symlink() or not shard.is_file():
+            raise _bad(path, f"names shard {name}, which is missing (a partial checkpoint)")
+        want = (manifest.get("files") or {}).get(name, {}).get("bytes")
+        if want is not None and shard.stat().st_size != want:
+            raise _bad(
+                shard, f"has {shard.stat().st_size} bytes, its manifest says {want} (cut short or altered)"
+            )
+    return manifest
+
+
+def verify_shards(folder: Path, manifest: dict[str, Any]) -> None:
+    """Compare every shard's SHA-256 with the manifest's (CheckpointError naming the first that
+    differs); a manifest of an older version without digests is taken as it is."""
+    for name in manifest["shards"]:
+        want = (manifest.get("files") or {}).get(name, {}).get("sha256")
+        if want is not None and file_digest(folder / name)["sha256"] != want:
+            raise _bad(folder / name, "differs from the checksum its manifest recorded (corrupt)")
+
+
+def check_config(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """Refuse a ``config.yaml`` edited since the checkpoint ``manifest`` was written."""
+    want = manifest.get("config_sha256")
+    if want is None:
+        return
+    now = run_config(run_dir)
+    if now is None or config_digest(now) != want:
+        saved = manifest.get("config") or {}
+        keys = [k for k in sorted({*saved, *(now or {})}) if (now or {}).get(k) != saved.get(k)]
+        which = f" (key '{keys[0]}')" if keys else ""
+        raise CheckpointError(
+            f"{run_dir / 'config.yaml'} differs from the config its checkpoint was written with{which}; "
+            "a resume continues the run as it started: restore the file, or start a new run with the "
+            "new config (nothing was changed)"
+        )
+
+
+def find_checkpoint(run_dir: Path) -> tuple[Path | None, list[int]]:
+    """The newest complete checkpoint folder of ``run_dir`` (checked, :func:`check_manifest`) and
+    the rounds of newer folders without a manifest (cut short) passed over on the way."""
+    base = run_dir / "checkpoints"
+    if base.is_symlink():
+        raise CheckpointError(f"{base} is a symbolic link; a resume never follows one (nothing was changed)")
+    if not base.is_dir():
+        return None, []
+    found = sorted(
+        ((int(m.group(1)), p) for p in base.iterdir() if (m := ROUND_DIR.fullmatch(p.name))), reverse=True
+    )
+    skipped = []
+    for round_, folder in found:
+        if folder.is_symlink():
+            raise CheckpointError(
+                f"{folder} is a symbolic link; a resume never follows one (nothing was changed)"
+            )
+        if check_manifest(folder) is not None:
+            return folder, skipped
+        skipped.append(round_)
+    return None, skipped

@@ -1,0 +1,50 @@
+"""What a run over several processes can refuse, checked in the launching process before any rank
+starts (so a refusal is one line, exit status 2, printed once): the keys a sharded run does not
+support, ``timeout_s``, the device, the data, the graph and the partition of its clients."""
+
+from __future__ import annotations
+
+from ..config import ConfigError, RunConfig
+
+#: The longest wait for a silent peer a run accepts (about 11 days; Python's timedelta and the
+#: process group's timers overflow long before 1e308).
+MAX_TIMEOUT_S = 1e6
+
+
+def check_processes(config: RunConfig, *, data: bool = True) -> None:
+    """Refuse (``ValueError``, one line) what the ranks of ``config`` would refuse once started.
+
+    Args:
+        config: a run with ``processes > 1`` (or one rank's config under torchrun).
+        data: also load the data and build the graph (the client count, the partition).
+    """
+    from .shard import partition
+    from .simulate import build_graph, load_dataset, resolve_device
+
+    if config.topology != "none" or config.map_draw == "device":
+        key = f"topology = {config.topology}" if config.topology != "none" else "map_draw = device"
+        raise ConfigError(
+            f"config key {key} is not supported across processes (processes = {config.processes}); "
+            "use processes=1"
+        )
+    if config.timeout_s > MAX_TIMEOUT_S:
+        raise ConfigError(
+            f"config key 'timeout_s' = {config.timeout_s:g} is too large for a process group; "
+            f"allowed: 0 < timeout_s <= {MAX_TIMEOUT_S:g} (about 11 days)"
+        )
+    resolve_device(config.device)
+    if config.clients is not None and config.processes > config.clients:
+        raise ConfigError(
+            f"processes = {config.processes} is more than the {config.clients} clients; "
+            "each process needs at least one client"
+        )
+    if not data:
+        return
+    dataset = load_dataset(config)
+    graph = build_graph(config, dataset.num_clients)
+    if config.processes > graph.num_nodes:
+        raise ConfigError(
+            f"processes = {config.processes} is more than the {graph.num_nodes} clients of "
+            f"{config.dataset}; each process needs at least one client"
+        )
+    partition(graph, config.processes, config.partition, config.seed)
