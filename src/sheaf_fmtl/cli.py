@@ -8,6 +8,7 @@ SIGINT/SIGTERM)."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 import warnings
@@ -23,6 +24,7 @@ from .config import load_config
 from .experiments import cli as experiments_cli
 from .experiments import sweep
 from .metrics.recorder import format_summary, interrupted_line, interrupted_status
+from .runtime.interrupt import SecondSignal, StopRequest, stopped_status
 
 
 def _default_out(algorithm: str, dataset: str) -> Path:
@@ -41,9 +43,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else _default_out(config.algorithm, config.dataset)
     if args.seeds:
         seeds = experiments_cli.parse_seeds(args.seeds)
-        experiments_cli.run_seeds(config, seeds, out, progress=not args.quiet)
-        print((out / "aggregate.md").read_text().rstrip())
-        return 0
+        if args.overwrite:
+            raise UsageError("--seeds continues what OUT holds (finished seeds are reused); drop --overwrite")
+        with StopRequest() as stop:  # a signal: the current seed stops, then the command
+            experiments_cli.run_seeds(config, seeds, out, progress=not args.quiet)
+        if (out / "aggregate.md").is_file():
+            print((out / "aggregate.md").read_text().rstrip())
+        return stopped_status(stop.signum, "run --seeds", out)
     summary = run_any(config, out, progress=not args.quiet, overwrite=args.overwrite, build=build)
     return 0 if summary is None else _report(summary, out)  # None: a rank other than 0
 
@@ -196,6 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RuntimeError as e:  # divergence: metrics up to the last good round are kept
         print(error_line(e), file=sys.stderr)
         return 1
+    except SecondSignal as e:  # a second signal while the first was being honoured
+        print(f"{PROG}: stopped at once by a second {signal.Signals(e.signum).name}", file=sys.stderr)
+        return 128 + int(e.signum)
     except KeyboardInterrupt:  # before or after the round loop (it stops cleanly by itself)
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130

@@ -120,5 +120,6 @@ def bar(
 
 
 def note(message: str) -> None:
-    """Print ``message`` on its own line, above a live bar if there is one."""
-    tqdm.write(message)
+    """Print ``message`` on standard error on its own line, above a live bar if there is one
+    (warnings: the results on standard output stay clean)."""
+    tqdm.write(message, file=sys.stderr)

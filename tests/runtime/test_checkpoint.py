@@ -26,8 +26,8 @@ from sheaf_fmtl.runtime import checkpoint as checkpoint_module
 from sheaf_fmtl.runtime import loop, simulate
 from sheaf_fmtl.runtime.checkpoint import (
     CHECKPOINTS,
-    CheckpointError,
     MANIFEST,
+    CheckpointError,
     CheckpointWriter,
     atomic_write,
     latest_checkpoint,

@@ -115,19 +115,47 @@ def run_folder(
     (``marker`` and the config). A refused configuration (``ValueError``: the stability check, bad
     maps) or a divergence is recorded in ``summary.json`` instead of stopping the caller; an
     interrupted run (``status = interrupted``) is not marked. ``fed``: a federation to reuse."""
-    from ..runtime.loop import run
-    from ..runtime.simulate import DivergenceError, build_simulation
+    from ..runtime.interrupt import leave_summary
+    from ..runtime.rundir import claim
 
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / CELL_FILE).unlink(missing_ok=True)
+    with claim(folder, overwrite=True), leave_summary(folder):  # a folder sheaf-fmtl wrote, or a new one
+        (folder / CELL_FILE).unlink(missing_ok=True)
+        return _run_in(config, folder, marker, fed)
+
+
+def _stopped_run_of(config: RunConfig, folder: Path) -> bool:
+    """``folder`` holds a run of ``config`` stopped by a signal (it can be resumed)."""
+    from ..runtime.integrity import RESUMABLE_KEYS, run_config
+
+    if (read_summary(folder) or {}).get("status") != "interrupted":
+        return False
+    saved = run_config(folder)
+    want = {k: v for k, v in _key(config).items() if k not in RESUMABLE_KEYS}
+    if saved is not None and config.clients is None:
+        saved["clients"] = None  # (config.yaml records the dataset's own number)
+    return saved == json.loads(json.dumps(want, default=str))
+
+
+def _run_in(config: RunConfig, folder: Path, marker: Mapping[str, Any], fed: Any) -> dict[str, Any]:
+    from ..runtime.integrity import CheckpointError
+    from ..runtime.loop import run
+    from ..runtime.resume import RESUMABLE_KEYS, resume
+    from ..runtime.rundir import FolderError, clear
+    from ..runtime.simulate import DivergenceError, build_simulation
+
     try:
-        sim = None if fed is None else build_simulation(config, fed=fed)
-        summary = run(config, folder, progress=False, sim=sim, overwrite=True)
+        if _stopped_run_of(config, folder):  # continue it where it stopped
+            summary = resume(folder, keys={k: getattr(config, k) for k in RESUMABLE_KEYS}).summary
+        else:
+            sim = None if fed is None else build_simulation(config, fed=fed)
+            summary = run(config, folder, progress=False, sim=sim, overwrite=True)
     except DivergenceError:
         summary = read_summary(folder) or {"status": "diverged"}
+    except (FolderError, CheckpointError):
+        raise  # a folder or a stopped run's checkpoint that cannot be used: said in one line
     except ValueError as e:
-        folder.mkdir(parents=True, exist_ok=True)
+        clear(folder)  # (what an earlier run of this cell left)
         save_config(config, folder / "config.yaml")
         summary = {
             "algorithm": config.algorithm,

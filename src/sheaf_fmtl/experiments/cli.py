@@ -10,23 +10,34 @@ from typing import Any
 
 from ..cli_options import add_config_options, config_keys
 from ..config import ConfigError, RunConfig, read_config_file
-from ..metrics.aggregate import write_aggregate
+from ..metrics.aggregate import read_summary, write_aggregate
+from ..runtime.interrupt import StopRequest, stopped_status
 from .paper import EXPERIMENTS
 from .table import group_runs, render, table_spec
 
+#: The most seeds ``--seeds`` takes (each is a whole run).
+MAX_SEEDS = 1000
+
 
 def parse_seeds(text: str) -> list[int]:
-    """``"0,1,2"`` or ``"0-4"`` -> seeds; ConfigError for anything else."""
+    """``"0,1,2"`` or ``"0-4"`` -> seeds; ConfigError for anything else (counted before any list
+    is made: at most :data:`MAX_SEEDS`)."""
+    shown = text if len(text) <= 60 else text[:57] + "..."
     try:
         if "-" in text and "," not in text:
             lo, hi = (int(x) for x in text.split("-", 1))
-            seeds = list(range(lo, hi + 1))
+            count = hi - lo + 1
+            seeds = list(range(lo, hi + 1)) if count <= MAX_SEEDS else []
         else:
-            seeds = [int(x) for x in text.split(",") if x.strip()]
+            items = text.split(",")
+            count = len([x for x in items if x.strip()])
+            seeds = [int(x) for x in items if x.strip()] if count <= MAX_SEEDS else []
     except ValueError:
-        raise ConfigError(f"--seeds {text!r}: give seeds as 0,1,2 or 0-4") from None
+        raise ConfigError(f"--seeds {shown!r}: give seeds as 0,1,2 or 0-4") from None
+    if count > MAX_SEEDS:
+        raise ConfigError(f"--seeds {shown!r} names {count} seeds; at most {MAX_SEEDS} (each is a whole run)")
     if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
-        raise ConfigError(f"--seeds {text!r}: give distinct seeds >= 0, as 0,1,2 or 0-4")
+        raise ConfigError(f"--seeds {shown!r}: give distinct seeds >= 0, as 0,1,2 or 0-4")
     return seeds
 
 
@@ -34,24 +45,32 @@ def run_seeds(
     config: RunConfig, seeds: Sequence[int], out: str | Path, *, progress: bool = True
 ) -> dict[str, Any]:
     """Run ``config`` once per seed into ``out/seedS`` (a seed whose folder already holds a
-    finished run of the same config is reused), then write ``out/aggregate.json`` and
-    ``out/aggregate.md`` (mean, standard error, per-seed values). Returns the aggregate."""
+    finished run of the same config is reused, one stopped by a signal is resumed), then write
+    ``out/aggregate.json`` and ``out/aggregate.md`` (mean, standard error, per-seed values) over
+    the seeds finished. ``out`` is new, empty or written by an earlier ``run --seeds``. A signal
+    stops after the current seed (:mod:`sheaf_fmtl.runtime.interrupt`). Returns the aggregate."""
+    from ..runtime.interrupt import signalled
+    from ..runtime.rundir import claim
     from .cells import Cell, is_done, run_cell
     from .paper import Setting
 
     root = Path(out)
     folders = []
-    for seed in seeds:
-        cell = Cell("run", config.dataset, Setting("", "", {}), seed, config.replace(seed=seed))
-        folder = root / f"seed{seed}"
-        folders.append(folder)
-        if is_done(cell, folder):
-            continue
-        if progress:
-            print(f"seed {seed} -> {folder}")
-        if run_cell(cell, folder).get("status") == "interrupted":
-            break
-    return write_aggregate([f for f in folders if (f / "summary.json").is_file()], root)
+    with claim(root, reuse=True, kind="seeds"):
+        for seed in seeds:
+            cell = Cell("run", config.dataset, Setting("", "", {}), seed, config.replace(seed=seed))
+            folder = root / f"seed{seed}"
+            folders.append(folder)
+            if is_done(cell, folder):
+                continue
+            if signalled():
+                break
+            if progress:
+                print(f"seed {seed} -> {folder}")
+            if run_cell(cell, folder).get("status") == "interrupted" or signalled():
+                break
+        done = [f for f in folders if (read_summary(f) or {}).get("status") not in (None, "interrupted")]
+        return write_aggregate(done, root)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -60,23 +79,28 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     keys = config_keys(args)
     overrides = [*args.set, *(f"{k}={v}" for k, v in keys.items())]
     tuned = [read_config_file(p) for p in args.tuned]
-    written = reproduce(
-        args.name,
-        args.out,
-        seeds=args.seeds,
-        quick=args.quick,
-        datasets=[d for d in args.datasets.split(",") if d] if args.datasets else None,
-        overrides=overrides,
-        tuned=tuned,
-        progress=not args.quiet,
-    )
+    with StopRequest() as stop:  # a signal: the current cell stops, then the command
+        written = reproduce(
+            args.name,
+            args.out,
+            seeds=args.seeds,
+            quick=args.quick,
+            datasets=[d for d in args.datasets.split(",") if d] if args.datasets else None,
+            overrides=overrides,
+            tuned=tuned,
+            progress=not args.quiet,
+        )
     tables = [p for p in written if p.suffix in (".md", ".csv")]
     print("wrote " + ", ".join(str(p) for p in tables) + f" and {len(written) - len(tables)} figure files")
-    return 0
+    return stopped_status(stop.signum, f"reproduce {args.name}", args.out)
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    md, csv = render(group_runs(args.runs), table_spec(args.title), Path(args.out) / args.name)
+    name = str(args.name)
+    if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith("."):
+        shown = name if len(name) <= 80 else name[:77] + "..."
+        raise ConfigError(f"--name {shown!r}: give a file name stem without folders (it is written in --out)")
+    md, csv = render(group_runs(args.runs), table_spec(args.title), Path(args.out) / name)
     print(md.read_text(), end="")
     print(f"wrote {md} and {csv}")
     return 0

@@ -5,6 +5,7 @@ the config of one point."""
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import fields
 from typing import Any
@@ -17,6 +18,13 @@ from ..config import ConfigError, RunConfig, from_mapping
 RANGE = re.compile(r"^(?P<a>[^:]+):(?P<b>[^:]+):(?P<kind>log|lin)(?P<n>\d+)$")
 _INT_KEYS = {f.name for f in fields(RunConfig) if str(f.type).startswith("int")}
 _KEYS = {f.name for f in fields(RunConfig)}
+#: The most values one key may take, and the most cells a grid may have (each cell is a whole run).
+MAX_VALUES = 1000
+MAX_CELLS = 10000
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def parse_values(spec: str) -> list[Any]:
@@ -25,17 +33,21 @@ def parse_values(spec: str) -> list[Any]:
     if m:
         a, b, n = _number(m["a"], spec), _number(m["b"], spec), int(m["n"])
         if n < 1:
-            raise ConfigError(f"grid {spec!r}: needs at least 1 value")
+            raise ConfigError(f"grid {_short(spec)!r}: needs at least 1 value")
+        if n > MAX_VALUES:
+            raise ConfigError(f"grid {_short(spec)!r} asks for {n} values; at most {MAX_VALUES} per key")
         if m["kind"] == "log":
             if a <= 0 or b <= 0:
-                raise ConfigError(f"grid {spec!r}: log spacing needs a > 0 and b > 0")
+                raise ConfigError(f"grid {_short(spec)!r}: log spacing needs a > 0 and b > 0")
             raw = np.geomspace(a, b, n)
         else:
             raw = np.linspace(a, b, n)
         return [float(f"{v:.6g}") for v in raw]
     items = [s.strip() for s in spec.split(",")]
+    if len(items) > MAX_VALUES:
+        raise ConfigError(f"grid {_short(spec)!r} lists {len(items)} values; at most {MAX_VALUES} per key")
     if not all(items):
-        raise ConfigError(f"grid {spec!r}: empty value (use a:b:logN, a:b:linN or a comma list)")
+        raise ConfigError(f"grid {_short(spec)!r}: empty value (use a:b:logN, a:b:linN or a comma list)")
     return [_scalar(s) for s in items]
 
 
@@ -43,7 +55,7 @@ def _number(text: str, spec: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise ConfigError(f"grid {spec!r}: {text!r} is not a number") from None
+        raise ConfigError(f"grid {_short(spec)!r}: {_short(text)!r} is not a number") from None
 
 
 def _scalar(text: str) -> Any:
@@ -63,10 +75,10 @@ def parse_grid(items: list[str]) -> dict[str, list[Any]]:
         key, sep, spec = item.partition("=")
         key = key.strip()
         if not sep or not key or not spec.strip():
-            raise ConfigError(f"--grid {item!r} must look like KEY=VALUES (e.g. lam=1e-5:10:log7)")
+            raise ConfigError(f"--grid {_short(item)!r} must look like KEY=VALUES (e.g. lam=1e-5:10:log7)")
         top, dot, sub = key.partition(".")
         if top not in _KEYS or (dot and (top != "data" or not sub)):
-            raise ConfigError(f"--grid {item!r}: unknown config key '{key}'")
+            raise ConfigError(f"--grid {_short(item)!r}: unknown config key '{_short(key)}'")
         if key == "validation":
             raise ConfigError("--grid validation: the split is set with --validation, not swept")
         if key in grid:
@@ -74,6 +86,12 @@ def parse_grid(items: list[str]) -> dict[str, list[Any]]:
         grid[key] = parse_values(spec)
     if not grid:
         raise ConfigError("sweep needs at least one --grid KEY=VALUES")
+    cells = math.prod(len(v) for v in grid.values())
+    if cells > MAX_CELLS:
+        sizes = " x ".join(str(len(v)) for v in grid.values())
+        raise ConfigError(
+            f"--grid has {sizes} = {cells} cells; at most {MAX_CELLS} (each cell is a whole run)"
+        )
     return grid
 
 

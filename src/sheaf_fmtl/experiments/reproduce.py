@@ -17,6 +17,8 @@ from tqdm import tqdm
 
 from ..data.files import HOW_TO_GET, try_find
 from ..data.registry import dataset_files
+from ..runtime.interrupt import signalled
+from ..runtime.rundir import claim
 from .cells import DONE, Cell, cell_config, is_done, run_cell
 from .paper import EXPERIMENTS, QUICK_SEEDS, Experiment, experiment
 from .table import Row, render
@@ -148,28 +150,29 @@ def reproduce(
     if datasets and name == "all" and not set(datasets) <= known:
         bad = sorted(set(datasets) - known)[0]
         raise ValueError(f"no experiment has dataset {bad!r}; datasets: {', '.join(sorted(known))}")
-    written: list[Path] = []
-    for exp_name in names:
-        exp = EXPERIMENTS[exp_name]
-        chosen = [d for d in exp.datasets if d in datasets] if (datasets and name == "all") else datasets
-        if name == "all" and datasets and not chosen:
-            continue
-        cells, missing = plan(
-            exp,
-            range(n_seeds),
-            datasets=chosen,
-            quick=quick,
-            overrides=overrides,
-            tuned=tuned,
-            substitute=substitute,
-        )
-        stopped, paths = _run_experiment(
-            exp, cells, missing, Path(out), progress=progress, estimate=estimate, figures=figures
-        )
-        written += paths
-        if stopped:
-            break
-    return written
+    with claim(Path(out), reuse=True, kind="reproduce"):  # new, empty, or an earlier reproduction's
+        written: list[Path] = []
+        for exp_name in names:
+            exp = EXPERIMENTS[exp_name]
+            chosen = [d for d in exp.datasets if d in datasets] if (datasets and name == "all") else datasets
+            if name == "all" and datasets and not chosen:
+                continue
+            cells, missing = plan(
+                exp,
+                range(n_seeds),
+                datasets=chosen,
+                quick=quick,
+                overrides=overrides,
+                tuned=tuned,
+                substitute=substitute,
+            )
+            stopped, paths = _run_experiment(
+                exp, cells, missing, Path(out), progress=progress, estimate=estimate, figures=figures
+            )
+            written += paths
+            if stopped:
+                break
+        return written
 
 
 def _run_experiment(
@@ -192,8 +195,7 @@ def _run_experiment(
     )
     stopped = False
     for cell in tqdm(pending, desc=exp.name, unit="cell", disable=not progress, dynamic_ncols=True):
-        summary = run_cell(cell, cell.folder(out))
-        if summary.get("status") == "interrupted":
+        if signalled() or run_cell(cell, cell.folder(out)).get("status") == "interrupted" or signalled():
             tqdm.write(f"{exp.name}: interrupted; run the same command again to continue")
             stopped = True
             break

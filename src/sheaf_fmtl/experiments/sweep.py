@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ import yaml
 
 from ..cli_options import add_config_options, config_keys
 from ..config import ConfigError, RunConfig, load_config
+from ..runtime.interrupt import StopRequest, signalled, stopped_status
+from ..runtime.rundir import claim
 from .cells import finished, run_folder
 from .grid import apply_point, cell_name, grid_points, parse_grid
 
@@ -89,6 +92,7 @@ class SweepResult:
     metric: str
     best: RunConfig | None
     best_path: Path | None
+    stopped: bool = False  # a signal stopped it: the ranking holds the cells finished so far
 
 
 def sweep(
@@ -114,10 +118,23 @@ def sweep(
     out = Path(out)
     points = grid_points(grid)
     configs = [apply_point(base, p, validation=validation, save_maps=False) for p in points]
-    log(
-        f"sweep: {len(points)} cells on a validation split of {validation:g} of each client's training "
-        f"data, into {out}/cells/"
-    )
+    with claim(out, reuse=True, kind="sweep"):  # new, empty, or an earlier sweep's
+        log(
+            f"sweep: {len(points)} cells on a validation split of {validation:g} of each client's "
+            f"training data, into {out}/cells/"
+        )
+        cells, stopped = _run_cells(points, configs, out, log)
+        metric = next((c.summary["metric"] for c in cells if "metric" in c.summary), "accuracy")
+        ranked = rank([c for c in cells if c.summary.get("status") != "interrupted"], metric)
+        _write_csv(out / "sweep.csv", ranked, list(grid), metric)
+        best, best_path = _best(base, grid, ranked, out, metric, validation) if not stopped else (None, None)
+    return SweepResult(ranked, metric, best, best_path, stopped)
+
+
+def _run_cells(
+    points: list[dict[str, Any]], configs: list[RunConfig], out: Path, log: Callable[[str], None]
+) -> tuple[list[CellResult], bool]:
+    """Every cell in turn (a finished one reused); stops after the cell a signal reached."""
     cache, cells = _FederationCache(), []
     for i, (point, config) in enumerate(zip(points, configs, strict=True), 1):
         folder = out / "cells" / cell_name(point)
@@ -125,21 +142,34 @@ def sweep(
         summary = finished(folder, config)
         reused = summary is not None
         if summary is None:
+            if signalled():
+                return cells, True
             summary = run_cell(config, folder, cache.get(config))
         cell = CellResult(point, folder, summary, reused)
         cells.append(cell)
         how = "reused" if reused else f"{time.perf_counter() - t0:.1f} s"
         log(f"[{i}/{len(points)}] {cell_name(point)}: {_describe(cell)} ({how})")
-    metric = next((c.summary["metric"] for c in cells if "metric" in c.summary), "accuracy")
-    ranked = rank(cells, metric)
-    _write_csv(out / "sweep.csv", ranked, list(grid), metric)
+        if summary.get("status") == "interrupted" or signalled():
+            return cells, True
+    return cells, False
+
+
+def _best(
+    base: RunConfig,
+    grid: dict[str, list[Any]],
+    ranked: list[CellResult],
+    out: Path,
+    metric: str,
+    validation: float,
+) -> tuple[RunConfig | None, Path | None]:
+    """``best.yaml`` from the best cell, if any finished."""
     best = best_path = None
     if ranked and ranked[0].value is not None:
         best = apply_point(base, ranked[0].point, validation=0.0)
         best_path = out / "best.yaml"
         note = f"validation {metric} {ranked[0].value:.4f}, {validation:g} held out"
         _write_best(best, list(grid), best_path, note)
-    return SweepResult(ranked, metric, best, best_path)
+    return best, best_path
 
 
 def rank(cells: list[CellResult], metric: str) -> list[CellResult]:
@@ -211,8 +241,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if args.out
         else Path("runs") / "sweep" / f"{base.dataset}-{base.algorithm}".replace(":", "_").replace("/", "_")
     )
-    result = sweep(base, grid, out, validation, log=(lambda _: None) if args.quiet else print)
+    with StopRequest() as stop:  # a signal: the current cell stops, then the sweep
+        result = sweep(base, grid, out, validation, log=(lambda _: None) if args.quiet else print)
     print(format_ranking(result, list(grid)))
+    if result.stopped or stop.signum:
+        return stopped_status(stop.signum or signalled() or signal.SIGINT, "sweep", out)
     if result.best is None:
         print(f"sweep: no cell finished; see {out}/sweep.csv")
         return 1

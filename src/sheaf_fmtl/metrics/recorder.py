@@ -105,8 +105,11 @@ class Recorder:
             torch.save(payload, self.dir / "checkpoint.pt")
 
     def summary(self, payload: dict[str, Any]) -> None:
+        """Write ``summary.json`` whole or not at all (a temporary file renamed onto it)."""
         if self.dir is not None:
-            (self.dir / "summary.json").write_text(json.dumps(payload, indent=2) + "\n")
+            tmp = self.dir / ".summary.json.tmp"
+            tmp.write_text(json.dumps(payload, indent=2) + "\n")
+            os.replace(tmp, self.dir / "summary.json")
 
     def close(self) -> None:
         if self._file is not None:

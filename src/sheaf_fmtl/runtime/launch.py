@@ -256,7 +256,7 @@ def run_any(
         return run_rank(config, out, progress=progress, overwrite=overwrite, build=build)
     if config.processes > 1:
         return spawn(config, out, progress=progress, overwrite=overwrite)
-    with claim(out, overwrite=overwrite):
+    with claim(out, overwrite=overwrite), interrupt.leave_summary(out):
         return run(config, out, progress=progress, overwrite=overwrite, build=build)
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from ..config import ConfigError, RunConfig, load_config
 from .checkpoint import read_manifest, remove_checkpoints
 from .integrity import RESUMABLE_KEYS, check_config, find_checkpoint, verify_shards
+from .interrupt import leave_summary
 from .loop import RunOutcome, execute
 from .rundir import check_out_dir, claim
 from .simulate import Simulation
@@ -139,7 +140,7 @@ def resume(
     """
     run_dir = Path(run_dir)
     config = resume_config(run_dir, overrides, keys)
-    with claim(run_dir, resume=True):  # held while it runs: a second resume is refused
+    with claim(run_dir, resume=True), leave_summary(run_dir):  # held: a second resume is refused
         folder = checkpoint_to_resume(run_dir, config, 1)
         if folder is None:  # (clears only what the library wrote there)
             return execute(config, run_dir, progress=progress, build=build, overwrite=True)

@@ -80,7 +80,9 @@ def is_locked(path: str | Path) -> bool:
     return False
 
 
-def check_out_dir(path: str | Path, overwrite: bool = False, *, resume: bool = False) -> Path:
+def check_out_dir(
+    path: str | Path, overwrite: bool = False, *, resume: bool = False, reuse: bool = False
+) -> Path:
     """``path`` as a run folder, checked without touching anything.
 
     Args:
@@ -88,6 +90,8 @@ def check_out_dir(path: str | Path, overwrite: bool = False, *, resume: bool = F
         overwrite: a non-empty folder is accepted if it carries the marker (and is cleared by
             :func:`prepare_out_dir`).
         resume: the folder must carry the marker (a run continues in it).
+        reuse: a non-empty folder is accepted if it carries the marker (a command that continues
+            what it wrote there: ``run --seeds``, ``sweep``, ``reproduce``).
     Returns:
         ``path`` as a :class:`Path`.
     Raises:
@@ -113,7 +117,7 @@ def check_out_dir(path: str | Path, overwrite: bool = False, *, resume: bool = F
         raise FolderError(
             f"{p} is not a run folder written by sheaf-fmtl (no {MARKER} file in it); nothing was changed"
         )
-    if _entries(p) and not resume:
+    if _entries(p) and not resume and not (reuse and marked):
         if not marked:
             how = "--overwrite clears only folders sheaf-fmtl wrote" if overwrite else "--overwrite"
             raise FolderError(
@@ -155,7 +159,12 @@ def mark(path: str | Path, kind: str = "run") -> Path:
 
 @contextlib.contextmanager
 def claim(
-    path: str | Path, *, overwrite: bool = False, resume: bool = False, kind: str = "run"
+    path: str | Path,
+    *,
+    overwrite: bool = False,
+    resume: bool = False,
+    reuse: bool = False,
+    kind: str = "run",
 ) -> Iterator[Path]:
     """Own the folder ``path`` while the block runs: check it (:func:`check_out_dir`), create it
     with its marker, and hold the marker's lock (released at the end). When the block fails and
@@ -164,7 +173,7 @@ def claim(
     Raises:
         FolderError: see :func:`check_out_dir`; or another process took the folder meanwhile.
     """
-    p = check_out_dir(path, overwrite, resume=resume)
+    p = check_out_dir(path, overwrite, resume=resume, reuse=reuse)
     new = [q for q in [p, *p.parents] if not q.exists()]  # created here: removed again on failure
     if _held(p):  # this process (or the one that started it) owns it already
         yield p
@@ -175,7 +184,7 @@ def claim(
     _HELD[_key(p)] = fd
     ok = False
     try:
-        if not created and not (overwrite or resume) and _entries(p):
+        if not created and not (overwrite or resume or reuse) and _entries(p):
             raise FolderError(
                 f"output folder {p} is not empty (another run started into it); choose another --out"
             )
