@@ -29,9 +29,16 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
+#: The longest error line printed (a message that echoes a huge value is cut).
+MAX_ERROR_CHARS = 2000
+
+
 def error_line(message: object) -> str:
-    """The one line every command prints on stderr for an error."""
-    return f"{PROG}: error: {' '.join(str(message).split())}"
+    """The one line every command prints on stderr for an error (at most :data:`MAX_ERROR_CHARS`)."""
+    text = " ".join(str(message)[: 4 * MAX_ERROR_CHARS].split())
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 30] + f" ... ({len(str(message))} characters)"
+    return f"{PROG}: error: {text}"
 
 
 def add_config_options(

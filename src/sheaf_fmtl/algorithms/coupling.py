@@ -3,6 +3,8 @@ stability check and its value at an evaluation."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..config import ConfigError
@@ -27,6 +29,11 @@ def require_stable_coupling(
     keys = "lower alpha or lam"
     if maps:
         keys += ", or scale the maps down (map_scale; the default scales them by 1/sqrt(d_i))"
+    if not math.isfinite(product):  # e.g. maps so large that the power iteration overflows
+        raise ConfigError(
+            f"unstable configuration: the estimate of lambda_max ({operator}) is {lambda_max:.4g}, not a "
+            f"finite number, so the coupling step cannot be stable; {keys}"
+        )
     if product >= 2.0:
         raise ConfigError(
             f"unstable configuration: alpha*lam*lambda_max = {alpha:g}*{lam:g}*{lambda_max:.4g} = "

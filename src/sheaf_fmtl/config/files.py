@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from .schema import ConfigError, RunConfig, from_mapping
+from .schema import ConfigError, RunConfig, from_mapping, shown
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -28,7 +28,7 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
             break
         if first != line:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (first given on line {first})", key_node.start_mark
+                None, None, f"duplicate key {shown(key)} (first given on line {first})", key_node.start_mark
             )
     return loader.construct_mapping(node, deep=deep)
 
@@ -47,12 +47,52 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
     return " ".join(str(e).split())
 
 
+#: The most values a YAML config may hold once its aliases are expanded (a few nested aliases
+#: stand for billions of values: the "billion laughs").
+MAX_YAML_NODES = 100_000
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """How many nodes ``root`` stands for with every alias expanded (stops past the bound)."""
+    size: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in size:
+            continue
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        if done:
+            size[id(node)] = min(1 + sum(size[id(c)] for c in children), MAX_YAML_NODES + 1)
+        else:
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in size)
+    return size[id(root)]
+
+
 def parse_yaml(text: str, where: str) -> Any:
-    """``text`` read as YAML (duplicate keys refused); ConfigError naming ``where`` otherwise."""
+    """``text`` read as YAML (duplicate keys refused, at most :data:`MAX_YAML_NODES` values with
+    aliases expanded); ConfigError naming ``where`` otherwise."""
+    loader = _UniqueKeyLoader(text)
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_size(node) > MAX_YAML_NODES:
+            raise ConfigError(
+                f"{where} holds more than {MAX_YAML_NODES} values once its aliases (*name) are expanded; "
+                "a config is much smaller"
+            )
+        return loader.construct_document(node)
     except yaml.YAMLError as e:
         raise ConfigError(f"{where} is not valid YAML: {_yaml_problem(e)}") from None
+    except RecursionError:
+        raise ConfigError(f"{where} is nested too deeply to be a config") from None
+    finally:
+        loader.dispose()  # type: ignore[no-untyped-call]
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
@@ -62,13 +102,15 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         parts = key.strip().split(".")
         if not sep or not all(parts):
-            raise ConfigError(f"override {item!r} must look like KEY=VALUE (e.g. lam=0.1, data.groups=2)")
-        value = parse_yaml(raw, f"override {item!r}") if raw.strip() else ""
+            raise ConfigError(
+                f"override {shown(item)} must look like KEY=VALUE (e.g. lam=0.1, data.groups=2)"
+            )
+        value = parse_yaml(raw, f"override {shown(item)}") if raw.strip() else ""
         node = out
         for part in parts[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"override {item!r}: '{part}' was already given a value")
+                raise ConfigError(f"override {shown(item)}: '{shown(part)[1:-1]}' was already given a value")
         node[parts[-1]] = value
     return out
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -25,6 +26,21 @@ MAP_MODES = ("learned", "fixed", "redrawn", "features", "aligned")
 
 class ConfigError(ValueError):
     """One line naming the key and the allowed values."""
+
+
+#: How much of a value an error message echoes.
+SHOWN_CHARS = 200
+
+
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` for a message, at most about ``limit`` characters (built without ever
+    forming the whole repr of a huge value)."""
+    r = reprlib.Repr()
+    r.maxstring = r.maxother = limit
+    r.maxlist = r.maxtuple = r.maxdict = r.maxset = 20
+    r.maxlevel = 4
+    text = r.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _key(default: Any, doc: str) -> Any:  # noqa: ANN401 - a dataclass field of any key's type
@@ -292,7 +308,7 @@ PROVENANCE_KEYS = ("versions",)
 
 
 def _unknown_key(key: object) -> str:
-    return f"unknown config key '{key}'; known keys: {', '.join(sorted(_KNOWN))}"
+    return f"unknown config key '{shown(str(key))[1:-1]}'; known keys: {', '.join(sorted(_KNOWN))}"
 
 
 def _check(name: str, value: Any) -> Any:
@@ -307,11 +323,11 @@ def _check(name: str, value: Any) -> Any:
             pass
     if isinstance(value, bool) and bool not in types or not isinstance(value, types):
         want = " or ".join(t.__name__ for t in types)
-        raise ConfigError(f"config key '{name}': expected {want}, got {type(value).__name__} {value!r}")
+        raise ConfigError(f"config key '{name}': expected {want}, got {type(value).__name__} {shown(value)}")
     if float in types:
         value = float(value)  # type: ignore[arg-type]  # an int or float, checked above
         if not math.isfinite(value):
-            raise ConfigError(f"config key '{name}' = {value!r} is not a finite number")
+            raise ConfigError(f"config key '{name}' = {shown(value)} is not a finite number")
     if name == "data":
         return dict(value)
     if name in PLUGIN_KEYS:
@@ -325,17 +341,17 @@ def _check(name: str, value: Any) -> Any:
         )
     if name in _CHOICES and value not in _CHOICES[name]:
         raise ConfigError(
-            f"config key '{name}': {value!r} is not allowed; allowed: {', '.join(_CHOICES[name])}"
+            f"config key '{name}': {shown(value)} is not allowed; allowed: {', '.join(_CHOICES[name])}"
         )
     if name == "device" and not _DEVICE.fullmatch(value):
-        raise ConfigError(f"config key 'device': {value!r} is not allowed; allowed: cpu, cuda, cuda:N")
+        raise ConfigError(f"config key 'device': {shown(value)} is not allowed; allowed: cpu, cuda, cuda:N")
     if name in _RANGES:
         lo, lo_in, hi, hi_in, text = _RANGES[name]
         bad = (lo is not None and (value < lo if lo_in else value <= lo)) or (
             hi is not None and (value > hi if hi_in else value >= hi)
         )
         if bad:
-            raise ConfigError(f"config key '{name}' = {value!r} is out of range; allowed: {text}")
+            raise ConfigError(f"config key '{name}' = {shown(value)} is out of range; allowed: {text}")
     return value
 
 
@@ -348,7 +364,9 @@ def _check_code(name: str, value: str) -> None:
             except PluginError as e:
                 raise ConfigError(str(e)) from None
     if name in ("loss", "metric") and value != "auto" and not is_spec(value) and not is_held(value):
-        raise ConfigError(f"config key '{name}': {value!r} is not allowed; allowed: auto, or module:function")
+        raise ConfigError(
+            f"config key '{name}': {shown(value)} is not allowed; allowed: auto, or module:function"
+        )
 
 
 def _check_together(config: RunConfig) -> None:

@@ -59,6 +59,23 @@ def infer_task(ys: list[np.ndarray], max_classes: int) -> Task:
     return "regression"
 
 
+def check_label_kinds(spec: str, raw: list[Any]) -> None:
+    """Refuse clients stored with integer labels beside clients with non-integer targets (one of
+    them would silently make the whole federation a regression): say which, and how to choose."""
+    ints = [i for i, y in enumerate(raw) if np.asarray(y).dtype.kind in "iub"]
+    floats = [i for i, y in enumerate(raw) if i not in ints and np.any(np.asarray(y) != np.round(y))]
+    if ints and floats:
+        raise DatasetError(
+            f"file:{spec}: mixed label types: client(s) {_few(ints)} hold integer labels, client(s) "
+            f"{_few(floats)} non-integer targets; fix the file, or set data.task=classification or "
+            "data.task=regression"
+        )
+
+
+def _few(items: list[int]) -> str:
+    return ", ".join(map(str, items[:5])) + (f" ... ({len(items)})" if len(items) > 5 else "")
+
+
 def load_user(spec: str, request: DataRequest) -> RawFederated:
     """Build a :class:`RawFederated` from ``file:PATH`` (``spec`` is PATH)."""
     o = check_options(f"file:{spec}", request.options, USER_DEFAULTS, USER_KINDS)
@@ -93,6 +110,8 @@ def load_user(spec: str, request: DataRequest) -> RawFederated:
                 raise DatasetError(f"{src}: {what} feature shapes differ: {shapes}")
         arrays.append((x, y, xt, yt))
     ys = [a[1] for a in arrays] + [a[3] for a in arrays if a[3] is not None]
+    if o["task"] is None:
+        check_label_kinds(spec, [c["y"] for _, c in parts])
     task: Task = o["task"] or infer_task(ys, int(o["max_classes"]))
     num_classes = 0
     if task == "classification":

@@ -132,7 +132,9 @@ def group_runs(run_dirs: Sequence[str | Path]) -> list[Row]:
     """
     for d in run_dirs:
         if read_summary(d) is None:
-            raise FileNotFoundError(f"{d} is not a finished run folder (no readable summary.json)")
+            raise FileNotFoundError(
+                f"{Path(d) / 'summary.json'} is missing or unreadable: {d} is not a finished run folder"
+            )
     groups = group_by_config(run_dirs, ignore=("seed",))
     keys = [
         k for k in differing_keys([g.config for g in groups]) if k not in NOT_A_SETTING and k != "dataset"

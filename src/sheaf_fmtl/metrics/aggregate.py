@@ -64,9 +64,10 @@ def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
     """``summary.json`` of a run folder, or ``None`` when it is absent or unreadable."""
     path = Path(run_dir) / "summary.json"
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        summary = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError):  # (JSON and UTF-8 errors are ValueErrors)
         return None
+    return summary if isinstance(summary, dict) else None
 
 
 def final_metric(run_dir: str | Path, summary: dict[str, Any] | None = None) -> float | None:

@@ -49,7 +49,10 @@ def read_config(run_dir: str | Path) -> dict[str, Any]:
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
-    config = yaml.safe_load(path.read_text()) or {}
+    try:
+        config = yaml.safe_load(path.read_bytes().decode("utf-8")) or {}
+    except (OSError, ValueError, yaml.YAMLError) as e:  # (UnicodeDecodeError is a ValueError)
+        raise ValueError(f"{path} cannot be read as a run config ({type(e).__name__})") from None
     if not isinstance(config, dict):
         raise ValueError(f"{path} is not a run config (not a mapping)")
     return config

@@ -128,11 +128,17 @@ def read_metrics(run_dir: str | Path) -> dict[str, list[float]]:
     are read too, their column named from ``summary.json``'s metric. ``test_metric`` is also kept
     as an alias of the metric column, for readers that do not care which metric it is."""
     run_dir = Path(run_dir)
-    with open(run_dir / "metrics.csv", newline="") as f:
-        reader = csv.DictReader(f)
-        header = list(reader.fieldnames or [])
-        rows = list(reader)
-    columns = {c: [float(r[c]) if r.get(c) else math.nan for r in rows] for c in header}
+    path = run_dir / "metrics.csv"
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            header = list(reader.fieldnames or [])
+            rows = list(reader)
+        columns = {c: [float(r[c]) if r.get(c) else math.nan for r in rows] for c in header}
+    except (ValueError, TypeError, csv.Error) as e:  # not UTF-8, not numbers, ragged rows
+        raise ValueError(
+            f"{path} cannot be read as metrics ({type(e).__name__}); is it a run's file?"
+        ) from None
     named = [c for c in header if c.startswith("test_") and c != LEGACY_METRIC_COLUMN]
     if LEGACY_METRIC_COLUMN in columns and not named:
         metric = _summary_metric(run_dir)

@@ -22,7 +22,12 @@ def load_map_norms(run_dir: str | Path) -> tuple[np.ndarray, np.ndarray | None] 
     path = Path(run_dir) / "checkpoint.pt"
     if not path.is_file():
         return None
-    ckpt = torch.load(path, weights_only=True, map_location="cpu")
+    try:
+        ckpt = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as e:  # noqa: BLE001 - unpickling, zip and truncation errors alike
+        raise ValueError(f"{path} cannot be read as a run's final checkpoint ({type(e).__name__})") from None
+    if not isinstance(ckpt, dict):
+        raise ValueError(f"{path} does not hold a run's final checkpoint")
     norms = ckpt.get("map_norms")
     if norms is None:
         return None

@@ -3,13 +3,13 @@ round, the test metric and the bits transmitted so far."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..metrics.aggregate import read_summary
 from ..metrics.groups import read_config
 from ..metrics.recorder import LEGACY_METRIC_COLUMN, read_metrics
 
@@ -60,7 +60,10 @@ def load_run(run_dir: str | Path) -> RunRecord:
     metric = next((m for m in ("accuracy", "mse") if f"test_{m}" in columns), "")
     summary = path / "summary.json"
     if summary.is_file():
-        metric = str(json.loads(summary.read_text()).get("metric") or metric)
+        saved = read_summary(path)
+        if saved is None:
+            raise ValueError(f"{summary} cannot be read (not a JSON object); is it a run's file?")
+        metric = str(saved.get("metric") or metric)
     nan = [float("nan")] * len(values)
     return RunRecord(
         path=path,

@@ -32,18 +32,12 @@ from .checkpoint import (
     restore,
     snapshot,
 )
+from .divergence import divergence_message
 from .gather import final_state
 from .interrupt import StopRequest
 from .rundir import check_out_dir, prepare_out_dir
 from .simulate import DivergenceError, Simulation, build_simulation
 from .summary import resolved, summarize
-
-
-def divergence_message(round_: int, config: RunConfig) -> str:
-    return (
-        f"the loss became NaN or infinite at round {round_}; try smaller step sizes "
-        f"(alpha={config.alpha}, eta={config.eta}): Theorem 1 asks alpha < 2/(N L) and eta < 2/(lambda D^2)"
-    )
 
 
 @dataclass
