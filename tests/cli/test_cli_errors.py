@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -43,12 +44,32 @@ def sandbox(tmp_path, monkeypatch):
     (tmp_path / "a_folder").mkdir()
     (tmp_path / "a_file").write_text("not a folder\n")
     (tmp_path / "edges.txt").write_text("0 1\n1 2\n2 3\n")
+    laughs = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    laughs += [f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]" for a, b in zip("abcdefgh", "bcdefghi", strict=True)]
+    (tmp_path / "laughs.yaml").write_text("\n".join(laughs) + "\n")  # 516 bytes, 9^9 values
+    (tmp_path / "deep.yaml").write_text("data: " + "[" * 20000 + "]" * 20000 + "\n")
+    x = np.random.default_rng(0).normal(size=(20, 3))
+    ys = {"y_0": np.arange(20) % 2, "y_1": np.linspace(0.0, 1.0, 20)}  # int labels, float targets
+    np.savez(tmp_path / "mixed.npz", num_clients=2, x_0=x, x_1=x, **ys)
+    project = tmp_path / "project"  # a user's folder that holds a config.yaml
+    project.mkdir()
+    (project / "config.yaml").write_text("lam: 0.1\n")
+    (project / "main.py").write_text("print('mine')\n")
     previous = tmp_path / "previous_run"
     previous.mkdir()
     (previous / "checkpoint.pt").write_bytes(b"an earlier run's checkpoint")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
+
+def _aliases(levels: int = 5, width: int = 10) -> str:
+    """A flow mapping of nested aliases standing for ``width ** levels`` values."""
+    items = [f"a0: &a0 [{', '.join(['1'] * width)}]"]
+    items += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]" for i in range(1, levels + 1)]
+    return "{" + ", ".join(items) + "}"
+
+
+ALIASES = _aliases()
 
 # (id, argv, a fragment of the message)
 CASES = [
@@ -99,6 +120,59 @@ CASES = [
     ("bench-out-is-file", ["bench", "--smoke", "--out", "a_file"], "a_file is an existing file"),
     ("plot-missing-run", ["plot", "no_such_run"], "no_such_run"),
     ("run-cuda-absent", ["run", *TINY, "--device", "cuda"], "no CUDA device"),
+    # bounded: nothing is expanded, listed or echoed without a bound
+    ("yaml-aliases", ["run", "laughs.yaml"], "more than 100000 values once its aliases"),
+    ("set-aliases", ["run", "--set", f"data={ALIASES}"], "once its aliases"),
+    ("yaml-deep", ["run", "deep.yaml"], "nested too deeply"),
+    (
+        "seeds-range-huge",
+        ["run", *TINY, "--seeds", "0-100000000000"],
+        "names 100000000001 seeds; at most 1000",
+    ),
+    ("seeds-list-huge", ["run", *TINY, "--seeds", ",".join(map(str, range(2000)))], "names 2000 seeds"),
+    ("grid-values-huge", ["sweep", *TINY, "--grid", "lam=1e-5:1:log100000000"], "asks for 100000000 values"),
+    (
+        "grid-cells-huge",
+        ["sweep", *TINY, "--grid", "lam=1e-5:1:log1000", "--grid", "alpha=0.01:1:lin1000"],
+        "1000 x 1000 = 1000000 cells",
+    ),
+    # checked before any work (processes: before any rank starts)
+    (
+        "processes-over-clients",
+        ["run", *TINY, "--set", "processes=8"],
+        "processes = 8 is more than the 4 clients",
+    ),
+    ("processes-over-dataset", ["run", "--set", "processes=30", "rounds=1"], "more than the 20 clients"),
+    (
+        "processes-topology",
+        ["run", *TINY, "--set", "processes=2", "topology=hybrid-fl"],
+        "not supported across processes",
+    ),
+    (
+        "processes-map-draw",
+        ["run", *TINY, "--set", "processes=2", "map_draw=device"],
+        "map_draw = device is not supported",
+    ),
+    (
+        "processes-timeout",
+        ["run", *TINY, "--set", "processes=2", "timeout_s=1e308"],
+        "too large for a process group",
+    ),
+    ("stability-nan", ["run", *TINY, "--set", "map_scale=1e25"], "not a finite number, so the coupling step"),
+    ("mixed-labels", ["run", *TINY, "--set", "dataset=file:mixed.npz"], "mixed label types: client(s) 0"),
+    (
+        "table-name-up",
+        ["table", "previous_run", "--name", "../../x"],
+        "give a file name stem without folders",
+    ),
+    (
+        "table-name-abs",
+        ["table", "previous_run", "--name", "/tmp/x"],
+        "give a file name stem without folders",
+    ),
+    ("resume-user-folder", ["run", "--resume", "project"], "not a run folder written by sheaf-fmtl"),
+    ("overwrite-user-folder", ["run", *TINY, "--out", "project", "--overwrite"], "not written by sheaf-fmtl"),
+    ("seeds-overwrite", ["run", *TINY, "--seeds", "0,1", "--overwrite"], "drop --overwrite"),
     ("bench-cuda-absent", ["bench", "--device", "cuda"], "no CUDA device"),
 ]
 PARAMS = [
@@ -118,7 +192,39 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(sandbox, capsys, argv, 
 
 
 def test_catalogue_is_large_enough():
-    assert len(CASES) >= 30
+    assert len(CASES) >= 60
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--set", "device=" + "x" * 100_000],
+        ["run", "--set", "lam=" + "x" * 100_000],
+        ["run", "--set", "x" * 100_000 + "=1"],
+        ["run", "--set", "data.relatedness=[" + "1, " * 50_000 + "1]", "rounds=1"],
+        ["sweep", "--grid", "lam=" + "x," * 500],
+    ],
+    ids=["device", "lam", "key", "data-list", "grid"],
+)
+def test_an_error_echoes_a_bounded_part_of_the_value(sandbox, capsys, argv):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sheaf-fmtl: error: ") and len(err.splitlines()) == 1 and len(err) < 2100, err[:300]
+
+
+def test_divergence_names_the_keys_the_algorithm_reads(sandbox, capsys):
+    """pFedMe with a huge inner step size: the message names inner_lr (not sheaf-fmtl's eta)."""
+    argv = ["run", *TINY, "--set", "dataset=synthetic", "algorithm=pfedme", "inner_lr=1e6", "rounds=10"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "try smaller step sizes or scales (inner_lr=1e+06, alpha=0.05" in err and " eta=" not in err, err
+
+
+def test_warnings_go_to_stderr(sandbox, capsys, monkeypatch):
+    monkeypatch.setattr(simulate.Simulation, "diagnose", lambda self: ["a note for the user"])
+    assert main(["run", *TINY, "--out", "warned"]) == 0
+    captured = capsys.readouterr()
+    assert "sheaf-fmtl: warning: a note for the user" in captured.err and "a note" not in captured.out
 
 
 def test_overwrite_clears_an_earlier_run_so_no_stale_file_survives(sandbox, capsys):
