@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -239,3 +240,22 @@ def test_claim_marks_first_and_releases(tmp_path):
     with claim(out):
         (out / "config.yaml").write_text("x: 1\n")
     assert is_marked(out)
+
+
+@pytest.mark.parametrize(
+    "name, commands",
+    [
+        ("metrics.csv", ["plot"]),
+        ("summary.json", ["plot", "table"]),
+        ("config.yaml", ["plot", "table"]),
+        ("checkpoint.pt", ["plot"]),
+    ],
+)
+def test_plot_and_table_name_the_file_they_cannot_read(tmp_path, finished, capsys, name, commands):
+    run = tmp_path / "damaged"
+    shutil.copytree(finished, run)
+    (run / name).write_bytes(b"\x00\xff not what a run writes {[")
+    for command in commands:
+        assert main([command, str(run), "--out", str(tmp_path / "figs")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and str(run / name) in err, err

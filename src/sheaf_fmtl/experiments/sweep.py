@@ -135,7 +135,7 @@ def _run_cells(
     points: list[dict[str, Any]], configs: list[RunConfig], out: Path, log: Callable[[str], None]
 ) -> tuple[list[CellResult], bool]:
     """Every cell in turn (a finished one reused); stops after the cell a signal reached."""
-    cache, cells = _FederationCache(), []
+    cache, cells = _FederationCache(), list[CellResult]()
     for i, (point, config) in enumerate(zip(points, configs, strict=True), 1):
         folder = out / "cells" / cell_name(point)
         t0 = time.perf_counter()

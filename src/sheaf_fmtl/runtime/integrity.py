@@ -55,7 +55,10 @@ def run_config(run_dir: Path) -> dict[str, Any] | None:
     except ConfigError:
         return None
     skip = {*PROVENANCE_KEYS, *RESUMABLE_KEYS}
-    return json.loads(json.dumps({k: v for k, v in mapping.items() if k not in skip}, default=str))
+    kept: dict[str, Any] = json.loads(
+        json.dumps({k: v for k, v in mapping.items() if k not in skip}, default=str)
+    )
+    return kept
 
 
 def config_digest(mapping: dict[str, Any]) -> str:
@@ -146,7 +149,7 @@ def find_checkpoint(run_dir: Path) -> tuple[Path | None, list[int]]:
     found = sorted(
         ((int(m.group(1)), p) for p in base.iterdir() if (m := ROUND_DIR.fullmatch(p.name))), reverse=True
     )
-    skipped = []
+    skipped: list[int] = []
     for round_, folder in found:
         if folder.is_symlink():
             raise CheckpointError(
