@@ -32,6 +32,7 @@ from sheaf_fmtl.runtime import launch, simulate
 from sheaf_fmtl.runtime.checkpoint import (
     CHECKPOINTS,
     MANIFEST,
+    CheckpointError,
     latest_checkpoint,
     read_manifest,
     round_dir,
@@ -119,12 +120,16 @@ def test_two_process_run_stopped_and_resumed_equals_the_uninterrupted_one(tmp_pa
     manifest = read_manifest(folder)
     assert manifest is not None and manifest["shards"] == [shard_name(0), shard_name(1)]
     assert [r["round"] for r in manifest["rows"]] == [0, 2, 4]
-    # a later checkpoint missing rank 1's shard is incomplete: the resume uses round 5
+    # a later checkpoint with only rank 0's shard (no manifest: cut short) is passed over; one
+    # whose manifest names a shard that is missing is refused until its folder is removed
     cut = round_dir(part, 6)
     cut.mkdir()
     shutil.copy(folder / shard_name(0), cut / shard_name(0))
-    (cut / MANIFEST).write_text(json.dumps({**manifest, "round": 6}))
     assert latest_checkpoint(part) == folder
+    (cut / MANIFEST).write_text(json.dumps({**manifest, "round": 6}))
+    with pytest.raises(CheckpointError, match="names shard shard-00001.pt, which is missing"):
+        latest_checkpoint(part)
+    (cut / MANIFEST).unlink()
     with pytest.raises(ConfigError, match="written by 2 process"):
         resume(part)  # one process cannot continue a 2-process checkpoint
     with pytest.raises(ConfigError, match="processes = 3, but the run ran on 2"):
