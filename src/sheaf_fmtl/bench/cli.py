@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..cli_options import add_config_options
 from ..config import RunConfig
-from ..runtime.rundir import check_out_dir
+from ..runtime.rundir import check_path
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -15,7 +15,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .settings import LARGEST, setting_named
 
     args.device = _checked_device(args.device or "cpu")
-    check_out_dir(args.out, overwrite=True)  # a folder of bench results (rewritten), not a file
+    check_path(args.out)  # a folder of bench results (its files rewritten), not a file
     setting_list = [LARGEST] if args.largest else None
     if args.settings:
         setting_list = [setting_named(name.strip()) for name in args.settings.split(",") if name.strip()]

@@ -94,7 +94,7 @@ def run_rank(
     sim = None
     try:
         owned = claim(out, overwrite=overwrite, resume=resuming) if rank == 0 else contextlib.nullcontext()
-        with owned:  # rank 0 writes the run folder (its lock: held here, or by spawn's process)
+        with owned, interrupt.leave_summary(out if rank == 0 else None):  # rank 0 writes the run folder
             sim = build_simulation(config, rank_world=(rank, world))
             interrupt.AGREE = sim.agree_stop  # every rank stops after the same round
             outcome = execute(

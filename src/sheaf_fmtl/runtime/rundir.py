@@ -80,6 +80,17 @@ def is_locked(path: str | Path) -> bool:
     return False
 
 
+def check_path(path: str | Path) -> Path:
+    """``path`` can be a folder: it is not a file, nor under one (FolderError otherwise)."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise FolderError(f"output folder {p} is an existing file; choose another --out")
+    for parent in p.parents:
+        if parent.exists() and not parent.is_dir():
+            raise FolderError(f"output folder {p} is under {parent}, which is a file; choose another --out")
+    return p
+
+
 def check_out_dir(
     path: str | Path, overwrite: bool = False, *, resume: bool = False, reuse: bool = False
 ) -> Path:
@@ -99,12 +110,7 @@ def check_out_dir(
             cleared or resumed; it is non-empty and not marked (or ``overwrite`` is false); a live
             process holds its lock.
     """
-    p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise FolderError(f"output folder {p} is an existing file; choose another --out")
-    for parent in p.parents:
-        if parent.exists() and not parent.is_dir():
-            raise FolderError(f"output folder {p} is under {parent}, which is a file; choose another --out")
+    p = check_path(path)
     if p.is_symlink() and (overwrite or resume):
         raise FolderError(
             f"{p} is a symbolic link; sheaf-fmtl clears or resumes only the folder itself, never through "
