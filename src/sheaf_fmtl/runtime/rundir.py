@@ -121,7 +121,8 @@ def check_out_dir(
         raise FolderError(f"--resume {p}: no such run folder")
     if resume and not marked:
         raise FolderError(
-            f"{p} is not a run folder written by sheaf-fmtl (no {MARKER} file in it); nothing was changed"
+            f"{p} is not a run folder written by sheaf-fmtl (no {MARKER} file in it); nothing was changed "
+            f"(a run folder of a version before markers: create an empty {MARKER} in it to resume it)"
         )
     if _entries(p) and not resume and not (reuse and marked):
         if not marked:
