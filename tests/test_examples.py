@@ -19,10 +19,20 @@ def test_mlp_silos_compares_two_widths_with_local_training_and_dfedu(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     results = _main("mlp_silos.py")(["--quick"])
-    assert list(results) == ["sheaf-fmtl (8 + 32 units)", "local (8 + 32 units)", "dfedu (32 units)"]
-    sheaf, local, dfedu = results.values()
-    assert len(sheaf.summary["model_dims"]) == 2 and len(dfedu.summary["model_dims"]) == 1
+    assert list(results) == [
+        "sheaf-fmtl (8 + 32 units)",
+        "sheaf-fmtl aligned (8 + 32)",
+        "local (8 + 32 units)",
+        "dfedu (32 units)",
+        "sheaf-fmtl redrawn (32)",
+    ]
+    sheaf, aligned, local, dfedu, redrawn = results.values()
+    assert len(sheaf.summary["model_dims"]) == len(aligned.summary["model_dims"]) == 2
+    assert len(dfedu.summary["model_dims"]) == len(redrawn.summary["model_dims"]) == 1
     assert sheaf.summary["transmitted_bits"] > 0 == local.summary["transmitted_bits"]
+    # redrawn maps send gamma = 0.1 of what dFedU sends (d_e = floor(0.1 d) of d coordinates)
+    d = redrawn.summary["model_dims"][0]
+    assert redrawn.summary["transmitted_bits"] * d == dfedu.summary["transmitted_bits"] * (d // 10)
     assert all(math.isfinite(r.final or math.nan) for r in results.values())
     assert "sheaf-fmtl (8 + 32 units)" in capsys.readouterr().out
 
