@@ -32,7 +32,7 @@ TUNED_KEYS = (
 #: Statuses that end a cell for good: the same config gives them again.
 DONE = (*FINISHED, "diverged", "refused")
 #: Keys that do not change a run's numbers (not compared when reusing a cell).
-IGNORED_KEYS = ("device", "data_dir")
+IGNORED_KEYS = ("device", "data_dir", "data_search")
 #: Written into a cell's folder once it is done: the cell's config (``run`` may record a resolved one).
 CELL_FILE = "cell.json"
 

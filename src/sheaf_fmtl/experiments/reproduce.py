@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from ..data.files import HOW_TO_GET, try_find
 from ..data.registry import dataset_files
+from ..progress import bar
 from ..runtime.interrupt import signalled
 from ..runtime.rundir import claim
 from .cells import DONE, Cell, cell_config, is_done, run_cell
@@ -194,7 +195,7 @@ def _run_experiment(
         f"{len(pending)} to run{expected}"
     )
     stopped = False
-    for cell in tqdm(pending, desc=exp.name, unit="cell", disable=not progress, dynamic_ncols=True):
+    for cell in bar(pending, desc=exp.name, unit="cell", enabled=progress):
         if signalled() or run_cell(cell, cell.folder(out)).get("status") == "interrupted" or signalled():
             tqdm.write(f"{exp.name}: interrupted; run the same command again to continue")
             stopped = True

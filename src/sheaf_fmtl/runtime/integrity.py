@@ -21,7 +21,16 @@ from ..config import PROVENANCE_KEYS, ConfigError, read_config_file
 
 #: Config keys a resumed run may change: none of them enters an iterate (``device`` changes the
 #: float rounding, so the result is exact only on the device the run started on).
-RESUMABLE_KEYS = ("rounds", "eval_every", "checkpoint_every", "save_maps", "data_dir", "device", "timeout_s")
+RESUMABLE_KEYS = (
+    "rounds",
+    "eval_every",
+    "checkpoint_every",
+    "save_maps",
+    "data_dir",
+    "data_search",
+    "device",
+    "timeout_s",
+)
 MANIFEST = "manifest.json"
 FORMAT = 1
 SHARD = re.compile(r"shard-(\d{5})\.pt")
