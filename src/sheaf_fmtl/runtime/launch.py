@@ -275,9 +275,10 @@ def resume_any(
     (:func:`.resume.resume`). The summary to print (``None`` on ranks other than 0)."""
     from .resume import checkpoint_to_resume, resume, resume_config
 
-    check_out_dir(run_dir, resume=True)
-    config = resume_config(run_dir, overrides, keys)
     ranks = rank_world()
+    member = ranks is not None and ranks[0] != 0  # rank 0 holds the folder's lock for the group
+    check_out_dir(run_dir, resume=True, group_member=member)
+    config = resume_config(run_dir, overrides, keys, group_member=member)
     if ranks is not None:
         lead = ranks[0] == 0
         with claim(run_dir, resume=True) if lead else contextlib.nullcontext():

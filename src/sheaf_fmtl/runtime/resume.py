@@ -30,15 +30,21 @@ __all__ = ["RESUMABLE_KEYS", "checkpoint_to_resume", "resume", "resume_config"]
 
 
 def resume_config(
-    run_dir: str | Path, overrides: list[str] | None = None, keys: Mapping[str, Any] | None = None
+    run_dir: str | Path,
+    overrides: list[str] | None = None,
+    keys: Mapping[str, Any] | None = None,
+    *,
+    group_member: bool = False,
 ) -> RunConfig:
     """The saved config of ``run_dir`` with ``overrides`` (``KEY=VALUE``) and ``keys`` on top.
+
+    ``group_member``: a rank other than 0 of a process group (rank 0 holds the folder's lock).
 
     Raises:
         ConfigError: ``run_dir`` has no ``config.yaml``, or a key outside :data:`RESUMABLE_KEYS`
             differs from the saved value.
     """
-    check_out_dir(run_dir, resume=True)  # a folder sheaf-fmtl wrote, not a link
+    check_out_dir(run_dir, resume=True, group_member=group_member)  # a folder sheaf-fmtl wrote, not a link
     path = Path(run_dir) / "config.yaml"
     if path.is_symlink() or not path.is_file():
         raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a run folder)")

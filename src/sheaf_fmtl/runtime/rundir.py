@@ -92,7 +92,12 @@ def check_path(path: str | Path) -> Path:
 
 
 def check_out_dir(
-    path: str | Path, overwrite: bool = False, *, resume: bool = False, reuse: bool = False
+    path: str | Path,
+    overwrite: bool = False,
+    *,
+    resume: bool = False,
+    reuse: bool = False,
+    group_member: bool = False,
 ) -> Path:
     """``path`` as a run folder, checked without touching anything.
 
@@ -103,6 +108,8 @@ def check_out_dir(
         resume: the folder must carry the marker (a run continues in it).
         reuse: a non-empty folder is accepted if it carries the marker (a command that continues
             what it wrote there: ``run --seeds``, ``sweep``, ``reproduce``).
+        group_member: a rank other than 0 of a process group: rank 0 holds the folder's lock for
+            the group, so the lock is not held against it.
     Returns:
         ``path`` as a :class:`Path`.
     Raises:
@@ -136,7 +143,7 @@ def check_out_dir(
                 f"output folder {p} is not empty (an earlier run?); choose another --out, or pass "
                 "--overwrite (Python: overwrite=True) to clear it first"
             )
-    if marked and is_locked(p):
+    if marked and not group_member and is_locked(p):
         raise FolderError(
             f"{p} is in use by another sheaf-fmtl process that is still running; wait for it to end "
             "or choose another --out"

@@ -40,6 +40,10 @@ def shared_feature_maps(
     and round is sent). ``graph`` defaults to the config's. The start-up stability check
     (``alpha lam lambda_max(L_F) < 2``, refused otherwise) runs on these maps; with selection maps
     ``lambda_max(L_F)`` is at most the graph Laplacian's.
+
+    The same coupling without stored maps, from any config and across processes, is ``maps =
+    features`` (:mod:`sheaf_fmtl.algorithms.sheaf_coordinates`; the feature ids come from the
+    dataset); this dense form stays as its independent check and for hand-made feature lists.
     """
     if config.eta != 0.0:
         raise ValueError(f"shared_feature_maps builds fixed maps: eta must be 0, got eta={config.eta:g}")

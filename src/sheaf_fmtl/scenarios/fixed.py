@@ -22,6 +22,7 @@ from ..runtime.simulate import Simulation, build_simulation
 from ..sheaf.graph import ClientGraph
 from ..sheaf.layout import build_layout
 from ..sheaf.maps import MAP_DTYPES
+from ..sheaf.supports import linear_columns
 
 MapOf = Callable[[int, int], torch.Tensor]  # (i, j) -> P_ij [d_ij, d_i]
 
@@ -46,8 +47,7 @@ def linear_selection(features: Sequence[int] | np.ndarray, num_features: int, ou
     f = np.asarray(features, np.int64)
     if len(f) == 0 or f.min() < 0 or f.max() >= num_features or len(np.unique(f)) != len(f):
         raise ValueError(f"features must be distinct indices into 0..{num_features - 1}, got {f.tolist()}")
-    rows = np.arange(outputs)[:, None] * num_features + f[None, :]
-    return np.concatenate([rows.reshape(-1), outputs * num_features + np.arange(outputs)])
+    return linear_columns(f, num_features, outputs)
 
 
 def set_fixed_maps(sim: Simulation, edge_dims: np.ndarray, map_of: MapOf) -> None:

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 
-def linear_columns(columns: Sequence[int], width: int, outputs: int) -> np.ndarray:
+def linear_columns(columns: Sequence[int] | np.ndarray, width: int, outputs: int) -> np.ndarray:
     """Coordinates of ``W[:, columns]`` (output by output) and then ``b`` in a flat ``nn.Linear``
     ``theta = [W (outputs x width), b]``."""
     c = np.asarray(columns, np.int64)
