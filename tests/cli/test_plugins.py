@@ -8,7 +8,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,11 @@ import yaml
 import sheaf_fmtl
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import RunConfig
-from sheaf_fmtl.runtime import loop, simulate
+from sheaf_fmtl.runtime import loop
 from sheaf_fmtl.runtime.launch import spawn
 from sheaf_fmtl.runtime.resume import resume
+
+from ..runtime.test_checkpoint import _stopped
 
 USER_CODE = """
 import numpy as np
@@ -115,21 +116,6 @@ def test_bad_user_code_is_one_line_exit_2(
     assert err.startswith("sheaf-fmtl: error: ") and len(err.splitlines()) == 1, err
     assert fragment.format(mod=user_module) in err, err
     assert not Path("out").exists()
-
-
-def _stopped(config: RunConfig, out: Path, at: int) -> dict[str, Any]:
-    """Run ``config`` into ``out``, SIGTERM to this process after round ``at`` (in process)."""
-    sim = simulate.build_simulation(config)
-    step, count = sim.step, [0]
-
-    def step_then_signal() -> None:
-        step()
-        count[0] += 1
-        if count[0] == at:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    sim.step = step_then_signal  # type: ignore[method-assign]
-    return loop.execute(config, out, sim=sim).summary
 
 
 def test_user_code_checkpoints_and_resumes_to_the_uninterrupted_run(user_module: str, tmp_path: Path) -> None:

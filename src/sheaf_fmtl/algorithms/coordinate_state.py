@@ -4,6 +4,7 @@ structure-aware modes per half-edge, and its FLOP count."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,6 +32,11 @@ class CoordinateState(State):
     fixed: list[torch.Tensor] | None = field(default=None, repr=False)  # features/aligned coordinates
     maps_now: tuple[list[torch.Tensor], list[torch.Tensor] | None] | None = field(default=None, repr=False)
     draws: SelectionDraws | None = field(default=None, repr=False)  # maps=redrawn, map_kind=selection
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The data fields but ``fixed``: the supports' coordinates, which ``init`` rebuilds (as large
+        as the shared parameters with ``maps=aligned``)."""
+        return {k: v for k, v in super().checkpoint().items() if k != "fixed"}
 
     @property
     def coupling_state_bytes(self) -> int:

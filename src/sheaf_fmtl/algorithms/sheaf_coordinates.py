@@ -184,7 +184,6 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
 
     # -- rounds ------------------------------------------------------------------------------------
     def local(self, state: CoordinateState, ctx: Context) -> CoordinateState:
-        state.maps_now = None  # a new round: new maps (redrawn)
         if ctx.epoch_mode:  # E passes of plain SGD on f_i; the coupling follows the exchange
             for _ in range(ctx.local_steps()):
                 grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
@@ -228,7 +227,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
                 ]
         state.own = state.grads = None
         state.round += 1
-        state.maps_now = None
+        state.maps_now = None  # the next round draws new maps (redrawn)
         return state
 
     @staticmethod
