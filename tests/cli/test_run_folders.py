@@ -66,7 +66,7 @@ REFUSED = [
     ("run-resume", ["run", "--resume", "U"], "not a run folder written by sheaf-fmtl"),
     ("run-seeds", ["run", *TINY, "--seeds", "0,1", "--out", "U"], "not written by sheaf-fmtl"),
     ("demo", ["demo", *TINY, "--out", "U"], "not empty"),
-    ("demo-overwrite", ["demo", *TINY, "--out", "U", "--overwrite"], "not written by sheaf-fmtl"),
+    ("demo-overwrite", ["demo", *TINY, "--out", "U", "--overwrite"], "create an empty .sheaf-fmtl-run in it"),
     ("sweep", ["sweep", *TINY, "--grid", "lam=0.1,0.2", "--out", "U"], "not written by sheaf-fmtl"),
     ("reproduce", ["reproduce", "topology", "--quick", "--out", "U", "--quiet"], "not written by sheaf-fmtl"),
     ("link-overwrite", ["run", *TINY, "--out", "L", "--overwrite"], "symbolic link"),

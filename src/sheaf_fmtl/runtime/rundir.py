@@ -133,7 +133,12 @@ def check_out_dir(
         )
     if _entries(p) and not resume and not (reuse and marked):
         if not marked:
-            how = "--overwrite clears only folders sheaf-fmtl wrote" if overwrite else "--overwrite"
+            how = (
+                "--overwrite clears only folders sheaf-fmtl wrote; a run folder of a version before "
+                f"markers: create an empty {MARKER} in it to overwrite it"
+                if overwrite
+                else "--overwrite"
+            )
             raise FolderError(
                 f"output folder {p} is not empty and was not written by sheaf-fmtl (no {MARKER} file in "
                 f"it); choose another --out (nothing was changed; {how})"
