@@ -65,9 +65,7 @@ def edge_supports(mode: str, ctx: Context) -> list[np.ndarray]:
             raise ConfigError(
                 "maps=aligned matches layers of neural networks; for linear/logistic models use maps=features"
             )
-        if not fed.held.all():
-            raise ConfigError("maps=aligned runs in one process (processes=1) for now")
-        modules = [fed.cohorts[int(c)].module for c in fed.cohort_of]
+        modules = [fed.architecture(i).module for i in range(fed.num_clients)]  # held here or not
         out: list[np.ndarray] = [np.zeros(0, np.int64)] * graph.num_half_edges
         for e, (i, j) in enumerate(graph.edges.tolist()):
             out[2 * e], out[2 * e + 1] = aligned_support(modules[i], modules[j])

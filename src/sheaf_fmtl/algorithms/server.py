@@ -48,7 +48,7 @@ class ServerAlgorithm(Algorithm[ServerState]):
         require_single_cohort(ctx, self.name)
         w0 = ctx.init_thetas()[0]
         if ctx.config.init != "common":  # client 0's own draw, wherever client 0 is held
-            w0 = ctx.fed.cohorts[0].init_thetas_for([0], ctx.config.seed, stream=7).expand_as(w0)
+            w0 = ctx.fed.architecture(0).initial_model(ctx.config.seed, common=False).to(w0).expand_as(w0)
         glob = w0[:1].expand_as(w0).clone()
         return ServerState(thetas=[glob.clone()], glob=glob, anchor=glob.clone())
 

@@ -100,8 +100,13 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
                 raise ConfigError(f"maps={self.mode}: clients {i} and {j} share no parameter to couple")
             layout = build_layout(graph, dims.tolist(), cohorts, 1.0, edge_dim_override=edge_dims)
             support = Support.from_lists([lists[h] for h in layout.order.tolist()], thetas[0].device)
-            if self.mode == "aligned":
-                thetas = align_initial_models([c.module for c in fed.cohorts], thetas)
+            if self.mode == "aligned":  # from every architecture's initial model: the same in any process
+                archs = fed.architectures
+                references = [a.initial_model(cfg.seed, cfg.init == "common") for a in archs]
+                arch_of = [int(fed.arch_of[c.clients[0]]) for c in fed.cohorts]
+                thetas = align_initial_models(
+                    [a.module for a in archs], references, list(zip(arch_of, thetas, strict=True))
+                )
             state = CoordinateState(thetas=thetas, layout=layout, support=support)
             assert support.index is not None
             blocks = layout.bucket_messages(support.index)  # [H_b, d_e] coordinates of each bucket

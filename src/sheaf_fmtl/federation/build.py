@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,9 +17,24 @@ from torch import nn
 from ..data.base import ClientSplit, FederatedDataset
 from ..models import build_model, default_model
 from ..streams import ClientStreams
-from .cohort import Cohort
+from .cohort import INIT_STREAM, Cohort, draw_initial
 from .stacked import pad
 from .user import UserModels, objective, preflight
+
+
+@dataclass(frozen=True, eq=False)
+class Architecture:
+    """One model of the federation, known in every process (also where none of its clients is
+    held): a CPU ``module`` skeleton, the user's builder if any, and its first client (``lead``)."""
+
+    module: nn.Module
+    factory: Callable[[int], nn.Module] | None
+    lead: int
+
+    def initial_model(self, seed: int, common: bool) -> torch.Tensor:
+        """``[d]`` on the CPU: the lead client's initial model (with ``common``, every client's of
+        this architecture), the same draw as its cohort's wherever it is held."""
+        return draw_initial(self.module, self.factory, [self.lead], seed, INIT_STREAM[common])[0]
 
 
 @dataclass(eq=False)
@@ -35,6 +50,8 @@ class Federation:
     all_dims: np.ndarray | None = field(default=None, repr=False)  # [N] d_i of every client
     train_sizes: np.ndarray | None = field(default=None, repr=False)  # [N] n_i of every client
     user_metric: str | None = None  # the name of the user's metric (config key metric), if any
+    architectures: list[Architecture] = field(default_factory=list, repr=False)  # every model, held or not
+    arch_of: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)  # [N] into those
     _largest: int = field(init=False, default=-1, repr=False)  # max n_i, once asked (steps_per_epoch)
 
     def with_streams(self, seed: int) -> Federation:
@@ -78,6 +95,12 @@ class Federation:
         if self.all_dims is not None:
             return self.all_dims
         return np.array([self.cohorts[c].dim for c in self.cohort_of], dtype=np.int64)
+
+    def architecture(self, client: int) -> Architecture:
+        """The architecture of any client, also one held by another process."""
+        if not len(self.arch_of):
+            raise ValueError("this federation was built without its architectures (see build_federation)")
+        return self.architectures[int(self.arch_of[client])]
 
     @property
     def held(self) -> np.ndarray:
@@ -166,17 +189,28 @@ def build_federation(
         if arch is not None or loss is not None or metric is not None:
             preflight(cohort, dataset, user_model=arch is not None)
         cohorts.append(cohort)
-    with torch.random.fork_rng(devices=[]):  # d_i of architectures held elsewhere; no global draw
-        dims = {
-            k: count_parameters(build_model(k[0], k[1], outputs) if k[2] is None else user.modules[first[k]])
+    with torch.random.fork_rng(devices=[]):  # architectures held elsewhere too; no global draw
+        archs = [
+            Architecture(build_model(k[0], k[1], outputs), None, first[k])
+            if k[2] is None
+            else Architecture(user.modules[first[k]], user.maker(k[0], k[1], outputs), first[k])
             for k in distinct
-        }
-    all_dims = np.array([dims[k] for k in keys], np.int64)
+        ]
+    arch_of = np.array([distinct.index(k) for k in keys], np.int64)
+    all_dims = np.array([count_parameters(archs[a].module) for a in arch_of], np.int64)
     sizes = np.array([len(c.y_train) for c in dataset.clients], np.int64)
     kept = dataset if held.all() else _only(dataset, held)
     metric_name = None if metric is None else metric.name
     return Federation(
-        kept, cohorts, cohort_of, position, all_dims=all_dims, train_sizes=sizes, user_metric=metric_name
+        kept,
+        cohorts,
+        cohort_of,
+        position,
+        all_dims=all_dims,
+        train_sizes=sizes,
+        user_metric=metric_name,
+        architectures=archs,
+        arch_of=arch_of,
     )
 
 

@@ -27,6 +27,7 @@ from .stacked import Batch, StackedClients
 EVAL_CHUNK = 512  # samples per client per evaluation chunk
 GROUP_CLIENTS = 4  # clients per batched CNN call on CPU (see Cohort._grouped_grad); all on CUDA
 CUDA_PREDICT_GROUP = 8  # clients per batched CNN prediction on CUDA (im2col of EVAL_CHUNK samples each)
+INIT_STREAM = {False: 7, True: 8}  # seed stream of initial models: per client, common (init = common)
 
 
 @dataclass(eq=False)
@@ -205,28 +206,43 @@ class Cohort(StackedClients):
         cohort's first when unset), shared by every client."""
         if common:
             lead = self.first_client if self.first_client >= 0 else int(self.clients[0])
-            first = self.init_thetas_for([lead], seed, stream=8)
+            first = self.init_thetas_for([lead], seed, stream=INIT_STREAM[True])
             return first.expand(self.size, -1).clone()
-        return self.init_thetas_for(self.clients.tolist(), seed, stream=7)
+        return self.init_thetas_for(self.clients.tolist(), seed, stream=INIT_STREAM[False])
 
     def init_thetas_for(self, clients: list[int], seed: int, stream: int) -> torch.Tensor:
         """Drawn on a CPU copy of the module, so every device starts from the same models."""
-        module = copy.deepcopy(self.module).cpu()
-        rows = []
-        for client in clients:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(int(np.random.SeedSequence([seed, stream, client]).generate_state(1)[0]))
-                if self.factory is not None:  # a user model: its own initialisation, under the seed
-                    module = self.factory(client)
-                else:
-                    for m in module.modules():
-                        reset = getattr(m, "reset_parameters", None)
-                        if callable(reset):
-                            reset()
-                rows.append(torch.cat([p.detach().reshape(-1).float() for p in module.parameters()]))
-            if len(rows[-1]) != self.dim:
-                raise ValueError(
-                    f"model of client {client}: {len(rows[-1])} parameters, {self.dim} when the federation "
-                    "was built; the model factory must build the same architecture each time"
-                )
-        return torch.stack(rows).to(self.x_train.device)
+        rows = draw_initial(self.module, self.factory, clients, seed, stream)
+        if rows.shape[1] != self.dim:
+            raise ValueError(
+                f"model of client {clients[0]}: {rows.shape[1]} parameters, {self.dim} when the federation "
+                "was built; the model factory must build the same architecture each time"
+            )
+        return rows.to(self.x_train.device)
+
+
+def draw_initial(
+    module: nn.Module, factory: Callable[[int], nn.Module] | None, clients: list[int], seed: int, stream: int
+) -> torch.Tensor:
+    """``[len(clients), d]`` flat initial models on the CPU, each from the module's default
+    initialiser (or a user model's ``factory``) under a seed of ``(seed, stream, client)``: the same
+    draw in whichever process holds the client."""
+    module = copy.deepcopy(module).cpu()
+    rows = []
+    for client in clients:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(np.random.SeedSequence([seed, stream, client]).generate_state(1)[0]))
+            if factory is not None:  # a user model: its own initialisation, under the seed
+                module = factory(client)
+            else:
+                for m in module.modules():
+                    reset = getattr(m, "reset_parameters", None)
+                    if callable(reset):
+                        reset()
+            rows.append(torch.cat([p.detach().reshape(-1).float() for p in module.parameters()]))
+        if len(rows[-1]) != len(rows[0]):
+            raise ValueError(
+                f"model of client {client}: {len(rows[-1])} parameters, {len(rows[0])} for client "
+                f"{clients[0]}; the model factory must build the same architecture each time"
+            )
+    return torch.stack(rows)

@@ -100,12 +100,15 @@ def aligned_support(module_i: nn.Module, module_j: nn.Module) -> tuple[np.ndarra
     return (np.concatenate(ci) if ci else empty), (np.concatenate(cj) if cj else empty)
 
 
-def align_initial_models(modules: Sequence[nn.Module], thetas: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Initial models whose shared slices start equal: per role, one tensor of the largest shape
-    is filled position by position from the first architecture (in the given order) that has that
-    position, and every architecture takes its leading slice of it. ``thetas[a]``: ``[C_a, d_a]``
-    (every row is replaced where a slice is shared; the rest is kept)."""
-    out = [t.clone() for t in thetas]
+def align_initial_models(
+    modules: Sequence[nn.Module], references: Sequence[torch.Tensor], held: Sequence[tuple[int, torch.Tensor]]
+) -> list[torch.Tensor]:
+    """Initial models whose shared slices start equal. ``modules``: every architecture of the
+    federation, ``references``: one initial flat model ``[d_a]`` of each (the same in every
+    process). Per role, one tensor of the largest shape is filled position by position from the
+    first architecture (in the given order) that has that position; each held cohort ``(a, thetas
+    [C, d_a])`` takes its leading slice of it in every row (the rest is kept)."""
+    out = [t.clone() for _, t in held]
     groups: dict[tuple[str, int, str], list[tuple[int, tuple[int, ...], int]]] = {}
     for a, module in enumerate(modules):
         for role, shape, off in parameter_roles(module):
@@ -116,15 +119,18 @@ def align_initial_models(modules: Sequence[nn.Module], thetas: Sequence[torch.Te
         ndim = len(members[0][1])
         same = [m for m in members if len(m[1]) == ndim and m[1][2:] == members[0][1][2:]]
         big = tuple(max(m[1][k] for m in same) for k in range(ndim))
-        full = torch.zeros(big, dtype=thetas[0].dtype)
+        full = torch.zeros(big, dtype=references[0].dtype)
         filled = torch.zeros(big, dtype=torch.bool)
         for a, shape, off in same:
             cut = tuple(slice(0, s) for s in shape)
-            own = thetas[a][0, off : off + int(np.prod(shape))].detach().cpu().view(shape)
+            own = references[a][off : off + int(np.prod(shape))].detach().cpu().view(shape)
             region = full[cut]
             region[~filled[cut]] = own[~filled[cut]]
             filled[cut] = True
         for a, shape, off in same:
             cut = tuple(slice(0, s) for s in shape)
-            out[a][:, off : off + int(np.prod(shape))] = full[cut].reshape(1, -1).to(out[a].device)
+            for k, (arch, thetas) in enumerate(held):
+                if arch == a:
+                    slab = full[cut].reshape(1, -1).to(device=thetas.device, dtype=thetas.dtype)
+                    out[k][:, off : off + int(np.prod(shape))] = slab
     return out
