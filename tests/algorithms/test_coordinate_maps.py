@@ -4,6 +4,7 @@ dense numpy rounds built from the maps themselves, the dense implementation of f
 
 from __future__ import annotations
 
+import networkx as nx
 import numpy as np
 import pytest
 import torch
@@ -17,7 +18,12 @@ from sheaf_fmtl.runtime.loop import execute
 from sheaf_fmtl.runtime.simulate import Simulation, build_simulation, load_dataset
 from sheaf_fmtl.scenarios import shared_feature_maps
 from sheaf_fmtl.sheaf.graph import ClientGraph
-from sheaf_fmtl.sheaf.selection import dense_maps, selection_positions
+from sheaf_fmtl.sheaf.selection import (
+    SelectionDraws,
+    dense_maps,
+    selection_laplacian_bound,
+    selection_positions,
+)
 from sheaf_fmtl.sheaf.supports import aligned_support, feature_support
 
 from ..runtime.test_faults import GRAPH, FixedPlan, freeze_gradients, half_edge, install
@@ -275,3 +281,45 @@ def test_redrawn_run_records_bits_flops_and_the_estimates_memory(tmp_path) -> No
     assert s["transmitted_bits"] == 4 * half_edges * d_e * 32
     assert s["flops_sheaf"] == 4 * 2 * half_edges * d  # estimates: theta_i - x_j summed per half-edge
     assert s["coupling_state_bytes"] == half_edges * d * 4
+
+
+def test_selection_laplacian_bound_holds_for_every_drawn_round_and_by_hand() -> None:
+    # a path 0-1-2-3 with every coordinate selected: each coordinate couples the whole path, and
+    # max (deg u + deg v) = 4 (lambda_max of the path is 2 + sqrt 2)
+    path = np.array([[0, 1], [1, 2], [2, 3]])
+    assert selection_laplacian_bound(0, path, 5, np.full(3, 5), rounds=3) == 4.0
+    assert selection_laplacian_bound(0, path, 5, np.full(3, 5), rounds=3, budget=44) is None
+    # few coordinates per edge: the dense sheaf Laplacian of every drawn round lies below the bound,
+    # and the bound well below the graph Laplacian's lambda_max
+    graph = nx.erdos_renyi_graph(10, 0.6, seed=1)
+    edges, d, de, rounds = np.array(graph.edges()), 60, 2, 30
+    bound = selection_laplacian_bound(3, edges, d, np.full(len(edges), de), rounds)
+    draws = SelectionDraws(3, np.arange(len(edges)), np.full(len(edges), d), np.full(len(edges), de), "cpu")
+    worst = 0.0
+    for t in range(rounds):
+        lap = np.zeros((10 * d, 10 * d))
+        for (u, v), ks in zip(edges, draws.positions(t).view(len(edges), de).numpy(), strict=True):
+            for k in ks:
+                a, b = u * d + k, v * d + k
+                lap[[a, b], [a, b]] += 1.0
+                lap[[a, b], [b, a]] -= 1.0
+        worst = max(worst, float(np.linalg.eigvalsh(lap).max()))
+    assert bound is not None
+    assert worst <= bound + 1e-9 and bound < 0.7 * nx.laplacian_spectrum(graph).max()
+
+
+def test_the_stability_check_of_redrawn_selections_uses_the_drawn_maps() -> None:
+    """Accepted just below ``2 / (alpha bound)``, refused above it, naming the bound; the graph
+    Laplacian's bound alone would refuse both."""
+    cfg = RunConfig(
+        dataset="synthetic", maps="redrawn", gamma=0.02, clients=8, graph="complete", rounds=5, alpha=0.1
+    )
+    sim = build_simulation(cfg.replace(lam=0.0))
+    state = sim.state
+    graph = sim.ctx.graph
+    d = int(state.layout.node_dims[0])
+    bound = selection_laplacian_bound(0, graph.edges, d, state.layout.edge_dims, 5)
+    assert bound is not None and bound < 8  # the complete graph's lambda_max is 8
+    build_simulation(cfg.replace(lam=0.99 * 2 / (0.1 * bound)))
+    with pytest.raises(ConfigError, match="bound over the run's drawn selections"):
+        build_simulation(cfg.replace(lam=1.01 * 2 / (0.1 * bound)))
