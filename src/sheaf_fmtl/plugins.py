@@ -141,3 +141,15 @@ def call_with(fn: Callable[..., Any], args: tuple[Any, ...], named: dict[str, An
 def first_line(e: BaseException) -> str:
     lines = [s.strip() for s in str(e).splitlines() if s.strip()]
     return lines[0][:200] if lines else ""
+
+
+def higher_is_better(goal: str, metric: str, name: str) -> bool | None:
+    """Whether a higher test metric is better: ``goal`` (config key ``metric_goal``) ``max`` or
+    ``min`` when given; for ``metric = auto`` the built-in metric ``name`` (accuracy: higher, MSE:
+    lower); for your own metric its function's attribute ``higher_is_better``, ``None`` without one."""
+    if goal != "auto":
+        return goal == "max"
+    if metric == "auto":
+        return name == "accuracy"
+    flag = getattr(resolve("metric", metric), "higher_is_better", None)
+    return flag if isinstance(flag, bool) else None

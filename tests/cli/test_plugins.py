@@ -5,6 +5,7 @@ a run given Python objects resumes only through its own :class:`sheaf_fmtl.Feder
 
 from __future__ import annotations
 
+import csv
 import gc
 import json
 import os
@@ -54,6 +55,13 @@ def mae(out, target):
     return float((out - target).abs().mean())
 
 
+def neg_mae(out, target):
+    return -float((out - target).abs().mean())
+
+
+neg_mae.higher_is_better = True
+
+
 def not_a_model(i):
     return "a string"
 
@@ -90,6 +98,27 @@ def test_a_config_naming_user_code_runs_from_the_command_line(user_module: str, 
     summary = json.loads(Path("out/summary.json").read_text())
     assert summary["metric"] == "mae" and summary["num_clients"] == 5 and len(summary["model_dims"]) == 2
     assert yaml.safe_load(Path("out/config.yaml").read_text())["model"] == f"{user_module}:mlp"
+
+
+def test_sweep_ranks_a_user_metric_the_way_its_goal_says(user_module: str, capsys: Any) -> None:
+    """MAE with ``metric_goal=min`` and minus MAE with ``higher_is_better = True`` pick the same cell,
+    ranked ascending and descending; without a goal the sweep refuses before running a cell."""
+    grid = ["--grid", "alpha=0.001,0.05,0.2", "--validation", "0.3"]
+    Path("mae.yaml").write_text(yaml.safe_dump(_config(user_module)))
+    assert main(["sweep", "mae.yaml", *grid, "--out", "none"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "metric_goal=max or metric_goal=min" in err, err
+    assert not Path("none").exists()
+    assert main(["sweep", "mae.yaml", *grid, "--set", "metric_goal=min", "--out", "min"]) == 0
+    Path("neg.yaml").write_text(yaml.safe_dump(_config(user_module, metric=f"{user_module}:neg_mae")))
+    assert main(["sweep", "neg.yaml", *grid, "--out", "max"]) == 0
+    low = list(csv.DictReader(open("min/sweep.csv")))
+    high = list(csv.DictReader(open("max/sweep.csv")))
+    maes = [float(r["validation_mae"]) for r in low]
+    negs = [float(r["validation_neg_mae"]) for r in high]
+    assert maes == sorted(maes) and negs == sorted(negs, reverse=True) and len(set(maes)) == 3
+    assert [r["alpha"] for r in low] == [r["alpha"] for r in high]
+    assert yaml.safe_load(Path("min/best.yaml").read_text())["alpha"] == float(low[0]["alpha"])
 
 
 @pytest.mark.parametrize(

@@ -79,6 +79,12 @@ class RunConfig:
         "`auto`: accuracy (classification) or MSE (regression); or your own metric "
         "`(outputs, targets) -> float` as `module:function`.",
     )
+    metric_goal: str = _key(
+        "auto",
+        "Whether a higher `metric` is better, for `sweep`'s ranking: `max`, `min`, or `auto` (accuracy: "
+        "higher, MSE: lower; your own metric: its function's attribute `higher_is_better`, which `sweep` "
+        "then needs).",
+    )
     clients: int | None = _key(None, "Number of clients; `null`: the dataset's own.")
     graph: str = _key(
         "erdos-renyi",
@@ -257,6 +263,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "map_draw": ("host", "device"),
     "partition": ("contiguous", "community"),
     "topology": ("none", "conventional-fmtl", "personalised-fl", "hybrid-fl"),
+    "metric_goal": ("auto", "max", "min"),
 }
 # key -> (lower, lower inclusive, upper, upper inclusive, text)
 _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {

@@ -4,9 +4,10 @@ Every combination of the grid runs with ``validation = v`` (a fraction of each c
 data held out by the data protocol and evaluated instead of the test split, which is never read),
 into ``OUT/cells/KEY=VALUE,...``; a cell whose folder already holds a finished summary of the same
 config is reused. The cells are ranked by their final validation metric (accuracy: higher is
-better; MSE: lower), and the best configuration is written as ``OUT/best.yaml`` (its keys that
-differ from the defaults, with ``dataset``, ``algorithm`` and the swept keys, never ``validation``:
-``sheaf-fmtl run OUT/best.yaml``, ``reproduce --tuned``), with the ranking in ``OUT/sweep.csv``.
+better; MSE: lower; your own metric: as config key ``metric_goal`` says), and the best
+configuration is written as ``OUT/best.yaml`` (its keys that differ from the defaults, with
+``dataset``, ``algorithm`` and the swept keys, never ``validation``: ``sheaf-fmtl run
+OUT/best.yaml``, ``reproduce --tuned``), with the ranking in ``OUT/sweep.csv``.
 
 Grid values: ``a:b:logN`` (``N`` log-spaced values from ``a`` to ``b``), ``a:b:linN`` (``N``
 evenly spaced), or a comma list (``0.01,0.05``, ``gaussian,orthogonal``).
@@ -28,6 +29,7 @@ import yaml
 
 from ..cli_options import add_config_options, config_keys
 from ..config import ConfigError, RunConfig, load_config
+from ..plugins import higher_is_better
 from ..runtime.interrupt import StopRequest, signalled, stopped_status
 from ..runtime.rundir import claim
 from .cells import finished, run_folder
@@ -115,6 +117,13 @@ def sweep(
     """
     if not 0.0 < validation < 1.0:
         raise ConfigError(f"--validation = {validation} is out of range; sweep needs 0 < validation < 1")
+    goal = higher_is_better(base.metric_goal, base.metric, "accuracy")
+    if goal is None:
+        raise ConfigError(
+            f"sweep ranks the cells by config key 'metric' = '{base.metric}', but does not know whether a "
+            "higher value is better: set metric_goal=max or metric_goal=min (or give the function an "
+            "attribute higher_is_better = True/False)"
+        )
     out = Path(out)
     points = grid_points(grid)
     configs = [apply_point(base, p, validation=validation, save_maps=False) for p in points]
@@ -125,7 +134,10 @@ def sweep(
         )
         cells, stopped = _run_cells(points, configs, out, log)
         metric = next((c.summary["metric"] for c in cells if "metric" in c.summary), "accuracy")
-        ranked = rank([c for c in cells if c.summary.get("status") != "interrupted"], metric)
+        higher = next((c.summary["higher_is_better"] for c in cells if "higher_is_better" in c.summary), None)
+        if higher is None:  # cells of a version before the key: the built-in metrics
+            higher = metric == "accuracy"
+        ranked = rank([c for c in cells if c.summary.get("status") != "interrupted"], higher)
         _write_csv(out / "sweep.csv", ranked, list(grid), metric)
         best, best_path = _best(base, grid, ranked, out, metric, validation) if not stopped else (None, None)
     return SweepResult(ranked, metric, best, best_path, stopped)
@@ -172,10 +184,10 @@ def _best(
     return best, best_path
 
 
-def rank(cells: list[CellResult], metric: str) -> list[CellResult]:
-    """Finished cells best first (accuracy descending, MSE ascending), then the others, each in
-    grid order."""
-    sign = -1.0 if metric == "accuracy" else 1.0
+def rank(cells: list[CellResult], higher_is_better: bool) -> list[CellResult]:
+    """Finished cells best first (descending when ``higher_is_better``: accuracy; else ascending:
+    MSE), then the others, each in grid order."""
+    sign = -1.0 if higher_is_better else 1.0
     done = [c for c in cells if c.value is not None]
     return sorted(done, key=lambda c: sign * float(c.value)) + [c for c in cells if c.value is None]  # type: ignore[arg-type]
 

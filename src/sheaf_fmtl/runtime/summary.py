@@ -12,6 +12,7 @@ from ..federation import Federation
 from ..metrics.flops import SampleCounter
 from ..metrics.memory import peak_memory
 from ..metrics.recorder import software_versions
+from ..plugins import higher_is_better
 from .simulate import Simulation
 
 
@@ -35,6 +36,7 @@ def summarize(
         "rounds": config.rounds,
         "seed": config.seed,
         "metric": fed.metric_name,
+        "higher_is_better": higher_is_better(config.metric_goal, config.metric, fed.metric_name),
         "status": status,
         "final": last["test_metric"] if diverged_at is None else None,
         "per_client": last["per_client"] if diverged_at is None else None,
