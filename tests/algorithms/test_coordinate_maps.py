@@ -78,9 +78,9 @@ def round_maps(cfg: RunConfig, graph: ClientGraph, d: int, round_: int) -> dict[
 
 
 def oracle_round(sim, theta, est, grads, round_, heard):  # noqa: ANN001, ANN201
-    """One round in numpy: ``theta_i - alpha (g_i + lam sum_j S^T (S theta_i - S theta_j))``, or with
-    estimates ``x_j += S^+ (S theta_j - S x_j)`` then ``theta_i - alpha (g_i + lam sum_j (theta_i - x_j))``;
-    ``(i, j)`` heard: ``i`` received ``j``'s message."""
+    """One round in numpy: ``theta_i - alpha (g_i + lam sum_j a_ij S^T (S theta_i - S theta_j))``, or
+    with estimates ``x_j += S^+ (S theta_j - S x_j)`` then ``theta_i - alpha (g_i + lam sum_j a_ij
+    (theta_i - x_j))``; ``(i, j)`` heard: ``i`` received ``j``'s message."""
     cfg, graph = sim.config, sim.ctx.graph
     maps = round_maps(cfg, graph, len(theta[0]), round_)
     est = dict(est) if est is not None else None
@@ -88,22 +88,28 @@ def oracle_round(sim, theta, est, grads, round_, heard):  # noqa: ANN001, ANN201
     for i, t in theta.items():
         pull = np.zeros_like(t)
         for h in np.flatnonzero(graph.src == i):
-            j, s = int(graph.dst[h]), maps[int(h) // 2]
+            j, s, a = int(graph.dst[h]), maps[int(h) // 2], graph.weights[int(h) // 2]
             if (i, j) not in heard:
                 continue
             if est is None:
-                pull += s.T @ (s @ t - s @ theta[j])
+                pull += a * s.T @ (s @ t - s @ theta[j])
             else:
                 est[i, j] = est[i, j] + np.linalg.pinv(s) @ (s @ theta[j] - s @ est[i, j])
-                pull += t - est[i, j]
+                pull += a * (t - est[i, j])
         new[i] = t - cfg.alpha * (grads[i] + cfg.lam * pull)
     return new, est
 
 
+WEIGHTED = ClientGraph(4, GRAPH.edges, weights=np.array([0.5, 2.0, 1.0, 0.25, 1.5]))
+
+
 @pytest.mark.parametrize("kind", ["selection", "orthonormal", "gaussian"])
 @pytest.mark.parametrize("estimates", [False, True])
-def test_redrawn_rounds_equal_the_dense_oracle_with_lost_messages(kind: str, estimates: bool) -> None:
-    sim = sim_of(map_kind=kind, estimates=estimates)
+@pytest.mark.parametrize("graph", [GRAPH, WEIGHTED], ids=["unweighted", "weighted"])
+def test_redrawn_rounds_equal_the_dense_oracle_with_lost_messages(
+    kind: str, estimates: bool, graph: ClientGraph
+) -> None:
+    sim = sim_of(graph, map_kind=kind, estimates=estimates)
     lost = [half_edge(GRAPH, 0, 1), half_edge(GRAPH, 1, 0), half_edge(GRAPH, 2, 3)]
     install(sim, FixedPlan({}, {2: lost}))  # the plan counts rounds from 1: the second round
     g = freeze_gradients(sim)
@@ -119,8 +125,11 @@ def test_redrawn_rounds_equal_the_dense_oracle_with_lost_messages(kind: str, est
         if est is not None:
             for key, value in copies(sim).items():
                 np.testing.assert_allclose(value, est[key], rtol=1e-5, atol=1e-5)
-    d_e = int(np.floor(0.2 * len(theta[0])))
+    d, d_e = len(theta[0]), int(np.floor(0.2 * len(theta[0])))
     assert sim.transport.bits == 32 * d_e * (3 * GRAPH.num_half_edges - len(lost))
+    pairs = zip(graph.edges.tolist(), graph.weights, strict=True)
+    energy = sum(a * d_e / d * np.sum((theta[i] - theta[j]) ** 2) for (i, j), a in pairs)
+    assert sim.evaluate()["sheaf_energy"] == pytest.approx(energy, rel=1e-4)
 
 
 def test_selection_positions_are_distinct_uniform_and_the_same_for_any_batch_of_edges() -> None:

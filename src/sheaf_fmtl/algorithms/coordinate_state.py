@@ -30,13 +30,14 @@ class CoordinateState(State):
     estimates: list[torch.Tensor] | None = None  # per bucket [H_b, d]: the copy x_j at half-edge i -> j
     lambda_max: float | None = None  # start-up bound on lambda_max of every round's sheaf Laplacian
     fixed: list[torch.Tensor] | None = field(default=None, repr=False)  # features/aligned coordinates
+    weights: list[torch.Tensor] | None = field(default=None, repr=False)  # per bucket [H_b] a_ij, weighted
     maps_now: tuple[list[torch.Tensor], list[torch.Tensor] | None] | None = field(default=None, repr=False)
     draws: SelectionDraws | None = field(default=None, repr=False)  # maps=redrawn, map_kind=selection
 
     def checkpoint(self) -> dict[str, Any]:
-        """The data fields but ``fixed``: the supports' coordinates, which ``init`` rebuilds (as large
-        as the shared parameters with ``maps=aligned``)."""
-        return {k: v for k, v in super().checkpoint().items() if k != "fixed"}
+        """The data fields but ``fixed`` and ``weights``, which ``init`` rebuilds (the supports'
+        coordinates are as large as the shared parameters with ``maps=aligned``)."""
+        return {k: v for k, v in super().checkpoint().items() if k not in ("fixed", "weights")}
 
     @property
     def coupling_state_bytes(self) -> int:
@@ -100,10 +101,11 @@ def coupling_flops(config: RunConfig, state: CoordinateState, rounds: int) -> in
     steps = 1 if config.local_epochs > 0 else config.local_steps
     elements = int(layout.messages.total)
     per_round = 0
+    weighted = 3 if state.weights is not None else 2  # a_ij: one more product per element
     if state.estimates is None:
-        per_round += 2 * elements * steps
+        per_round += weighted * elements * steps
     else:
-        per_round += sum(2 * b.size * b.node_dim for b in layout.buckets) * steps
+        per_round += sum(weighted * b.size * b.node_dim for b in layout.buckets) * steps
     if config.maps == "redrawn" and config.map_kind != "selection":
         products = sum(2 * b.size * b.edge_dim * b.node_dim for b in layout.buckets)
         per_round += products * (2 * steps + (1 if state.estimates is not None else 0))
@@ -141,7 +143,7 @@ def refresh_estimates(
 
 
 def expected_energy(state: CoordinateState, comm: Comm) -> float:
-    """The expected sheaf energy ``sum_e (d_e/m_e) ||Pi_i theta_i - Pi_j theta_j||^2`` over the
+    """The expected sheaf energy ``sum_e a_e (d_e/m_e) ||Pi_i theta_i - Pi_j theta_j||^2`` over the
     supports, by an uncounted exchange of them (exact for fixed supports)."""
     layout = state.layout
     assert layout is not None
@@ -159,5 +161,6 @@ def expected_energy(state: CoordinateState, comm: Comm) -> float:
     per_half = torch.zeros(len(sizes), dtype=torch.float64, device=mine.device)
     where = sent.layout.element_positions(mine.device)
     per_half.index_add_(0, where, (mine - theirs).double() ** 2)
-    weight = torch.as_tensor(layout.messages.sizes / sizes, dtype=torch.float64, device=mine.device)
+    a = layout.graph.half_edge_weights()[layout.order]
+    weight = torch.as_tensor(a * layout.messages.sizes / sizes, dtype=torch.float64, device=mine.device)
     return 0.5 * float(comm.all_sum((weight * per_half).sum()))  # each edge from both ends

@@ -36,6 +36,10 @@ selection and orthonormal rows), and the coupling uses the whole copy,
 dFedU's step against estimates whose error vanishes as the models settle; the same bits as
 ``redrawn``. ``lam`` then reads as dFedU's.
 
+Weighted graphs: each edge's terms are scaled by its ``a_ij`` (``P_ij = sqrt(a_ij) S_(e,t)``, as
+dFedU's ``a_ij``), in the coupling, the energy and the start-up check (the weighted graph
+Laplacian; the bound over drawn selections is for unweighted graphs only).
+
 Missing neighbours (``drop_prob``, ``link_drop_prob``, rejected messages): a client skips the terms
 of each edge whose message did not arrive, and leaves that copy as it was.
 """
@@ -78,8 +82,6 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
     # -- start-up ---------------------------------------------------------------------------------
     def init(self, ctx: Context) -> CoordinateState:
         fed, graph, cfg = ctx.fed, ctx.graph, ctx.config
-        if graph.weighted:
-            raise ConfigError(f"maps={self.mode} does not use edge weights; give an unweighted graph")
         dims, cohorts = fed.node_dims(), fed.cohort_of.tolist()
         thetas = ctx.init_thetas()
         if self.mode == "redrawn":
@@ -116,6 +118,10 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
             state.fixed = flat_index(layout, thetas, list(blocks))
         if self.use_estimates:
             state.estimates = [b.sources(thetas).clone() for b in layout.buckets]
+        if graph.weighted:  # a_ij per half-edge of each bucket
+            a, buckets = graph.half_edge_weights(), layout.buckets
+            dtype, dev = thetas[0].dtype, thetas[0].device
+            state.weights = [torch.as_tensor(a[h.half_edges], dtype=dtype, device=dev) for h in buckets]
         self._check_stability(state, ctx)
         return state
 
@@ -133,7 +139,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         if redrawn and self.kind == "gaussian":
             dims = state.layout.node_dims[ctx.graph.edges[:, 0]]
             lmax *= float(np.max((1.0 + np.sqrt(state.layout.edge_dims / dims)) ** 2))
-        elif redrawn and self.kind == "selection":
+        elif redrawn and self.kind == "selection" and not ctx.graph.weighted:
             drawn = selection_laplacian_bound(
                 self.seed,
                 ctx.graph.edges,
@@ -264,17 +270,21 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         heard: list[torch.Tensor] | None,
         held: list[torch.Tensor] | None,
     ) -> list[torch.Tensor]:
-        """The coupling term per cohort: ``sum_j P_ij^T (P_ij theta_i - P_ji theta_j)``, or with
-        estimates ``sum_j (theta_i - x_j)``, over the neighbours heard."""
+        """The coupling term per cohort: ``sum_j a_ij S^T (S theta_i - S theta_j)``, or with
+        estimates ``sum_j a_ij (theta_i - x_j)``, over the neighbours heard (``a_ij = 1`` unweighted)."""
         assert state.layout is not None
         if state.estimates is None:
             r = [o - t for o, t in zip(own, theirs, strict=True)]
+            if state.weights is not None:
+                r = [x * w[:, None] for x, w in zip(r, state.weights, strict=True)]
             if heard is not None:
                 r = [torch.where(h.view_as(x), x, x.new_zeros(())) for h, x in zip(heard, r, strict=True)]
             return self._spread(state, r)
         out = [torch.zeros_like(t) for t in state.thetas]
         for k, (b, est) in enumerate(zip(state.layout.buckets, state.estimates, strict=True)):
             diff = b.sources(state.thetas) - est
+            if state.weights is not None:
+                diff = diff * state.weights[k][:, None]
             if held is not None:
                 diff = torch.where(held[k][:, None], diff, diff.new_zeros(()))
             out[b.cohort].index_add_(0, b.src_pos_on(diff.device), diff)
@@ -291,8 +301,8 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
 
     def checkpoint(self, state: CoordinateState, ctx: Context) -> dict[str, Any]:
         """``shared_parameters``: ``[N, N]`` support size ``m_e`` of each held half-edge (zero
-        off-graph), and ``map_norms``: ``||P_ij||_F = sqrt(d_e)`` (selections, orthonormal rows;
-        the expected norm for gaussian rows)."""
+        off-graph), and ``map_norms``: ``||P_ij||_F = sqrt(a_ij d_e)`` (selections, orthonormal
+        rows; the expected norm for gaussian rows)."""
         layout = state.layout
         assert layout is not None and state.support is not None
         n, g = layout.num_clients, layout.graph
@@ -300,5 +310,6 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         norms = torch.zeros(n, n, dtype=torch.float64)
         src, dst = g.src[layout.order], g.dst[layout.order]
         shared[src, dst] = torch.as_tensor(state.support.m, dtype=torch.float64)
-        norms[src, dst] = torch.as_tensor(np.sqrt(layout.messages.sizes), dtype=torch.float64)
+        a = g.half_edge_weights()[layout.order]
+        norms[src, dst] = torch.as_tensor(np.sqrt(a * layout.messages.sizes), dtype=torch.float64)
         return {"shared_parameters": shared, "map_norms": norms}
