@@ -156,6 +156,15 @@ def test_group_by_config_separates_settings_and_keeps_seed_order(tmp_path):
     ]
 
 
+def test_a_key_a_run_did_not_record_reads_as_its_default() -> None:
+    """A run written before a config key existed ran as its default: no spurious legend entry
+    (``metric_goal=None`` against ``metric_goal=auto``) and one group with today's runs."""
+    old, new = {"algorithm": "local", "seed": 0}, {"algorithm": "local", "seed": 1, "metric_goal": "auto"}
+    assert differing_keys([old, new]) == ["seed"]
+    assert differing_keys([old, {**new, "metric_goal": "max"}]) == ["seed", "metric_goal"]
+    assert len(group_by_config(["a", "b"], configs=[old, new])) == 1
+
+
 def test_round_ticks_are_integers(tmp_path):
     run = make_run(tmp_path, "a", [0.1, 0.2, 0.3, 0.4], rounds=[0, 1, 2, 3])
     fig = figure_of(run)

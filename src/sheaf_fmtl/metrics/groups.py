@@ -3,6 +3,8 @@ what differs between settings. Shared by ``sheaf-fmtl plot`` and anything that t
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from ..config import PROVENANCE_KEYS
+from ..config import PROVENANCE_KEYS, RunConfig
 
 # Keys that say where or how a run was executed, not what was computed (or that give the same
 # iterates by design): two runs differing only in these are the same experiment.
@@ -69,6 +71,23 @@ def flat_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+@functools.cache
+def _defaults() -> dict[str, Any]:
+    """Today's default of every top-level config key (``data`` options are the dataset's)."""
+    out = {}
+    for f in dataclasses.fields(RunConfig):
+        if f.default is not dataclasses.MISSING and not isinstance(f.default, Mapping):
+            out[f.name] = tuple(f.default) if isinstance(f.default, list) else f.default
+    return out
+
+
+def run_keys(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``flat_config`` with each config key the run did not record filled with its default: a run
+    written before a key existed ran as that key's default, so it matches today's runs that keep it."""
+    flat = flat_config(config)
+    return {**flat, **{k: v for k, v in _defaults().items() if k not in flat}}
+
+
 def is_bookkeeping(key: str) -> bool:
     """Execution details (``data_dir``, ``device``, ...; see BOOKKEEPING_KEYS) and provenance
     (``versions.*``: the package and torch versions a run was recorded with)."""
@@ -77,7 +96,7 @@ def is_bookkeeping(key: str) -> bool:
 
 def _experiment(config: Mapping[str, Any], ignore: Iterable[str]) -> dict[str, Any]:
     skip = set(ignore)
-    return {k: v for k, v in flat_config(config).items() if k not in skip and not is_bookkeeping(k)}
+    return {k: v for k, v in run_keys(config).items() if k not in skip and not is_bookkeeping(k)}
 
 
 def group_by_config(
@@ -105,7 +124,7 @@ def group_by_config(
         order.setdefault(key, []).append(i)
     groups = []
     for members in order.values():
-        flats = [flat_config(cfgs[i]) for i in members]
+        flats = [run_keys(cfgs[i]) for i in members]
         varied = {k: [f.get(k) for f in flats] for k in ignore if any(k in f for f in flats)}
         shared = _experiment(cfgs[members[0]], ignore)
         groups.append(RunGroup(tuple(runs[i] for i in members), shared, varied))
@@ -113,9 +132,10 @@ def group_by_config(
 
 
 def differing_keys(configs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Flat keys (``data.*`` included) whose values are not all equal over ``configs`` (a key
-    missing from some config counts as differing), bookkeeping keys left out; in first-seen order."""
-    flats = [flat_config(c) for c in configs]
+    """Flat keys (``data.*`` included) whose values are not all equal over ``configs`` (a config key
+    a run did not record counts as its default, any other missing key as differing), bookkeeping
+    keys left out; in first-seen order."""
+    flats = [run_keys(c) for c in configs]
     keys = list(dict.fromkeys(k for f in flats for k in f))
     missing = object()
     return [k for k in keys if not is_bookkeeping(k) and len({repr(f.get(k, missing)) for f in flats}) > 1]

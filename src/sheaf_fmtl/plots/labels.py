@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..metrics.groups import differing_keys, flat_config
+from ..metrics.groups import differing_keys, run_keys
 
 ALGORITHM_NAMES = {
     "sheaf-fmtl": "Sheaf-FMTL",
@@ -74,7 +74,7 @@ def _value(v: Any) -> str:
 def describe(config: Mapping[str, Any], keys: Sequence[str]) -> str:
     """``Sheaf-FMTL, gamma=0.1, lam=0.01``: the algorithm, then ``key=value`` for those of
     ``keys`` that the algorithm reads (no ``gamma`` for dFedU, no ``lam`` for local training)."""
-    flat = flat_config(config)
+    flat = run_keys(config)
     algorithm = config.get("algorithm")
     unread = (SHEAF_ONLY if algorithm != "sheaf-fmtl" else ()) + (
         ("lam",) if algorithm in WITHOUT_LAM else ()
