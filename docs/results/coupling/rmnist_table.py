@@ -20,7 +20,7 @@ ROWS = [
     ("local", "local training"),
     ("dfedu", "dFedU, lam 1"),
     ("redrawn-lam10", "redrawn selections, lam 10 (alpha lam = 1/2; stability_check=false)"),
-    ("redrawn-lam4", "redrawn selections, lam 4 (the largest the start-up check accepts)"),
+    ("redrawn-lam4", "redrawn selections, lam 4 (accepted by the start-up check, which refuses lam >= 5)"),
     ("redrawn-est", "redrawn selections + estimates, lam 1"),
 ]
 

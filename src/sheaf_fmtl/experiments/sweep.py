@@ -117,8 +117,7 @@ def sweep(
     """
     if not 0.0 < validation < 1.0:
         raise ConfigError(f"--validation = {validation} is out of range; sweep needs 0 < validation < 1")
-    goal = higher_is_better(base.metric_goal, base.metric, "accuracy")
-    if goal is None:
+    if higher_is_better(base.metric_goal, base.metric, "accuracy") is None:  # only a user metric can be
         raise ConfigError(
             f"sweep ranks the cells by config key 'metric' = '{base.metric}', but does not know whether a "
             "higher value is better: set metric_goal=max or metric_goal=min (or give the function an "
