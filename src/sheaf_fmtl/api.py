@@ -153,17 +153,7 @@ def run(
                 "resume= continues a run with its own config, not with Python objects given again; a run "
                 "given objects resumes through the sheaf_fmtl.Federation that started it: fed.run(resume=...)"
             )
-        objects = {
-            k: keys.pop(k)
-            for k in ("model", "loss", "metric", "graph")
-            if k in keys and not isinstance(keys[k], str)
-        }
-        data = keys.pop("data") if "data" in keys and not isinstance(keys["data"], Mapping) else None
-        if "dataset" in keys and not isinstance(keys["dataset"], str):
-            data = keys.pop("dataset")
-        return Federation(data, **objects).run(
-            config, out=out, overwrite=overwrite, progress=progress, **keys
-        )
+        return Federation().run(config, out=out, overwrite=overwrite, progress=progress, **keys)
     if resume is not None:
         if config is not None or out is not None or overwrite:
             raise ConfigError(

@@ -250,3 +250,15 @@ def test_an_importable_function_is_recorded_as_module_function() -> None:
 
 def _mlp_16() -> nn.Module:
     return _mlp(16)
+
+
+def test_run_takes_a_dataset_function_as_federation_run_does() -> None:
+    """``sheaf_fmtl.run(dataset=f)`` calls ``f`` for the data, like ``Federation().run(dataset=f)``
+    (it took any non-string dataset for the clients' data itself)."""
+
+    def make_data() -> list[Any]:
+        return tabular()
+
+    one = sheaf_fmtl.run(dataset=make_data, graph="complete", **SMALL)
+    other = sheaf_fmtl.Federation().run(dataset=make_data, graph="complete", **SMALL)
+    assert one.final == other.final and len(one.summary["per_client"]) == 4
