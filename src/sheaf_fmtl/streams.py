@@ -68,21 +68,11 @@ class ClientStreams:
             g.set_state(state[c])
 
 
-def draw_keys(
-    source: ClientStreams | torch.Generator, clients: Sequence[int], counts: Sequence[int]
-) -> list[torch.Tensor]:
-    """Keys ``[n_i]`` per client from its own stream, or, given one generator (tests, fixed
-    subsamples), from that generator client after client."""
-    if isinstance(source, ClientStreams):
-        return source.keys(clients, counts)
-    return [torch.rand(int(n), generator=source) for n in counts]
-
-
 def fill_keys(
     source: ClientStreams | torch.Generator, clients: Sequence[int], rows: Sequence[torch.Tensor]
 ) -> None:
-    """:func:`draw_keys` in place: each ``rows[k]`` drawn from client ``clients[k]``'s stream, or,
-    given one generator, from that generator row after row."""
+    """Uniform keys in ``[0, 1)``, in place: each ``rows[k]`` drawn from client ``clients[k]``'s
+    stream, or, given one generator (tests, fixed subsamples), from that generator row after row."""
     if isinstance(source, ClientStreams):
         source.fill(clients, rows)
         return

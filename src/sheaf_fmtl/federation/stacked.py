@@ -122,7 +122,7 @@ class StackedClients:
             rows = [buf[k, : sizes[k]] for k in drawn]  # views: each call redraws exactly these
             self._key_slots[draw_above] = (buf, [self._client_ids[k] for k in drawn], rows)
         buf, ids, rows = self._key_slots[draw_above]
-        fill_keys(source, ids, rows)  # in place, client after client (the numbers of draw_keys)
+        fill_keys(source, ids, rows)  # in place, client after client
         # drawn on the CPU (same batches on every device), copied without a host-device sync
         keys = buf.pin_memory() if self.x_train.is_cuda else buf.clone()  # buf is redrawn next call
         return keys.to(self.x_train.device, non_blocking=True)

@@ -46,13 +46,11 @@ from .integrity import (
     run_config,
     sidecar,
 )
+from .rundir import CHECKPOINTS
 
 if TYPE_CHECKING:
     from ..metrics.flops import SampleCounter
     from .simulate import Simulation
-
-CHECKPOINTS = "checkpoints"
-_ROUND_DIR = ROUND_DIR
 
 
 def rank_and_world() -> tuple[int, int]:
@@ -123,7 +121,7 @@ def write_manifest(run_dir: Path, round_: int, manifest: dict[str, Any], world: 
     text = json.dumps(body, indent=1, default=float)  # numbers as repr: they read back exactly
     atomic_write(folder / MANIFEST, lambda f: f.write(text.encode()))
     for other in (run_dir / CHECKPOINTS).iterdir():
-        found = _ROUND_DIR.fullmatch(other.name)
+        found = ROUND_DIR.fullmatch(other.name)
         if found and int(found.group(1)) < round_ and other.is_dir():
             shutil.rmtree(other, ignore_errors=True)
     return folder
@@ -175,7 +173,7 @@ def remove_checkpoints(run_dir: Path, keep: Path | None = None) -> None:
     if base.is_symlink():
         return
     for p in base.iterdir():
-        if p != keep and not p.is_symlink() and (_ROUND_DIR.fullmatch(p.name) or p.name.startswith(".")):
+        if p != keep and not p.is_symlink() and (ROUND_DIR.fullmatch(p.name) or p.name.startswith(".")):
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
     if keep is None and not any(base.iterdir()):
         base.rmdir()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import PROVENANCE_KEYS, ConfigError, read_config_file
+from .rundir import CHECKPOINTS
 
 #: Config keys a resumed run may change: none of them enters an iterate (``device`` changes the
 #: float rounding, so the result is exact only on the device the run started on).
@@ -150,7 +151,7 @@ def check_config(run_dir: Path, manifest: dict[str, Any]) -> None:
 def find_checkpoint(run_dir: Path) -> tuple[Path | None, list[int]]:
     """The newest complete checkpoint folder of ``run_dir`` (checked, :func:`check_manifest`) and
     the rounds of newer folders without a manifest (cut short) passed over on the way."""
-    base = run_dir / "checkpoints"
+    base = run_dir / CHECKPOINTS
     if base.is_symlink():
         raise CheckpointError(f"{base} is a symbolic link; a resume never follows one (nothing was changed)")
     if not base.is_dir():

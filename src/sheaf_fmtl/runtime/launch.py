@@ -37,7 +37,7 @@ import yaml
 from ..config import RunConfig
 from . import interrupt
 from .precheck import check_processes
-from .rundir import HELD_ENV, check_out_dir, claim
+from .rundir import HELD_ENV, claim
 
 STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)  # a rank's exit status after a clean stop
 STORE_FILE = "SHEAF_FMTL_STORE_FILE"  # set by spawn: the ranks meet through this file
@@ -277,7 +277,6 @@ def resume_any(
 
     ranks = rank_world()
     member = ranks is not None and ranks[0] != 0  # rank 0 holds the folder's lock for the group
-    check_out_dir(run_dir, resume=True, group_member=member)
     config = resume_config(run_dir, overrides, keys, group_member=member)
     if ranks is not None:
         lead = ranks[0] == 0
