@@ -3,7 +3,6 @@ what differs between settings. Shared by ``sheaf-fmtl plot`` and anything that t
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -74,10 +73,8 @@ def flat_config(config: Mapping[str, Any]) -> dict[str, Any]:
 @functools.cache
 def _defaults() -> dict[str, Any]:
     """Today's default of every top-level config key (``data`` options are the dataset's)."""
-    out = {}
-    for f in dataclasses.fields(RunConfig):
-        if f.default is not dataclasses.MISSING and not isinstance(f.default, Mapping):
-            out[f.name] = tuple(f.default) if isinstance(f.default, list) else f.default
+    out = RunConfig().to_dict()
+    out.pop("data")
     return out
 
 
