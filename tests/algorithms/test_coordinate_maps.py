@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from sheaf_fmtl.algorithms.coordinate_stability import refresh_limit
 from sheaf_fmtl.algorithms.coordinate_state import CoordinateState
 from sheaf_fmtl.config import ConfigError, RunConfig
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
@@ -51,12 +52,14 @@ def thetas(sim: Simulation) -> dict[int, np.ndarray]:
     return {i: sim.theta(i).double().numpy().copy() for i in range(sim.ctx.fed.num_clients)}
 
 
-def copies(sim: Simulation) -> dict[tuple[int, int], np.ndarray]:
-    """``(i, j) -> x_j`` held at half-edge ``i -> j``."""
+def copies(sim: Simulation, own: bool = False) -> dict[tuple[int, int], np.ndarray]:
+    """``(i, j) -> xhat_(j|e)`` held at half-edge ``i -> j`` (``own``: ``xhat_(i|e)``, i's copy of itself)."""
     state = sim.state
-    assert isinstance(state, CoordinateState) and state.layout is not None and state.estimates is not None
+    assert isinstance(state, CoordinateState) and state.layout is not None
+    held = state.own_copies if own else state.estimates
+    assert held is not None
     g, out = sim.ctx.graph, {}
-    for b, est in zip(state.layout.buckets, state.estimates, strict=True):
+    for b, est in zip(state.layout.buckets, held, strict=True):
         for k, h in enumerate(b.half_edges.tolist()):
             out[(int(g.src[h]), int(g.dst[h]))] = est[k].double().numpy().copy()
     return out
@@ -79,8 +82,10 @@ def round_maps(cfg: RunConfig, graph: ClientGraph, d: int, round_: int) -> dict[
 
 def oracle_round(sim, theta, est, grads, round_, heard):  # noqa: ANN001, ANN201
     """One round in numpy: ``theta_i - alpha (g_i + lam sum_j a_ij S^T (S theta_i - S theta_j))``, or
-    with estimates ``x_j += S^+ (S theta_j - S x_j)`` then ``theta_i - alpha (g_i + lam sum_j a_ij
-    (theta_i - x_j))``; ``(i, j)`` heard: ``i`` received ``j``'s message."""
+    with estimates (``est[(i, j)]``: the copy of ``theta_j`` held at ``i``; ``est[(i, i, j)]``: ``i``'s
+    copy of itself on edge ``{i, j}``) both copies refreshed ``x += S^+ (S theta - S x)`` then
+    ``theta_i - alpha (g_i + lam sum_j a_ij (xhat_(i|e) - xhat_(j|e)))``; ``(i, j)`` heard: ``i``
+    received ``j``'s message."""
     cfg, graph = sim.config, sim.ctx.graph
     maps = round_maps(cfg, graph, len(theta[0]), round_)
     est = dict(est) if est is not None else None
@@ -95,9 +100,16 @@ def oracle_round(sim, theta, est, grads, round_, heard):  # noqa: ANN001, ANN201
                 pull += a * s.T @ (s @ t - s @ theta[j])
             else:
                 est[i, j] = est[i, j] + np.linalg.pinv(s) @ (s @ theta[j] - s @ est[i, j])
-                pull += a * (t - est[i, j])
+                est[i, i, j] = est[i, i, j] + np.linalg.pinv(s) @ (s @ t - s @ est[i, i, j])
+                pull += a * (est[i, i, j] - est[i, j])
         new[i] = t - cfg.alpha * (grads[i] + cfg.lam * pull)
     return new, est
+
+
+def both_copies(sim: Simulation) -> dict[tuple[int, ...], np.ndarray]:
+    """``copies`` keyed ``(i, j)`` and the own copies keyed ``(i, i, j)``."""
+    own = {(i, i, j): v for (i, j), v in copies(sim, own=True).items()}
+    return {**copies(sim), **own}
 
 
 WEIGHTED = ClientGraph(4, GRAPH.edges, weights=np.array([0.5, 2.0, 1.0, 0.25, 1.5]))
@@ -109,13 +121,14 @@ WEIGHTED = ClientGraph(4, GRAPH.edges, weights=np.array([0.5, 2.0, 1.0, 0.25, 1.
 def test_redrawn_rounds_equal_the_dense_oracle_with_lost_messages(
     kind: str, estimates: bool, graph: ClientGraph
 ) -> None:
-    sim = sim_of(graph, map_kind=kind, estimates=estimates)
+    sim = sim_of(graph, map_kind=kind, estimates=estimates, stability_check=False)  # the algebra only
     lost = [half_edge(GRAPH, 0, 1), half_edge(GRAPH, 1, 0), half_edge(GRAPH, 2, 3)]
     install(sim, FixedPlan({}, {2: lost}))  # the plan counts rounds from 1: the second round
     g = freeze_gradients(sim)
     grads = {i: g[0][i].double().numpy() for i in range(4)}
     every = {(int(a), int(b)) for a, b in zip(GRAPH.src, GRAPH.dst, strict=True)}
-    theta, est = thetas(sim), copies(sim) if estimates else None
+    theta = thetas(sim)
+    est = {k: np.zeros_like(v) for k, v in both_copies(sim).items()} if estimates else None
     for round_, heard in enumerate([every, every - {(1, 0), (0, 1), (3, 2)}, every]):
         theta, est = oracle_round(sim, theta, est, grads, round_, heard)
         sim.step()
@@ -123,7 +136,9 @@ def test_redrawn_rounds_equal_the_dense_oracle_with_lost_messages(
         for i in range(4):
             np.testing.assert_allclose(got[i], theta[i], rtol=1e-5, atol=1e-6)
         if est is not None:
-            for key, value in copies(sim).items():
+            held = both_copies(sim)
+            assert held.keys() == est.keys()
+            for key, value in held.items():
                 np.testing.assert_allclose(value, est[key], rtol=1e-5, atol=1e-5)
     d, d_e = len(theta[0]), int(np.floor(0.2 * len(theta[0])))
     assert sim.transport.bits == 32 * d_e * (3 * GRAPH.num_half_edges - len(lost))
@@ -187,6 +202,62 @@ def test_estimates_converge_to_the_neighbours_models_when_training_stops(kind: s
         np.testing.assert_allclose(value, first[j], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["selection", "orthonormal", "gaussian"])
+def test_both_ends_of_an_edge_hold_the_same_copies_and_the_coupling_is_zero_sum(kind: str) -> None:
+    """The copy of ``theta_i`` that ``j`` holds equals ``i``'s own copy after rounds with clients
+    sitting out (bit for bit with selections), so each edge's two pulls cancel."""
+    sim = sim_of(map_kind=kind, estimates=True, drop_prob=0.3, lam=0.3, stability_check=False)
+    sim.ctx.gradient_source = lambda t: ([torch.randn_like(x) for x in t], torch.zeros(4))
+    for _ in range(7):
+        sim.step()
+    assert sim.transport.faults.dropped > 0  # clients sat rounds out
+    held, own = copies(sim), copies(sim, own=True)
+    assert held.keys() == own.keys()
+    for (i, j), mine in own.items():
+        assert np.abs(mine).max() > 0  # refreshed at least once
+        if kind == "selection":
+            np.testing.assert_array_equal(mine, held[j, i])
+        else:
+            np.testing.assert_allclose(mine, held[j, i], rtol=1e-5, atol=1e-6)
+        pulls = (mine - held[i, j]) + (own[j, i] - held[j, i])  # i's and j's terms of the edge
+        np.testing.assert_allclose(pulls, 0.0, atol=1e-5)
+
+
+def test_estimates_with_too_large_a_consensus_step_are_refused_in_one_line() -> None:
+    """``alpha lam lambda_max > 2p/(2-p)`` refused, naming the largest ``lam`` that passes; below
+    it runs, and ``lam = null`` takes half of it."""
+    cfg = RunConfig(**{**HOMOGENEOUS, "estimates": True, "gamma": 0.1, "alpha": 0.1})
+    sim = build_simulation(cfg.replace(lam=0.0), graph=GRAPH)
+    d = sim.ctx.fed.node_dims()[0]
+    p = max(1, int(np.floor(0.1 * d))) / d
+    top = float(nx.laplacian_spectrum(GRAPH.to_networkx()).max())
+    limit = refresh_limit(p) / (0.1 * top)
+    with pytest.raises(ConfigError, match=r"estimates refreshes.*use lam <= ") as err:
+        build_simulation(cfg.replace(lam=1.05 * limit), graph=GRAPH)
+    assert "\n" not in str(err.value) and f"{limit:.3g}" in str(err.value)
+    build_simulation(cfg.replace(lam=0.95 * limit), graph=GRAPH)
+    build_simulation(cfg.replace(lam=1.05 * limit, stability_check=False), graph=GRAPH)
+    assert build_simulation(cfg.replace(lam=None), graph=GRAPH).config.lam == pytest.approx(limit / 2)
+
+
+@pytest.mark.parametrize(("factor", "grows"), [(0.5, False), (4.0, True)])
+def test_the_refresh_limit_separates_copies_that_settle_from_copies_that_drift(factor, grows) -> None:
+    """The limit's derivation by hand, simulated: one edge, no gradients, each coordinate's copies
+    refreshed with probability ``p`` a round and their difference re-applied every round; the
+    models' difference shrinks below ``alpha lam = p/(2-p)`` (``lambda_max = 2``) and grows above."""
+    rng = np.random.default_rng(0)
+    p, coords, rounds = 0.05, 4000, 400
+    a = factor * refresh_limit(p) / 2  # alpha lam, the edge's Laplacian having lambda_max = 2
+    delta = rng.normal(size=coords)  # theta_i - theta_j per coordinate
+    copies = np.zeros(coords)  # xhat_i - xhat_j, zero at the start
+    for _ in range(rounds):
+        fresh = rng.random(coords) < p
+        copies[fresh] = delta[fresh]
+        delta = delta - 2 * a * copies
+    ratio = np.sqrt(np.mean(delta**2))
+    assert (ratio > 10.0) if grows else (ratio < 0.1)
+
+
 def test_feature_maps_equal_the_dense_feature_maps_scenario() -> None:
     """``maps = features`` (coordinates, never stored) against ``shared_feature_maps`` (dense fixed
     maps through Algorithm 1 with eta = 0): the same iterates and bits."""
@@ -231,7 +302,13 @@ def image_dataset(clients: int, n: int = 8) -> FederatedDataset:
 
 def test_aligned_cnns_start_equal_on_their_shared_slices_and_couple_them() -> None:
     cfg = RunConfig(
-        maps="aligned", model="cnn-small,cnn-medium", clients=4, graph="complete", batch_size=4, lam=0.5
+        maps="aligned",
+        model="cnn-small,cnn-medium",
+        clients=4,
+        graph="complete",
+        batch_size=4,
+        lam=0.5,
+        local_epochs=0,  # one gradient step a round: the step below is alpha times the frozen gradient
     )
     sim = build_simulation(cfg, dataset=image_dataset(4))
     state = sim.state
@@ -254,8 +331,8 @@ def test_aligned_cnns_start_equal_on_their_shared_slices_and_couple_them() -> No
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"estimates": True}, "estimates' = true needs maps=redrawn"),
-        ({"map_kind": "gaussian"}, "map_kind' = gaussian applies to maps=redrawn"),
+        ({"maps": "learned", "estimates": True}, "estimates' = true needs maps=redrawn"),
+        ({"maps": "learned", "map_kind": "gaussian"}, "map_kind' = gaussian applies to maps=redrawn"),
         ({"algorithm": "dfedu", "maps": "redrawn"}, "applies to algorithm=sheaf-fmtl only"),
         ({"maps": "redrawn", "topology": "conventional-fmtl"}, "is not allowed with it"),
     ],
@@ -288,8 +365,8 @@ def test_redrawn_run_records_bits_flops_and_the_estimates_memory(tmp_path) -> No
     d_e = int(np.floor(0.2 * d))
     half_edges = 2 * s["num_edges"]
     assert s["transmitted_bits"] == 4 * half_edges * d_e * 32
-    assert s["flops_sheaf"] == 4 * 2 * half_edges * d  # estimates: theta_i - x_j summed per half-edge
-    assert s["coupling_state_bytes"] == half_edges * d * 4
+    assert s["flops_sheaf"] == 4 * 2 * half_edges * d  # estimates: xhat_i - xhat_j summed per half-edge
+    assert s["coupling_state_bytes"] == 2 * half_edges * d * 4  # both copies of every edge, at each end
 
 
 def test_selection_laplacian_bound_holds_for_every_drawn_round_and_by_hand() -> None:

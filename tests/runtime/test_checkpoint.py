@@ -47,6 +47,7 @@ BASE = {
     "eval_every": 2,
     "batch_size": 4,  # mini-batches: the random streams matter
     "local_epochs": 1,
+    "maps": "learned",  # Algorithm 1's maps (deferred factors in the checkpoints); cases may name others
     "stability_check": False,
 }
 CASES = {
@@ -129,7 +130,7 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(tmp_path, case):
     final = torch.load(tmp_path / "part" / "checkpoint.pt", weights_only=True)
     assert ("maps" in final) == (learned and config.save_maps)
     if config.estimates:  # the neighbours' copies resume too (they shape the rows after the stop)
-        assert shard["state"]["estimates"]
+        assert shard["state"]["estimates"] and shard["state"]["own_copies"]
     if config.maps == "features":  # the supports' coordinates are structure, rebuilt on resume
         assert "fixed" not in shard["state"] and shard["state"]["round"] == 3
 

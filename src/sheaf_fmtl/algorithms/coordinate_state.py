@@ -20,14 +20,15 @@ from .base import Context, State
 @dataclass
 class CoordinateState(State):
     """Thetas, the layout (buckets of half-edges by source cohort and ``d_e``), the supports, the
-    round counter the maps are drawn from, and (``estimates``) the copies of the neighbours."""
+    round counter the maps are drawn from, and (``estimates``) both public copies of every edge."""
 
     layout: SheafLayout | None = None
     support: Support | None = None
     round: int = 0
     grads: list[torch.Tensor] | None = None
     own: list[torch.Tensor] | None = None  # per bucket [H_b, d_e]: P_ij theta_i sent this round
-    estimates: list[torch.Tensor] | None = None  # per bucket [H_b, d]: the copy x_j at half-edge i -> j
+    estimates: list[torch.Tensor] | None = None  # per bucket [H_b, d]: xhat_(j|e) held at half-edge i -> j
+    own_copies: list[torch.Tensor] | None = None  # per bucket [H_b, d]: xhat_(i|e), the copy j holds of i
     lambda_max: float | None = None  # start-up bound on lambda_max of every round's sheaf Laplacian
     fixed: list[torch.Tensor] | None = field(default=None, repr=False)  # features/aligned coordinates
     weights: list[torch.Tensor] | None = field(default=None, repr=False)  # per bucket [H_b] a_ij, weighted
@@ -41,8 +42,10 @@ class CoordinateState(State):
 
     @property
     def coupling_state_bytes(self) -> int:
-        """Bytes of what the coupling keeps between rounds: the estimates (no maps are stored)."""
-        return sum(e.numel() * e.element_size() for e in self.estimates or [])
+        """Bytes of what the coupling keeps between rounds: both copies of every edge (no maps are
+        stored)."""
+        kept = (self.estimates or []) + (self.own_copies or [])
+        return sum(e.numel() * e.element_size() for e in kept)
 
 
 def flat_index(
@@ -94,8 +97,9 @@ def edge_supports(mode: str, ctx: Context) -> list[np.ndarray]:
 def coupling_flops(config: RunConfig, state: CoordinateState, rounds: int) -> int:
     """Floating-point operations of the coupling over ``rounds`` rounds: selections cost the
     residuals and their scatter (``2 sum d_e`` per step); dense kinds ``2 d_e d`` per product
-    (message, coupling, and with estimates the copy update), QR ``2 d d_e^2`` per half-edge;
-    estimates ``2 d`` per half-edge and step."""
+    (message and coupling per step; with estimates the message per step and two products for each
+    of the edge's two copies), QR ``2 d d_e^2`` per half-edge; estimates ``2 d`` per half-edge and
+    step (the difference of the copies and its scatter)."""
     layout = state.layout
     assert layout is not None
     steps = 1 if config.local_epochs > 0 else config.local_steps
@@ -108,38 +112,60 @@ def coupling_flops(config: RunConfig, state: CoordinateState, rounds: int) -> in
         per_round += sum(weighted * b.size * b.node_dim for b in layout.buckets) * steps
     if config.maps == "redrawn" and config.map_kind != "selection":
         products = sum(2 * b.size * b.edge_dim * b.node_dim for b in layout.buckets)
-        per_round += products * (2 * steps + (1 if state.estimates is not None else 0))
+        if state.estimates is None:  # the message and the coupling's S^T r per step
+            per_round += products * 2 * steps
+        else:  # the message per step; two copies refreshed, S x and S^T (S theta - S x) each
+            per_round += products * (steps + 4)
         if config.map_kind == "orthonormal":
             per_round += sum(2 * b.size * b.node_dim * b.edge_dim**2 for b in layout.buckets)
     return per_round * rounds
 
 
-def refresh_estimates(
+def refresh_copies(
     state: CoordinateState,
     maps: tuple[list[torch.Tensor], list[torch.Tensor] | None],
+    own: list[torch.Tensor],
     theirs: list[torch.Tensor],
     held: list[torch.Tensor] | None,
     kind: str,
 ) -> None:
-    """The copies on this round's coordinates: ``x_j <- x_j + S^+ (S theta_j - S x_j)``."""
-    assert state.layout is not None and state.estimates is not None
+    """Both public copies of each edge heard, on this round's coordinates (CHOCO-SGD's
+    ``xhat <- xhat + Q(x - xhat)``, Koloskova et al. 2019, Algorithm 2, with ``Q = S^+ S``):
+    ``xhat_(j|e) += S^+ (S theta_j - S xhat_(j|e))`` from the message received and
+    ``xhat_(i|e) += S^+ (S theta_i - S xhat_(i|e))`` from the message sent, so the copy of ``theta_i``
+    that ``j`` holds and the one ``i`` holds are refreshed from the same numbers."""
+    assert state.estimates is not None and state.own_copies is not None
+    for copies, new in ((state.estimates, theirs), (state.own_copies, own)):
+        _refresh(state, maps, copies, new, held, kind)
+
+
+def _refresh(
+    state: CoordinateState,
+    maps: tuple[list[torch.Tensor], list[torch.Tensor] | None],
+    copies: list[torch.Tensor],
+    new: list[torch.Tensor],
+    held: list[torch.Tensor] | None,
+    kind: str,
+) -> None:
+    """``x += S^+ (S theta - S x)`` per bucket, ``S theta`` given (``new [H_b, d_e]``), where heard."""
+    assert state.layout is not None
     coords, dense = maps
-    for k, (b, est) in enumerate(zip(state.layout.buckets, state.estimates, strict=True)):
+    for k, (b, x) in enumerate(zip(state.layout.buckets, copies, strict=True)):
         if dense is None:  # selection: overwrite the round's coordinates
-            local = coords[k] - b.src_pos_on(est.device)[:, None] * est.shape[1]  # row-local
-            new = theirs[k]
+            local = coords[k] - b.src_pos_on(x.device)[:, None] * x.shape[1]  # row-local
+            values = new[k]
             if held is not None:
-                new = torch.where(held[k][:, None], new, est.gather(1, local))
-            est.scatter_(1, local, new)
+                values = torch.where(held[k][:, None], values, x.gather(1, local))
+            x.scatter_(1, local, values)
             continue
         s = dense[k]
-        gap = theirs[k] - torch.bmm(s, est.unsqueeze(-1)).squeeze(-1)
+        gap = new[k] - torch.bmm(s, x.unsqueeze(-1)).squeeze(-1)
         if kind == "gaussian":  # S^+ = S^T (S S^T)^-1
             gap = torch.linalg.solve(torch.bmm(s, s.transpose(1, 2)), gap)
         step = torch.bmm(s.transpose(1, 2), gap.unsqueeze(-1)).squeeze(-1)
         if held is not None:
             step = torch.where(held[k][:, None], step, step.new_zeros(()))
-        est.add_(step)
+        x.add_(step)
 
 
 def expected_energy(state: CoordinateState, comm: Comm) -> float:

@@ -40,7 +40,7 @@ class DFedU(Algorithm[GossipState]):
 
     def __init__(self, config: RunConfig) -> None:
         self.alpha = config.alpha
-        self.lam = config.lam
+        self.lam = config.lam_value
         self.local_steps = config.local_steps
         self.notes: list[str] = []
         self.a_half: torch.Tensor | None = None  # [H, 1] a_ij per half-edge (None: all 1)

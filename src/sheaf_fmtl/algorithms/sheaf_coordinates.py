@@ -27,39 +27,47 @@ is smaller (R-MNIST's graph at ``gamma = 0.01``, 200 rounds: 8 against 13.7; Sch
 500 rounds: 18 against 41.9). The reported energy is the expected one,
 ``sum_e (d_e/m_e) ||Pi_i theta_i - Pi_j theta_j||^2`` (exact for ``features``/``aligned``).
 
-``estimates = true`` (``redrawn``; CHOCO-SGD, Koloskova et al. 2019): at each half-edge ``i -> j``
-client ``i`` keeps a copy ``x_j`` of ``theta_j`` (``degree x d`` floats per client, started at its
-own initial model: the common one with ``init = common``). What arrives, ``S theta_j``, refreshes
-the copy on the round's coordinates, ``x_j <- x_j + S^+ (S theta_j - S x_j)`` (``S^+ = S^T`` for
-selection and orthonormal rows), and the coupling uses the whole copy,
-    ``theta_i <- theta_i - alpha (g_i + lam sum_j (theta_i - x_j))``,
-dFedU's step against estimates whose error vanishes as the models settle; the same bits as
-``redrawn``. ``lam`` then reads as dFedU's.
+``estimates = true`` (``redrawn``; CHOCO-SGD, Koloskova, Stich and Jaggi 2019, Algorithm 2): every
+edge ``e = {i, j}`` has two public copies, ``xhat_(i|e)`` of ``theta_i`` and ``xhat_(j|e)`` of
+``theta_j``, and both ends hold both (``2 x degree x d`` floats per client, zero at the start). The
+round's messages refresh them on the round's coordinates, ``xhat_(j|e) += S^+ (S theta_j -
+S xhat_(j|e))`` from the message received and ``xhat_(i|e)`` likewise from the message sent (``S^+ =
+S^T`` for selection and orthonormal rows), so the two ends hold the same numbers (bit for bit with
+selections). The coupling is a consensus step between the copies, zero-sum on every edge:
+    ``theta_i <- theta_i - alpha (g_i + lam sum_j a_ij (xhat_(i|e) - xhat_(j|e)))``,
+taken once a round (further local steps are plain SGD). The same bits as ``redrawn``. A copy's
+coordinate is refreshed with probability ``p = d_e/d`` a round and its residual re-applied every
+round until then, so the consensus step is stable only for ``alpha lam lambda_max(L) <= 2p/(2-p)``
+(:func:`~.coordinate_stability.refresh_limit`), which the start-up check enforces. (Coupling
+``theta_i`` to a copy ``x_j`` alone pulls towards the copies' lag, which does not cancel on an edge:
+at small ``gamma`` that drags the models towards the past.)
 
 Weighted graphs: each edge's terms are scaled by its ``a_ij`` (``P_ij = sqrt(a_ij) S_(e,t)``, as
 dFedU's ``a_ij``), in the coupling, the energy and the start-up check (the weighted graph
 Laplacian; the bound over drawn selections is for unweighted graphs only).
 
 Missing neighbours (``drop_prob``, ``link_drop_prob``, rejected messages): a client skips the terms
-of each edge whose message did not arrive, and leaves that copy as it was.
+of each edge whose message did not arrive, and leaves both of that edge's copies as they were. A
+client that sits out is heard by no neighbour and hears none, so the copies still agree; a link lost
+in one direction only leaves the two ends' copies different on that round's coordinates until they
+are drawn again.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import networkx as nx
 import numpy as np
 import torch
 
 from ..config import ConfigError, RunConfig
 from ..messages import EdgeTensor, Payload
 from ..sheaf.layout import SheafLayout, build_layout
-from ..sheaf.selection import SelectionDraws, Support, dense_maps, selection_laplacian_bound
+from ..sheaf.selection import SelectionDraws, Support, dense_maps
 from ..sheaf.supports import align_initial_models
 from .base import Algorithm, Context, register_maps
-from .coordinate_state import CoordinateState, edge_supports, expected_energy, flat_index, refresh_estimates
-from .coupling import require_stable_coupling
+from .coordinate_stability import check_coordinate_coupling
+from .coordinate_state import CoordinateState, edge_supports, expected_energy, flat_index, refresh_copies
 from .sheaf_messages import spread_heard
 from .steps import sgd_step
 
@@ -74,7 +82,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
 
     def __init__(self, config: RunConfig) -> None:
         self.mode, self.kind = config.maps, config.map_kind
-        self.lam, self.alpha, self.seed = config.lam, config.alpha, config.seed
+        self.lam, self.alpha, self.seed = config.lam_value, config.alpha, config.seed
         self.local_steps = config.local_steps
         self.use_estimates = config.estimates
         self.notes: list[str] = []
@@ -116,43 +124,18 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
             assert support.index is not None
             blocks = layout.bucket_messages(support.index)  # [H_b, d_e] coordinates of each bucket
             state.fixed = flat_index(layout, thetas, list(blocks))
-        if self.use_estimates:
-            state.estimates = [b.sources(thetas).clone() for b in layout.buckets]
+        if self.use_estimates:  # both copies of an edge start equal (zero) at both ends
+            state.estimates = [b.sources(thetas).new_zeros(b.size, b.node_dim) for b in layout.buckets]
+            state.own_copies = [e.clone() for e in state.estimates]
         if graph.weighted:  # a_ij per half-edge of each bucket
             a, buckets = graph.half_edge_weights(), layout.buckets
             dtype, dev = thetas[0].dtype, thetas[0].device
             state.weights = [torch.as_tensor(a[h.half_edges], dtype=dtype, device=dev) for h in buckets]
-        self._check_stability(state, ctx)
+        if ctx.config.stability_check and self.lam > 0:
+            note = check_coordinate_coupling(state, ctx, self.kind, self.use_estimates)
+            if note:
+                self.notes.append(note)
         return state
-
-    def _check_stability(self, state: CoordinateState, ctx: Context) -> None:
-        """``alpha lam lambda_max >= 2`` refused (module docstring): every round's sheaf Laplacian
-        is at most the graph Laplacian (gaussian rows: times ``(1 + sqrt(d_e/d))^2``); selections
-        without estimates take the smaller bound over the run's drawn maps
-        (:func:`~sheaf_fmtl.sheaf.selection.selection_laplacian_bound`)."""
-        if not ctx.config.stability_check or self.lam <= 0:
-            return
-        lmax = float(nx.laplacian_spectrum(ctx.graph.to_networkx()).max())
-        assert state.layout is not None
-        operator = "graph Laplacian bound"
-        redrawn = self.mode == "redrawn" and not self.use_estimates
-        if redrawn and self.kind == "gaussian":
-            dims = state.layout.node_dims[ctx.graph.edges[:, 0]]
-            lmax *= float(np.max((1.0 + np.sqrt(state.layout.edge_dims / dims)) ** 2))
-        elif redrawn and self.kind == "selection" and not ctx.graph.weighted:
-            drawn = selection_laplacian_bound(
-                self.seed,
-                ctx.graph.edges,
-                int(state.layout.node_dims[0]),
-                state.layout.edge_dims,
-                ctx.config.rounds,
-            )
-            if drawn is not None and drawn < lmax:
-                lmax, operator = drawn, "bound over the run's drawn selections"
-        state.lambda_max = lmax
-        note = require_stable_coupling(self.alpha, self.lam, lmax, operator, maps=False)
-        if note:
-            self.notes.append(note)
 
     # -- this round's maps -------------------------------------------------------------------------
     def _maps(self, state: CoordinateState) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
@@ -237,11 +220,14 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         heard_b = None if heard is None else list(layout.bucket_messages(heard))
         held = None if msg.heard is None else self._per_bucket(layout, msg.heard)
         if state.estimates is not None:
-            refresh_estimates(state, self._maps(state), theirs, held, self.kind)
+            refresh_copies(state, self._maps(state), own, theirs, held, self.kind)
         grads = state.grads
         for step in range(1 if grads is None else self.local_steps):
             if step > 0:  # further local steps: fresh gradients, own messages from the current theta
                 grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
+                if state.estimates is not None:  # the copies' consensus step is taken once a round
+                    state.thetas = sgd_step(state.thetas, grads, self.alpha)
+                    continue
                 own = self._messages(state)
             pull = self._pull(state, own, theirs, heard_b, held)
             if grads is None:
@@ -271,7 +257,8 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         held: list[torch.Tensor] | None,
     ) -> list[torch.Tensor]:
         """The coupling term per cohort: ``sum_j a_ij S^T (S theta_i - S theta_j)``, or with
-        estimates ``sum_j a_ij (theta_i - x_j)``, over the neighbours heard (``a_ij = 1`` unweighted)."""
+        estimates ``sum_j a_ij (xhat_(i|e) - xhat_(j|e))``, over the neighbours heard (``a_ij = 1``
+        unweighted)."""
         assert state.layout is not None
         if state.estimates is None:
             r = [o - t for o, t in zip(own, theirs, strict=True)]
@@ -281,8 +268,10 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
                 r = [torch.where(h.view_as(x), x, x.new_zeros(())) for h, x in zip(heard, r, strict=True)]
             return self._spread(state, r)
         out = [torch.zeros_like(t) for t in state.thetas]
-        for k, (b, est) in enumerate(zip(state.layout.buckets, state.estimates, strict=True)):
-            diff = b.sources(state.thetas) - est
+        assert state.own_copies is not None
+        pairs = zip(state.layout.buckets, state.own_copies, state.estimates, strict=True)
+        for k, (b, mine, est) in enumerate(pairs):
+            diff = mine - est
             if state.weights is not None:
                 diff = diff * state.weights[k][:, None]
             if held is not None:

@@ -73,7 +73,7 @@ class SheafFMTL(Algorithm[SheafState]):
     name = "sheaf-fmtl"
 
     def __init__(self, config: RunConfig) -> None:
-        self.lam = config.lam
+        self.lam = config.lam_value
         self.alpha = config.alpha
         self.eta = config.eta
         self.local_steps = config.local_steps

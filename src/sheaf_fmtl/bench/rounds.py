@@ -107,8 +107,8 @@ def time_reference(sim: Simulation, s: Setting, device: str) -> dict[str, Any]:
             g.update({i: grad(i, t) for i, t in state.thetas.items()})
 
         def edge_part(g: dict[int, torch.Tensor] = grads) -> None:
-            ref.theta_step(state, g, cfg.lam, cfg.alpha)
-            ref.map_step(state, cfg.lam, cfg.eta)
+            ref.theta_step(state, g, cfg.lam_value, cfg.alpha)
+            ref.map_step(state, cfg.lam_value, cfg.eta)
 
         t_grad, t_edge = timed(grad_part, device), timed(edge_part, device)
         if k >= warm:

@@ -21,7 +21,12 @@ from ..sheaf.graph import GRAPH_KINDS
 from ..sheaf.maps import MAP_DTYPES, MAP_INITS
 from ..sheaf.selection import MAP_KINDS
 
-MAP_MODES = ("learned", "fixed", "redrawn", "features", "aligned")
+MAP_MODES = ("auto", "learned", "fixed", "redrawn", "features", "aligned")
+#: ``lam`` when the config leaves it open (``null``), per map mode of ``sheaf-fmtl``; every other
+#: algorithm takes ``LAM_DEFAULT``; ``redrawn`` with ``estimates`` half its stability limit
+#: (:func:`default_lam`; ``algorithms/coordinate_stability.py``).
+LAM_DEFAULT = 0.01
+MODE_LAM = {"learned": LAM_DEFAULT, "fixed": LAM_DEFAULT, "redrawn": 0.3, "features": 0.1, "aligned": 0.3}
 
 
 class ConfigError(ValueError):
@@ -106,16 +111,23 @@ class RunConfig:
     batch_size: int = _key(32, "Mini-batch per client; 0: the client's whole training data.")
     local_steps: int = _key(1, "Gradient steps per exchange when `local_epochs` is 0 (1: Algorithm 1).")
     local_epochs: int = _key(
-        0,
+        1,
         "`E > 0`: each round, `E` passes of mini-batch SGD over each client's data, then the exchange "
-        "(the paper's training protocol); 0: `local_steps` steps a round.",
+        "(the paper's training protocol); 0: `local_steps` steps a round (Algorithm 1 as written).",
     )
     init: str = _key(
         "common",
         "`common`: the clients of an architecture start from one model drawn from the seed; "
         "`per-client`: one draw each.",
     )
-    lam: float = _key(0.01, "Strength `lambda` of the coupling between neighbours (0: local training).")
+    lam: float | None = _key(
+        None,
+        "Strength `lambda` of the coupling between neighbours (0: local training). `null`: the default of "
+        "the coupling that runs: 0.01 for the baselines and the paper's learned or fixed maps; for "
+        "Sheaf-FMTL's other maps `redrawn` 0.3, `features` 0.1, `aligned` 0.3, and for `redrawn` with "
+        "`estimates` half the consensus step's stability limit, `p / ((2 - p) alpha lambda_max)` "
+        "(`p = d_ij/d`, the copies' refresh rate; `lambda_max` of the graph Laplacian).",
+    )
     alpha: float = _key(0.05, "Step size of the model updates.")
     eta: float = _key(0.01, "Step size of the restriction-map updates (0: fixed maps).")
     gamma: float = _key(
@@ -123,8 +135,11 @@ class RunConfig:
         "Edge-space size `d_ij = max(1, floor(gamma min(d_i, d_j)))`; the bits sent per edge scale with it.",
     )
     maps: str = _key(
-        "learned",
-        "Restriction maps of `sheaf-fmtl`: `learned` (the paper's Algorithm 1), `fixed` (the same with "
+        "auto",
+        "Restriction maps of `sheaf-fmtl`: `auto` (chosen at start-up for the clients' models: `redrawn` "
+        "when neighbouring models have the same size, `features` for linear/logistic clients that see "
+        "different features, `aligned` for networks of different sizes; the run records the mode that "
+        "ran), `learned` (the paper's Algorithm 1), `fixed` (the same with "
         "`eta = 0`), `redrawn` (drawn afresh each round from a seed both ends know, never stored; "
         "`map_kind`, `estimates`), `features` (the weights of the features two tabular clients both "
         "see), `aligned` (the parameter slices two network architectures share). See the maps page.",
@@ -237,10 +252,18 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     @property
+    def lam_value(self) -> float:
+        """``lam`` as the run uses it: a config that leaves ``lam`` open (``null``) gets its mode's
+        default when the run starts (``algorithms/auto_maps.py``); algorithms see only such configs."""
+        if self.lam is None:
+            raise ValueError("lam is open (null) until the run starts and resolves it")
+        return self.lam
+
+    @property
     def learns_maps(self) -> bool:
         """Whether Algorithm 1's map step (eq. ``pijaupdate``) runs: ``maps = learned`` with
         ``eta > 0`` and ``lam > 0`` (``maps = fixed`` is the same algorithm with ``eta = 0``)."""
-        return self.maps == "learned" and self.eta > 0 and self.lam > 0
+        return self.maps == "learned" and self.eta > 0 and (self.lam or 0.0) > 0
 
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with ``changes``, validated like any other config."""
@@ -395,17 +418,17 @@ def _check_together(config: RunConfig) -> None:
 
 def _check_maps(config: RunConfig) -> None:
     """The map modes: which keys go together."""
-    if config.maps != "learned" and config.algorithm != "sheaf-fmtl":
+    if config.maps not in ("learned", "auto") and config.algorithm != "sheaf-fmtl":
         raise ConfigError(
             f"config key 'maps' = {config.maps} applies to algorithm=sheaf-fmtl only "
             f"(algorithm={config.algorithm} has no restriction maps)"
         )
-    if config.estimates and config.maps != "redrawn":
+    if config.estimates and config.maps not in ("redrawn", "auto"):
         raise ConfigError(
             f"config key 'estimates' = true needs maps=redrawn (copies of the neighbours' models are "
             f"refreshed on each round's redrawn coordinates); got maps={config.maps}"
         )
-    if config.map_kind != "selection" and config.maps != "redrawn":
+    if config.map_kind != "selection" and config.maps not in ("redrawn", "auto"):
         raise ConfigError(
             f"config key 'map_kind' = {config.map_kind} applies to maps=redrawn only; got maps={config.maps}"
         )
@@ -414,6 +437,20 @@ def _check_maps(config: RunConfig) -> None:
             f"config key 'maps' = {config.maps} builds its own maps; topology={config.topology} "
             "(fixed maps of a special case) is not allowed with it"
         )
+
+
+def default_lam(config: RunConfig, lambda_max: float | None = None, refresh: float | None = None) -> float:
+    """``lam`` of a config that leaves it open, once ``maps`` is known: see the key's doc
+    (``MODE_LAM``). With estimates: half the consensus step's limit ``alpha lam lambda_max <= 2p /
+    (2 - p)`` (``p``: ``refresh``, the smallest ``d_e/d``, else ``gamma``; ``lambda_max`` of the
+    graph Laplacian, else 2)."""
+    if config.algorithm != "sheaf-fmtl":
+        return LAM_DEFAULT
+    if config.maps == "redrawn" and config.estimates:
+        p = refresh if refresh is not None else config.gamma
+        top = lambda_max if lambda_max is not None and lambda_max > 0 else 2.0
+        return p / (2.0 - p) / (config.alpha * top)
+    return MODE_LAM.get(config.maps, LAM_DEFAULT)
 
 
 def validate(config: RunConfig) -> RunConfig:

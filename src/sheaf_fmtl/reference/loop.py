@@ -194,5 +194,5 @@ def check_against_library(sim: Simulation, rounds: int = 5) -> CheckResult:
     grad = full_batch_gradients(sim.ctx.fed)
     for _ in range(rounds):
         sim.step()
-        reference_round(state, grad, cfg.lam, cfg.alpha, cfg.eta)
+        reference_round(state, grad, cfg.lam_value, cfg.alpha, cfg.eta)
     return CheckResult(rounds, *compare(sim, state))

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..algorithms import Algorithm, Context, State, make_algorithm
+from ..algorithms.auto_maps import resolve_coupling
 from ..algorithms.sheaf_fmtl import SheafState
 from ..config import ConfigError, RunConfig
 from ..data.base import FederatedDataset
@@ -52,6 +53,7 @@ class Simulation(Generic[S]):
     # and the last round after which no rank's was (every rank may then complete the checkpoint).
     writing: Callable[[], bool] | None = None
     settled_round: int = -1
+    maps_chosen: str | None = None  # maps = auto: why the mode in config.maps was chosen
 
     def theta(self, i: int) -> torch.Tensor:
         """Client ``i``'s flat parameter vector ``theta_i [d_i]`` (a view into the stacked state)."""
@@ -257,13 +259,14 @@ def build_simulation(
         raise ValueError(
             f"graph has {graph.num_nodes} nodes but the federation has {fed.num_clients} clients"
         )
+    config, chosen = resolve_coupling(config, fed, graph)  # maps = auto, lam = null: what runs
     init_gen = torch.Generator().manual_seed(_derive(config.seed, 1))
     fed = fed.with_streams(config.seed)  # each client's own mini-batch stream (sheaf_fmtl.streams)
     ctx = Context(fed, graph, config, init_gen)
     if not isinstance(transport, InProcessTransport):
         ctx.comm = transport  # type: ignore[assignment]  # DistributedTransport is a Comm
     algorithm = make_algorithm(config)
-    return Simulation(config, ctx, algorithm, algorithm.init(ctx), transport)
+    return Simulation(config, ctx, algorithm, algorithm.init(ctx), transport, maps_chosen=chosen)
 
 
 def _derive(seed: int, stream: int) -> int:

@@ -51,6 +51,8 @@ def summarize(
         "warnings": notes,
         "versions": software_versions(),
     }
+    if config.algorithm == "sheaf-fmtl":  # the coupling that ran (maps = auto: and why)
+        summary.update(maps=config.maps, lam=config.lam, maps_auto=sim.maps_chosen)
     lambda_max = getattr(sim.state, "lambda_max", None)
     if lambda_max is not None:
         summary["laplacian_lambda_max"] = lambda_max

@@ -1,0 +1,63 @@
+"""``maps = auto`` (the default of ``algorithm = sheaf-fmtl``): the coupling that collaborates for the
+clients at hand, chosen at start-up from their models, and ``lam = null`` resolved to the default of
+the coupling that runs. The run records what ran (``config.yaml``; ``summary.json``'s ``maps``,
+``lam`` and ``maps_auto``).
+
+- neighbouring models of the same size: ``redrawn`` (maps redrawn each round from a shared seed;
+  dFedU's accuracy at ``gamma`` times its bits where the models are related);
+- linear/logistic models of clients that see different features (the dataset names each client's
+  feature columns): ``features``;
+- networks of different sizes: ``aligned`` (the parameter slices the architectures share);
+- otherwise (tabular models of different sizes without feature ids): the paper's ``learned`` maps.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+from torch import nn
+
+from ..config import ConfigError, RunConfig
+from ..config.schema import default_lam
+from ..federation import Federation
+from ..sheaf.graph import ClientGraph
+
+
+def _tabular(module: nn.Module) -> bool:
+    """One linear layer and nothing else that holds parameters (``linear``, ``logistic``)."""
+    held = [m for m in module.modules() if any(True for _ in m.parameters(recurse=False))]
+    return len(held) == 1 and isinstance(held[0], nn.Linear)
+
+
+def choose_maps(fed: Federation, graph: ClientGraph) -> tuple[str, str]:
+    """``(mode, why)`` for ``maps = auto`` (module docstring); the same in every process (it reads
+    every client's model size and architecture, held here or not)."""
+    dims = fed.node_dims()
+    if graph.num_edges == 0 or bool(np.all(dims[graph.edges[:, 0]] == dims[graph.edges[:, 1]])):
+        return "redrawn", "neighbouring models have the same size"
+    tabular = [_tabular(a.module) for a in fed.architectures]
+    if all(tabular) and fed.dataset.features is not None:
+        return "features", "linear/logistic clients see different features"
+    if not any(tabular):
+        return "aligned", "networks of different sizes share parameter slices"
+    return "learned", "models of different sizes with no feature ids to relate"
+
+
+def resolve_coupling(config: RunConfig, fed: Federation, graph: ClientGraph) -> tuple[RunConfig, str | None]:
+    """``config`` as it runs: ``maps = auto`` replaced by the chosen mode (``sheaf-fmtl``) and
+    ``lam = null`` by the default of the coupling that runs; with the reason for the choice."""
+    why = None
+    if config.algorithm == "sheaf-fmtl" and config.maps == "auto":
+        mode, why = choose_maps(fed, graph)
+        try:
+            config = config.replace(maps=mode)
+        except ConfigError as e:
+            raise ConfigError(f"maps=auto chose maps={mode} ({why}), but {e}") from None
+    if config.lam is None:
+        lmax = refresh = None
+        if config.algorithm == "sheaf-fmtl" and config.estimates and graph.num_edges:
+            lmax = float(nx.laplacian_spectrum(graph.to_networkx()).max())
+            dims = fed.node_dims()[graph.edges[:, 0]]
+            refresh = float((np.maximum(1, np.floor(config.gamma * dims)) / dims).min())
+        config = config.replace(lam=default_lam(config, lmax, refresh))
+    return config, why

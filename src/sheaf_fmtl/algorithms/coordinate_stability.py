@@ -1,0 +1,72 @@
+"""Start-up checks of :mod:`.sheaf_coordinates` (maps that relate coordinates): the coupling
+step's stability, and with ``estimates`` the consensus step against the copies' refresh rate."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+
+from ..config import ConfigError
+from ..sheaf.selection import selection_laplacian_bound
+from .base import Context
+from .coordinate_state import CoordinateState
+from .coupling import require_stable_coupling
+
+
+def check_coordinate_coupling(state: CoordinateState, ctx: Context, kind: str, estimates: bool) -> str | None:
+    """``alpha lam lambda_max >= 2`` refused: every round's sheaf Laplacian is at most the graph
+    Laplacian (gaussian rows: times ``(1 + sqrt(d_e/d))^2``); selections without estimates take the
+    smaller bound over the run's drawn maps
+    (:func:`~sheaf_fmtl.sheaf.selection.selection_laplacian_bound`). Sets ``state.lambda_max``;
+    returns a note for the user, or ``None``."""
+    cfg, graph, layout = ctx.config, ctx.graph, state.layout
+    assert layout is not None and cfg.lam is not None
+    lmax = float(nx.laplacian_spectrum(graph.to_networkx()).max())
+    operator = "graph Laplacian bound"
+    redrawn = cfg.maps == "redrawn" and not estimates
+    if redrawn and kind == "gaussian":
+        dims = layout.node_dims[graph.edges[:, 0]]
+        lmax *= float(np.max((1.0 + np.sqrt(layout.edge_dims / dims)) ** 2))
+    elif redrawn and kind == "selection" and not graph.weighted:
+        drawn = selection_laplacian_bound(
+            cfg.seed, graph.edges, int(layout.node_dims[0]), layout.edge_dims, cfg.rounds
+        )
+        if drawn is not None and drawn < lmax:
+            lmax, operator = drawn, "bound over the run's drawn selections"
+    state.lambda_max = lmax
+    note = require_stable_coupling(cfg.alpha, cfg.lam, lmax, operator, maps=False)
+    if estimates:
+        check_refresh_rate(state, ctx, float(nx.laplacian_spectrum(graph.to_networkx()).max()))
+    return note
+
+
+def refresh_limit(p: float) -> float:
+    """The largest ``alpha lam lambda_max`` of the estimates' consensus step when each coordinate
+    of an edge's copies is refreshed with probability ``p`` a round: ``2p / (2 - p)``.
+
+    On one edge without gradients the copies' difference ``D`` is refreshed to the models'
+    difference ``delta`` after a gap of ``g ~ Geometric(p)`` rounds, during which ``delta`` moves by
+    ``-2 a D`` a round (``a = alpha lam``): ``delta' = (1 - 2 a g) delta``, which shrinks in mean
+    square iff ``a < E[g] / E[g^2] = p / (2 - p)``. The edge's Laplacian has eigenvalue 2; for a
+    graph, ``lambda_max`` of its Laplacian takes that place."""
+    return 2.0 * p / (2.0 - p)
+
+
+def check_refresh_rate(state: CoordinateState, ctx: Context, lambda_max: float) -> None:
+    """With estimates, refuse ``alpha lam lambda_max(L) > 2p / (2 - p)`` (:func:`refresh_limit`),
+    ``p = min d_e/d`` the smallest refresh rate of an edge's copies: a copy's residual
+    ``xhat_(i|e) - xhat_(j|e)`` is re-applied every round until its next refresh, so a larger
+    consensus step overshoots and the neighbours drift apart."""
+    layout, graph, cfg = state.layout, ctx.graph, ctx.config
+    assert layout is not None and cfg.lam is not None
+    rate = layout.edge_dims / layout.node_dims[graph.edges[:, 0]]
+    p = float(rate.min())
+    step, limit = cfg.alpha * cfg.lam * lambda_max, refresh_limit(p)
+    if step > limit:
+        raise ConfigError(
+            f"unstable configuration: maps=redrawn with estimates refreshes each coordinate of an "
+            f"edge's copies about once in {1 / p:.3g} rounds (d_e/d = {p:.3g}), and "
+            f"alpha*lam*lambda_max = {cfg.alpha:g}*{cfg.lam:g}*{lambda_max:.4g} = {step:.3g} > 2p/(2-p) = "
+            f"{limit:.3g}, so the neighbours drift apart; use lam <= {limit / (cfg.alpha * lambda_max):.3g} "
+            "(lam=null takes half of it), or raise gamma; stability_check=false skips this check"
+        )
