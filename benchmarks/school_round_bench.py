@@ -27,6 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
 
 CONFIG = {
+    "maps": "learned",  # Algorithm 1 (the default maps=auto would pick redrawn maps)
     "dataset": "school",
     "graph": "erdos-renyi",
     "graph_p": 0.2,

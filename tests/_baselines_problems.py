@@ -51,6 +51,8 @@ def config(algorithm: str, **overrides: object) -> RunConfig:
         "alpha": 0.05,
         "lam": 0.1,
         "eta": 0.01,
+        "maps": "learned",
+        "local_epochs": 0,
         "l2": L2,
         "message_mode": "literal",
         "seed": 3,

@@ -6,7 +6,9 @@ Example (the README's)::
     result = sheaf_fmtl.run(dataset="school", algorithm="sheaf-fmtl", rounds=50)
     print(result.metric, result.final)      # mse 0.0...
     result.metrics[-1]                      # the last evaluated round, as a dict
-    result.thetas[3], result.maps[(3, 7)]   # client 3's model, its map P_37 into edge {3, 7}
+    result.summary["maps"]                  # the coupling that ran (maps=auto's choice: redrawn)
+    result.thetas[3]                        # client 3's model
+    sheaf_fmtl.run(dataset="school", maps="learned").maps[(3, 7)]  # Algorithm 1: the map P_37
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """``sheaf-fmtl demo``: Sheaf-FMTL's map modes against local training and dFedU on the built-in
 ``synthetic-clusters`` problem, one figure and a JSON of every comparison.
 
-On the heterogeneous problem (clients see different feature subsets, so model sizes differ):
-feature maps (``maps=features``), the paper's learned maps and local training. On its homogeneous
-variant: maps redrawn each round from a shared seed (``maps=redrawn``, with and without neighbour
-estimates), the paper's learned maps, dFedU and local training."""
+On the heterogeneous problem (clients see different feature subsets, so model sizes differ): the
+default maps (``maps=auto``, which picks feature maps there), the paper's learned maps and local
+training. On its homogeneous variant: the default maps (``maps=auto``: redrawn each round from a
+shared seed), the paper's learned maps, dFedU and local training."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ class DemoRun:
 
 
 PAPER = "Sheaf-FMTL, the paper's learned maps"
+AUTO = "Sheaf-FMTL, default maps (auto: {maps})"  # filled with the mode maps=auto chose
 # (problem, overrides of every run of the problem, runs) of `sheaf-fmtl demo`; the homogeneous
 # variant only for synthetic-clusters, whose option `homogeneous` keeps clients, samples and labels.
 # Redrawn maps without estimates pull with lam * d_e/d in expectation, so their lam is the config's
@@ -40,9 +41,7 @@ DEMO_PROBLEMS: tuple[tuple[str, tuple[str, ...], tuple[DemoRun, ...]], ...] = (
         "heterogeneous",
         (),
         (
-            DemoRun(
-                "sheaf-fmtl-features", "sheaf-fmtl", "Sheaf-FMTL, feature maps", forced=("maps=features",)
-            ),
+            DemoRun("sheaf-fmtl-features", "sheaf-fmtl", AUTO, forced=("maps=auto",)),
             DemoRun("sheaf-fmtl-learned", "sheaf-fmtl", PAPER, forced=("maps=learned",)),
             DemoRun("local", "local", "local training"),
         ),
@@ -51,19 +50,7 @@ DEMO_PROBLEMS: tuple[tuple[str, tuple[str, ...], tuple[DemoRun, ...]], ...] = (
         "homogeneous",
         ("data.homogeneous=true",),
         (
-            DemoRun(
-                "sheaf-fmtl-redrawn",
-                "sheaf-fmtl",
-                "Sheaf-FMTL, maps redrawn each round",
-                defaults=("lam=1.0",),
-                forced=("maps=redrawn",),
-            ),
-            DemoRun(
-                "sheaf-fmtl-estimates",
-                "sheaf-fmtl",
-                "Sheaf-FMTL, redrawn maps + neighbour estimates",
-                forced=("maps=redrawn", "estimates=true"),
-            ),
+            DemoRun("sheaf-fmtl-redrawn", "sheaf-fmtl", AUTO, defaults=("lam=1.0",), forced=("maps=auto",)),
             DemoRun("sheaf-fmtl-learned", "sheaf-fmtl", PAPER, forced=("maps=learned",)),
             DemoRun("dfedu", "dfedu", "dFedU"),
             DemoRun("local", "local", "local training"),
@@ -76,8 +63,7 @@ DEMO_COMPARISONS: tuple[tuple[str, str, str], ...] = (
     ("heterogeneous", "sheaf-fmtl-features", "local"),
     ("heterogeneous", "sheaf-fmtl-learned", "local"),
     ("homogeneous", "sheaf-fmtl-redrawn", "dfedu"),
-    ("homogeneous", "sheaf-fmtl-estimates", "dfedu"),
-    ("homogeneous", "sheaf-fmtl-estimates", "local"),
+    ("homogeneous", "sheaf-fmtl-redrawn", "local"),
     ("homogeneous", "sheaf-fmtl-learned", "dfedu"),
 )
 
@@ -134,8 +120,9 @@ def run_demo(
             if summary["status"] == "interrupted":
                 print(interrupted_line(summary, run_dir), file=sys.stderr)
                 return interrupted_status(summary)
-            label = spec.label
-            if config.algorithm == "sheaf-fmtl" and config.maps in ("learned", "redrawn"):
+            maps = summary.get("maps", config.maps)  # the mode that ran (maps=auto: the one it chose)
+            label = spec.label.format(maps=maps)
+            if config.algorithm == "sheaf-fmtl" and maps in ("learned", "redrawn"):
                 label += f" (gamma={config.gamma:g})"
             keys = ("final", "metric", "transmitted_bits", "rounds", "model_dims")
             finals.setdefault(problem, {})[spec.key] = {"label": label, **{k: summary[k] for k in keys}}

@@ -42,7 +42,16 @@ def _psi(dataset, graph, thetas, maps, lam: float, l2: float, classes: int) -> t
 def test_one_round_is_gradient_descent_on_psi(mode, defer):
     dataset = make_dataset([3, 5, 3, 4, 5, 3])
     cfg = RunConfig(
-        batch_size=0, lam=0.3, alpha=0.1, eta=0.05, gamma=0.6, l2=0.01, message_mode=mode, map_defer=defer
+        batch_size=0,
+        lam=0.3,
+        alpha=0.1,
+        eta=0.05,
+        gamma=0.6,
+        l2=0.01,
+        message_mode=mode,
+        map_defer=defer,
+        maps="learned",
+        local_epochs=0,
     )
     graph = make_graph("erdos-renyi", 6, p=0.6, seed=1)
     fed = build_federation(dataset, "logistic", l2=cfg.l2)

@@ -37,6 +37,8 @@ def test_reference_equals_library_heterogeneous_dims() -> None:
             eta=0.05,
             gamma=0.3,
             seed=3,
+            maps="learned",  # Algorithm 1, as the reference loop writes it
+            local_epochs=0,
         )
     )
     sim = build_simulation(cfg)

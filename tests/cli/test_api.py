@@ -14,7 +14,7 @@ from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import ConfigError, RunConfig, load_config
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-TINY = {"rounds": 2, "eval_every": 1, "clients": 4}
+TINY = {"rounds": 2, "eval_every": 1, "clients": 4, "maps": "learned"}  # the result holds the maps P_ij
 
 
 def _readme_example() -> str:
@@ -39,7 +39,7 @@ def test_readme_example_runs(monkeypatch, tmp_path):
     result = scope["result"]
     assert result.metric == "accuracy" and result.summary["rounds"] == 5
     assert result.metrics[-1]["round"] == 5 and "test_accuracy" in result.metrics[-1]
-    assert scope["theta"].numel() > 0 and scope["maps"]
+    assert scope["theta"].numel() > 0 and result.summary["maps"] == "features"  # maps=auto's choice
 
 
 @pytest.mark.slow

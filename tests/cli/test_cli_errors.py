@@ -158,7 +158,11 @@ CASES = [
         ["run", *TINY, "--set", "processes=2", "timeout_s=1e308"],
         "too large for a process group",
     ),
-    ("stability-nan", ["run", *TINY, "--set", "map_scale=1e25"], "not a finite number, so the coupling step"),
+    (
+        "stability-nan",
+        ["run", *TINY, "--set", "maps=learned", "map_scale=1e25"],
+        "not a finite number, so the coupling step",
+    ),
     ("mixed-labels", ["run", *TINY, "--set", "dataset=file:mixed.npz"], "mixed label types: client(s) 0"),
     (
         "table-name-up",
@@ -232,7 +236,20 @@ def test_overwrite_clears_an_earlier_run_so_no_stale_file_survives(sandbox, caps
     (out / MARKER).write_text("")  # a run folder sheaf-fmtl wrote ...
     (out / "notes.txt").write_text("the user's own notes")  # ... where the user kept a file
     assert (
-        main(["run", *TINY, "--set", "alpha=1e4", "stability_check=false", "--out", str(out), "--overwrite"])
+        main(
+            [
+                "run",
+                *TINY,
+                "--set",
+                "alpha=1e4",
+                "stability_check=false",
+                "maps=learned",
+                "local_epochs=0",
+                "--out",
+                str(out),
+                "--overwrite",
+            ]
+        )
         == 1
     )  # diverges: no checkpoint of its own
     assert "NaN" in capsys.readouterr().err

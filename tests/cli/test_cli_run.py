@@ -114,6 +114,10 @@ def test_divergence_stops_with_round_and_keeps_good_metrics(tmp_path, capsys):
             "eval_every=1",
             "--set",
             "stability_check=false",
+            "--set",
+            "maps=learned",
+            "--set",
+            "local_epochs=0",
             "--out",
             str(out),
         ]

@@ -73,19 +73,18 @@ def test_demo_runs_end_to_end_and_writes_its_plot(tmp_path, capsys):
     runs = (
         ("heterogeneous", "sheaf-fmtl-features", "sheaf-fmtl", "features"),
         ("heterogeneous", "sheaf-fmtl-learned", "sheaf-fmtl", "learned"),
-        ("heterogeneous", "local", "local", "learned"),
+        ("heterogeneous", "local", "local", "auto"),
         ("homogeneous", "sheaf-fmtl-redrawn", "sheaf-fmtl", "redrawn"),
-        ("homogeneous", "sheaf-fmtl-estimates", "sheaf-fmtl", "redrawn"),
         ("homogeneous", "sheaf-fmtl-learned", "sheaf-fmtl", "learned"),
-        ("homogeneous", "dfedu", "dfedu", "learned"),
-        ("homogeneous", "local", "local", "learned"),
+        ("homogeneous", "dfedu", "dfedu", "auto"),  # maps is not read by the baselines
+        ("homogeneous", "local", "local", "auto"),
     )
     for problem, key, algorithm, maps in runs:
         run_dir = out / problem / key
         assert (run_dir / "metrics.csv").is_file()
         cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
         assert cfg["algorithm"] == algorithm and cfg["dataset"] == "synthetic-clusters"
-        assert cfg["maps"] == maps and cfg["estimates"] == (key == "sheaf-fmtl-estimates")
+        assert cfg["maps"] == maps and not cfg["estimates"]
         assert cfg["data"].get("homogeneous", False) == (problem == "homogeneous")
     assert (out / "demo.png").stat().st_size > 10_000
     summary = json.loads((out / "demo.json").read_text())
@@ -101,6 +100,7 @@ def test_demo_runs_end_to_end_and_writes_its_plot(tmp_path, capsys):
     assert feature["difference"] == pytest.approx(diff) and feature["bits_ratio"] is None
     printed = capsys.readouterr().out
     assert "demo.png" in printed and "the paper's learned maps" in printed
+    assert "default maps (auto: features)" in printed and "default maps (auto: redrawn)" in printed
     assert "target" not in printed and "issue" not in printed
 
 

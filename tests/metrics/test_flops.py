@@ -54,11 +54,14 @@ def test_sheaf_flops_of_a_tiny_graph_match_a_hand_count():
     # d_01 = floor(0.5 * 4) = 2, d_12 = floor(0.5 * 6) = 3; M = sum over half-edges d_ij d_i
     m = 2 * 4 + 2 * 6 + 3 * 6 + 3 * 10
     assert flops.map_elements(layout) == m == 68
-    cfg = RunConfig(lam=0.1, eta=0.01, local_epochs=1)  # a round: 1 message, 1 map step, 1 coupling
+    # a round: 1 message, 1 map step, 1 coupling
+    cfg = RunConfig(lam=0.1, eta=0.01, maps="learned", local_epochs=1)
     assert flops.sheaf_flops(cfg, layout, rounds=5) == 2 * m * 15
-    cfg = RunConfig(lam=0.1, eta=0.01)  # Algorithm 1, compact: round 1 greets, then 1 message a round
+    # Algorithm 1, compact: round 1 greets, then 1 message a round
+    cfg = RunConfig(lam=0.1, eta=0.01, maps="learned", local_epochs=0)
     assert flops.sheaf_flops(cfg, layout, rounds=5) == 2 * m * (6 + 5 + 5)
-    cfg = RunConfig(lam=0.1, eta=0.0)  # fixed maps: message + coupling every round
+    # fixed maps: message + coupling every round
+    cfg = RunConfig(lam=0.1, eta=0.0, maps="learned", local_epochs=0)
     assert flops.sheaf_flops(cfg, layout, rounds=5) == 2 * m * 10
 
 
@@ -81,7 +84,7 @@ def test_sheaf_flops_match_flopcounter_on_dense_ops():
             maps[i, j] = torch.addmm(maps[i, j], r, thetas[i].T, alpha=-0.01)
         for i, j in maps:  # coupling P_ij^T r_ij
             maps[i, j].T @ (msg[i, j] - msg[j, i])
-    cfg = RunConfig(lam=0.1, eta=0.01, local_epochs=1, message_mode="literal")
+    cfg = RunConfig(lam=0.1, eta=0.01, maps="learned", local_epochs=1, message_mode="literal")
     assert flops.sheaf_flops(cfg, layout, rounds=1) == counter.get_total_flops()
 
 
@@ -98,6 +101,7 @@ def test_sheaf_flops_match_flopcounter_on_dense_ops():
     ],
 )
 def test_sheaf_products_are_those_the_algorithm_takes(keys, monkeypatch):
+    keys = {"maps": "learned", "local_epochs": 0, **keys}  # Algorithm 1 unless the case says otherwise
     cfg = RunConfig(algorithm="sheaf-fmtl", rounds=4, lam=0.05, map_defer=1, batch_size=4, **keys)
     fed = build_federation(make_dataset([3, 5, 3, 4]), l2=1e-4)
     sim = build_simulation(cfg, fed=fed, graph=ClientGraph(4, np.array([[0, 1], [1, 2], [2, 3], [0, 3]])))
@@ -132,7 +136,16 @@ def test_summary_carries_flops_and_memory(tmp_path):
     assert s["evaluated_on"] == "test"
 
     gamma = 0.5
-    cfg = RunConfig(rounds=rounds, lam=0.05, gamma=gamma, eval_every=3, graph="complete", batch_size=4)
+    cfg = RunConfig(
+        rounds=rounds,
+        lam=0.05,
+        gamma=gamma,
+        eval_every=3,
+        graph="complete",
+        batch_size=4,
+        maps="learned",
+        local_epochs=0,
+    )
     s = run(cfg, tmp_path / "sheaf", progress=False, sim=build_simulation(cfg, fed=build_federation(data)))
     dims = [(c.x_train.shape[1] + 1) * classes for c in data.clients]
     m = sum(

@@ -56,7 +56,7 @@ def _same(a: sheaf_fmtl.RunResult, b: sheaf_fmtl.RunResult) -> None:
 
 
 def test_a_user_logistic_model_gives_the_built_in_runs_numbers() -> None:
-    keys = {**SMALL, "dataset": "synthetic", "clients": 4, "graph": "complete"}
+    keys = {**SMALL, "dataset": "synthetic", "clients": 4, "graph": "complete", "maps": "learned"}
     built_in = sheaf_fmtl.run(model="logistic", **keys)
 
     def make(i: int, input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
@@ -98,7 +98,7 @@ def _mlp(width: int) -> nn.Module:
 
 def test_two_user_architectures_share_one_graph_with_learned_maps() -> None:
     result = sheaf_fmtl.run(
-        data=tabular(), model=lambda i: _mlp(8 if i % 2 else 16), graph="complete", **SMALL
+        data=tabular(), model=lambda i: _mlp(8 if i % 2 else 16), graph="complete", maps="learned", **SMALL
     )
     d8, d16 = 5 * 8 + 8 + 8 * 3 + 3, 5 * 16 + 16 + 16 * 3 + 3
     assert result.summary["model_dims"] == [d8, d16] and result.summary["status"] == "ok"

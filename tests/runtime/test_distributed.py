@@ -78,7 +78,13 @@ def _compare(tmp_path: Path, settings: dict[str, Any], processes: int) -> None:
 
 def test_two_processes_match_one_sheaf_fmtl_heterogeneous_compact(tmp_path: Path) -> None:
     """Default suite: Sheaf-FMTL, compact messages, models of different sizes, 2 Gloo ranks."""
-    _compare(tmp_path, {"algorithm": "sheaf-fmtl", "dataset": "synthetic-hetero", **TINY}, 2)
+    settings = {
+        "algorithm": "sheaf-fmtl",
+        "maps": "learned",
+        "local_epochs": 0,
+        "dataset": "synthetic-hetero",
+    }
+    _compare(tmp_path, {**settings, **TINY}, 2)
 
 
 REDRAWN = {"algorithm": "sheaf-fmtl", "dataset": "synthetic", "maps": "redrawn", "gamma": 0.2}
@@ -116,9 +122,15 @@ def test_three_processes_match_one_aligned_maps_between_three_cnns(tmp_path: Pat
 @pytest.mark.parametrize(
     "settings",
     [
-        {"algorithm": "sheaf-fmtl", "dataset": "synthetic-hetero", "message_mode": "literal"},
         {
             "algorithm": "sheaf-fmtl",
+            "maps": "learned",
+            "dataset": "synthetic-hetero",
+            "message_mode": "literal",
+        },
+        {
+            "algorithm": "sheaf-fmtl",
+            "maps": "learned",
             "dataset": "synthetic-hetero",
             "local_epochs": 1,
             "partition": "community",
@@ -126,7 +138,13 @@ def test_three_processes_match_one_aligned_maps_between_three_cnns(tmp_path: Pat
         {"algorithm": "dfedu", "dataset": "synthetic"},
         {"algorithm": "dpsgd", "dataset": "synthetic", "local_epochs": 1},
         {"algorithm": "fedavg", "dataset": "synthetic"},
-        {"algorithm": "sheaf-fmtl", "dataset": "synthetic-hetero", "drop_prob": 0.2, "link_drop_prob": 0.2},
+        {
+            "algorithm": "sheaf-fmtl",
+            "maps": "learned",
+            "dataset": "synthetic-hetero",
+            "drop_prob": 0.2,
+            "link_drop_prob": 0.2,
+        },
         {"algorithm": "fedavg", "dataset": "synthetic", "drop_prob": 0.3},
         {**REDRAWN, "map_kind": "orthonormal", "local_epochs": 1},
         {

@@ -142,7 +142,16 @@ def corrupt(sim: Simulation, rounds: set[int], how: str, name: str, position: in
 
 def sheaf_sim(mode: str = "literal", eta: float = 0.05) -> Simulation:
     cfg = RunConfig(
-        batch_size=0, lam=0.3, alpha=0.1, eta=eta, gamma=0.6, l2=0.01, message_mode=mode, map_defer=1
+        batch_size=0,
+        lam=0.3,
+        alpha=0.1,
+        eta=eta,
+        gamma=0.6,
+        l2=0.01,
+        message_mode=mode,
+        map_defer=1,
+        maps="learned",
+        local_epochs=0,
     )
     fed = build_federation(make_dataset([3, 5, 3, 4]), "logistic", l2=cfg.l2)
     return build_simulation(cfg, fed=fed, graph=GRAPH)

@@ -106,7 +106,8 @@ def test_a_half_edges_map_does_not_depend_on_the_buckets(shared: bool) -> None:
 
 
 def test_random_state_round_trips_and_continues_the_same_batches() -> None:
-    cfg = RunConfig(algorithm="local", clients=4, rounds=3, batch_size=5)
+    # local_steps mode: each step samples from the federation's streams (epochs also walk a plan)
+    cfg = RunConfig(algorithm="local", clients=4, rounds=3, batch_size=5, local_epochs=0)
     sim = build_simulation(cfg, fed=build_federation(make_dataset(n_clients=4, sizes=(20, 30, 12, 25))))
     sim.step()
     saved = sim.ctx.fed.random_state()

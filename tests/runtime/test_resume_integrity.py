@@ -16,7 +16,16 @@ from sheaf_fmtl.cli import main
 from sheaf_fmtl.runtime import simulate
 from sheaf_fmtl.runtime.checkpoint import MANIFEST, latest_checkpoint
 
-ARGV = ["--set", "rounds=6", "eval_every=2", "checkpoint_every=1", "clients=4", "batch_size=4", "--quiet"]
+ARGV = [
+    "--set",
+    "rounds=6",
+    "eval_every=2",
+    "checkpoint_every=1",
+    "clients=4",
+    "batch_size=4",
+    "lam=0.01",  # config.yaml records it; a test edits it
+    "--quiet",
+]
 
 
 def _files(root: Path) -> dict[str, bytes | None]:

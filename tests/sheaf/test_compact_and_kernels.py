@@ -18,7 +18,8 @@ from ..conftest import make_dataset
 def _run(mode: str, rounds: int, **kw):
     dataset = make_dataset([3, 5, 3, 4, 5, 3, 4], n=30)
     graph = make_graph("erdos-renyi", 7, p=0.6, seed=4)
-    cfg = RunConfig(message_mode=mode, batch_size=8, lam=0.2, alpha=0.1, eta=0.05, gamma=0.7, **kw)
+    keys = {"maps": "learned", "local_epochs": 0, **kw}  # Algorithm 1: one exchange per step
+    cfg = RunConfig(message_mode=mode, batch_size=8, lam=0.2, alpha=0.1, eta=0.05, gamma=0.7, **keys)
     sim = build_simulation(cfg, fed=build_federation(dataset, "logistic", l2=1e-3), graph=graph)
     bits = []
     for _ in range(rounds):
@@ -54,7 +55,7 @@ def test_compact_equals_literal_over_20_rounds_with_fewer_bits(defer):
 def test_fixed_maps_send_one_message_per_round():
     dataset = make_dataset([4] * 4, n=20)
     sim = build_simulation(
-        RunConfig(eta=0.0, gamma=1.0, map_init="identity"),
+        RunConfig(eta=0.0, gamma=1.0, map_init="identity", maps="learned", local_epochs=0),
         fed=build_federation(dataset),
         graph=make_graph("complete", 4),
     )

@@ -41,6 +41,8 @@ class Setting:
         return validate(
             RunConfig(
                 algorithm="sheaf-fmtl",
+                maps="learned",  # the bench times Algorithm 1's round (and checks it against the reference)
+                local_epochs=0,
                 dataset=f"bench-{self.name}",
                 model=self.model,
                 clients=self.clients,

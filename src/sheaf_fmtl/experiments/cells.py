@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig, from_mapping, parse_overrides, save_config
+from ..config.schema import default_lam
 from ..metrics.aggregate import FINISHED, read_summary
 from .paper import COMMON, DATASET_BASE, QUICK, Experiment, Setting
 
@@ -128,12 +129,23 @@ def _stopped_run_of(config: RunConfig, folder: Path) -> bool:
     """``folder`` holds a run of ``config`` stopped by a signal (it can be resumed)."""
     from ..runtime.integrity import RESUMABLE_KEYS, run_config
 
-    if (read_summary(folder) or {}).get("status") != "interrupted":
+    summary = read_summary(folder) or {}
+    if summary.get("status") != "interrupted":
         return False
     saved = run_config(folder)
     want = {k: v for k, v in _key(config).items() if k not in RESUMABLE_KEYS}
     if saved is not None and config.clients is None:
         saved["clients"] = None  # (config.yaml records the dataset's own number)
+    # config.yaml records the coupling that ran: maps = auto and lam = null as they were resolved
+    if (
+        saved is not None
+        and config.algorithm == "sheaf-fmtl"
+        and config.maps == "auto"
+        and summary.get("maps_auto")
+    ):
+        want["maps"] = saved.get("maps")  # the stopped run chose its maps itself
+    if saved is not None and config.lam is None:
+        want["lam"] = default_lam(config.replace(maps=want["maps"]), summary.get("laplacian_lambda_max"))
     return saved == json.loads(json.dumps(want, default=str))
 
 

@@ -142,6 +142,7 @@ class _RunState:
         elapsed = time.perf_counter() - self.t0
         rows_so_far = self.recorder.rows[:rows]
         manifest = {"rows": rows_so_far, "last": last, "notes": list(self.notes), "wall_seconds": elapsed}
+        manifest["maps_auto"] = self.sim.maps_chosen  # config.yaml holds the chosen mode, not why
         self.writer.save(k, snapshot(self.sim, self.counter, guard=self.writer.join), manifest, wait=wait)
 
 
@@ -179,6 +180,8 @@ def _prepare(
             )
         sim = (build or build_simulation)(config)
         config = sim.config  # as it runs (a special case forces eta = 0, ...): what config.yaml records
+    elif config.maps == "auto" or config.lam is None:
+        config = sim.config  # a simulation built from config: maps = auto and lam = null as it resolved them
     fed = sim.ctx.fed
     metric_name = fed.metric_name
     if fresh and folder is not None:
@@ -209,6 +212,7 @@ def _prepare(
     t0 -= float(manifest["wall_seconds"])
     state = _RunState(config, sim, folder, recorder, counter, writer, t0, int(manifest["round"]), {})
     state.last, state.notes = manifest["last"], manifest["notes"]
+    sim.maps_chosen = manifest.get("maps_auto", sim.maps_chosen)  # maps = auto: the stopped run's choice
     return state
 
 

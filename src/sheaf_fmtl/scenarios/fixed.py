@@ -79,9 +79,9 @@ def with_fixed_maps(
     """A ``sheaf-fmtl`` simulation of ``config`` (``eta`` must be 0) on ``fed`` and ``graph`` whose
     maps are ``map_of`` (:func:`set_fixed_maps`); the stability check runs on these maps only (not
     on the maps drawn at build, which are replaced)."""
-    config = config.replace(algorithm="sheaf-fmtl")
+    config = config.replace(algorithm="sheaf-fmtl", maps="learned" if config.maps == "auto" else config.maps)
     sim = build_simulation(config.replace(stability_check=False), fed=fed, graph=graph)
-    sim.config = config
+    sim.config = sim.config.replace(stability_check=config.stability_check)
     set_fixed_maps(sim, edge_dims, map_of)
     return sim
 
