@@ -31,6 +31,7 @@ RANK = {
     "reference": 7,
     "api": 8,
     "own": 8,
+    "callbacks": 8,
     "cli_options": 8,
     "cli_data": 9,
     "demo": 8,

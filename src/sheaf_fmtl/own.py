@@ -141,15 +141,18 @@ class Federation:
         overwrite: bool = False,
         progress: bool = False,
         resume: str | Path | None = None,
+        callbacks: Sequence[Any] = (),
         **keys: Any,
     ) -> RunResult:
         """One run on this federation, as :func:`sheaf_fmtl.run` (same arguments and result);
-        ``resume`` continues a run this federation started in this process."""
+        ``resume`` continues a run this federation started in this process; ``callbacks`` run after
+        every round and at the end (:mod:`sheaf_fmtl.callbacks`)."""
         from .api import run
 
         if resume is not None:
-            return run(resume=resume, progress=progress, **keys)
-        return run(self.config(config, **keys), out=out, overwrite=overwrite, progress=progress)
+            return run(resume=resume, progress=progress, callbacks=callbacks, **keys)
+        config = self.config(config, **keys)
+        return run(config, out=out, overwrite=overwrite, progress=progress, callbacks=callbacks)
 
 
 def _label(obj: Any) -> str:

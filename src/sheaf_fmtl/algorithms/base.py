@@ -30,9 +30,15 @@ class State:
 
     thetas: list[torch.Tensor]
     batch_loss: torch.Tensor | None = None  # last mini-batch losses (divergence check)
+    # The local optimizer's state per cohort (algorithms/optim.py; empty for plain SGD): momentum or
+    # Adam's first moment [C, d], Adam's second moment [C, d], steps taken [C]; local steps so far.
+    opt_m: list[torch.Tensor] = field(default_factory=list)
+    opt_v: list[torch.Tensor] = field(default_factory=list)
+    opt_t: list[torch.Tensor] = field(default_factory=list)
+    opt_calls: int = 0
     # Per-client fields (per-cohort stacks, or one [N, ...] stack) that a client sitting a round out
     # keeps as they were (drop_prob, runtime/faults.py); replaced each round, never written in place.
-    client_rows: ClassVar[tuple[str, ...]] = ("thetas",)
+    client_rows: ClassVar[tuple[str, ...]] = ("thetas", "opt_m", "opt_v", "opt_t")
 
     def checkpoint(self) -> dict[str, Any]:
         """Host copies of every data field a later round may read (tensors, lists of tensors,
@@ -74,6 +80,9 @@ class Context:
     # Cross-process sums and uncounted exchanges for reporting (the runtime's transport; in one
     # process a LocalComm): penalties, norms and evaluation means go through it.
     comm: Comm = field(default_factory=LocalComm, repr=False)
+    # Per cohort, which clients took the last gradient step (bool [C]; None: all of them), for the
+    # optimizers that must leave a client without a batch as it was (algorithms/optim.py).
+    stepped: list[torch.Tensor | None] = field(default_factory=list, repr=False)
 
     @property
     def batch_source(self) -> ClientStreams | torch.Generator:
@@ -112,7 +121,7 @@ class Context:
     ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Gradients of the L2-regularised local losses on given batches, per cohort (zero for a
         cohort without a batch), and the batch losses ``[N]`` in client order."""
-        grads, losses = [], []
+        grads, losses, stepped = [], [], []
         for cohort, theta, batch in zip(self.fed.cohorts, thetas, batches, strict=True):
             if batch is None:
                 g, f = torch.zeros_like(theta), theta.new_zeros(len(theta))
@@ -120,6 +129,8 @@ class Context:
                 g, f = cohort.gradients(theta, batch)
             grads.append(g)
             losses.append(f)
+            stepped.append(_stepped(theta, batch))
+        self.stepped = stepped
         return grads, self.fed.per_client(losses)
 
     def stochastic_gradients(self, thetas: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
@@ -158,6 +169,15 @@ class Context:
         self._plans = [EpochPlan(**to_device(p, self.config.device)) for p in state["plans"]]
         self._cursor = int(state["cursor"])
         torch.set_rng_state(state["torch"])
+
+
+def _stepped(theta: torch.Tensor, batch: Batch | None) -> torch.Tensor | None:
+    """Which rows of ``theta`` a gradient step on ``batch`` moves (``None``: all of them)."""
+    if batch is None:
+        return torch.zeros(len(theta), dtype=torch.bool, device=theta.device)
+    if batch.active is None:
+        return None
+    return torch.zeros(len(theta), dtype=torch.bool, device=theta.device).index_fill_(0, batch.active, True)
 
 
 S = TypeVar("S", bound=State)

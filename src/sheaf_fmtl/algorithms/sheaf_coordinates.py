@@ -60,8 +60,8 @@ from ..sheaf.supports import align_initial_models
 from .base import Algorithm, Context, register_maps
 from .coordinate_state import CoordinateState, edge_supports, expected_energy, flat_index, refresh_estimates
 from .coupling import require_stable_coupling
+from .optim import local_step
 from .sheaf_messages import spread_heard
-from .steps import sgd_step
 
 MODES = ("redrawn", "features", "aligned")
 
@@ -215,7 +215,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         if ctx.epoch_mode:  # E passes of plain SGD on f_i; the coupling follows the exchange
             for _ in range(ctx.local_steps()):
                 grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
-                state.thetas = sgd_step(state.thetas, grads, self.alpha)
+                state.thetas = local_step(ctx, state, state.thetas, grads, self.alpha)
             state.grads = None
         else:
             state.grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)

@@ -59,9 +59,9 @@ from ..sheaf.maps import MAP_DTYPES, init_maps
 from ..sheaf.stability import laplacian_lambda_max
 from .base import Algorithm, Context, register
 from .coupling import require_stable_coupling
+from .optim import local_step
 from .sheaf_messages import masked_residual, spread_heard, sq_norms
 from .sheaf_state import SheafState
-from .steps import sgd_step
 
 # Power iterations of the start-up check: fewer for large map stacks on the CPU (each reads all maps
 # twice: about 2.3 s at R-MNIST scale on 2 cores, 6 ms on an H200).
@@ -127,10 +127,10 @@ class SheafFMTL(Algorithm[SheafState]):
 
     # -- rounds ---------------------------------------------------------------------------------
     def local(self, state: SheafState, ctx: Context) -> SheafState:
-        if self.epochs:  # E passes of plain SGD on f_i; the coupling follows the exchange
+        if self.epochs:  # E passes of SGD (or `optimizer`) on f_i; the coupling follows the exchange
             for _ in range(ctx.local_steps()):
                 grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
-                state.thetas = sgd_step(state.thetas, grads, self.alpha)
+                state.thetas = local_step(ctx, state, state.thetas, grads, self.alpha)
             return state
         state.grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
         state.greet = state.theirs is None

@@ -164,6 +164,9 @@ def format_summary(summary: dict[str, Any], out: Path | str | None) -> str:
     done = ""
     if summary.get("status") == "interrupted":
         done = f" (interrupted after {summary.get('rounds_done')} of {summary['rounds']} rounds)"
+    elif summary.get("status") == "stopped":
+        by, done_rounds = summary.get("stopped_by"), summary.get("rounds_done")
+        done = f" (stopped by {by} after {done_rounds} of {summary['rounds']} rounds)"
     text = (
         f"{summary['algorithm']} on {summary['dataset']}{done}: "
         f"final mean test {summary['metric']} = {value} "

@@ -31,6 +31,9 @@ RESUMABLE_KEYS = (
     "data_search",
     "device",
     "timeout_s",
+    "log_tensorboard",
+    "early_stop_patience",
+    "early_stop_min_delta",
 )
 MANIFEST = "manifest.json"
 FORMAT = 1

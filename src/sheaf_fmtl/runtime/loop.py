@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from ..config import ConfigError, RunConfig
 from ..metrics.flops import SampleCounter
 from ..metrics.memory import reset_peak_memory
 from ..metrics.recorder import Recorder
+from .callbacks import Hooks, RunView, from_config
 from .checkpoint import (
     CheckpointWriter,
     rank_and_world,
@@ -38,6 +39,7 @@ from .interrupt import StopRequest
 from .rundir import check_out_dir, prepare_out_dir
 from .simulate import DivergenceError, Simulation, build_simulation
 from .summary import resolved, summarize
+from .transport import InProcessTransport
 
 
 @dataclass
@@ -61,10 +63,18 @@ def run(
     overwrite: bool = False,
     build: Callable[[RunConfig], Simulation[Any]] | None = None,
     resume_from: Path | None = None,
+    callbacks: Sequence[Any] = (),
 ) -> dict[str, Any]:
     """Run ``config`` and write the run folder; returns the summary (see :func:`execute`)."""
     outcome = execute(
-        config, out_dir, progress=progress, sim=sim, overwrite=overwrite, build=build, resume_from=resume_from
+        config,
+        out_dir,
+        progress=progress,
+        sim=sim,
+        overwrite=overwrite,
+        build=build,
+        resume_from=resume_from,
+        callbacks=callbacks,
     )
     return outcome.summary
 
@@ -78,6 +88,7 @@ def execute(
     overwrite: bool = False,
     build: Callable[[RunConfig], Simulation[Any]] | None = None,
     resume_from: Path | None = None,
+    callbacks: Sequence[Any] = (),
 ) -> RunOutcome:
     """Run ``config`` (into the run folder ``out_dir``, or in memory when ``None``).
 
@@ -96,6 +107,10 @@ def execute(
         resume_from: a complete checkpoint folder of ``out_dir`` (:mod:`.checkpoint`): continue
             the stopped run of ``out_dir`` from it (see :func:`sheaf_fmtl.runtime.resume.resume`);
             across processes each rank reads its own shard.
+        callbacks: objects with ``on_round_end(round, metrics, view)`` and/or ``on_run_end(summary)``
+            (:mod:`.callbacks`), after those the config's keys ask for (``log_tensorboard``,
+            ``early_stop_patience``); one that returns a ``Stop`` ends the run after that round with
+            a checkpoint, recorded with ``status = stopped`` and ``stopped_by``.
     Returns:
         The summary, rows and final state. Every ``checkpoint_every`` rounds (default: every
         evaluation) ``out_dir`` gets a resumable checkpoint, written in the background. SIGINT /
@@ -107,13 +122,16 @@ def execute(
             the last good evaluation, the last checkpoint, and a summary with ``status = diverged``
             and no final metric.
     """
+    hooks = Hooks([*from_config(config), *callbacks])
     state = _prepare(config, out_dir, sim=sim, overwrite=overwrite, build=build, resume_from=resume_from)
     try:
-        ending = _loop(state, progress)
+        ending = _loop(state, progress, hooks)
     finally:
         state.counter.detach()
         state.recorder.close()
-    return _finish(state, ending, resumed=resume_from is not None)
+    outcome = _finish(state, ending, resumed=resume_from is not None)
+    hooks.run_end(outcome.summary)
+    return outcome
 
 
 @dataclass
@@ -152,6 +170,7 @@ class _Ending:
     done: int
     diverged_at: int | None = None
     signum: int | None = None  # the signal that stopped the run
+    stopped_by: tuple[str, str] | None = None  # (callback, reason) of a callback's stop request
 
 
 def _prepare(
@@ -212,9 +231,11 @@ def _prepare(
     return state
 
 
-def _loop(state: _RunState, show: bool) -> _Ending:
-    """Rounds ``start + 1 .. rounds``: evaluations, checkpoints, and the stop on divergence or a signal."""
+def _loop(state: _RunState, show: bool, hooks: Hooks) -> _Ending:
+    """Rounds ``start + 1 .. rounds``: evaluations, callbacks, checkpoints, and the stop on divergence,
+    a signal or a callback's request."""
     config, sim, recorder, writer = state.config, state.sim, state.recorder, state.writer
+    view = RunView(sim, state.folder, rank_and_world()[0]) if hooks else None
     every = config.eval_every if config.checkpoint_every < 0 else config.checkpoint_every
     bar = progress.bar(
         range(state.start + 1, config.rounds + 1),
@@ -225,6 +246,8 @@ def _loop(state: _RunState, show: bool) -> _Ending:
         enabled=show,
     )
     ending, metric_name = _Ending(done=state.start), sim.ctx.fed.metric_name
+    if view is not None and state.start == 0 and recorder.rows:  # round 0: the initial models
+        hooks.round_end(0, recorder.rows[0], view)  # (a stop request counts from round 1)
     try:
         with StopRequest() as stop:
             for k in bar:
@@ -237,16 +260,25 @@ def _loop(state: _RunState, show: bool) -> _Ending:
                 ending.done = k
                 due = k % config.eval_every == 0 or k == config.rounds
                 regular, rows = state.last, len(recorder.rows)  # what the checkpoint holds if stopped now
-                if due or stop.requested:
+                if due:
                     state.last = _record(sim, recorder, k, state.t0)
-                    if due:  # (diagnose updates the state: not on an evaluation only the stop asked for)
-                        state.warn()
-                        regular, rows = state.last, len(recorder.rows)
+                    state.warn()  # (diagnose updates the state: not on an evaluation only a stop asks for)
+                    regular, rows = state.last, len(recorder.rows)
                     if not math.isfinite(state.last["objective"]):
                         ending.diverged_at = k
                         break
                     bar.set_postfix({metric_name: f"{state.last['test_metric']:.4f}"})
-                if stop.requested:
+                if view is not None:
+                    ending.stopped_by = _agreed(
+                        sim, hooks.round_end(k, recorder.rows[-1] if due else None, view)
+                    )
+                requested = stop.requested or ending.stopped_by is not None
+                if requested and not due:  # the summary's numbers are this round's
+                    state.last = _record(sim, recorder, k, state.t0)
+                    if not math.isfinite(state.last["objective"]):
+                        ending.diverged_at = k
+                        break
+                if requested:
                     state.save(k, regular, rows, wait=True)
                     break
                 if every > 0 and k % every == 0 and k < config.rounds:
@@ -254,20 +286,35 @@ def _loop(state: _RunState, show: bool) -> _Ending:
         writer.complete()
     finally:
         bar.close()
-    if ending.diverged_at is None and stop.requested:
+    if ending.diverged_at is None and ending.stopped_by is None and stop.requested:
         ending.signum = stop.signum or 0
     return ending
+
+
+def _agreed(sim: Simulation[Any], asked: tuple[str, str] | None) -> tuple[str, str] | None:
+    """Across processes, whether any rank's callbacks asked to stop (one small all-reduce a round
+    when the run has callbacks), so that every rank stops after the same round."""
+    if isinstance(sim.transport, InProcessTransport):
+        return asked
+    anyone = int(sim.ctx.comm.all_max(torch.tensor(int(asked is not None), dtype=torch.int32)))
+    return asked or (("callback on another process", "") if anyone else None)
 
 
 def _finish(state: _RunState, ending: _Ending, *, resumed: bool) -> RunOutcome:
     """The summary, and the final checkpoint (or, for a diverged run, :class:`DivergenceError`)."""
     config, sim, recorder, diverged_at = state.config, state.sim, state.recorder, ending.diverged_at
     status = "diverged" if diverged_at is not None else "interrupted" if ending.signum is not None else "ok"
+    if status == "ok" and ending.stopped_by is not None:
+        status = "stopped"  # by a callback: resumable like an interrupted run
     summary = summarize(
         sim, config, state.counter, status, state.last, diverged_at, ending.done, state.t0, state.notes
     )
     if status == "interrupted":
         summary.update(rounds_done=ending.done, signal=signal.Signals(ending.signum or 0).name)
+    if status == "stopped" and ending.stopped_by is not None:
+        summary.update(
+            rounds_done=ending.done, stopped_by=ending.stopped_by[0], stop_reason=ending.stopped_by[1]
+        )
     if resumed:
         summary["resumed_from_round"] = state.start
     if diverged_at is not None:

@@ -14,7 +14,7 @@ re-sharding them is not implemented.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +126,7 @@ def resume(
     *,
     progress: bool = False,
     build: Callable[[RunConfig], Simulation[Any]] | None = None,
+    callbacks: Sequence[Any] = (),
 ) -> RunOutcome:
     """Continue the run of ``run_dir`` in this process from its last complete checkpoint (see the
     module docstring; a run checkpointed over several processes: :func:`.launch.resume_any`).
@@ -139,6 +140,7 @@ def resume(
         progress: show a progress bar.
         build: the simulation builder the run used (``sheaf_fmtl.scenarios.build`` for special
             cases).
+        callbacks: as :func:`~sheaf_fmtl.runtime.loop.execute` takes them (for the rounds still to run).
     Returns:
         The outcome, as :func:`~sheaf_fmtl.runtime.loop.execute` returns it.
     Raises:
@@ -149,5 +151,9 @@ def resume(
     with claim(run_dir, resume=True), leave_summary(run_dir):  # held: a second resume is refused
         folder = checkpoint_to_resume(run_dir, config, 1)
         if folder is None:  # (clears only what the library wrote there)
-            return execute(config, run_dir, progress=progress, build=build, overwrite=True)
-        return execute(config, run_dir, progress=progress, build=build, resume_from=folder)
+            return execute(
+                config, run_dir, progress=progress, build=build, overwrite=True, callbacks=callbacks
+            )
+        return execute(
+            config, run_dir, progress=progress, build=build, resume_from=folder, callbacks=callbacks
+        )
