@@ -52,27 +52,31 @@ def local_step(
     if plain(config):
         return sgd_step(thetas, grads, alpha)
     if not state.opt_t:  # the first step: zero buffers, no steps taken
-        state.opt_m = [torch.zeros_like(t) for t in thetas]
-        state.opt_v = [torch.zeros_like(t) if config.optimizer == "adam" else t.new_zeros(0) for t in thetas]
         state.opt_t = [t.new_zeros(len(t)) for t in thetas]
+        state.opt_m = [torch.zeros_like(t) for t in thetas] if config.optimizer != "sgd" else []
+        state.opt_v = [torch.zeros_like(t) for t in thetas] if config.optimizer == "adam" else []
     lr = learning_rate(config, state.opt_calls // max(1, ctx.local_steps()))
     state.opt_calls += 1
-    stepped = ctx.stepped if len(ctx.stepped) == len(thetas) else [None] * len(thetas)
+    none: list[torch.Tensor | None] = [None] * len(thetas)
+    stepped = ctx.stepped if len(ctx.stepped) == len(thetas) else none
     out, ms, vs, ts = [], [], [], []
     for theta, g, m, v, t, active in zip(
-        thetas, grads, state.opt_m, state.opt_v, state.opt_t, stepped, strict=True
+        thetas, grads, state.opt_m or none, state.opt_v or none, state.opt_t, stepped, strict=True
     ):
-        new_theta, new_m, new_v, new_t = _update(config, lr, theta, g, m, v, t)
+        theta_new, m_new, v_new, t_new = _update(config, lr, theta, g, m, v, t)
         if active is not None:  # clients without a batch keep everything
             keep = active.view(-1, *[1] * (theta.dim() - 1))
-            new_theta, new_m = torch.where(keep, new_theta, theta), torch.where(keep, new_m, m)
-            new_v = torch.where(keep, new_v, v) if v.numel() else v
-            new_t = torch.where(active, new_t, t)
-        out.append(new_theta)
-        ms.append(new_m)
-        vs.append(new_v)
-        ts.append(new_t)
-    state.opt_m, state.opt_v, state.opt_t = ms, vs, ts  # new tensors: a client sitting out is held
+            theta_new, t_new = torch.where(keep, theta_new, theta), torch.where(active, t_new, t)
+            m_new = None if m_new is None or m is None else torch.where(keep, m_new, m)
+            v_new = None if v_new is None or v is None else torch.where(keep, v_new, v)
+        out.append(theta_new)
+        ms.append(m_new)
+        vs.append(v_new)
+        ts.append(t_new)
+    # new tensors, never written in place: a client that sits the round out is put back (faults)
+    state.opt_m = [m for m in ms if m is not None]
+    state.opt_v = [v for v in vs if v is not None]
+    state.opt_t = ts
     return out
 
 
@@ -81,16 +85,20 @@ def _update(
     lr: float,
     theta: torch.Tensor,
     g: torch.Tensor,
-    m: torch.Tensor,
-    v: torch.Tensor,
+    m: torch.Tensor | None,
+    v: torch.Tensor | None,
     t: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``torch.optim.SGD(momentum=mu)`` or ``torch.optim.Adam`` (no weight decay: ``l2`` is in the
-    loss), row by row of the stack; returns the new theta, buffers and step counts."""
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
+    """``torch.optim.SGD`` (with ``momentum``) or ``torch.optim.Adam`` (no weight decay: ``l2`` is
+    in the loss), row by row of the stack; returns the new theta, buffers and step counts."""
     t = t + 1
+    if config.optimizer == "sgd":
+        return theta - lr * g, m, v, t
+    assert m is not None
     if config.optimizer == "momentum":
         m = config.momentum * m + g
         return theta - lr * m, m, v, t
+    assert v is not None
     b1, b2 = config.adam_beta1, config.adam_beta2
     m = b1 * m + (1.0 - b1) * g
     v = b2 * v + (1.0 - b2) * g * g
