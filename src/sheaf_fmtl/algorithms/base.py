@@ -126,7 +126,10 @@ class Context:
             if batch is None:
                 g, f = torch.zeros_like(theta), theta.new_zeros(len(theta))
             else:
-                g, f = cohort.gradients(theta, batch)
+                noise = cohort.draw_noise(batch, self.batch_source)  # dropout's (user models)
+                g, f = (
+                    cohort.gradients(theta, batch) if noise is None else cohort.gradients(theta, batch, noise)
+                )
             grads.append(g)
             losses.append(f)
             stepped.append(_stepped(theta, batch))
