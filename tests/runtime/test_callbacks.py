@@ -171,9 +171,13 @@ def test_the_cli_keys_log_to_tensorboard_and_stop_early(tmp_path, capsys):
     first_bad = next(i for i in range(1, len(metric)) if not metric[i] > max(metric[:i]))
     assert summary["rounds_done"] == int(rows[first_bad]["round"]) == int(rows[-1]["round"])
     assert "stopped by EarlyStopping" in capsys.readouterr().out
-    events = EventAccumulator(str(tb))
+    # the keys leave the mathematics alone: a resume without early stopping runs to the end
+    assert main(["run", "--resume", str(out), "--quiet", "--set", "early_stop_patience=0"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and [int(r["round"]) for r in _rows(out)] == list(range(0, 41, 2))
+    events = EventAccumulator(str(tb))  # both runs' event files: every round once
     events.Reload()
-    assert [e.step for e in events.Scalars("test_accuracy")] == [int(r["round"]) for r in rows]
+    assert [e.step for e in events.Scalars("test_accuracy")] == list(range(0, 41, 2))
     with pytest.raises(ConfigError, match="early_stop_patience"):
         RunConfig(early_stop_patience=-1)
 

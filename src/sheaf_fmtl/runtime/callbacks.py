@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from ..config import RunConfig
+from ..config import ConfigError, RunConfig
 from ..plugins import higher_is_better
 
 if TYPE_CHECKING:
@@ -280,7 +280,13 @@ def from_config(config: RunConfig) -> list[Any]:
     """The callbacks the config keys ask for: ``log_tensorboard`` and ``early_stop_patience``."""
     out: list[Any] = []
     if config.log_tensorboard:
-        out.append(TensorBoardLogger(config.log_tensorboard))
+        try:
+            out.append(TensorBoardLogger(config.log_tensorboard))
+        except ImportError:
+            raise ConfigError(
+                f"config key 'log_tensorboard' = {config.log_tensorboard} needs the tensorboard package: "
+                "pip install 'sheaf-fmtl[tensorboard]'"
+            ) from None
     if config.early_stop_patience > 0:
         out.append(EarlyStopping(config.early_stop_patience, config.early_stop_min_delta))
     return out
