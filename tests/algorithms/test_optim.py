@@ -15,6 +15,7 @@ from sheaf_fmtl.algorithms.base import State
 from sheaf_fmtl.algorithms.optim import learning_rate, local_step
 from sheaf_fmtl.algorithms.steps import sgd_step
 from sheaf_fmtl.config import ConfigError, RunConfig
+from sheaf_fmtl.federation import Batch
 
 pytestmark = pytest.mark.filterwarnings("ignore:synthetic.*one class:UserWarning")
 
@@ -61,7 +62,7 @@ def test_every_row_follows_torch_optim(keys):
     gen = torch.Generator().manual_seed(0)
     clients, d, rounds = 3, 4, 5
     theta0 = torch.randn(clients, d, generator=gen, dtype=torch.float64)
-    ctx = SimpleNamespace(config=config, local_steps=lambda: STEPS_PER_ROUND, stepped=[])
+    ctx = SimpleNamespace(config=config, local_steps=lambda: STEPS_PER_ROUND, last_batches=[])
     state = State(thetas=[theta0.clone()])
     params = [torch.nn.Parameter(theta0[c].clone()) for c in range(clients)]
     opts = [_torch_optimizer(config, p) for p in params]
@@ -70,7 +71,8 @@ def test_every_row_follows_torch_optim(keys):
         for _ in range(STEPS_PER_ROUND):
             g = torch.randn(clients, d, generator=gen, dtype=torch.float64)
             active = torch.rand(clients, generator=gen) < 0.7  # the others have no batch this step
-            ctx.stepped = [active]
+            empty = torch.zeros(clients, 1)  # the batch's rows are those of the active clients
+            ctx.last_batches = [Batch(empty, empty, empty, torch.nonzero(active).flatten())]
             state.thetas = local_step(ctx, state, state.thetas, [g], config.alpha)  # type: ignore[arg-type]
             for c in range(clients):
                 if active[c]:
@@ -85,7 +87,7 @@ def test_every_row_follows_torch_optim(keys):
 
 def test_the_defaults_are_plain_sgd_exactly():
     config = RunConfig(algorithm="local")
-    ctx = SimpleNamespace(config=config, local_steps=lambda: 1, stepped=[])
+    ctx = SimpleNamespace(config=config, local_steps=lambda: 1, last_batches=[])
     thetas, grads = [torch.randn(3, 5), torch.randn(2, 7)], [torch.randn(3, 5), torch.randn(2, 7)]
     state = State(thetas=thetas)
     got = local_step(ctx, state, thetas, grads, 0.05)  # type: ignore[arg-type]

@@ -80,9 +80,9 @@ class Context:
     # Cross-process sums and uncounted exchanges for reporting (the runtime's transport; in one
     # process a LocalComm): penalties, norms and evaluation means go through it.
     comm: Comm = field(default_factory=LocalComm, repr=False)
-    # Per cohort, which clients took the last gradient step (bool [C]; None: all of them), for the
-    # optimizers that must leave a client without a batch as it was (algorithms/optim.py).
-    stepped: list[torch.Tensor | None] = field(default_factory=list, repr=False)
+    # The batches of the last gradients (None: that cohort had none), for the optimizers that must
+    # leave a client without a batch as it was (algorithms/optim.py).
+    last_batches: list[Batch | None] = field(default_factory=list, repr=False)
 
     @property
     def batch_source(self) -> ClientStreams | torch.Generator:
@@ -121,7 +121,7 @@ class Context:
     ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Gradients of the L2-regularised local losses on given batches, per cohort (zero for a
         cohort without a batch), and the batch losses ``[N]`` in client order."""
-        grads, losses, stepped = [], [], []
+        grads, losses = [], []
         for cohort, theta, batch in zip(self.fed.cohorts, thetas, batches, strict=True):
             if batch is None:
                 g, f = torch.zeros_like(theta), theta.new_zeros(len(theta))
@@ -132,8 +132,7 @@ class Context:
                 )
             grads.append(g)
             losses.append(f)
-            stepped.append(_stepped(theta, batch))
-        self.stepped = stepped
+        self.last_batches = batches
         return grads, self.fed.per_client(losses)
 
     def stochastic_gradients(self, thetas: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
@@ -172,15 +171,6 @@ class Context:
         self._plans = [EpochPlan(**to_device(p, self.config.device)) for p in state["plans"]]
         self._cursor = int(state["cursor"])
         torch.set_rng_state(state["torch"])
-
-
-def _stepped(theta: torch.Tensor, batch: Batch | None) -> torch.Tensor | None:
-    """Which rows of ``theta`` a gradient step on ``batch`` moves (``None``: all of them)."""
-    if batch is None:
-        return torch.zeros(len(theta), dtype=torch.bool, device=theta.device)
-    if batch.active is None:
-        return None
-    return torch.zeros(len(theta), dtype=torch.bool, device=theta.device).index_fill_(0, batch.active, True)
 
 
 S = TypeVar("S", bound=State)

@@ -23,6 +23,7 @@ import math
 import torch
 
 from ..config import RunConfig
+from ..federation import Batch
 from .base import Context, State
 from .steps import gradient, sgd_step, sgd_steps
 
@@ -58,7 +59,8 @@ def local_step(
     lr = learning_rate(config, state.opt_calls // max(1, ctx.local_steps()))
     state.opt_calls += 1
     none: list[torch.Tensor | None] = [None] * len(thetas)
-    stepped = ctx.stepped if len(ctx.stepped) == len(thetas) else none
+    batches = ctx.last_batches if len(ctx.last_batches) == len(thetas) else [True] * len(thetas)
+    stepped = [_stepped(t, b) for t, b in zip(thetas, batches, strict=True)]
     out, ms, vs, ts = [], [], [], []
     for theta, g, m, v, t, active in zip(
         thetas, grads, state.opt_m or none, state.opt_v or none, state.opt_t, stepped, strict=True
@@ -78,6 +80,16 @@ def local_step(
     state.opt_v = [v for v in vs if v is not None]
     state.opt_t = ts
     return out
+
+
+def _stepped(theta: torch.Tensor, batch: Batch | bool | None) -> torch.Tensor | None:
+    """Which rows of ``theta`` a gradient step on ``batch`` moves (``None``: all of them; a
+    gradient not drawn from batches, ``True``: all of them too)."""
+    if batch is None:
+        return torch.zeros(len(theta), dtype=torch.bool, device=theta.device)
+    if isinstance(batch, bool) or batch.active is None:
+        return None
+    return torch.zeros(len(theta), dtype=torch.bool, device=theta.device).index_fill_(0, batch.active, True)
 
 
 def _update(
