@@ -24,6 +24,7 @@ from torch import nn
 
 from ..config import ConfigError, RunConfig
 from ..plugins import higher_is_better
+from .transport import InProcessTransport
 
 if TYPE_CHECKING:
     from .simulate import Simulation
@@ -274,6 +275,15 @@ class BestCheckpoint:
             tmp = view.out / f".{self.filename}.tmp"
             torch.save(payload, tmp)
             tmp.replace(view.out / self.filename)
+
+
+def agreed(sim: Simulation[Any], asked: tuple[str, str] | None) -> tuple[str, str] | None:
+    """Across processes, whether any rank's callbacks asked to stop (one small all-reduce a round
+    when the run has callbacks), so that every rank stops after the same round."""
+    if isinstance(sim.transport, InProcessTransport):
+        return asked
+    anyone = int(sim.ctx.comm.all_max(torch.tensor(int(asked is not None), dtype=torch.int32)))
+    return asked or (("callback on another process", "") if anyone else None)
 
 
 def from_config(config: RunConfig) -> list[Any]:

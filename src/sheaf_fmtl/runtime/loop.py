@@ -4,7 +4,12 @@ signal, divergence, and the run folder's summary; in one process or as one rank 
 Across processes every rank runs this loop over its shard (:mod:`.launch`); every decision that
 ends or records a round (divergence, a stop by a signal, an evaluation) is taken from all-reduced
 numbers, so all ranks take it at the same round. Rank 0 writes the run folder; every rank writes
-its shard of each checkpoint (:class:`.checkpoint.CheckpointWriter`).
+its shard of each checkpoint (:class:`.checkpoint.CheckpointWriter`). Callbacks
+(:mod:`.callbacks`) run after every round; a stop one asks for is agreed the same way.
+
+Why one module of this size: the phases of a run (prepare, rounds, finish) share one state, and
+across processes every rank must run their collectives in the same order; in one file that order
+reads from top to bottom.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from ..config import ConfigError, RunConfig
 from ..metrics.flops import SampleCounter
 from ..metrics.memory import reset_peak_memory
 from ..metrics.recorder import Recorder
-from .callbacks import Hooks, RunView, from_config
+from .callbacks import Hooks, RunView, agreed, from_config
 from .checkpoint import (
     CheckpointWriter,
     rank_and_world,
@@ -39,7 +44,6 @@ from .interrupt import StopRequest
 from .rundir import check_out_dir, prepare_out_dir
 from .simulate import DivergenceError, Simulation, build_simulation
 from .summary import resolved, summarize
-from .transport import InProcessTransport
 
 
 @dataclass
@@ -63,18 +67,10 @@ def run(
     overwrite: bool = False,
     build: Callable[[RunConfig], Simulation[Any]] | None = None,
     resume_from: Path | None = None,
-    callbacks: Sequence[Any] = (),
 ) -> dict[str, Any]:
     """Run ``config`` and write the run folder; returns the summary (see :func:`execute`)."""
     outcome = execute(
-        config,
-        out_dir,
-        progress=progress,
-        sim=sim,
-        overwrite=overwrite,
-        build=build,
-        resume_from=resume_from,
-        callbacks=callbacks,
+        config, out_dir, progress=progress, sim=sim, overwrite=overwrite, build=build, resume_from=resume_from
     )
     return outcome.summary
 
@@ -269,7 +265,7 @@ def _loop(state: _RunState, show: bool, hooks: Hooks) -> _Ending:
                         break
                     bar.set_postfix({metric_name: f"{state.last['test_metric']:.4f}"})
                 if view is not None:
-                    ending.stopped_by = _agreed(
+                    ending.stopped_by = agreed(
                         sim, hooks.round_end(k, recorder.rows[-1] if due else None, view)
                     )
                 requested = stop.requested or ending.stopped_by is not None
@@ -289,15 +285,6 @@ def _loop(state: _RunState, show: bool, hooks: Hooks) -> _Ending:
     if ending.diverged_at is None and ending.stopped_by is None and stop.requested:
         ending.signum = stop.signum or 0
     return ending
-
-
-def _agreed(sim: Simulation[Any], asked: tuple[str, str] | None) -> tuple[str, str] | None:
-    """Across processes, whether any rank's callbacks asked to stop (one small all-reduce a round
-    when the run has callbacks), so that every rank stops after the same round."""
-    if isinstance(sim.transport, InProcessTransport):
-        return asked
-    anyone = int(sim.ctx.comm.all_max(torch.tensor(int(asked is not None), dtype=torch.int32)))
-    return asked or (("callback on another process", "") if anyone else None)
 
 
 def _finish(state: _RunState, ending: _Ending, *, resumed: bool) -> RunOutcome:
