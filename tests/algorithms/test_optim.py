@@ -186,3 +186,26 @@ def test_a_run_trains_one_client_as_torch_optim_adam_does():
         sched.step()
     want = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
     torch.testing.assert_close(result.thetas[0], want, rtol=1e-5, atol=1e-5)  # float32 gradients
+
+
+@pytest.mark.parametrize("algorithm", ["local", "fedavg"])
+def test_a_client_sitting_a_round_out_keeps_its_optimizer_state(algorithm):
+    from sheaf_fmtl.runtime.simulate import build_simulation
+
+    keys = {"dataset": "synthetic", "clients": 6, "batch_size": 8, "drop_prob": 0.5, "seed": 1}
+    sim = build_simulation(RunConfig(algorithm=algorithm, optimizer="adam", alpha=0.01, **keys))
+    sim.step()  # round 1: the optimizer state exists from here on
+    seen = 0
+    for _ in range(4):
+        before = [[t.clone() for t in getattr(sim.state, f)] for f in ("thetas", "opt_m", "opt_v", "opt_t")]
+        sim.step()
+        out = sim.transport.faults.sitting_out()
+        if out is None:
+            continue
+        rows = torch.as_tensor(out[sim.ctx.fed.cohorts[0].clients])
+        after = [getattr(sim.state, f) for f in ("thetas", "opt_m", "opt_v", "opt_t")]
+        for old, new in zip(before, after, strict=True):
+            assert torch.equal(new[0][rows], old[0][rows])  # held back: model and optimizer
+            assert not torch.equal(new[0][~rows], old[0][~rows])  # the others stepped
+        seen += int(rows.sum())
+    assert seen > 0
