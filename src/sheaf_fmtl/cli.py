@@ -154,6 +154,29 @@ def add_plot_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_plot)
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import export
+
+    for path in export(args.run, args.out, model=args.model):
+        print(f"export: {path}")
+    return 0
+
+
+def add_export_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("export", help="write a finished run's client models and their preprocessing")
+    p.add_argument("run", metavar="RUN_DIR", help="a finished run folder")
+    p.add_argument(
+        "--out", required=True, help="a new or empty folder for client-IIIII.pt and preprocessing.json"
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="the run's own model, named again (a run folder's code is imported only when named here)",
+    )
+    p.set_defaults(func=cmd_export)
+
+
 def _add_data_parser(subparsers: Any) -> None:
     from . import cli_data
 
@@ -184,6 +207,7 @@ REGISTRARS: list[Callable[[Any], None]] = [
     add_run_parser,
     add_demo_parser,
     add_plot_parser,
+    add_export_parser,
     _add_data_parser,
     _add_bench_parser,
     _add_experiments_parsers,
@@ -196,6 +220,7 @@ COMMANDS: dict[str, tuple[str, Callable[[Any], None]]] = {
     "run": ("run one experiment into a run folder", add_run_parser),
     "demo": ("Sheaf-FMTL vs local training and dFedU on the built-in problem, with plots", add_demo_parser),
     "plot": ("plot recorded runs", add_plot_parser),
+    "export": ("write a finished run's client models and their preprocessing", add_export_parser),
     "data": ("list, describe and fetch datasets", _add_data_parser),
     "bench": ("time Sheaf-FMTL rounds against the memory-bandwidth floor", _add_bench_parser),
     "reproduce": ("run one of the paper's experiments, tables beside the paper's", _add_experiments_parsers),

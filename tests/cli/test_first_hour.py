@@ -8,6 +8,7 @@ import argparse
 import fcntl
 import os
 import pty
+import select
 import struct
 import subprocess
 import sys
@@ -79,7 +80,9 @@ def test_a_zero_width_terminal_gets_progress_lines():
         for _ in live:
             pass
         stream.flush()
-        text = os.read(master, 4096).decode()
+        text = ""
+        while select.select([master], [], [], 1.0)[0] and "10/10" not in text:
+            text += os.read(master, 4096).decode()
     os.close(master)
     assert "run: round 10/10" in text and "\r" not in text.replace("\r\n", "\n")
     wide = os.openpty()
@@ -105,6 +108,7 @@ def test_plots_name_the_users_objects_and_titles_do_not_overlap(tmp_path):
         x = rng.standard_normal((20, 3)).astype(np.float32)
         y = (x[:, 0] > 0).astype(np.int64)
         data.append((x[:15], y[:15], x[15:], y[15:]))
+
     def small_net(i: int) -> nn.Module:  # local functions: held under placeholders
         return Net()
 

@@ -21,6 +21,7 @@ import torch
 
 from .. import progress
 from ..config import ConfigError, RunConfig
+from ..data import preprocessing
 from ..metrics.flops import SampleCounter
 from ..metrics.memory import reset_peak_memory
 from ..metrics.recorder import Recorder
@@ -183,6 +184,7 @@ def _prepare(
     metric_name = fed.metric_name
     if fresh and folder is not None:
         prepare_out_dir(folder, overwrite)
+        preprocessing.write(folder, fed.dataset)  # what sheaf_fmtl.load applies to raw data
     counter, comm = SampleCounter(fed), sim.ctx.comm
 
     def agree(failed: bool) -> bool:  # across processes: did any rank fail to write its shard?
