@@ -22,7 +22,7 @@ from sheaf_fmtl.runtime.checkpoint import (
     round_dir,
     shard_name,
 )
-from sheaf_fmtl.runtime.rundir import MARKER
+from sheaf_fmtl.runtime.rundir import MARKER, FolderError
 
 from .test_checkpoint import _assert_same_run
 from .test_distributed_checkpoint import TINY, _in_ranks, _stop_after
@@ -100,3 +100,23 @@ def test_ranks_whose_checkpoints_differ_resume_from_the_earlier_one_both_keep(tm
     _in_ranks(2, lambda rank: launch.resume_any(own(rank), progress=False))
     assert json.loads((disk_a / "summary.json").read_text())["resumed_from_round"] == 2
     _assert_same_run(full, disk_a)
+
+
+def test_a_folder_another_rank_cannot_use_is_refused_on_every_rank(tmp_path: Path) -> None:
+    config = RunConfig(**{**TINY, "algorithm": "sheaf-fmtl", "processes": 2})
+    disk_a, disk_b = tmp_path / "a", tmp_path / "b"
+    disk_b.mkdir()
+    (disk_b / "notes.txt").write_text("someone else's")
+
+    def body(rank: int) -> None:
+        want = (
+            "another rank's --out cannot be used"
+            if rank == 0
+            else "not empty and was not written by sheaf-fmtl"
+        )
+        with pytest.raises(FolderError, match=want):
+            launch.run_rank(config, disk_a if rank == 0 else disk_b, progress=False, overwrite=False)
+
+    _in_ranks(2, body)
+    assert not disk_a.exists()  # nothing left behind
+    assert sorted(p.name for p in disk_b.iterdir()) == ["notes.txt"]

@@ -185,7 +185,6 @@ def _prepare(
     metric_name = fed.metric_name
     if fresh and folder is not None:
         prepare_out_dir(folder, overwrite)
-        preprocessing.write(folder, fed.dataset)  # what sheaf_fmtl.load applies to raw data
     counter, comm = SampleCounter(fed), sim.ctx.comm
 
     def agree(failed: bool) -> bool:  # across processes: did any rank fail to write its shard?
@@ -200,6 +199,8 @@ def _prepare(
         elif resume_from is not None:
             resume_from = common_checkpoint(resume_from, Path(out_dir), comm)
     if resume_from is None:
+        if fresh and folder is not None:
+            preprocessing.write(folder, fed.dataset)  # what sheaf_fmtl.load applies to raw data
         recorder = Recorder(folder, resolved(config, fed), metric_name)
         state = _RunState(config, sim, folder, recorder, counter, writer, t0, 0, {})
         state.last = _record(sim, recorder, 0, t0)
