@@ -262,12 +262,12 @@ def _command(argv: Sequence[str]) -> str | None:
 
 
 def _config_from_sets(args: argparse.Namespace) -> None:
-    """``--set a=b CONFIG.yaml``: ``--set`` took every word after it; a word without ``=`` is the
-    config file when none was given before."""
+    """``--set a=b CONFIG.yaml``: ``--set`` took every word after it; a word without ``=`` that
+    names a YAML file (or an existing file) is the config file when none was given before."""
     sets, config = getattr(args, "set", None), getattr(args, "config", "")
     if not sets or config is not None:
         return
-    files = [s for s in sets if "=" not in s]
+    files = [s for s in sets if "=" not in s and (s.endswith((".yaml", ".yml")) or Path(s).is_file())]
     if len(files) == 1:
         args.config = files[0]
         args.set = [s for s in sets if s != files[0]]

@@ -148,3 +148,8 @@ def test_the_readme_says_what_torch_pulls_and_how_to_take_the_cpu_wheels():
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert "pinned to its CPU build" not in readme
     assert "2.5 GB" in readme and "--index-url https://download.pytorch.org/whl/cpu" in readme
+
+
+def test_a_word_without_equals_that_is_no_file_is_still_refused(capsys):
+    assert main(["run", "--set", "lam"]) == 2
+    assert "must look like KEY=VALUE" in capsys.readouterr().err
