@@ -120,3 +120,27 @@ def test_a_folder_another_rank_cannot_use_is_refused_on_every_rank(tmp_path: Pat
     _in_ranks(2, body)
     assert not disk_a.exists()  # nothing left behind
     assert sorted(p.name for p in disk_b.iterdir()) == ["notes.txt"]
+
+
+def test_a_folder_without_a_complete_checkpoint_starts_every_rank_again(tmp_path: Path) -> None:
+    """Stopped before folder b's first manifest was written (a's was): every rank starts again
+    from round 0, and the run ends with the uninterrupted run's numbers."""
+    config = RunConfig(**{**TINY, "algorithm": "sheaf-fmtl", "processes": 2, "checkpoint_every": 0})
+    full, disk_a, disk_b = tmp_path / "full", tmp_path / "a", tmp_path / "b"
+
+    def own(rank: int) -> Path:
+        return disk_a if rank == 0 else disk_b
+
+    def stopped(rank: int) -> None:
+        if rank == 1:
+            _stop_after(3)
+        launch.run_rank(config, own(rank), progress=False, overwrite=False)
+
+    _in_ranks(2, lambda rank: launch.run_rank(config, full, progress=False, overwrite=False))
+    _in_ranks(2, stopped)
+    (round_dir(disk_b, 3) / MANIFEST).unlink()
+    assert latest_checkpoint(disk_a) == round_dir(disk_a, 3) and latest_checkpoint(disk_b) is None
+    _in_ranks(2, lambda rank: launch.resume_any(own(rank), progress=False))
+    summary = json.loads((disk_a / "summary.json").read_text())
+    assert summary["status"] == "ok" and "resumed_from_round" not in summary
+    _assert_same_run(full, disk_a)
