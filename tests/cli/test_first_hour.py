@@ -134,14 +134,13 @@ def test_plots_name_the_users_objects_and_titles_do_not_overlap(tmp_path):
     assert object_name("file:x.npz") == "file:x.npz"
 
 
-def test_long_titles_wrap_instead_of_overlapping(tmp_path):
+def test_long_titles_wrap_instead_of_overlapping():
     from sheaf_fmtl.plots.labels import TITLE_WIDTH, title
 
     long = "synthetic-clusters-with-a-long-name, another-dataset-name, and-a-third: test accuracy vs rounds"
     lines = title(long).splitlines()
     assert len(lines) > 1 and all(len(line) <= TITLE_WIDTH for line in lines)
     assert " ".join(lines) == long
-    assert Path(__file__).is_file()
 
 
 def test_the_readme_says_what_torch_pulls_and_how_to_take_the_cpu_wheels():
