@@ -37,6 +37,7 @@ RANK = {
     "demo": 8,
     "bench": 8,
     "experiments": 8,
+    "export": 8,
     "cli": 9,
 }
 ROOT = Path(sheaf_fmtl.__file__).parent

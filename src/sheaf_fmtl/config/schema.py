@@ -9,6 +9,7 @@ range (the tables below it) live here once; the configuration reference is made 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 import reprlib
@@ -354,7 +355,13 @@ PROVENANCE_KEYS = ("versions",)
 
 
 def _unknown_key(key: object) -> str:
-    return f"unknown config key '{shown(str(key))[1:-1]}'; known keys: {', '.join(sorted(_KNOWN))}"
+    """The refusal of an unknown key: the closest known keys (``difflib``) when some are close,
+    else every known key."""
+    name = shown(str(key))[1:-1]
+    close = difflib.get_close_matches(str(key).lower().replace("-", "_"), sorted(_KNOWN), n=3, cutoff=0.6)
+    if close:
+        return f"unknown config key '{name}'; did you mean {' or '.join(repr(k) for k in close)}?"
+    return f"unknown config key '{name}'; known keys: {', '.join(sorted(_KNOWN))}"
 
 
 def _check(name: str, value: Any) -> Any:

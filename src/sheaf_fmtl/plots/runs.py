@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .curves import metric_figure
 from .heatmap import load_map_norms, map_norm_figure
-from .labels import describe, legend_keys
+from .labels import describe, legend_keys, object_name, title
 from .records import load_run
 from .style import FORMATS, check_formats, paper_style, save_figure
 
@@ -49,6 +49,7 @@ def plot_runs(
                 continue
             name = record.path.name if record.path.name not in names else f"{i}_{record.path.name}"
             names.add(name)
-            title = f"{record.dataset}: " + r"$\|P_{ij}\|_F$" + f"\n{describe(record.config, keys)}"
-            written += save_figure(map_norm_figure(*maps, title), out / f"map_norms_{name}", formats)
+            about = title(describe(record.config, keys))
+            heading = f"{object_name(record.dataset)}: " + r"$\|P_{ij}\|_F$" + f"\n{about}"
+            written += save_figure(map_norm_figure(*maps, heading), out / f"map_norms_{name}", formats)
     return written

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -91,6 +92,8 @@ def run_rank(
 
     check_processes(config, data=False)
     rank, world = join_group(config)
+    if resuming:
+        resume_from = _common_start(resume_from, out)
     sim = None
     try:
         owned = claim(out, overwrite=overwrite, resume=resuming) if rank == 0 else contextlib.nullcontext()
@@ -117,6 +120,22 @@ def run_rank(
         interrupt.AGREE = None
     dist.destroy_process_group()
     return outcome.summary if rank == 0 else None
+
+
+def _common_start(folder: Path | None, out: Path) -> Path | None:
+    """A resume's checkpoint, agreed by every rank (a collective): when some ranks' folders hold a
+    complete checkpoint and others none (each machine its own ``--out``, a run stopped before every
+    folder's first manifest), every rank starts the run again from round 0."""
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    flags = torch.tensor([int(folder is not None), int(folder is None)], device=device)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    if bool(flags[0]) and bool(flags[1]):
+        warnings.warn(
+            f"{out}: another rank's folder has no complete checkpoint; the run starts again from round 0",
+            stacklevel=2,
+        )
+        return None
+    return folder
 
 
 def _is_comm_error(e: BaseException) -> bool:

@@ -26,6 +26,7 @@ import torch
 
 from .. import progress
 from ..config import ConfigError, RunConfig
+from ..data import preprocessing
 from ..metrics.flops import SampleCounter
 from ..metrics.memory import reset_peak_memory
 from ..metrics.recorder import Recorder
@@ -38,6 +39,7 @@ from .checkpoint import (
     restore,
     snapshot,
 )
+from .disks import adopt_folder, common_checkpoint, folder_ranks
 from .divergence import divergence_message
 from .gather import final_state
 from .interrupt import StopRequest
@@ -205,7 +207,15 @@ def _prepare(
 
     writer = CheckpointWriter(out_dir, rank, world, agree)
     sim.writing = lambda: writer.busy
+    if world > 1 and out_dir is not None:  # which ranks write into this rank's --out (own disks?)
+        writer.ranks = folder_ranks(Path(out_dir), comm, rank, world)
+        if fresh:
+            adopt_folder(Path(out_dir), resolved(config, fed), overwrite, writer.rank, writer.leads, agree)
+        elif resume_from is not None:
+            resume_from = common_checkpoint(resume_from, Path(out_dir), comm)
     if resume_from is None:
+        if fresh and folder is not None:
+            preprocessing.write(folder, fed.dataset)  # what sheaf_fmtl.load applies to raw data
         recorder = Recorder(folder, resolved(config, fed), metric_name)
         state = _RunState(config, sim, folder, recorder, counter, writer, t0, 0, {})
         state.last = _record(sim, recorder, 0, t0)
@@ -315,8 +325,8 @@ def _finish(state: _RunState, ending: _Ending, *, resumed: bool) -> RunOutcome:
     final = final_state(sim)
     recorder.checkpoint(final)
     recorder.summary(summary)
-    if status == "ok" and state.folder is not None:
-        remove_checkpoints(state.folder)  # checkpoint.pt holds the final state
+    if status == "ok" and state.writer.dir is not None and state.writer.leads:
+        remove_checkpoints(state.writer.dir)  # checkpoint.pt (rank 0's folder) holds the final state
     return RunOutcome(summary, recorder.rows, final, recorder.config)
 
 

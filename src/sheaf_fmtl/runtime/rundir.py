@@ -32,9 +32,9 @@ MARKER = ".sheaf-fmtl-run"
 HELD_ENV = "SHEAF_FMTL_HELD_FOLDER"
 #: What the library writes into a run folder (a run, a cell, plots, ``run --seeds``, the demo).
 OWNED = re.compile(
-    r"config\.yaml|metrics\.csv|summary\.json|checkpoint\.pt|cell\.json|aggregate\.(json|md)"
+    r"config\.yaml|metrics\.csv|summary\.json|checkpoint\.pt|preprocessing\.json|cell\.json|aggregate\.(json|md)"
     r"|demo\.(json|png|pdf|svg)|(metric_vs_rounds_and_bits|map_norms_.*)\.(png|pdf|svg)"
-    r"|\.(metrics\.csv|summary\.json|checkpoint\.pt)\.tmp.*"
+    r"|\.(metrics\.csv|summary\.json|checkpoint\.pt|preprocessing\.json)\.tmp.*"
 )
 CHECKPOINTS = "checkpoints"
 _HELD: dict[str, int] = {}  # resolved folder -> file descriptor of its locked marker
