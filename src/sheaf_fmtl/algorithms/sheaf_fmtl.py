@@ -66,6 +66,7 @@ from ..sheaf.maps import MAP_DTYPES, init_maps
 from ..sheaf.stability import laplacian_lambda_max
 from .base import Algorithm, Context, register
 from .coupling import require_stable_coupling
+from .footprint import require_maps_fit
 from .sheaf_messages import masked_residual, spread_heard, sq_norms
 from .sheaf_state import SheafState
 from .steps import sgd_step
@@ -92,6 +93,7 @@ class SheafFMTL(Algorithm[SheafState]):
     def init(self, ctx: Context) -> SheafState:
         cfg = ctx.config
         layout = build_layout(ctx.graph, ctx.fed.node_dims().tolist(), ctx.fed.cohort_of.tolist(), cfg.gamma)
+        require_maps_fit(layout, cfg)
         maps = init_maps(
             layout,
             cfg.map_init,
