@@ -20,7 +20,8 @@ from . import cli_data as data_cli
 from ._version import __version__
 from .bench import cli as bench_cli
 from .cli_options import PROG, Parser, UsageError, add_config_options, config_keys, error_line
-from .config import load_config
+from .config import load_config, parse_overrides
+from .config.usage import refuse_unused
 from .experiments import cli as experiments_cli
 from .experiments import sweep
 from .metrics.recorder import format_summary, interrupted_line, interrupted_status
@@ -40,6 +41,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         resumed = _resume(args, build)
         return 0 if resumed is None else _report(resumed, Path(args.resume))  # None: a rank other than 0
     config = load_config(args.config, args.set, config_keys(args))
+    refuse_unused(config, [*parse_overrides(args.set or []), *config_keys(args)])  # typed here: refused
     out = Path(args.out) if args.out else _default_out(config.algorithm, config.dataset)
     if args.seeds:
         seeds = experiments_cli.parse_seeds(args.seeds)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import signal
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ import torch
 
 from .. import progress
 from ..config import ConfigError, RunConfig
+from ..config.usage import UnusedKeysWarning, unused_warning
 from ..metrics.flops import SampleCounter
 from ..metrics.memory import reset_peak_memory
 from ..metrics.recorder import Recorder
@@ -191,6 +193,8 @@ def _prepare(
     writer = CheckpointWriter(out_dir, rank, world, agree)
     sim.writing = lambda: writer.busy
     if resume_from is None:
+        if rank == 0 and (unused := unused_warning(config)):  # keys from a file, maybe shared across modes
+            warnings.warn(unused, UnusedKeysWarning, stacklevel=2)
         recorder = Recorder(folder, resolved(config, fed), metric_name)
         state = _RunState(config, sim, folder, recorder, counter, writer, t0, 0, {})
         state.last = _record(sim, recorder, 0, t0)
