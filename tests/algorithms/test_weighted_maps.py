@@ -100,3 +100,16 @@ def test_weighted_epoch_round_is_local_pass_then_coupling_with_the_dense_weighte
     lap = dense_laplacian(WEIGHTED, fed.node_dims(), edge_dims, lambda i, j: maps[(i, j)], True)
     got = np.concatenate([sim.theta(i).double().numpy() for i in range(4)])
     np.testing.assert_allclose(got, trained - 0.1 * 0.2 * lap @ trained, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow  # starts two Gloo ranks: about 20 s
+def test_two_processes_match_one_on_a_weighted_graph(tmp_path) -> None:  # noqa: ANN001
+    """Each rank scales the half-edges it holds by their ``a_ij``: the same numbers as one process."""
+    from ..runtime.test_distributed import TINY, _compare
+
+    edges = tmp_path / "edges.txt"
+    lines = [f"{i} {(i + 1) % 7} {0.5 + 0.25 * i}" for i in range(7)] + ["0 3 2.0", "2 5 0.75"]
+    edges.write_text("\n".join(lines) + "\n")
+    tiny = {k: v for k, v in TINY.items() if k != "graph_p"}
+    settings = {"algorithm": "sheaf-fmtl", "dataset": "synthetic-hetero", "graph": "file", **tiny}
+    _compare(tmp_path, {**settings, "graph_file": str(edges), "message_mode": "literal"}, 2)
