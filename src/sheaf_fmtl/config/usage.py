@@ -1,8 +1,9 @@
 """Which keys a run reads: the keys that only some algorithms, map modes, graph kinds or training
 protocols use, as data (:data:`READ_BY`), and the one rule for a key set to a non-default value that
-the run ignores: refused where the user typed it (``--set``, a flag, a Python keyword), a warning
-naming it where it comes from a config file or object that may be shared across modes (sweep and
-reproduce grids), and listed under ``unused:`` in the saved ``config.yaml`` (which reading ignores).
+the run ignores: refused where the user typed it for this one run (``sheaf-fmtl run --set``, a
+flag), a warning naming it where it comes from what may be shared across modes (a config file, a
+:class:`RunConfig`, Python keywords in a loop over algorithms, sweep grids), and listed under
+``unused:`` in the saved ``config.yaml`` (which reading ignores).
 
 A selector still ``auto`` (a value resolved at start-up) decides nothing here: its keys are checked
 once it is resolved (:func:`unused_keys` on the config the run was built with).
