@@ -10,8 +10,9 @@ For notebooks::
     trained.client(3)(x_raw)                           # client 3's model, with its preprocessing
 
 (:func:`run`, :class:`Federation` for one's own data and models, :func:`load` for a run folder,
-:mod:`sheaf_fmtl.callbacks` for code run each round; the command line is ``sheaf-fmtl``.) The names below are imported when first used, so that the
-command line's ``--help`` starts without importing torch.
+:mod:`sheaf_fmtl.callbacks` for code run each round; the command line is ``sheaf-fmtl``.) The names
+below are imported when first used, so that the command line's ``--help`` starts without importing
+torch.
 """
 
 from __future__ import annotations

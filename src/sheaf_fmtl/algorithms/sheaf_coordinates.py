@@ -60,6 +60,7 @@ from ..sheaf.supports import align_initial_models
 from .base import Algorithm, Context, register_maps
 from .coordinate_state import CoordinateState, edge_supports, expected_energy, flat_index, refresh_estimates
 from .coupling import require_stable_coupling
+from .footprint import require_estimates_fit
 from .optim import local_step
 from .sheaf_messages import spread_heard
 
@@ -117,6 +118,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
             blocks = layout.bucket_messages(support.index)  # [H_b, d_e] coordinates of each bucket
             state.fixed = flat_index(layout, thetas, list(blocks))
         if self.use_estimates:
+            require_estimates_fit(layout, thetas[0].element_size(), cfg.device)
             state.estimates = [b.sources(thetas).clone() for b in layout.buckets]
         if graph.weighted:  # a_ij per half-edge of each bucket
             a, buckets = graph.half_edge_weights(), layout.buckets

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from .schema import ConfigError, RunConfig, from_mapping, shown
+from .usage import unused_keys
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -155,9 +156,13 @@ def load_config(
 
 
 def save_config(config: RunConfig, path: str | Path, provenance: Mapping[str, Any] | None = None) -> None:
-    """``config`` as YAML (rerun it with ``sheaf-fmtl run PATH``), then ``provenance`` keys
-    (:data:`PROVENANCE_KEYS`, e.g. the package and torch versions), which reading ignores."""
+    """``config`` as YAML (rerun it with ``sheaf-fmtl run PATH``), then ``unused`` (the keys it
+    sets that the run does not read, :mod:`.usage`) and ``provenance`` keys (:data:`PROVENANCE_KEYS`,
+    e.g. the package and torch versions), which reading ignores."""
     text = yaml.safe_dump(config.to_dict(), sort_keys=False)
+    unused = unused_keys(config)
+    if unused:
+        text += yaml.safe_dump({"unused": unused}, sort_keys=False)
     if provenance:
         text += yaml.safe_dump(dict(provenance), sort_keys=False)
     Path(path).write_text(text)

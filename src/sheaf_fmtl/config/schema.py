@@ -350,8 +350,9 @@ def _types(annotation: str) -> tuple[type, ...]:
 _TYPES: dict[str, tuple[type, ...]] = {f.name: _types(str(f.type)) for f in fields(RunConfig)}
 _OPTIONAL = {f.name for f in fields(RunConfig) if "None" in str(f.type)}
 _KNOWN = set(_TYPES)
-# Keys a saved config.yaml carries besides the config (what produced it); ignored when read back.
-PROVENANCE_KEYS = ("versions",)
+# Keys a saved config.yaml carries besides the config (what produced it, the keys it set that the run
+# did not read: config.usage); ignored when read back.
+PROVENANCE_KEYS = ("versions", "unused")
 
 
 def _unknown_key(key: object) -> str:

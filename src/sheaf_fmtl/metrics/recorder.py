@@ -167,10 +167,14 @@ def format_summary(summary: dict[str, Any], out: Path | str | None) -> str:
     elif summary.get("status") == "stopped":
         by, done_rounds = summary.get("stopped_by"), summary.get("rounds_done")
         done = f" (stopped by {by} after {done_rounds} of {summary['rounds']} rounds)"
+    tested = [v for v in summary.get("per_client") or [] if v is not None]
+    over = f"{summary['num_clients']}"
+    if summary.get("per_client") and len(tested) < summary["num_clients"]:  # clients without test data
+        over = f"{len(tested)} of {summary['num_clients']}"
     text = (
         f"{summary['algorithm']} on {summary['dataset']}{done}: "
         f"final mean test {summary['metric']} = {value} "
-        f"over {summary['num_clients']} clients, "
+        f"over {over} clients, "
         f"{summary['transmitted_bits']:,} bits transmitted, {summary['wall_seconds']:.1f} s"
     )
     if out is not None:

@@ -150,6 +150,22 @@ def check_module(module: nn.Module, what: str) -> nn.Module:
         )
     if not any(True for _ in module.parameters()):
         raise ModelError(f"{what} has no parameters; there is nothing to train")
+    frozen = [n for n, p in module.named_parameters() if not p.requires_grad]
+    if frozen:
+        raise ModelError(
+            f"{what} has frozen parameters (requires_grad=False: {', '.join(frozen[:3])}): every parameter "
+            "of a client's model is trained and exchanged here; unfreeze them, or apply the frozen part to "
+            "the data beforehand and leave it out of the model"
+        )
+    first: dict[int, str] = {}
+    for n, p in module.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            raise ModelError(
+                f"{what} holds one parameter under two names ({first[id(p)]} and {n}: a submodule or "
+                "parameter registered twice); a client's parameter vector holds each parameter once: "
+                "register each layer once (reuse it in forward, not as a second attribute)"
+            )
+        first[id(p)] = n
     return _seed_dropout(module, what).float().eval()
 
 
@@ -183,6 +199,11 @@ def probe(module: nn.Module, x: torch.Tensor, what: str) -> torch.Tensor:
     if not isinstance(out, torch.Tensor) or out.ndim == 0 or out.shape[0] != len(x):
         got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise ModelError(f"{what} returned {got} for {len(x)} samples; expected a tensor [{len(x)}, ...]")
+    if out.is_floating_point() and not bool(torch.isfinite(out).all()):
+        raise ModelError(
+            f"{what} outputs NaN or infinite values on its first {len(x)} samples (finite inputs), before "
+            "any training step: the model's forward pass, not the step sizes"
+        )
     return out
 
 
@@ -219,6 +240,7 @@ class UserLoss:
         where = f"config key 'loss' = '{self.label}'"
         shapes_ = f"outputs {list(out.shape)}, targets {list(shaped_targets(out, y).shape)}"
         try:
+            self._check_differentiable(out, y, where, shapes_)
             whole = torch.as_tensor(self.fn(out, shaped_targets(out, y)))
             self.vector = whole.shape == (len(out),)
             if not self.vector and whole.ndim != 0:
@@ -237,6 +259,28 @@ class UserLoss:
                 f"{where}: its value on {len(out)} samples ({float(whole):.6g}) is not the mean of their "
                 f"single-sample values ({float(each.mean()):.6g}; {shapes_}); the loss is taken per sample "
                 "to leave padding out, so give a mean over the samples (reduction='mean')"
+            )
+
+    def _check_differentiable(self, out: torch.Tensor, y: torch.Tensor, where: str, shapes_: str) -> None:
+        """The loss on outputs that require a gradient must be a floating-point tensor that
+        carries it (not a Python number, an integer tensor, or a tensor cut from the outputs)."""
+        live = out.detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            value = self.fn(live, shaped_targets(live, y))
+        if not isinstance(value, torch.Tensor):
+            raise ModelError(
+                f"{where} returned a {type(value).__name__} ({shapes_}); expected a floating-point tensor "
+                "computed from the outputs with torch operations (a Python number carries no gradient)"
+            )
+        if not value.is_floating_point():
+            raise ModelError(
+                f"{where} returned a {value.dtype} tensor ({shapes_}); expected a floating-point tensor "
+                "(an integer value, e.g. a count of errors, has no gradient)"
+            )
+        if not value.requires_grad:
+            raise ModelError(
+                f"{where} returned a tensor detached from the outputs ({shapes_}): no gradient reaches the "
+                "model; compute it with torch operations on the outputs (no .detach(), .item(), numpy)"
             )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import signal
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ import torch
 
 from .. import progress
 from ..config import ConfigError, RunConfig
+from ..config.usage import UnusedKeysWarning, unused_warning
 from ..data import preprocessing
 from ..metrics.flops import SampleCounter
 from ..metrics.memory import reset_peak_memory
@@ -216,6 +218,8 @@ def _prepare(
     if resume_from is None:
         if fresh and folder is not None:
             preprocessing.write(folder, fed.dataset)  # what sheaf_fmtl.load applies to raw data
+        if rank == 0 and (unused := unused_warning(config)):  # keys from a file, maybe shared across modes
+            warnings.warn(unused, UnusedKeysWarning, stacklevel=2)
         recorder = Recorder(folder, resolved(config, fed), metric_name)
         state = _RunState(config, sim, folder, recorder, counter, writer, t0, 0, {})
         state.last = _record(sim, recorder, 0, t0)
