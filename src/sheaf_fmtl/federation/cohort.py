@@ -138,7 +138,12 @@ class Cohort(StackedClients):
         return self._fused is not None and self.cnn_kernel == "fused" and self.loss_fn is None
 
     def _fused_grad(
-        self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, active: torch.Tensor | None
+        self,
+        thetas: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor,
+        active: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`FusedCNN.loss_and_grad`; on CUDA with cuDNN's TF32 off (float32, like ``bmm``)."""
         assert self._fused is not None

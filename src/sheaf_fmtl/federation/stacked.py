@@ -81,7 +81,9 @@ class StackedClients:
         init=False, default_factory=dict, repr=False
     )
     _plan_rows: tuple[EpochPlan, int, list[torch.Tensor]] | None = field(init=False, default=None, repr=False)
-    _active_rows: dict[int, tuple[torch.Tensor, list[int]]] = field(init=False, default_factory=dict, repr=False)
+    _active_rows: dict[int, tuple[torch.Tensor, list[int]]] = field(
+        init=False, default_factory=dict, repr=False
+    )
     _client_ids: list[int] = field(init=False, repr=False)
     first_client: int = field(init=False, default=-1)  # global id of the architecture's first client
 

@@ -65,7 +65,9 @@ class FusedCNN:
     task: str
     layers: list[_Layer] = field(init=False)
     dim: int = field(init=False)
-    _perm: dict[tuple[Any, ...], tuple[Any, torch.Tensor]] = field(init=False, default_factory=dict, repr=False)
+    _perm: dict[tuple[Any, ...], tuple[Any, torch.Tensor]] = field(
+        init=False, default_factory=dict, repr=False
+    )
     # per mask (by identity; epoch masks are built once and reused): (mask, w_ib, -w_ib, has sample)
     _coefs: dict[tuple[Any, ...], tuple[Any, ...]] = field(init=False, default_factory=dict, repr=False)
     _weights: dict[int, tuple[Any, ...]] = field(init=False, default_factory=dict, repr=False)
@@ -139,14 +141,18 @@ class FusedCNN:
                         continue
                     off, n, shape = slot
                     local = torch.arange(off, off + n)
-                    if layer.kind == "conv" and slot is layer.weight:  # (out, ch, kh, kw) -> (out, kh, kw, ch)
+                    if (
+                        layer.kind == "conv" and slot is layer.weight
+                    ):  # (out, ch, kh, kw) -> (out, kh, kw, ch)
                         local = local.view(shape).permute(0, 2, 3, 1).reshape(-1)
                     parts.append((base + local[None, :]).flatten())
             found = (rows, torch.cat(parts).to(thetas.device))
             self._perm[key] = found
         return found[1]
 
-    def _views(self, flat: torch.Tensor, clients: int) -> list[tuple[torch.Tensor | None, torch.Tensor | None]]:
+    def _views(
+        self, flat: torch.Tensor, clients: int
+    ) -> list[tuple[torch.Tensor | None, torch.Tensor | None]]:
         """Per layer ``(weight, bias)`` views of the layer-major buffer: conv weights
         ``[C*out, ch, kh, kw]`` channels-last and biases ``[C*out]``; linear weights ``[C, out, in]``,
         biases ``[C, out]``."""
@@ -193,7 +199,7 @@ class FusedCNN:
         params = self._views(thetas.reshape(-1).index_select(0, index), clients)
         h = x
         grouped_layout = False  # h is [B, C*ch, H, W] channels-last, else [C, B, ...]
-        saved: list[tuple[torch.Tensor, ...]] = []
+        saved: list[tuple[Any, ...]] = []  # per layer: tensors for the backward, or a shape
         for layer, (w, b) in zip(self.layers, params, strict=True):
             if layer.kind == "unflatten":
                 sample = list(h.shape[2:])
@@ -204,7 +210,12 @@ class FusedCNN:
                 assert w is not None
                 if not grouped_layout:  # [C, B, ch, H, W] -> [B, C*ch, H, W], memory [B, H, W, C, ch]
                     ch, hh, ww = h.shape[2:]
-                    h = h.permute(1, 3, 4, 0, 2).contiguous().permute(0, 3, 4, 1, 2).reshape(batch, -1, hh, ww)
+                    h = (
+                        h.permute(1, 3, 4, 0, 2)
+                        .contiguous()
+                        .permute(0, 3, 4, 1, 2)
+                        .reshape(batch, -1, hh, ww)
+                    )
                     grouped_layout = True
                 saved.append((h,))
                 h = torch.conv2d(h, w, b, 1, layer.padding, 1, clients)
@@ -231,44 +242,43 @@ class FusedCNN:
             else:  # linear on [C, B, in]
                 assert w is not None
                 saved.append((h,))
-                h = torch.bmm(h, w.transpose(1, 2)) if b is None else torch.baddbmm(b[:, None], h, w.transpose(1, 2))
+                h = (
+                    torch.bmm(h, w.transpose(1, 2))
+                    if b is None
+                    else torch.baddbmm(b[:, None], h, w.transpose(1, 2))
+                )
         grad_out, f = self._loss(h, y, weight, neg_weight, minus_one)
         flat = torch.cat(self._backward(params, saved, grad_out, clients, batch))  # layer-major
-        sq = torch.bmm(thetas[:, None, :], thetas[:, :, None]).view(-1) if l2 > 0 else None
-        if rows is None and has is None:  # every client has a sample (the common case)
-            g = thetas * l2 if l2 > 0 else torch.zeros_like(thetas)
-            g.view(-1).index_add_(0, index, flat)
-            return g, f.view(-1) if sq is None else f.view(-1).add_(sq, alpha=0.5 * l2)
         g_coef, f_coef = self._l2_rows(thetas.shape[0], rows, has, mask, l2)
         g = thetas * g_coef if l2 > 0 else torch.zeros_like(thetas)
         g.view(-1).index_add_(0, index, flat)
-        f_full = sq * f_coef if sq is not None else thetas.new_zeros(thetas.shape[0])
+        if l2 > 0:
+            f_full = torch.bmm(thetas[:, None, :], thetas[:, :, None]).view(-1).mul_(f_coef)
+        else:
+            f_full = thetas.new_zeros(thetas.shape[0])
         if rows is None:
             return g, f_full.add_(f.view(-1))
         return g, f_full.index_add_(0, rows, f.view(-1))
 
     def _l2_rows(
-        self, n: int, rows: torch.Tensor | None, has: torch.Tensor | None, mask: torch.Tensor, l2: float
+        self, n: int, rows: torch.Tensor | None, has: torch.Tensor, mask: torch.Tensor, l2: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(l2 h_i [N, 1], l2/2 h_i [N])`` with ``h_i = 1`` for the clients of ``rows`` with a
-        sample in ``mask``, kept per ``(mask, rows)``."""
+        sample in ``mask`` (``has``), kept per ``(mask, rows)``."""
         key = (id(mask), id(rows), n, l2)
         found = self._coefs.get(key)
         if found is None or found[0] is not mask or found[1] is not rows:
             if len(self._coefs) > 256:
                 self._coefs.clear()
-            sample = (mask.sum(1) > 0).to(mask.dtype) if has is None else has.view(-1)
-            if has is None and rows is not None:
-                sample = torch.ones_like(sample)  # _mask_weights found a sample for every client
+            sample = has.view(-1)
             full = sample if rows is None else mask.new_zeros(n).index_copy_(0, rows, sample)
             found = (mask, rows, (l2 * full)[:, None], 0.5 * l2 * full)
             self._coefs[key] = found
         return found[2], found[3]
 
     def _mask_weights(self, mask: torch.Tensor) -> tuple[Any, ...]:
-        """``(mask, w_ib [C, B], -w_ib, [C, 1] 1 for a client with a sample (None: every client has
-        one, known on the CPU without a device sync), -1 [C, B, 1])``, kept per mask: an epoch's
-        masks come back every epoch, so a step spends no op on them."""
+        """``(mask, w_ib [C, B], -w_ib, [C, 1] 1 for a client with a sample, -1 [C, B, 1])``, kept
+        per mask: an epoch's masks come back every epoch, so a step spends no op on them."""
         found = self._weights.get(id(mask))
         if found is None or found[0] is not mask:
             if len(self._weights) > 256:  # fresh masks each step (random mini-batches): keep few
@@ -276,15 +286,17 @@ class FusedCNN:
             count = mask.sum(1, keepdim=True)
             weight = mask / count.clamp(min=1)
             minus_one = mask.new_full((1, 1, 1), -1.0).expand(*mask.shape, 1)
-            has: torch.Tensor | None = (count > 0).to(mask.dtype)
-            if not mask.is_cuda and bool(has.all()):  # type: ignore[union-attr]
-                has = None
-            found = (mask, weight, -weight, has, minus_one)
+            found = (mask, weight, -weight, (count > 0).to(mask.dtype), minus_one)
             self._weights[id(mask)] = found
         return found
 
     def _loss(
-        self, out: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, neg_weight: torch.Tensor, minus_one: torch.Tensor
+        self,
+        out: torch.Tensor,
+        y: torch.Tensor,
+        weight: torch.Tensor,
+        neg_weight: torch.Tensor,
+        minus_one: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(d f / d out [C, B, k], f [C, 1])`` of the weighted data loss, without the L2 term."""
         clients = y.shape[0]
