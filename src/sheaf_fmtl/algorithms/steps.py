@@ -37,13 +37,13 @@ def gradient(ctx: Context, theta: torch.Tensor, state: State) -> torch.Tensor:
 
 
 def sgd_step(thetas: list[torch.Tensor], grads: list[torch.Tensor], alpha: float) -> list[torch.Tensor]:
-    """``theta <- theta - alpha g`` per cohort stack (one op per stack)."""
-    return [torch.add(t, g, alpha=-alpha) for t, g in zip(thetas, grads, strict=True)]
+    """``theta <- theta - alpha g`` per cohort stack."""
+    return [t - alpha * g for t, g in zip(thetas, grads, strict=True)]
 
 
 def sgd_steps(ctx: Context, state: State, theta: torch.Tensor, steps: int, alpha: float) -> torch.Tensor:
     """``steps`` plain local SGD steps ``theta <- theta - alpha g(theta)`` of a one-cohort stack from
     fresh mini-batches."""
     for _ in range(steps):
-        theta = sgd_step([theta], [gradient(ctx, theta, state)], alpha)[0]
+        theta = theta - alpha * gradient(ctx, theta, state)
     return theta

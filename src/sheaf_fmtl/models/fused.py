@@ -252,12 +252,10 @@ class FusedCNN:
         g_coef, f_coef = self._l2_rows(thetas.shape[0], rows, has, mask, l2)
         g = thetas * g_coef if l2 > 0 else torch.zeros_like(thetas)
         g.view(-1).index_add_(0, index, flat)
-        if l2 > 0:
-            f_full = torch.bmm(thetas[:, None, :], thetas[:, :, None]).view(-1).mul_(f_coef)
-        else:
-            f_full = thetas.new_zeros(thetas.shape[0])
+        sq = torch.bmm(thetas[:, None, :], thetas[:, :, None]).view(-1) if l2 > 0 else None
         if rows is None:
-            return g, f_full.add_(f.view(-1))
+            return g, f.view(-1) if sq is None else torch.addcmul(f.view(-1), sq, f_coef)
+        f_full = thetas.new_zeros(thetas.shape[0]) if sq is None else sq.mul_(f_coef)
         return g, f_full.index_add_(0, rows, f.view(-1))
 
     def _l2_rows(
