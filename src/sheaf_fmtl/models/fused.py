@@ -14,6 +14,10 @@ The losses are those of :meth:`sheaf_fmtl.federation.Cohort.gradients`: ``f_i = 
 loss_ib + (l2 / 2) ||theta_i||^2`` with ``w_ib = mask_ib / sum_b mask_ib`` and the L2 term only for
 clients with a sample (paper Section 5, "Evaluation"). Same models as :mod:`.grouped`
 (:func:`.grouped.supports`).
+
+Why one module (over 300 lines): the forward pass, the hand-written backward and the layer-major
+parameter index share one plan of layers and one set of layout rules (which activations are in the
+grouped layout, in which order conv weights lie); split apart, each half would restate the other's.
 """
 
 from __future__ import annotations
