@@ -125,6 +125,29 @@ def measure(
     return out
 
 
+def alternate(variant: str, clients: int, samples: int, rounds: int, device: str = "cpu") -> dict[str, Any]:
+    """Rounds of two simulations of ``variant`` in one process, one per CNN kernel (``im2col``: the
+    gradient path before the fused step; ``fused``), alternating round by round so that both see the
+    same load; the ratio is the median over the pairs of im2col time / fused time."""
+    import torch
+
+    sims = {k: build(variant, clients, samples, device) for k in ("im2col", "fused")}
+    for kernel, sim in sims.items():
+        for cohort in sim.ctx.fed.cohorts:
+            cohort.cnn_kernel = kernel
+        sim.step()
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    times: dict[str, list[float]] = {k: [] for k in sims}
+    for r in range(rounds):
+        for kernel in sorted(sims, reverse=r % 2 == 1):  # alternate which goes first
+            t = time.perf_counter()
+            sims[kernel].step()
+            sync()
+            times[kernel].append(time.perf_counter() - t)
+    ratios = [a / b for a, b in zip(times["im2col"], times["fused"], strict=True)]
+    return {"variant": variant, "s_per_round": times, "ratio_im2col_over_fused": statistics.median(ratios)}
+
+
 def count_launches(sim: Any) -> int:
     """CUDA kernel launches of one ``sim.step()`` (``cudaLaunchKernel`` and its variants)."""
     import torch
@@ -169,6 +192,11 @@ def main() -> None:
     p.add_argument(
         "--kernels", default="", help="CNN kernels to measure, e.g. fused,im2col (default: the library's)"
     )
+    p.add_argument(
+        "--alternate",
+        action="store_true",
+        help="time the im2col and fused kernels round by round in one process",
+    )
     p.add_argument("--child", default="", help=argparse.SUPPRESS)
     p.add_argument("--kernel", default="", help=argparse.SUPPRESS)
     p.add_argument("--count", action="store_true", help=argparse.SUPPRESS)
@@ -178,6 +206,20 @@ def main() -> None:
             args.child, args.clients, args.samples, args.rounds, args.count, args.device, args.kernel
         )
         print(json.dumps(out))
+        return
+    if args.alternate:
+        out = {
+            v: alternate(v, args.clients, args.samples, args.rounds, args.device)
+            for v in args.variants.split(",")
+        }
+        for v, r in out.items():
+            med = {k: statistics.median(t) for k, t in r["s_per_round"].items()}
+            print(
+                f"{v}: im2col {med['im2col']:.3f} s/round, fused {med['fused']:.3f} s/round, "
+                f"im2col/fused {r['ratio_im2col_over_fused']:.2f}x (median, {args.rounds} pairs)"
+            )
+        if args.out:
+            Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
         return
     new_src = ROOT / "src"
     result: dict[str, Any] = {"clients": args.clients, "samples": args.samples, "device": args.device}
