@@ -14,6 +14,10 @@ a round would count them: ``ops_per_step`` (aten ops the library dispatches that
 allocations left out), ``inner_ops_per_step`` (innermost ops that do work) and ``all_aten_per_step``
 (every ``aten::*`` event, views included).
 
+``--alternate`` times two simulations in one process instead, one per CNN kernel (``im2col``, the
+path before the fused step, and ``fused``), round by round. ``--device cuda`` also counts kernel
+launches; ``--kernels fused,im2col`` adds a measurement per kernel (``benchmarks/gpu-round.sh``).
+
 ``--against REV`` extracts ``src/`` of commit ``REV`` (``git archive``) into a temporary folder
 and measures it in a subprocess, alternating with this checkout's code (``--pairs`` pairs); the
 ratio is the median of old / new round times over the pairs.
