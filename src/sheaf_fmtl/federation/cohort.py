@@ -2,10 +2,12 @@
 Section 5 "Evaluation"), their mini-batch gradients, evaluation and initial models.
 
 The gradients of all ``C`` clients are computed at once, never client by client: closed-form
-batched matmuls for logistic / linear regression (:mod:`sheaf_fmtl.models.linear`), im2col
-convolutions batched over clients (:mod:`sheaf_fmtl.models.grouped`) with one ``torch.func.grad``
-per group of clients for CNNs, and ``torch.func`` (``vmap`` + ``functional_call`` + ``grad``) for
-any other model.
+batched matmuls for logistic / linear regression (:mod:`sheaf_fmtl.models.linear`), for CNNs one
+hand-written forward and backward with the clients as the groups of grouped convolutions
+(:mod:`sheaf_fmtl.models.fused`; ``cnn_kernel = "im2col"``: im2col convolutions batched over
+clients, :mod:`sheaf_fmtl.models.grouped`, with one ``torch.func.grad`` per group of clients, also
+the path of a user loss), and ``torch.func`` (``vmap`` + ``functional_call`` + ``grad``) for any
+other model.
 """
 
 from __future__ import annotations
@@ -21,13 +23,18 @@ from torch import nn
 from torch.func import functional_call, grad, grad_and_value, vmap
 
 from ..models import grouped
+from ..models.fused import FusedCNN
 from ..models.linear import linear_forward, linear_gradients, linear_shape
 from ..models.user import dropout_layers
 from ..streams import ClientStreams, fill_keys
 from .stacked import Batch, StackedClients
 
 EVAL_CHUNK = 512  # samples per client per evaluation chunk
-GROUP_CLIENTS = 4  # clients per batched CNN call on CPU (see Cohort._grouped_grad); all on CUDA
+GROUP_CLIENTS = 4  # clients per batched im2col CNN call on CPU (see Cohort._grouped_grad); all on CUDA
+# CNN gradients per device: "fused" (grouped convolutions, hand-written backward: about 35 aten ops a
+# step on CPU, as fast as im2col there) or "im2col" (bmm convolutions, torch.func.grad); CUDA keeps
+# im2col until a side-by-side on a GPU (benchmarks/gpu-round.sh) says otherwise.
+CNN_KERNEL = {"cpu": "fused", "cuda": "im2col"}
 CUDA_PREDICT_GROUP = 8  # clients per batched CNN prediction on CUDA (im2col of EVAL_CHUNK samples each)
 INIT_STREAM = {False: 7, True: 8}  # seed stream of initial models: per client, common (init = common)
 
@@ -40,6 +47,7 @@ class Cohort(StackedClients):
     shapes: list[torch.Size] = field(init=False)
     numels: list[int] = field(init=False)
     group: int = field(init=False)  # clients per batched CNN call
+    cnn_kernel: str = field(init=False)  # "fused" or "im2col" (CNN_KERNEL); settable, e.g. by a benchmark
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = field(init=False, default=None)
     metric_fn: Callable[[torch.Tensor, torch.Tensor], float] | None = field(init=False, default=None)
     factory: Callable[[int], nn.Module] | None = field(init=False, default=None)  # a user model's builder
@@ -60,9 +68,15 @@ class Cohort(StackedClients):
         self._noisy_grad: Callable[..., tuple[torch.Tensor, torch.Tensor]] = vmap(
             grad_and_value(self._noisy_loss)
         )
+        self._fused: FusedCNN | None = None
+        self.cnn_kernel = CNN_KERNEL.get(self.x_train.device.type, "im2col")
         if grouped.supports(self.module):  # CNNs: batched im2col convolutions beat vmap(conv2d) on CPU
-            self._grad = self._grouped_grad
+            self._grad = self._cnn_grad
             self._predict = self._grouped_predict
+            try:
+                self._fused = FusedCNN(self.module, self.task)  # type: ignore[arg-type]
+            except ValueError:  # a layer order it does not know: im2col only
+                self.cnn_kernel = "im2col"
         elif self._linear_io is not None:  # logistic / linear regression: closed form, batched matmuls
             self._grad = self._linear_grad
             self._predict = self._linear_forward
@@ -126,6 +140,34 @@ class Cohort(StackedClients):
         f = (per * mask).sum(1) / count.clamp(min=1)
         f = f + (count > 0).to(thetas.dtype) * 0.5 * self.l2 * (thetas * thetas).sum(1)
         return f.sum(), f
+
+    def _fused_now(self) -> bool:
+        """Whether CNN gradients take :class:`FusedCNN` (``cnn_kernel = "fused"``, the task's loss)."""
+        return self._fused is not None and self.cnn_kernel == "fused" and self.loss_fn is None
+
+    def _fused_grad(
+        self,
+        thetas: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor,
+        active: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`FusedCNN.loss_and_grad`; on CUDA with cuDNN's TF32 off (float32, like ``bmm``)."""
+        assert self._fused is not None
+        if not x.is_cuda:
+            return self._fused.loss_and_grad(thetas, x, y, mask, self.l2, active)
+        cudnn = torch.backends.cudnn
+        with cudnn.flags(cudnn.enabled, cudnn.benchmark, deterministic=cudnn.deterministic, allow_tf32=False):
+            return self._fused.loss_and_grad(thetas, x, y, mask, self.l2, active)
+
+    def _cnn_grad(
+        self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`_fused_grad` when it applies, else :meth:`_grouped_grad`."""
+        if self._fused_now():
+            return self._fused_grad(thetas, x, y, mask, None)
+        return self._grouped_grad(thetas, x, y, mask)
 
     def _grouped_grad(
         self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
@@ -199,6 +241,8 @@ class Cohort(StackedClients):
         of an ``active`` batch get a zero gradient and ``f_i = 0``."""
         x, y, mask, *rest = batch
         active = rest[0] if rest else None
+        if noise is None and self._fused_now():  # takes the active clients' rows itself
+            return self._fused_grad(thetas, x, y, mask, active)
         grad = self._grad if noise is None else lambda *a: self._noisy_grad(*a, noise)
         if active is None:
             return grad(thetas, x, y, mask)
