@@ -52,9 +52,19 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
 MAX_YAML_NODES = 100_000
 
 
+class _RecursiveAlias(Exception):
+    """A node that contains itself through an alias (``&a [*a]``): no finite value."""
+
+    def __init__(self, node: yaml.Node) -> None:
+        super().__init__(node)
+        self.node = node
+
+
 def _expanded_size(root: yaml.Node) -> int:
-    """How many nodes ``root`` stands for with every alias expanded (stops past the bound)."""
+    """How many nodes ``root`` stands for with every alias expanded (stops past the bound);
+    :class:`_RecursiveAlias` for a node that contains itself (checked before any expansion)."""
     size: dict[int, int] = {}
+    open_: set[int] = set()  # nodes whose children are being counted (a cycle returns to one)
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, done = stack.pop()
@@ -66,10 +76,18 @@ def _expanded_size(root: yaml.Node) -> int:
         elif isinstance(node, yaml.SequenceNode):
             children = list(node.value)
         if done:
+            open_.discard(id(node))
             size[id(node)] = min(1 + sum(size[id(c)] for c in children), MAX_YAML_NODES + 1)
+        elif id(node) in open_:
+            raise _RecursiveAlias(node)
         else:
+            open_.add(id(node))
             stack.append((node, True))
-            stack.extend((c, False) for c in children if id(c) not in size)
+            for c in children:
+                if id(c) in open_:
+                    raise _RecursiveAlias(c)
+                if id(c) not in size:
+                    stack.append((c, False))
     return size[id(root)]
 
 
@@ -89,6 +107,12 @@ def parse_yaml(text: str, where: str) -> Any:
         return loader.construct_document(node)
     except yaml.YAMLError as e:
         raise ConfigError(f"{where} is not valid YAML: {_yaml_problem(e)}") from None
+    except _RecursiveAlias as e:
+        line = e.node.start_mark.line + 1
+        raise ConfigError(
+            f"{where}: the value anchored on line {line} contains itself through an alias (*name); "
+            "a config value cannot refer to itself"
+        ) from None
     except RecursionError:
         raise ConfigError(f"{where} is nested too deeply to be a config") from None
     finally:
