@@ -36,6 +36,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .runtime.launch import run_any
     from .scenarios import build
 
+    if args.trust_plugins and not args.resume:
+        raise UsageError("--trust-plugins applies to --resume RUN_DIR (a config you give is imported anyway)")
     if args.resume:
         resumed = _resume(args, build)
         return 0 if resumed is None else _report(resumed, Path(args.resume))  # None: a rank other than 0
@@ -64,7 +66,10 @@ def _resume(args: argparse.Namespace, build: Any) -> dict[str, Any] | None:
     given = [name for name, value in options if value]
     if given:
         raise UsageError(f"--resume continues RUN_DIR with its own config and folder; drop {given[0]}")
-    return resume_any(Path(args.resume), args.set, config_keys(args), progress=not args.quiet, build=build)
+    keys = config_keys(args)
+    return resume_any(
+        Path(args.resume), args.set, keys, progress=not args.quiet, build=build, trust=args.trust_plugins
+    )
 
 
 def _report(summary: dict[str, Any], out: Path) -> int:
@@ -103,6 +108,12 @@ def add_run_parser(subparsers: Any) -> None:
         metavar="RUN_DIR",
         help="continue the stopped run RUN_DIR from its last checkpoint (only --set rounds=... and keys "
         "that leave the mathematics alone may be given)",
+    )
+    p.add_argument(
+        "--trust-plugins",
+        action="store_true",
+        help="with --resume: import the module:function plug-ins RUN_DIR/config.yaml names (by default "
+        "only those you name again with --set)",
     )
     p.set_defaults(func=cmd_run)
 

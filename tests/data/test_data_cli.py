@@ -248,7 +248,9 @@ def lying_server():
 @pytest.mark.parametrize(
     "announced, sent, how", [(1_000_000, 5_000, "cut short"), (5_000, 6_000, "longer than announced")]
 )
-def test_fetch_refuses_a_body_of_another_length_than_announced(lying_server, tmp_path, capsys, announced, sent, how):
+def test_fetch_refuses_a_body_of_another_length_than_announced(
+    lying_server, tmp_path, capsys, announced, sent, how
+):
     """No checksum known (vehicle): the length alone catches the short (or long) body; nothing is
     installed, and the destination folder the fetch made is removed again."""
     dest = tmp_path / "made" / "here"

@@ -1,11 +1,14 @@
 """Configs as files: YAML reading (duplicate keys refused, one-line errors), ``KEY=VALUE``
-overrides (dotted keys into ``data``), the layered :func:`load_config` and :func:`save_config`."""
+overrides (dotted keys into ``data``), the layered :func:`load_config` and :func:`save_config`;
+:func:`replace_file`, how the library writes every file of a run folder."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -184,4 +187,33 @@ def save_config(config: RunConfig, path: str | Path, provenance: Mapping[str, An
     text = yaml.safe_dump(config.to_dict(), sort_keys=False)
     if provenance:
         text += yaml.safe_dump(dict(provenance), sort_keys=False)
-    Path(path).write_text(text)
+    replace_file(path, text)
+
+
+def replace_file(path: str | Path, content: str | bytes | Callable[[IO[bytes]], object]) -> None:
+    """Write ``path`` whole: ``content`` (text as UTF-8, bytes, or a function writing into the
+    file) goes to a new temporary file beside it, which is then renamed onto ``path``. A symbolic
+    link at ``path`` is replaced by the file, never written through; a reader sees the old file or
+    the new one, never a part."""
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.tmp", dir=p.parent)  # O_EXCL: a new file
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if callable(content):
+                content(f)
+            else:
+                f.write(content.encode() if isinstance(content, str) else content)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # (mkstemp makes it 0600) as open() would
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()  # (read once, on import: os.umask cannot be read without setting it)
