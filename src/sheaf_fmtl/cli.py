@@ -202,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv``; returns the exit status (errors: one line on stderr)."""
     shown = warnings.showwarning
     warnings.showwarning = _warning_line
+    if getattr(signal.getsignal(signal.SIGINT), "start_up", False):  # started: Ctrl-C as usual
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         args = build_parser().parse_args(argv)
         return int(args.func(args) or 0)

@@ -101,10 +101,16 @@ def aggregate_runs(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
         "metric": next((s["metric"] for _, s in summaries if s.get("metric")), "metric"),
     }
     for name, key in QUANTITIES.items():
-        if name == "final":
-            vals = [final_metric(d, s) if s.get("status", "ok") in FINISHED else None for d, s in summaries]
-        else:
-            vals = [s.get(key) for _, s in summaries]
+        vals: list[float | None] = []
+        for d, s in summaries:
+            try:
+                if name == "final":
+                    vals.append(final_metric(d, s) if s.get("status", "ok") in FINISHED else None)
+                else:
+                    vals.append(None if s.get(key) is None else float(s[key]))
+            except (TypeError, ValueError):  # named: the file, the key
+                where = d / "summary.json" if (d / "summary.json").is_file() else d / "metrics.csv"
+                raise ValueError(f"{where}: '{key}' is not a number; the file is damaged") from None
         out[name] = seed_stats(vals)
     return out
 

@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -30,7 +29,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -44,57 +42,14 @@ import yaml
 from ..config import RunConfig
 from . import interrupt
 from .precheck import check_processes
+from .rankenv import LAUNCHER, STORE_FILE, rank_world, watch_launcher
 from .rundir import HELD_ENV, claim, held_lock
 
 STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)  # a rank's exit status after a clean stop
-STORE_FILE = "SHEAF_FMTL_STORE_FILE"  # set by spawn: the ranks meet through this file
-LAUNCHER = "SHEAF_FMTL_LAUNCHER_PID"  # set by spawn: the ranks stop when this process ends
-PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 class RankLostError(RuntimeError):
     """A collective failed or timed out: a peer rank died or hung."""
-
-
-def rank_world() -> tuple[int, int] | None:
-    """``(rank, world size)`` when this process was started as a rank, else ``None``."""
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        return None
-    world = int(os.environ["WORLD_SIZE"])
-    return (int(os.environ["RANK"]), world) if world > 1 else None
-
-
-def watch_launcher() -> None:
-    """In a rank: SIGTERM to this process when the process that started it ends (a launcher killed
-    by SIGKILL, an out-of-memory killer or a closed session), the clean stop of
-    :mod:`.interrupt`. The launcher is :func:`spawn`'s process (:data:`LAUNCHER`), or torchrun's
-    agent (the parent of a rank it started); other ranks are left alone."""
-    pid = int(os.environ.get(LAUNCHER, "0") or 0)
-    if not pid and "TORCHELASTIC_RUN_ID" in os.environ:
-        pid = os.getppid()
-    if not pid:
-        return
-    if not _parent_death_signal(signal.SIGTERM):  # not Linux: poll the parent's pid
-        threading.Thread(target=_watch, args=(pid,), name="sheaf-fmtl-launcher-watch", daemon=True).start()
-    if os.getppid() != pid:  # it ended before the signal was asked for
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _parent_death_signal(signum: int) -> bool:
-    """Ask Linux to send ``signum`` to this process when its parent ends; whether it could."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def _watch(pid: int, every_s: float = 0.5) -> None:
-    while os.getppid() == pid:
-        time.sleep(every_s)
-    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def join_group(config: RunConfig) -> tuple[int, int]:
