@@ -169,3 +169,11 @@ def test_resume_refuses_a_checkpoints_link(sent, tmp_path, capsys):
     (sent / "checkpoints").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
     assert main(["run", "--resume", str(sent), "--quiet"]) == 2
     assert "is a symbolic link" in capsys.readouterr().err
+
+
+def test_python_run_resumes_when_the_plug_in_is_named_again(sent, monkeypatch):
+    import sheaf_fmtl
+
+    monkeypatch.syspath_prepend(str(sent))
+    result = sheaf_fmtl.run(resume=sent, model="hostile_mod:make")
+    assert result.summary["status"] == "ok" and (sent / "IMPORTED").exists()

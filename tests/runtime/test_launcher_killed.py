@@ -123,3 +123,30 @@ def _kill_the_launcher(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tu
     assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM"
     assert 0 < summary["rounds_done"] < 300
     return settings, out
+
+
+@LINUX
+@pytest.mark.slow
+def test_a_rank_whose_launcher_and_peer_died_leaves_within_timeout_s(tmp_path: Path) -> None:
+    """SIGKILL to the launcher and to rank 1 at once: rank 0 (its SIGTERM pending while it waits
+    for the dead peer) leaves its collective within ``timeout_s`` and ends; the folder is free."""
+    settings = {**TINY, "rounds": 100000, "eval_every": 10, "processes": 2, "timeout_s": 5}
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "sheaf_fmtl", "run", "--quiet", "--out", str(out), "--set"]
+    argv += [f"{k}={v}" for k, v in settings.items()]
+    launcher = subprocess.Popen(
+        argv, stderr=subprocess.DEVNULL, env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True
+    )
+    metrics, deadline = out / "metrics.csv", time.monotonic() + 120
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) > 2):
+        assert time.monotonic() < deadline and launcher.poll() is None, "the run did not start"
+        time.sleep(0.02)
+    rank0, rank1 = _ranks(launcher.pid)
+    os.kill(rank1, signal.SIGKILL)
+    launcher.kill()
+    launcher.wait()
+    killed = time.monotonic()
+    while _alive(rank0):
+        assert time.monotonic() - killed < 5 + 20, "rank 0 outlived its launcher and its peer"
+        time.sleep(0.05)
+    assert not is_locked(out)
