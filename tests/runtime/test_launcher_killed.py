@@ -146,7 +146,7 @@ def test_a_rank_whose_launcher_and_peer_died_leaves_within_timeout_s(tmp_path: P
     launcher.kill()
     launcher.wait()
     killed = time.monotonic()
-    while _alive(rank0):
-        assert time.monotonic() - killed < 5 + 20, "rank 0 outlived its launcher and its peer"
+    while _alive(rank0) or _alive(rank1):  # (SIGKILL waits for a write in progress, e.g. an fsync)
+        assert time.monotonic() - killed < 5 + 20, "a rank outlived its launcher and its peer"
         time.sleep(0.05)
     assert not is_locked(out)

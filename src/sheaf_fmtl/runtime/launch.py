@@ -203,7 +203,8 @@ def _spawn(config: RunConfig, out: Path, *, progress: bool, overwrite: bool, res
         if code != 0 and code not in STOPPED:
             how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
             last = next((s for s in reversed(lines) if "error" in s), lines[-1] if lines else "")
-            errors.append(f"rank {rank} ended with {how}" + (f" ({last})" if last and code > 0 else ""))
+            last = last if code > 0 else last[:300]  # (a signal: what it said last, e.g. why it aborted)
+            errors.append(f"rank {rank} ended with {how}" + (f" ({last})" if last else ""))
     shutil.rmtree(tmp, ignore_errors=True)
     if errors and all(c == 2 for c in codes):  # every rank refused the run: its one line, once
         raise ValueError(_refusal(errors[0]))
