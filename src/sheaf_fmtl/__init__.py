@@ -18,9 +18,33 @@ torch.
 from __future__ import annotations
 
 import importlib
+import os as _os
+import signal as _signal
+import sys as _sys
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
+
+
+def _interrupted_at_start_up(signum: int, frame: object) -> None:
+    """Ctrl-C while the command line starts (torch is imported): one line, exit status 130."""
+    _sys.stderr.write("sheaf-fmtl: interrupted\n")
+    _sys.stderr.flush()
+    _os._exit(130)  # (nothing is written yet: no clean-up to run)
+
+
+_interrupted_at_start_up.start_up = True  # type: ignore[attr-defined]  # (cli.main looks for it)
+
+
+def _is_command_line() -> bool:
+    """This interpreter runs ``sheaf-fmtl`` or ``python -m sheaf_fmtl``."""
+    argv = getattr(_sys, "orig_argv", _sys.argv)
+    module = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else ""
+    return module == "sheaf_fmtl" or _os.path.basename(_sys.argv[0] if _sys.argv else "") == "sheaf-fmtl"
+
+
+if _is_command_line() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+    _signal.signal(_signal.SIGINT, _interrupted_at_start_up)  # cli.main restores Python's handler
 
 if TYPE_CHECKING:
     from .api import RunResult, run

@@ -33,6 +33,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .runtime.launch import run_any
     from .scenarios import build
 
+    if args.trust_plugins and not args.resume:
+        raise UsageError("--trust-plugins applies to --resume RUN_DIR (a config you give is imported anyway)")
     if args.resume:
         resumed = _resume(args, build)
         return 0 if resumed is None else _report(resumed, Path(args.resume))  # None: a rank other than 0
@@ -62,7 +64,10 @@ def _resume(args: argparse.Namespace, build: Any) -> dict[str, Any] | None:
     given = [name for name, value in options if value]
     if given:
         raise UsageError(f"--resume continues RUN_DIR with its own config and folder; drop {given[0]}")
-    return resume_any(Path(args.resume), args.set, config_keys(args), progress=not args.quiet, build=build)
+    keys = config_keys(args)
+    return resume_any(
+        Path(args.resume), args.set, keys, progress=not args.quiet, build=build, trust=args.trust_plugins
+    )
 
 
 def _report(summary: dict[str, Any], out: Path) -> int:
@@ -103,6 +108,12 @@ def add_run_parser(subparsers: Any) -> None:
         metavar="RUN_DIR",
         help="continue the stopped run RUN_DIR from its last checkpoint (only --set rounds=... and keys "
         "that leave the mathematics alone may be given)",
+    )
+    p.add_argument(
+        "--trust-plugins",
+        action="store_true",
+        help="with --resume: import the module:function plug-ins RUN_DIR/config.yaml names (by default "
+        "only those you name again with --set)",
     )
     p.set_defaults(func=cmd_run)
 
@@ -284,6 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv``; returns the exit status (errors: one line on stderr)."""
     shown = warnings.showwarning
     warnings.showwarning = _warning_line
+    if getattr(signal.getsignal(signal.SIGINT), "start_up", False):  # started: Ctrl-C as usual
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         words = sys.argv[1:] if argv is None else list(argv)
         args = build_parser(_command(words)).parse_args(words)

@@ -37,6 +37,10 @@ def plot_runs(
     check_formats(formats)
     records = [load_run(r) for r in run_dirs]  # every run checked before anything is written
     out = Path(out_dir) if out_dir is not None else records[0].path
+    for p in [out, *out.parents]:
+        if p.exists() and not p.is_dir():
+            where = "is" if p == out else f"is under {p}, which is"
+            raise ValueError(f"plot --out {out} {where} an existing file; give a folder for the figures")
     out.mkdir(parents=True, exist_ok=True)
     keys = [k for k in legend_keys([r.config for r in records]) if k != "dataset"]  # in the title
     written: list[Path] = []
