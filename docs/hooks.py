@@ -21,8 +21,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mkdocs.exceptions import PluginError
-
 MATHJAX = "mathjax@3.2.2"
 MATHJAX_SHA256 = "1b9c0a1c44df864e915690558e72adb9cc5203360daefd385084ced3b6c64c09"
 VENDOR = Path(__file__).parent / "javascripts" / "mathjax"
@@ -47,6 +45,8 @@ def on_pre_build(config: Any, **_: Any) -> None:
 
 def vendor_mathjax(dest: Path = VENDOR) -> Path:
     """``dest/tex-mml-chtml.js`` (and its fonts), fetched with ``npm pack`` when missing."""
+    from mkdocs.exceptions import PluginError  # here: the tests import this module without mkdocs
+
     script = dest / "tex-mml-chtml.js"
     if script.is_file():
         return script
