@@ -236,11 +236,14 @@ def float32_convolutions() -> Iterator[None]:
         torch.backends.cudnn.allow_tf32 = before
 
 
-def batched_vs_loop(model: str, device: str) -> list[tuple[float, float]]:
+def batched_vs_loop(model: str, device: str, kernel: str = "") -> list[tuple[float, float]]:
     """Per client: (share of gradient entries that agree to float32 rounding, relative difference)
-    between ``Cohort.gradients`` and a per-client autograd loop on the same rows."""
+    between ``Cohort.gradients`` (CNN kernel ``kernel``; empty: the device's default) and a
+    per-client autograd loop on the same rows."""
     fed = build_federation(image_dataset(6, (1, 28, 28), n=40), model, l2=1e-3, device=device)
     (cohort,) = fed.cohorts
+    if kernel:
+        cohort.cnn_kernel = kernel
     thetas = cohort.init_thetas(0)
     noise = torch.randn(thetas.shape, generator=torch.Generator().manual_seed(1))
     thetas = thetas + 0.01 * noise.to(device)
@@ -265,6 +268,13 @@ def test_batched_cnn_gradients_equal_a_per_client_loop_on_cuda(model: str) -> No
     # an H200, cnn-medium agreed to 1.7e-4 relative overall while 14% of its entries differed by more
     # than 1e-4 of themselves, so the whole gradient is compared, not entry by entry
     for k, (_, rel) in enumerate(batched_vs_loop(model, "cuda")):
+        assert rel < 1e-3, (model, k, rel)
+
+
+@pytest.mark.parametrize("model", ["cnn", "cnn-large"])
+def test_fused_cnn_gradients_equal_a_per_client_loop_on_cuda(model: str) -> None:
+    # the fused step (grouped cuDNN convolutions, hand-written backward), TF32 off inside it
+    for k, (_, rel) in enumerate(batched_vs_loop(model, "cuda", kernel="fused")):
         assert rel < 1e-3, (model, k, rel)
 
 

@@ -31,11 +31,13 @@ RANK = {
     "reference": 7,
     "api": 8,
     "own": 8,
+    "callbacks": 8,
     "cli_options": 8,
     "cli_data": 9,
     "demo": 8,
     "bench": 8,
     "experiments": 8,
+    "export": 8,
     "cli": 9,
 }
 ROOT = Path(sheaf_fmtl.__file__).parent

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# "Which coupling works" (docs/results.md): for one dataset (school or vehicle), each row is tuned by
+# "Which coupling works" (docs/results/notes/coupling.md): for one dataset (school or vehicle), each row is tuned by
 # `sheaf-fmtl sweep` on a validation split (20% of each client's training data, the sweep's default;
 # never the test split), then run for 5 seeds on the test split with the chosen lam and alpha.
 # Rerunning reuses finished cells and seeds. Usage: bash docs/configs/coupling-runs.sh school [ROW...]

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The School and Vehicle sweep (docs/results.md, "School and Vehicle"): 72 runs, one seed, 2 at a time.
+# The School and Vehicle sweep (docs/results/notes/school-vehicle-sweeps.md, "School and Vehicle"): 72 runs, one seed, 2 at a time.
 # Usage: docs/configs/school-vehicle-sweep.sh [OUT_DIR]   (from the repository root; default /tmp/school-vehicle-sweep)
 # Each run goes to OUT_DIR/runs/NAME (summary.json, metrics.csv); the last lines of each log to OUT_DIR/logs/NAME.log.
 # OMP_NUM_THREADS=1: these problems are tiny and, on a shared 2-core machine, torch's default thread count made

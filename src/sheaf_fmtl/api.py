@@ -14,7 +14,7 @@ Example (the README's)::
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -113,6 +113,7 @@ def run(
     overwrite: bool = False,
     progress: bool = False,
     resume: str | Path | None = None,
+    callbacks: Sequence[Any] = (),
     **keys: Any,
 ) -> RunResult:
     """Run one experiment, as ``sheaf-fmtl run`` does; on the user's own data, models, loss,
@@ -130,13 +131,16 @@ def run(
         resume: a stopped run's folder: continue it from its last checkpoint with its saved
             config (``config`` and ``out`` not given; ``keys`` may only change ``rounds`` and the
             keys that leave the mathematics alone, as ``sheaf-fmtl run --resume``).
+        callbacks: objects with ``on_round_end(round, metrics, view)`` and/or ``on_run_end(summary)``
+            (:mod:`sheaf_fmtl.callbacks`: loggers, early stopping, the best round); one returning a
+            ``Stop`` ends the run after that round, resumable (``summary["status"] == "stopped"``).
         **keys: config keys (`sheaf-fmtl run --help-keys`), applied on top of ``config``; ``data`` (a
             list, one entry per client), ``model``, ``loss``, ``metric``, ``graph`` may be Python
             objects instead (:class:`sheaf_fmtl.Federation` says which; such a run's config cannot
             re-create them: ``resume`` only in this process, ``processes = 1``).
     Returns:
         A :class:`RunResult`. A run stopped by SIGINT/SIGTERM returns what it has, with
-        ``summary["status"] == "interrupted"``.
+        ``summary["status"] == "interrupted"``; one stopped by a callback, ``"stopped"``.
     Raises:
         ConfigError: a bad key, type or range (before any work); ``DatasetError``, ``GraphError``,
             ``ModelError`` (all ``ValueError``): the user's data, graph, model, loss or metric
@@ -155,17 +159,20 @@ def run(
                 "resume= continues a run with its own config, not with Python objects given again; a run "
                 "given objects resumes through the sheaf_fmtl.Federation that started it: fed.run(resume=...)"
             )
-        return Federation().run(config, out=out, overwrite=overwrite, progress=progress, **keys)
+        fed = Federation()
+        return fed.run(config, out=out, overwrite=overwrite, progress=progress, callbacks=callbacks, **keys)
     if resume is not None:
         if config is not None or out is not None or overwrite:
             raise ConfigError(
                 "resume= continues a run folder with its own config: give no config, out or overwrite"
             )
-        outcome = resume_run(resume, keys=keys, progress=progress, build=build)
+        outcome = resume_run(resume, keys=keys, progress=progress, build=build, callbacks=callbacks)
         out = resume
     else:
         resolved = resolve_config(config, **keys)
         with claim(out, overwrite=overwrite) if out is not None else contextlib.nullcontext():
-            outcome = execute(resolved, out, progress=progress, overwrite=overwrite, build=build)
+            outcome = execute(
+                resolved, out, progress=progress, overwrite=overwrite, build=build, callbacks=callbacks
+            )
     where = None if out is None else Path(out)
     return RunResult(outcome.config, outcome.summary, outcome.rows, outcome.final, where)

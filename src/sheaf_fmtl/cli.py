@@ -16,14 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import cli_data as data_cli
 from ._version import __version__
-from .bench import cli as bench_cli
 from .cli_options import PROG, Parser, UsageError, add_config_options, config_keys, error_line
-from .config import load_config
-from .experiments import cli as experiments_cli
-from .experiments import sweep
-from .metrics.recorder import format_summary, interrupted_line, interrupted_status
 from .runtime.interrupt import SecondSignal, StopRequest, stopped_status
 
 
@@ -33,13 +27,19 @@ def _default_out(algorithm: str, dataset: str) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from .config import load_config, parse_overrides
+    from .config.usage import refuse_unused
+    from .experiments import cli as experiments_cli
     from .runtime.launch import run_any
     from .scenarios import build
 
+    if args.trust_plugins and not args.resume:
+        raise UsageError("--trust-plugins applies to --resume RUN_DIR (a config you give is imported anyway)")
     if args.resume:
         resumed = _resume(args, build)
         return 0 if resumed is None else _report(resumed, Path(args.resume))  # None: a rank other than 0
     config = load_config(args.config, args.set, config_keys(args))
+    refuse_unused(config, [*parse_overrides(args.set or []), *config_keys(args)])  # typed here: refused
     out = Path(args.out) if args.out else _default_out(config.algorithm, config.dataset)
     if args.seeds:
         seeds = experiments_cli.parse_seeds(args.seeds)
@@ -64,11 +64,16 @@ def _resume(args: argparse.Namespace, build: Any) -> dict[str, Any] | None:
     given = [name for name, value in options if value]
     if given:
         raise UsageError(f"--resume continues RUN_DIR with its own config and folder; drop {given[0]}")
-    return resume_any(Path(args.resume), args.set, config_keys(args), progress=not args.quiet, build=build)
+    keys = config_keys(args)
+    return resume_any(
+        Path(args.resume), args.set, keys, progress=not args.quiet, build=build, trust=args.trust_plugins
+    )
 
 
 def _report(summary: dict[str, Any], out: Path) -> int:
     """Print a run's summary lines; the exit status (128 + the signal when it was stopped)."""
+    from .metrics.recorder import format_summary, interrupted_line, interrupted_status
+
     print(format_summary(summary, out))
     if summary["status"] == "interrupted":
         print(interrupted_line(summary, out), file=sys.stderr)
@@ -103,6 +108,12 @@ def add_run_parser(subparsers: Any) -> None:
         metavar="RUN_DIR",
         help="continue the stopped run RUN_DIR from its last checkpoint (only --set rounds=... and keys "
         "that leave the mathematics alone may be given)",
+    )
+    p.add_argument(
+        "--trust-plugins",
+        action="store_true",
+        help="with --resume: import the module:function plug-ins RUN_DIR/config.yaml names (by default "
+        "only those you name again with --set)",
     )
     p.set_defaults(func=cmd_run)
 
@@ -156,19 +167,84 @@ def add_plot_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_plot)
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import export
+
+    for path in export(args.run, args.out, model=args.model):
+        print(f"export: {path}")
+    return 0
+
+
+def add_export_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("export", help="write a finished run's client models and their preprocessing")
+    p.add_argument("run", metavar="RUN_DIR", help="a finished run folder")
+    p.add_argument(
+        "--out", required=True, help="a new or empty folder for client-IIIII.pt and preprocessing.json"
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="the run's own model, named again (a run folder's code is imported only when named here)",
+    )
+    p.set_defaults(func=cmd_export)
+
+
+def _add_data_parser(subparsers: Any) -> None:
+    from . import cli_data
+
+    cli_data.add_parser(subparsers)
+
+
+def _add_bench_parser(subparsers: Any) -> None:
+    from .bench import cli as bench_cli
+
+    bench_cli.add_parser(subparsers)
+
+
+def _add_experiments_parsers(subparsers: Any) -> None:
+    from .experiments import cli as experiments_cli
+
+    experiments_cli.add_parser(subparsers)  # reproduce, table
+
+
+def _add_sweep_parser(subparsers: Any) -> None:
+    from .experiments import sweep
+
+    sweep.add_parser(subparsers)
+
+
 #: Every subcommand, as a function adding its parser (``add_parser(subparsers)``), in help order.
+#: Each imports its module only when called: ``sheaf-fmtl --help`` imports no torch.
 REGISTRARS: list[Callable[[Any], None]] = [
     add_run_parser,
     add_demo_parser,
     add_plot_parser,
-    data_cli.add_parser,
-    bench_cli.add_parser,
-    experiments_cli.add_parser,  # reproduce, table
-    sweep.add_parser,
+    add_export_parser,
+    _add_data_parser,
+    _add_bench_parser,
+    _add_experiments_parsers,
+    _add_sweep_parser,
 ]
 
+#: Every subcommand's one-line help (``sheaf-fmtl --help``), and the registrar that adds its parser:
+#: only the command given is built in full (a test checks these lines against the parsers).
+COMMANDS: dict[str, tuple[str, Callable[[Any], None]]] = {
+    "run": ("run one experiment into a run folder", add_run_parser),
+    "demo": ("Sheaf-FMTL vs local training and dFedU on the built-in problem, with plots", add_demo_parser),
+    "plot": ("plot recorded runs", add_plot_parser),
+    "export": ("write a finished run's client models and their preprocessing", add_export_parser),
+    "data": ("list, describe and fetch datasets", _add_data_parser),
+    "bench": ("time Sheaf-FMTL rounds against the memory-bandwidth floor", _add_bench_parser),
+    "reproduce": ("run one of the paper's experiments, tables beside the paper's", _add_experiments_parsers),
+    "table": ("Markdown/CSV table of run folders (seeds grouped)", _add_experiments_parsers),
+    "sweep": ("grid search on a validation split; writes the best config", _add_sweep_parser),
+}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
+    """The command line's parser: every subcommand in full (``command="*"``), or only ``command``
+    in full and the others by name and help line (``None``: none in full; what ``--help`` needs)."""
     parser = Parser(
         prog=PROG,
         description="Decentralized federated multi-task learning with cellular sheaves (Sheaf-FMTL).",
@@ -177,9 +253,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for register in REGISTRARS:
-        register(sub)
+    if command == "*":
+        for register in REGISTRARS:
+            register(sub)
+        return parser
+    full = COMMANDS[command][1] if command in COMMANDS else None
+    done: set[Callable[[Any], None]] = set()
+    for name, (text, register) in COMMANDS.items():
+        if register is full:
+            if register not in done:
+                register(sub)
+                done.add(register)
+        else:
+            sub.add_parser(name, help=text)
     return parser
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names (its first word not an option), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def _config_from_sets(args: argparse.Namespace) -> None:
+    """``--set a=b CONFIG.yaml``: ``--set`` took every word after it; a word without ``=`` that
+    names a YAML file (or an existing file) is the config file when none was given before."""
+    sets, config = getattr(args, "set", None), getattr(args, "config", "")
+    if not sets or config is not None:
+        return
+    files = [s for s in sets if "=" not in s and (s.endswith((".yaml", ".yml")) or Path(s).is_file())]
+    if len(files) == 1:
+        args.config = files[0]
+        args.set = [s for s in sets if s != files[0]]
 
 
 def _warning_line(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
@@ -191,8 +295,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv``; returns the exit status (errors: one line on stderr)."""
     shown = warnings.showwarning
     warnings.showwarning = _warning_line
+    if getattr(signal.getsignal(signal.SIGINT), "start_up", False):  # started: Ctrl-C as usual
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        args = build_parser().parse_args(argv)
+        words = sys.argv[1:] if argv is None else list(argv)
+        args = build_parser(_command(words)).parse_args(words)
+        _config_from_sets(args)
         return int(args.func(args) or 0)
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else 0

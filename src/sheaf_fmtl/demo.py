@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import RunConfig, load_config
+from .config.files import replace_file
 from .metrics.recorder import format_summary, interrupted_line, interrupted_status
 
 
@@ -135,7 +136,7 @@ def run_demo(
         title += f": {describe_clusters(base.data, base.clients)}"
     plot = plot_demo(panels, out, title=f"{title}\n{base.graph} graph, {base.rounds} rounds")
     comparisons = _demo_comparisons(finals)
-    (out / "demo.json").write_text(json.dumps({"runs": finals, "comparisons": comparisons}, indent=2))
+    replace_file(out / "demo.json", json.dumps({"runs": finals, "comparisons": comparisons}, indent=2))
     print(f"\n{title}")
     for line in comparisons.values():
         print(f"  {line['text']}")

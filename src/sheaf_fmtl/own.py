@@ -23,12 +23,14 @@ in the process, and with the :class:`Federation`, that started it. Name such obj
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
 import numpy as np
+import torch
 
 from .api import ConfigSource, RunResult, resolve_config
 from .config import ConfigError, RunConfig
@@ -106,12 +108,15 @@ class Federation:
         return held.token
 
     def _hold_graph(self, graph: Any) -> str:
-        if isinstance(graph, nx.Graph):
-            g = ClientGraph.from_networkx(graph)
-        elif isinstance(graph, ClientGraph):
-            g = graph
-        else:
-            g = _edge_list(graph, self.num_clients)
+        try:
+            if isinstance(graph, nx.Graph):
+                g = _networkx(graph)
+            elif isinstance(graph, ClientGraph):
+                g = graph
+            else:
+                g = _edge_list(graph, self.num_clients)
+        except GraphError as e:  # the graph's own checks (repeated edges, self-loops, ...): name the key
+            raise GraphError(str(e) if str(e).startswith("graph") else f"graph: {e}") from None
         if self.num_clients is not None and g.num_nodes != self.num_clients:
             raise GraphError(f"the graph has {g.num_nodes} nodes but the data has {self.num_clients} clients")
         if not g.is_connected():
@@ -141,15 +146,18 @@ class Federation:
         overwrite: bool = False,
         progress: bool = False,
         resume: str | Path | None = None,
+        callbacks: Sequence[Any] = (),
         **keys: Any,
     ) -> RunResult:
         """One run on this federation, as :func:`sheaf_fmtl.run` (same arguments and result);
-        ``resume`` continues a run this federation started in this process."""
+        ``resume`` continues a run this federation started in this process; ``callbacks`` run after
+        every round and at the end (:mod:`sheaf_fmtl.callbacks`)."""
         from .api import run
 
         if resume is not None:
-            return run(resume=resume, progress=progress, **keys)
-        return run(self.config(config, **keys), out=out, overwrite=overwrite, progress=progress)
+            return run(resume=resume, progress=progress, callbacks=callbacks, **keys)
+        config = self.config(config, **keys)
+        return run(config, out=out, overwrite=overwrite, progress=progress, callbacks=callbacks)
 
 
 def _label(obj: Any) -> str:
@@ -158,8 +166,47 @@ def _label(obj: Any) -> str:
     return str(getattr(obj, "__name__", None) or type(obj).__name__)
 
 
+def _node(v: Any, where: str) -> int:
+    """A node id: an integer (or an integral number), as the command line's edge-list reader takes."""
+    if isinstance(v, bool | np.bool_) or not isinstance(v, numbers.Real) or not float(v).is_integer():
+        raise GraphError(f"graph: {where} has node id {v!r}; node ids must be integers 0..N-1")
+    return int(float(v))
+
+
+def _weight(a: Any, where: str) -> float:
+    if isinstance(a, bool | np.bool_) or not isinstance(a, numbers.Real):
+        raise GraphError(f"graph: {where} has weight {a!r} ({type(a).__name__}); expected a positive number")
+    return float(a)
+
+
+def _networkx(g: nx.Graph) -> ClientGraph:
+    """:meth:`ClientGraph.from_networkx` after the checks that name what is wrong with ``g``."""
+    if g.is_directed():
+        raise GraphError(
+            f"graph: a directed {type(g).__name__}; the coupling is symmetric: give an undirected "
+            "networkx.Graph (G.to_undirected() keeps an edge given in either direction)"
+        )
+    if g.is_multigraph():
+        raise GraphError(
+            f"graph: a {type(g).__name__} (parallel edges); give a simple networkx.Graph, one edge per pair"
+        )
+    for v in g.nodes:
+        _node(v, f"node {v!r}")
+    for i, j, a in g.edges(data="weight", default=1.0):
+        _weight(a, f"edge ({i!r}, {j!r})")
+    return ClientGraph.from_networkx(g)
+
+
 def _edge_list(edges: Any, num_clients: int | None) -> ClientGraph:
     """A :class:`ClientGraph` from ``[(i, j), ...]`` or ``[(i, j, weight), ...]``."""
+    shape = getattr(edges, "shape", None)
+    if shape is not None and len(shape) == 2 and shape[0] == shape[1] > 1:
+        a = np.asarray(edges.detach().cpu() if isinstance(edges, torch.Tensor) else edges)
+        if np.array_equal(a, a.T) and not np.any(np.diag(a)):
+            raise GraphError(
+                f"graph: a {shape[0]} x {shape[1]} symmetric array with zero diagonal, an adjacency matrix; "
+                "give networkx.from_numpy_array(A) or a list of (i, j[, weight]) edges"
+            )
     try:
         rows = [tuple(e) for e in edges]
     except TypeError:
@@ -168,7 +215,8 @@ def _edge_list(edges: Any, num_clients: int | None) -> ClientGraph:
         ) from None
     if not rows or any(len(r) not in (2, 3) for r in rows):
         raise GraphError("graph: expected a non-empty list of (i, j) or (i, j, weight) edges")
-    pairs = np.array([r[:2] for r in rows], dtype=np.int64)
-    weights = np.array([float(r[2]) if len(r) == 3 else 1.0 for r in rows])
+    rows = [tuple(x.item() if isinstance(x, torch.Tensor | np.generic) else x for x in r) for r in rows]
+    pairs = np.array([[_node(v, f"edge {k} {r!r}") for v in r[:2]] for k, r in enumerate(rows)], np.int64)
+    weights = np.array([_weight(r[2], f"edge {k} {r!r}") if len(r) == 3 else 1.0 for k, r in enumerate(rows)])
     n = num_clients if num_clients is not None else int(pairs.max()) + 1
     return ClientGraph(n, pairs, weights)

@@ -7,6 +7,10 @@ A placeholder stands for its object only in the process that holds it, and only 
 that handed it over (a :class:`sheaf_fmtl.Federation`) is alive: a config with placeholders cannot
 be run again from its file, resumed by ``sheaf-fmtl run --resume``, nor run over ``processes > 1``
 (each process re-creates the run from its config). A ``module:function`` can: it is re-imported.
+
+A run folder is data: resuming one imports the ``module:function`` its ``config.yaml`` names only
+when the user names the same plug-in again (``--set model=mypkg.nets:resnet8``) or trusts the
+folder (``--trust-plugins``); :func:`untrusted_specs` says which it names beyond those.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import os
 import re
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 SPEC = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
@@ -39,6 +43,25 @@ def is_spec(value: str) -> bool:
 def is_held(value: str) -> bool:
     """Whether ``value`` is the placeholder of a Python object handed to :func:`sheaf_fmtl.run`."""
     return value.startswith(HELD_PREFIX) and value.endswith(">")
+
+
+def specs_in(values: Mapping[str, Any]) -> dict[str, str]:
+    """The ``module:function`` specs the plug-in keys of ``values`` (a config's mapping) name, each
+    with its key."""
+    out: dict[str, str] = {}
+    for key in PLUGIN_KEYS:
+        value = values.get(key)
+        parts = value.split(",") if isinstance(value, str) and key == "model" else [value]
+        for part in parts:
+            if isinstance(part, str) and is_spec(part.strip()):
+                out.setdefault(part.strip(), key)
+    return out
+
+
+def untrusted_specs(saved: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, str]:
+    """The specs ``saved`` (a run folder's config) names that ``given`` (the user's keys) does not."""
+    named = specs_in(given)
+    return {spec: key for spec, key in specs_in(saved).items() if spec not in named}
 
 
 def load_spec(key: str, spec: str) -> Any:

@@ -1,9 +1,11 @@
-"""Progress that reads well wherever it goes: a live bar on a terminal; in a file, a pipe or a CI
-log, one plain line every tenth of the work (a bar redrawn with carriage returns would leave
+"""Progress that reads well wherever it goes: a live bar on a terminal; in a file, a pipe, a CI
+log or a terminal too narrow for a bar (a zero-width one, as some containers report), one plain
+line every tenth of the work (a bar redrawn with carriage returns would leave
 thousands of characters of fragments there); nothing when disabled (``--quiet``)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -13,6 +15,8 @@ from tqdm import tqdm
 
 #: Lines a run writes without a terminal, besides its last one.
 LINES = 10
+#: The narrowest terminal a bar is drawn on (columns); a narrower one gets lines.
+MIN_COLUMNS = 20
 
 
 def on_terminal(stream: TextIO | None = None) -> bool:
@@ -22,6 +26,21 @@ def on_terminal(stream: TextIO | None = None) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):  # closed, or a stand-in without isatty
         return False
+
+
+def columns(stream: TextIO | None = None) -> int | None:
+    """The width of the terminal ``stream`` is on (``None``: unknown)."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):  # no file descriptor, or not a terminal
+        return None
+
+
+def wide_terminal(stream: TextIO | None = None) -> bool:
+    """Whether ``stream`` is a terminal wide enough for a bar (an unknown width counts as wide)."""
+    width = columns(stream)
+    return on_terminal(stream) and (width is None or width >= MIN_COLUMNS)
 
 
 class Lines:
@@ -102,9 +121,10 @@ def bar(
         transient: a bar that disappears when done (an inner loop): nothing off a terminal.
         stream: where progress goes (default standard error).
     Returns:
-        A tqdm bar on a terminal, else :class:`Lines` (or :class:`Silent`).
+        A tqdm bar on a terminal at least :data:`MIN_COLUMNS` wide, else :class:`Lines` (or
+        :class:`Silent`).
     """
-    if enabled and on_terminal(stream):
+    if enabled and wide_terminal(stream):
         return tqdm(
             iterable,
             desc=desc,

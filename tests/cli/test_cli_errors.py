@@ -254,7 +254,15 @@ def test_overwrite_clears_an_earlier_run_so_no_stale_file_survives(sandbox, caps
     )  # diverges: no checkpoint of its own
     assert "NaN" in capsys.readouterr().err
     # no checkpoint.pt of its own; the resumable checkpoint of round 1 stays (issue 11)
-    kept = [MARKER, "checkpoints", "config.yaml", "metrics.csv", "notes.txt", "summary.json"]
+    kept = [
+        MARKER,
+        "checkpoints",
+        "config.yaml",
+        "metrics.csv",
+        "notes.txt",
+        "preprocessing.json",
+        "summary.json",
+    ]
     assert sorted(p.name for p in out.iterdir()) == kept
     assert json.loads((out / "summary.json").read_text())["status"] == "diverged"
 

@@ -215,3 +215,64 @@ def test_fetch_unpacks_uci_style_nested_zip(server, tmp_path, monkeypatch):
     assert run(["fetch", "har", "--dest", str(dest), "--url", f"{base}/har.zip"]) == 0
     assert (dest / "UCI HAR Dataset" / "train" / "y_train.txt").read_text() == "1\n2\n"
     assert not (dest / "UCI HAR Dataset.zip").exists()
+
+
+@pytest.fixture
+def lying_server():
+    """A loopback server whose ``/N/M`` announces ``N`` bytes (Content-Length) and sends ``M``."""
+
+    class Lying(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            announced, sent = (int(p) for p in self.path.strip("/").split("/")[:2])
+            self.send_response(200)
+            self.send_header("Content-Length", str(announced))
+            self.end_headers()
+            self.wfile.write(b"x" * sent)
+            self.wfile.flush()
+            self.close_connection = True
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Lying)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
+@pytest.mark.parametrize(
+    "announced, sent, how", [(1_000_000, 5_000, "cut short"), (5_000, 6_000, "longer than announced")]
+)
+def test_fetch_refuses_a_body_of_another_length_than_announced(
+    lying_server, tmp_path, capsys, announced, sent, how
+):
+    """No checksum known (vehicle): the length alone catches the short (or long) body; nothing is
+    installed, and the destination folder the fetch made is removed again."""
+    dest = tmp_path / "made" / "here"
+    url = f"{lying_server}/{announced}/{sent}"
+    assert run(["fetch", "vehicle", "--dest", str(dest), "--url", url]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"announced {announced} bytes" in err and f"sent {sent}" in err, err
+    assert how in err and not (tmp_path / "made").exists()
+
+
+def test_fetch_of_the_announced_length_is_installed(lying_server, tmp_path):
+    """The oracle: the same server telling the truth, hashed independently."""
+    dest = tmp_path / "d"
+    assert run(["fetch", "vehicle", "--dest", str(dest), "--url", f"{lying_server}/5000/5000"]) == 0
+    assert (dest / "vehicle.mat").read_bytes() == b"x" * 5000
+    wrong = hashlib.sha256(b"y" * 5000).hexdigest()
+    url = f"{lying_server}/5000/5000"
+    assert run(["fetch", "vehicle", "--dest", str(tmp_path / "e"), "--url", url, "--sha256", wrong]) == 2
+    assert not (tmp_path / "e").exists()
+
+
+def test_fetch_without_network_leaves_no_folder_it_made(tmp_path, capsys):
+    dest = tmp_path / "new" / "data"
+    assert run(["fetch", "school", "--dest", str(dest), "--url", "http://127.0.0.1:9/school.mat"]) == 2
+    assert "download" in capsys.readouterr().err and list(tmp_path.iterdir()) == []

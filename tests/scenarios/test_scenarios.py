@@ -22,18 +22,20 @@ EDGES = np.array([[0, 1], [0, 3], [1, 2], [2, 3]])
 
 @pytest.mark.parametrize("local_steps", [1, 2])
 def test_sqrt_weight_identity_maps_give_weighted_dfedu_iterates(local_steps: int) -> None:
-    """``P_ij = sqrt(a_ij) I`` on a weighted graph: the same thetas as dFedU with ``a_ij``, round by
-    round, and the same objective (paper eq. ``conventional FMTL objective``)."""
+    """``P_ij = I`` on a weighted graph, acting as ``sqrt(a_ij) I``: the same thetas as dFedU with
+    ``a_ij``, round by round, and the same objective (paper eq. ``conventional FMTL objective``)."""
     fed = federation(regression_dataset(sizes=(9, 12, 10, 7)))
     graph = ClientGraph(4, EDGES, WEIGHTS)
     common = {"batch_size": 4, "lam": 0.3, "local_steps": local_steps}
     sheaf = weighted_fmtl(config("sheaf-fmtl", **common), fed, graph)
     dfedu = simulation("dfedu", fed, graph, **common)
     maps = sheaf.maps()
+    norms = sheaf.algorithm.checkpoint(sheaf.state, sheaf.ctx)["map_norms"]
     for (i, j), a in zip(EDGES.tolist(), WEIGHTS.tolist(), strict=True):
         eye = torch.eye(maps[(i, j)].shape[1])
-        torch.testing.assert_close(maps[(i, j)], a**0.5 * eye)
-        torch.testing.assert_close(maps[(j, i)], a**0.5 * eye)
+        torch.testing.assert_close(maps[(i, j)], eye)
+        torch.testing.assert_close(maps[(j, i)], eye)
+        assert float(norms[i, j]) == pytest.approx((a * len(eye)) ** 0.5)  # ||sqrt(a_ij) I||_F
     for k in range(4):
         sheaf.step()
         dfedu.step()

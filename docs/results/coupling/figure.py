@@ -1,4 +1,4 @@
-"""Figure of "Which coupling works" (docs/results.md): test metric against the bits the whole
+"""Figure of "Which coupling works" (docs/results/notes/coupling.md): test metric against the bits the whole
 network transmitted, mean over the 5 test-split seeds of each row (metrics.csv every 50 rounds).
 
     .venv/bin/python docs/results/coupling/figure.py [ROOT] [OUT.png]

@@ -1,4 +1,5 @@
-"""The R-MNIST rows of "Which coupling works" (docs/results.md) from docs/results/coupling/rmnist.
+"""The R-MNIST rows of "Which coupling works" (docs/results/notes/coupling.md), from
+docs/results/coupling/rmnist.
 
     .venv/bin/python docs/results/coupling/rmnist_table.py [ROOT]
 

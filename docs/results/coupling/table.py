@@ -1,4 +1,5 @@
-"""The "Which coupling works" table of docs/results.md from docs/results/coupling (or runs/coupling).
+"""The "Which coupling works" table of docs/results/notes/coupling.md, from docs/results/coupling
+(or runs/coupling).
 
     .venv/bin/python docs/results/coupling/table.py [ROOT]
 

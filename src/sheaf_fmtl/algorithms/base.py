@@ -30,9 +30,15 @@ class State:
 
     thetas: list[torch.Tensor]
     batch_loss: torch.Tensor | None = None  # last mini-batch losses (divergence check)
+    # The local optimizer's state per cohort (algorithms/optim.py; empty for plain SGD): momentum or
+    # Adam's first moment [C, d], Adam's second moment [C, d], steps taken [C]; local steps so far.
+    opt_m: list[torch.Tensor] = field(default_factory=list)
+    opt_v: list[torch.Tensor] = field(default_factory=list)
+    opt_t: list[torch.Tensor] = field(default_factory=list)
+    opt_calls: int = 0
     # Per-client fields (per-cohort stacks, or one [N, ...] stack) that a client sitting a round out
     # keeps as they were (drop_prob, runtime/faults.py); replaced each round, never written in place.
-    client_rows: ClassVar[tuple[str, ...]] = ("thetas",)
+    client_rows: ClassVar[tuple[str, ...]] = ("thetas", "opt_m", "opt_v", "opt_t")
 
     def checkpoint(self) -> dict[str, Any]:
         """Host copies of every data field a later round may read (tensors, lists of tensors,
@@ -74,6 +80,9 @@ class Context:
     # Cross-process sums and uncounted exchanges for reporting (the runtime's transport; in one
     # process a LocalComm): penalties, norms and evaluation means go through it.
     comm: Comm = field(default_factory=LocalComm, repr=False)
+    # The batches of the last gradients (None: that cohort had none), for the optimizers that must
+    # leave a client without a batch as it was (algorithms/optim.py).
+    last_batches: list[Batch | None] = field(default_factory=list, repr=False)
 
     @property
     def batch_source(self) -> ClientStreams | torch.Generator:
@@ -117,9 +126,13 @@ class Context:
             if batch is None:
                 g, f = torch.zeros_like(theta), theta.new_zeros(len(theta))
             else:
-                g, f = cohort.gradients(theta, batch)
+                noise = cohort.draw_noise(batch, self.batch_source)  # dropout's (user models)
+                g, f = (
+                    cohort.gradients(theta, batch) if noise is None else cohort.gradients(theta, batch, noise)
+                )
             grads.append(g)
             losses.append(f)
+        self.last_batches = batches
         return grads, self.fed.per_client(losses)
 
     def stochastic_gradients(self, thetas: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:

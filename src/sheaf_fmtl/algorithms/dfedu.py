@@ -31,7 +31,8 @@ from ..messages import Payload
 from .base import Algorithm, Context, register
 from .coupling import require_stable_coupling
 from .gossip import GossipState, ModelGossip, gossip_init
-from .steps import gradient, sgd_steps
+from .optim import local_steps
+from .steps import gradient
 
 
 @register("dfedu")
@@ -71,7 +72,7 @@ class DFedU(Algorithm[GossipState]):
 
     def local(self, state: GossipState, ctx: Context) -> GossipState:
         if ctx.epoch_mode:  # E passes of plain SGD; the coupling step follows the exchange
-            state.thetas = [sgd_steps(ctx, state, state.thetas[0], ctx.local_steps(), self.alpha)]
+            state.thetas = [local_steps(ctx, state, state.thetas[0], ctx.local_steps(), self.alpha)]
             state.grads = None
             return state
         state.grads = gradient(ctx, state.thetas[0], state)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 
 from .base import Context, register
+from .optim import local_steps
 from .server import ServerAlgorithm, ServerState
-from .steps import sgd_steps
 
 
 @register("fedavg")
@@ -25,7 +25,7 @@ class FedAvg(ServerAlgorithm):
 
     def local_update(self, state: ServerState, ctx: Context) -> ServerState:
         assert state.glob is not None
-        state.glob = sgd_steps(ctx, state, state.glob, ctx.local_steps(), self.alpha)
+        state.glob = local_steps(ctx, state, state.glob, ctx.local_steps(), self.alpha)
         state.thetas = [state.glob]
         return state
 

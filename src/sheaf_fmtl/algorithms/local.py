@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..config import RunConfig
 from ..messages import Payload
 from .base import Algorithm, Context, State, register
-from .steps import sgd_step
+from .optim import local_step
 
 
 @register("local")
@@ -24,7 +24,7 @@ class Local(Algorithm[State]):
     def local(self, state: State, ctx: Context) -> State:
         for _ in range(ctx.local_steps()):
             grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
-            state.thetas = sgd_step(state.thetas, grads, self.alpha)
+            state.thetas = local_step(ctx, state, state.thetas, grads, self.alpha)
         return state
 
     def phases(self, state: State) -> int:

@@ -20,7 +20,7 @@ class ServerState(State):
 
     glob: torch.Tensor | None = None
     anchor: torch.Tensor | None = None
-    client_rows: ClassVar[tuple[str, ...]] = ("thetas", "glob")
+    client_rows: ClassVar[tuple[str, ...]] = ("thetas", "glob", "opt_m", "opt_v", "opt_t")
 
 
 class ServerAlgorithm(Algorithm[ServerState]):

@@ -68,6 +68,8 @@ from ..sheaf.supports import align_initial_models
 from .base import Algorithm, Context, register_maps
 from .coordinate_stability import check_coordinate_coupling
 from .coordinate_state import CoordinateState, edge_supports, expected_energy, flat_index, refresh_copies
+from .footprint import require_estimates_fit
+from .optim import local_step
 from .sheaf_messages import spread_heard
 from .steps import sgd_step
 
@@ -125,6 +127,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
             blocks = layout.bucket_messages(support.index)  # [H_b, d_e] coordinates of each bucket
             state.fixed = flat_index(layout, thetas, list(blocks))
         if self.use_estimates:  # both copies of an edge start equal (zero) at both ends
+            require_estimates_fit(layout, thetas[0].element_size(), cfg.device)
             state.estimates = [b.sources(thetas).new_zeros(b.size, b.node_dim) for b in layout.buckets]
             state.own_copies = [e.clone() for e in state.estimates]
         if graph.weighted:  # a_ij per half-edge of each bucket
@@ -198,7 +201,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         if ctx.epoch_mode:  # E passes of plain SGD on f_i; the coupling follows the exchange
             for _ in range(ctx.local_steps()):
                 grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
-                state.thetas = sgd_step(state.thetas, grads, self.alpha)
+                state.thetas = local_step(ctx, state, state.thetas, grads, self.alpha)
             state.grads = None
         else:
             state.grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)

@@ -39,6 +39,13 @@ makes the coupling step diverge and is refused; Theorem 1's map-step condition `
 (``D``: the largest ``||theta_i||`` seen) is checked at every evaluation, and in compact mode every
 round on the device, and a warning is given once (also in a divergence message).
 
+Weighted graphs (edge weights ``a_ij``, a three-column ``graph_file``): each edge's terms are scaled by
+``a_ij``, the maps acting as ``sqrt(a_ij) P_ij`` (the paper's dFedU special case ``P_ij = sqrt(a_ij)
+I``): the coupling ``sum_j a_ij P_ij^T r_ij``, the map step ``P_ij <- P_ij - eta lam a_ij r_ij
+theta_i^T`` (the gradient of ``lam/2 a_ij ||r_ij||^2``), the energy ``sum_e a_e ||r_e||^2``, the
+start-up check (the weighted ``L_F``) and the reported map norms ``sqrt(a_ij) ||P_ij||_F``. The
+messages stay ``P_ij theta_i``: both ends know ``a_ij``.
+
 The state and its checkpoint are in :mod:`.sheaf_state`; the per-half-edge message helpers (norms,
 arrival flags, residuals) in :mod:`.sheaf_messages`.
 """
@@ -59,9 +66,10 @@ from ..sheaf.maps import MAP_DTYPES, init_maps
 from ..sheaf.stability import laplacian_lambda_max
 from .base import Algorithm, Context, register
 from .coupling import require_stable_coupling
+from .footprint import require_maps_fit
+from .optim import local_step
 from .sheaf_messages import masked_residual, spread_heard, sq_norms
 from .sheaf_state import SheafState
-from .steps import sgd_step
 
 # Power iterations of the start-up check: fewer for large map stacks on the CPU (each reads all maps
 # twice: about 2.3 s at R-MNIST scale on 2 cores, 6 ms on an H200).
@@ -85,6 +93,7 @@ class SheafFMTL(Algorithm[SheafState]):
     def init(self, ctx: Context) -> SheafState:
         cfg = ctx.config
         layout = build_layout(ctx.graph, ctx.fed.node_dims().tolist(), ctx.fed.cohort_of.tolist(), cfg.gamma)
+        require_maps_fit(layout, cfg)
         maps = init_maps(
             layout,
             cfg.map_init,
@@ -105,6 +114,9 @@ class SheafFMTL(Algorithm[SheafState]):
             map_defer=cfg.map_defer,
             element_edge=element_edge,
         )
+        if ctx.graph.weighted:  # a_ij per message element, through its half-edge
+            a = torch.as_tensor(ctx.graph.half_edge_weights()[layout.order], device=cfg.device)
+            state.weights = a.to(state.thetas[0].dtype).index_select(0, element_edge)
         state.maps = maps
         self.check_stability(state, cfg, ctx.comm)
         return state
@@ -119,7 +131,7 @@ class SheafFMTL(Algorithm[SheafState]):
         big = state.layout.map_bytes(MAP_DTYPES[cfg.map_dtype].itemsize) > LARGE_MAPS_BYTES
         iters = STABILITY_ITERS_LARGE if big and cfg.device == "cpu" else STABILITY_ITERS
         state.lambda_max = laplacian_lambda_max(
-            state.layout, state.thetas, state.store, iters, cfg.seed, comm
+            state.layout, state.thetas, state.store, iters, cfg.seed, comm, weights=state.weights
         )
         note = require_stable_coupling(self.alpha, self.lam, state.lambda_max, "sheaf Laplacian L_F")
         if note:
@@ -127,10 +139,10 @@ class SheafFMTL(Algorithm[SheafState]):
 
     # -- rounds ---------------------------------------------------------------------------------
     def local(self, state: SheafState, ctx: Context) -> SheafState:
-        if self.epochs:  # E passes of plain SGD on f_i; the coupling follows the exchange
+        if self.epochs:  # E passes of SGD (or `optimizer`) on f_i; the coupling follows the exchange
             for _ in range(ctx.local_steps()):
                 grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
-                state.thetas = sgd_step(state.thetas, grads, self.alpha)
+                state.thetas = local_step(ctx, state, state.thetas, grads, self.alpha)
             return state
         state.grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
         state.greet = state.theirs is None
@@ -201,7 +213,7 @@ class SheafFMTL(Algorithm[SheafState]):
             if step > 0:  # further local steps: fresh gradients, own messages from the current theta
                 grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
                 state.own = ops.messages(layout, state.thetas, maps)
-            residual = masked_residual(state.own, state.theirs, state.heard)
+            residual = masked_residual(state.own, state.theirs, state.heard, state.weights)
             coupling = ops.transpose_sum(layout, maps, residual, state.thetas)
             state.thetas = [
                 t - self.alpha * (g + self.lam * c)
@@ -211,23 +223,23 @@ class SheafFMTL(Algorithm[SheafState]):
 
     def _coupling_step(self, state: SheafState) -> None:
         """Eq. (thetaupdate) without the gradient (local-epochs mode): ``theta_i <- theta_i -
-        alpha lam sum_j P_ij^T (own_ij - theirs_ij)``."""
+        alpha lam sum_j a_ij P_ij^T (own_ij - theirs_ij)``."""
         assert state.layout is not None and state.store is not None
         assert state.own is not None and state.theirs is not None
-        residual = masked_residual(state.own, state.theirs, state.heard)
+        residual = masked_residual(state.own, state.theirs, state.heard, state.weights)
         coupling = ops.transpose_sum(state.layout, state.store, residual, state.thetas)
         state.thetas = [t - (self.alpha * self.lam) * c for t, c in zip(state.thetas, coupling, strict=True)]
         state.theirs = state.own = state.heard = None
 
     def _map_step(self, state: SheafState, incoming: Payload) -> None:
         """Eq. (pijaupdate) with the new thetas; in compact mode also rebuild the next round's
-        messages: ``P_ij' theta_i = P_ij theta_i - eta lam r_ij ||theta_i||^2`` on both ends."""
+        messages: ``P_ij' theta_i = P_ij theta_i - eta lam a_ij r_ij ||theta_i||^2`` on both ends."""
         assert state.layout is not None and state.store is not None and state.sent is not None
         layout = state.layout
         scale = -self.eta * self.lam
         mine, theirs = state.sent, incoming["msg"].data
         heard = spread_heard(incoming["msg"])
-        residual = masked_residual(mine, theirs, heard)  # zero: that edge's map step is skipped
+        residual = masked_residual(mine, theirs, heard, state.weights)  # zero: that map step is skipped
         for k, (b, r) in enumerate(zip(layout.buckets, layout.bucket_messages(residual), strict=True)):
             state.store.add_rank_one(k, r, b.sources(state.thetas), scale)
         if self.compact:
@@ -244,7 +256,10 @@ class SheafFMTL(Algorithm[SheafState]):
         assert state.layout is not None and state.store is not None
         sent = ops.messages(state.layout, state.thetas, state.store)  # r_ij via an uncounted exchange
         theirs = ctx.comm.peek({"msg": EdgeTensor(sent, state.layout.messages)})["msg"].data
-        e = float(ctx.comm.all_sum(ops.energy_from_residuals(sent - theirs)))
+        r = sent - theirs
+        if state.weights is not None:  # sum_e a_e ||r_e||^2
+            r = r * state.weights.sqrt()
+        e = float(ctx.comm.all_sum(ops.energy_from_residuals(r)))
         return 0.5 * self.lam * e, e
 
     def diagnose(self, state: SheafState, ctx: Context) -> list[str]:
@@ -279,6 +294,10 @@ class SheafFMTL(Algorithm[SheafState]):
             "bucket_half_edges": [torch.as_tensor(b.half_edges) for b in layout.buckets],
             "map_norms": ops.map_frobenius(layout, maps),
         }
+        if ctx.graph.weighted:  # the maps act as sqrt(a_ij) P_ij
+            g, a = ctx.graph, torch.ones(layout.num_clients, layout.num_clients, dtype=torch.float64)
+            a[g.src, g.dst] = torch.as_tensor(g.half_edge_weights(), dtype=torch.float64)
+            out["map_norms"] = out["map_norms"] * a.sqrt()
         if ctx.config.save_maps:  # off: the norms only (a paper-scale map stack is ~12 GB)
             out["maps"] = [m.cpu() for m in maps]
         return out

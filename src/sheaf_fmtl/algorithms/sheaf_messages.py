@@ -34,16 +34,24 @@ def spread_heard(received: EdgeTensor | ServerTensor) -> torch.Tensor | None:
     return received.heard.index_select(0, received.layout.element_positions(received.heard.device))
 
 
-def masked_residual(mine: torch.Tensor, theirs: torch.Tensor, heard: torch.Tensor | None) -> torch.Tensor:
-    """``r_ij = mine - theirs`` per message element, zero where the neighbour's message did not
-    arrive (``heard`` False), so that edge's terms are skipped.
+def masked_residual(
+    mine: torch.Tensor,
+    theirs: torch.Tensor,
+    heard: torch.Tensor | None,
+    weights: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``a_ij r_ij = a_ij (mine - theirs)`` per message element, zero where the neighbour's message
+    did not arrive (``heard`` False), so that edge's terms are skipped.
 
     Args:
         mine: ``[sum d_ij]`` ``P_ij theta_i``.
         theirs: ``[sum d_ij]`` ``P_ji theta_j`` as received.
         heard: ``[sum d_ij]`` bool or ``None`` (all arrived).
+        weights: ``[sum d_ij]`` the edge weight ``a_ij`` of each element, or ``None`` (unweighted).
     Returns:
-        ``[sum d_ij]`` residuals.
+        ``[sum d_ij]`` residuals, weighted.
     """
     r = mine - theirs
+    if weights is not None:
+        r = r * weights
     return r if heard is None else torch.where(heard, r, r.new_zeros(()))

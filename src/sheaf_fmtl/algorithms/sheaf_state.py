@@ -31,6 +31,7 @@ class SheafState(State):
     scalars: EdgeLayout | None = None  # layout of one scalar per half-edge
     greet: bool = True  # this round starts by exchanging P_ij theta_i (messages not known yet)
     element_edge: torch.Tensor | None = None  # [sum d_ij] buffer position of each message element's half-edge
+    weights: torch.Tensor | None = None  # [sum d_ij] a_ij of each message element's edge (weighted graphs)
     map_defer: int = -1
     lambda_max: float | None = None  # start-up estimate of lambda_max(L_F)
     theta_norm_max: float = 0.0  # largest ||theta_i|| seen at evaluations (Theorem 1's D)
@@ -47,7 +48,8 @@ class SheafState(State):
         assert s is not None
         base = [p if u is not None else host_copy(p) for p, u in zip(s.base, s.u, strict=True)]
         store = {"base": base, "u": host_copy(s.u), "v": host_copy(s.v), "count": list(s.count)}
-        return {**super().checkpoint(), "store": store}
+        fields = {k: v for k, v in super().checkpoint().items() if k != "weights"}  # init rebuilds them
+        return {**fields, "store": store}
 
     def restore(self, saved: dict[str, Any], device: torch.device | str) -> None:
         saved = dict(saved)

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..cli_options import add_config_options
-from ..config import RunConfig
+from ..config import ConfigError, RunConfig
 from ..runtime.rundir import check_path
 
 
@@ -14,6 +14,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .harness import run_bench
     from .settings import LARGEST, setting_named
 
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"bench --threads {args.threads}: give a number of threads >= 1 (or leave it out)")
     args.device = _checked_device(args.device or "cpu")
     check_path(args.out)  # a folder of bench results (its files rewritten), not a file
     setting_list = [LARGEST] if args.largest else None

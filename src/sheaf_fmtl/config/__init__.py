@@ -3,7 +3,9 @@ validated when a :class:`RunConfig` is built (one place for the CLI and Python),
 with every run.
 
 - :mod:`.schema`: :class:`RunConfig` (every key, its default and its checks), :class:`ConfigError`;
-- :mod:`.files`: YAML files and overrides, :func:`load_config`, :func:`save_config`.
+- :mod:`.files`: YAML files and overrides, :func:`load_config`, :func:`save_config`;
+- :mod:`.usage`: which keys each algorithm, map mode, graph kind and protocol reads, and the rule
+  for keys a run ignores.
 """
 
 from __future__ import annotations

@@ -1,15 +1,20 @@
 """Configs as files: YAML reading (duplicate keys refused, one-line errors), ``KEY=VALUE``
-overrides (dotted keys into ``data``), the layered :func:`load_config` and :func:`save_config`."""
+overrides (dotted keys into ``data``), the layered :func:`load_config` and :func:`save_config`;
+:func:`replace_file`, how the library writes every file of a run folder."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+import re
+import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
 from .schema import ConfigError, RunConfig, from_mapping, shown
+from .usage import unused_keys
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -37,6 +42,12 @@ _UniqueKeyLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
     _construct_unique_mapping,  # type: ignore[arg-type]
 )
+# YAML 1.1 (PyYAML) reads 1e3 and 1e-5 (no dot) as text; a config means the numbers (as YAML 1.2)
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
 
 
 def _yaml_problem(e: yaml.YAMLError) -> str:
@@ -52,9 +63,19 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
 MAX_YAML_NODES = 100_000
 
 
+class _RecursiveAlias(Exception):
+    """A node that contains itself through an alias (``&a [*a]``): no finite value."""
+
+    def __init__(self, node: yaml.Node) -> None:
+        super().__init__(node)
+        self.node = node
+
+
 def _expanded_size(root: yaml.Node) -> int:
-    """How many nodes ``root`` stands for with every alias expanded (stops past the bound)."""
+    """How many nodes ``root`` stands for with every alias expanded (stops past the bound);
+    :class:`_RecursiveAlias` for a node that contains itself (checked before any expansion)."""
     size: dict[int, int] = {}
+    open_: set[int] = set()  # nodes whose children are being counted (a cycle returns to one)
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, done = stack.pop()
@@ -66,10 +87,18 @@ def _expanded_size(root: yaml.Node) -> int:
         elif isinstance(node, yaml.SequenceNode):
             children = list(node.value)
         if done:
+            open_.discard(id(node))
             size[id(node)] = min(1 + sum(size[id(c)] for c in children), MAX_YAML_NODES + 1)
+        elif id(node) in open_:
+            raise _RecursiveAlias(node)
         else:
+            open_.add(id(node))
             stack.append((node, True))
-            stack.extend((c, False) for c in children if id(c) not in size)
+            for c in children:
+                if id(c) in open_:
+                    raise _RecursiveAlias(c)
+                if id(c) not in size:
+                    stack.append((c, False))
     return size[id(root)]
 
 
@@ -89,6 +118,12 @@ def parse_yaml(text: str, where: str) -> Any:
         return loader.construct_document(node)
     except yaml.YAMLError as e:
         raise ConfigError(f"{where} is not valid YAML: {_yaml_problem(e)}") from None
+    except _RecursiveAlias as e:
+        line = e.node.start_mark.line + 1
+        raise ConfigError(
+            f"{where}: the value anchored on line {line} contains itself through an alias (*name); "
+            "a config value cannot refer to itself"
+        ) from None
     except RecursionError:
         raise ConfigError(f"{where} is nested too deeply to be a config") from None
     finally:
@@ -155,9 +190,42 @@ def load_config(
 
 
 def save_config(config: RunConfig, path: str | Path, provenance: Mapping[str, Any] | None = None) -> None:
-    """``config`` as YAML (rerun it with ``sheaf-fmtl run PATH``), then ``provenance`` keys
-    (:data:`PROVENANCE_KEYS`, e.g. the package and torch versions), which reading ignores."""
+    """``config`` as YAML (rerun it with ``sheaf-fmtl run PATH``), then ``unused`` (the keys it
+    sets that the run does not read, :mod:`.usage`) and ``provenance`` keys (:data:`PROVENANCE_KEYS`,
+    e.g. the package and torch versions), which reading ignores."""
     text = yaml.safe_dump(config.to_dict(), sort_keys=False)
+    unused = unused_keys(config)
+    if unused:
+        text += yaml.safe_dump({"unused": unused}, sort_keys=False)
     if provenance:
         text += yaml.safe_dump(dict(provenance), sort_keys=False)
-    Path(path).write_text(text)
+    replace_file(path, text)
+
+
+def replace_file(path: str | Path, content: str | bytes | Callable[[IO[bytes]], object]) -> None:
+    """Write ``path`` whole: ``content`` (text as UTF-8, bytes, or a function writing into the
+    file) goes to a new temporary file beside it, which is then renamed onto ``path``. A symbolic
+    link at ``path`` is replaced by the file, never written through; a reader sees the old file or
+    the new one, never a part."""
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.tmp", dir=p.parent)  # O_EXCL: a new file
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if callable(content):
+                content(f)
+            else:
+                f.write(content.encode() if isinstance(content, str) else content)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # (mkstemp makes it 0600) as open() would
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()  # (read once, on import: os.umask cannot be read without setting it)

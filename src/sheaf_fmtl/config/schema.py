@@ -9,6 +9,7 @@ range (the tables below it) live here once; the configuration reference is made 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 import reprlib
@@ -242,6 +243,35 @@ class RunConfig:
     inner_lr: float = _key(0.05, "pFedMe: step size of the inner solve.")
     pfedme_beta: float = _key(1.0, "pFedMe: server mixing `w <- (1 - beta) w + beta mean_i w_i`.")
     perfedavg_beta: float = _key(0.01, "Per-FedAvg: meta (outer) step size; `alpha` is the adaptation step.")
+    # The local optimizer and schedule (algorithms/optim.py), the loop's callbacks (runtime/callbacks.py)
+    optimizer: str = _key(
+        "sgd",
+        "The local steps' optimizer: `sgd` (the paper's), `momentum` (`momentum`) or `adam` (`adam_beta1`, "
+        "`adam_beta2`, `adam_eps`), as torch.optim defines them, with state per client; learning rate "
+        "`alpha`. Other than `sgd`: with `local` and `fedavg`, and with `sheaf-fmtl`, `dfedu`, `dpsgd` when "
+        "`local_epochs > 0`.",
+    )
+    momentum: float = _key(0.9, "`optimizer=momentum`: the momentum `mu` (`buf <- mu buf + g`).")
+    adam_beta1: float = _key(0.9, "`optimizer=adam`: decay of the first moment.")
+    adam_beta2: float = _key(0.999, "`optimizer=adam`: decay of the second moment.")
+    adam_eps: float = _key(1e-8, "`optimizer=adam`: added to the root of the second moment.")
+    lr_schedule: str = _key(
+        "constant",
+        "Learning rate of the local steps by round `r`: `constant` (`alpha`), `step` (`alpha lr_step_gamma^"
+        "floor(r / lr_step_every)`) or `cosine` (`alpha (1 + cos(pi r / rounds)) / 2`); where `optimizer` "
+        "may be other than `sgd`.",
+    )
+    lr_step_every: int = _key(100, "`lr_schedule=step`: rounds between two decays.")
+    lr_step_gamma: float = _key(0.1, "`lr_schedule=step`: factor of each decay.")
+    log_tensorboard: str = _key(
+        "", "Write every evaluated number as a TensorBoard scalar into this folder (needs `[tensorboard]`)."
+    )
+    early_stop_patience: int = _key(
+        0,
+        "`N > 0`: stop when the evaluated metric (the validation split with `validation > 0`) has not "
+        "improved for `N` evaluations in a row (`status: stopped`, resumable); 0: never.",
+    )
+    early_stop_min_delta: float = _key(0.0, "What counts as an improvement for `early_stop_patience`.")
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -287,6 +317,8 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "partition": ("contiguous", "community"),
     "topology": ("none", "conventional-fmtl", "personalised-fl", "hybrid-fl"),
     "metric_goal": ("auto", "max", "min"),
+    "optimizer": ("sgd", "momentum", "adam"),
+    "lr_schedule": ("constant", "cosine", "step"),
 }
 # key -> (lower, lower inclusive, upper, upper inclusive, text)
 _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
@@ -317,6 +349,14 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "link_drop_prob": (0.0, True, 1.0, False, "0 <= link_drop_prob < 1"),
     "processes": (1, True, None, False, "processes >= 1"),
     "timeout_s": (0.0, False, None, False, "timeout_s > 0"),
+    "momentum": (0.0, True, 1.0, False, "0 <= momentum < 1"),
+    "adam_beta1": (0.0, True, 1.0, False, "0 <= adam_beta1 < 1"),
+    "adam_beta2": (0.0, True, 1.0, False, "0 <= adam_beta2 < 1"),
+    "adam_eps": (0.0, False, None, False, "adam_eps > 0"),
+    "lr_step_every": (1, True, None, False, "lr_step_every >= 1"),
+    "lr_step_gamma": (0.0, False, 1.0, True, "0 < lr_step_gamma <= 1"),
+    "early_stop_patience": (0, True, None, False, "early_stop_patience >= 0 (0: never)"),
+    "early_stop_min_delta": (0.0, True, None, False, "early_stop_min_delta >= 0"),
 }
 
 
@@ -333,12 +373,19 @@ def _types(annotation: str) -> tuple[type, ...]:
 _TYPES: dict[str, tuple[type, ...]] = {f.name: _types(str(f.type)) for f in fields(RunConfig)}
 _OPTIONAL = {f.name for f in fields(RunConfig) if "None" in str(f.type)}
 _KNOWN = set(_TYPES)
-# Keys a saved config.yaml carries besides the config (what produced it); ignored when read back.
-PROVENANCE_KEYS = ("versions",)
+# Keys a saved config.yaml carries besides the config (what produced it, the keys it set that the run
+# did not read: config.usage); ignored when read back.
+PROVENANCE_KEYS = ("versions", "unused")
 
 
 def _unknown_key(key: object) -> str:
-    return f"unknown config key '{shown(str(key))[1:-1]}'; known keys: {', '.join(sorted(_KNOWN))}"
+    """The refusal of an unknown key: the closest known keys (``difflib``) when some are close,
+    else every known key."""
+    name = shown(str(key))[1:-1]
+    close = difflib.get_close_matches(str(key).lower().replace("-", "_"), sorted(_KNOWN), n=3, cutoff=0.6)
+    if close:
+        return f"unknown config key '{name}'; did you mean {' or '.join(repr(k) for k in close)}?"
+    return f"unknown config key '{name}'; known keys: {', '.join(sorted(_KNOWN))}"
 
 
 def _check(name: str, value: Any) -> Any:
@@ -414,6 +461,55 @@ def _check_together(config: RunConfig) -> None:
             "zero restriction maps never learn (allowed: map_scale > 0)"
         )
     _check_maps(config)
+    _check_optimizer(config)
+
+
+# Algorithms whose paper defines the local update as plain SGD in one formula with the rest of the
+# update; and those whose local passes (local_epochs > 0) are plain training of f_i, coupled after.
+_SGD_BY_PAPER = {
+    "ditto": "Ditto's personal step adds the proximal pull to the SGD step",
+    "pfedme": "pFedMe's steps solve its Moreau envelope by SGD",
+    "perfedavg": "Per-FedAvg's steps are MAML's SGD adaptation and meta step",
+}
+_SGD_WITHOUT_EPOCHS = ("sheaf-fmtl", "dfedu", "dpsgd")
+_IGNORED_UNLESS = {
+    "momentum": ("optimizer", "momentum"),
+    "adam_beta1": ("optimizer", "adam"),
+    "adam_beta2": ("optimizer", "adam"),
+    "adam_eps": ("optimizer", "adam"),
+    "lr_step_every": ("lr_schedule", "step"),
+    "lr_step_gamma": ("lr_schedule", "step"),
+}
+
+
+def _check_optimizer(config: RunConfig) -> None:
+    """``optimizer`` / ``lr_schedule`` where the algorithm's local steps may take them; their keys
+    only with them."""
+    defaults = RunConfig.__dataclass_fields__
+    for key, (owner, value) in _IGNORED_UNLESS.items():
+        if getattr(config, key) != defaults[key].default and getattr(config, owner) != value:
+            raise ConfigError(
+                f"config key '{key}' is set but {owner} = {getattr(config, owner)}, which ignores it; "
+                f"add {owner}={value} to use it"
+            )
+    if config.optimizer != "sgd":
+        key, value = "optimizer", config.optimizer
+    elif config.lr_schedule != "constant":
+        key, value = "lr_schedule", config.lr_schedule
+    else:
+        return
+    if config.algorithm in _SGD_BY_PAPER:
+        raise ConfigError(
+            f"config key '{key}' = {value} does not apply to algorithm={config.algorithm}: "
+            f"{_SGD_BY_PAPER[config.algorithm]} (plain SGD at alpha); allowed with local and fedavg, and "
+            f"with {', '.join(_SGD_WITHOUT_EPOCHS)} when local_epochs > 0"
+        )
+    if config.algorithm in _SGD_WITHOUT_EPOCHS and config.local_epochs == 0:
+        raise ConfigError(
+            f"config key '{key}' = {value} with algorithm={config.algorithm} needs local_epochs > 0: each of "
+            "its steps takes the gradient and the coupling in one SGD formula; with local epochs the "
+            "optimizer runs the local passes and the coupling step follows the exchange"
+        )
 
 
 def _check_maps(config: RunConfig) -> None:

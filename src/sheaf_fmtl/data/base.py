@@ -73,6 +73,9 @@ class FederatedDataset:
         "auto"  # the config's key: auto (the task's), module:function or a Python object's placeholder
     )
     metric: str = "auto"  # likewise: auto (accuracy / MSE) or the user's metric
+    # Per client: the (mean, std) its features were standardised with (``[1, *feature_shape]``
+    # each, from its training data), ``None`` for a client left as read; ``None``: none at all.
+    standardization: tuple[tuple[np.ndarray, np.ndarray] | None, ...] | None = None
 
     @property
     def num_clients(self) -> int:

@@ -1,14 +1,18 @@
 """Downloading the paper's public datasets (Appendix "Additional Details on Datasets") with urllib.
 
-Each file is streamed to a temporary file in the destination folder, its SHA-256 is checked against
-:data:`SOURCES` *before* it is moved into place, and it is deleted on a mismatch. Where no official
+Each file is streamed to a temporary file in the destination folder, its length is checked against
+the ``Content-Length`` the server announced (a body cut short, or longer, is refused) and its SHA-256
+against :data:`SOURCES` *before* it is moved into place; it is deleted on a mismatch, and a
+destination folder the failed fetch created is removed again. Where no official
 checksum is known (``sha256=None``) the download is kept, its SHA-256 is printed, and the caller is
 told to check it (or to pass ``sha256=`` explicitly). Archives are unpacked after the check.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import http.client
 import os
 import tarfile
 import tempfile
@@ -96,16 +100,27 @@ def sha256_file(path: Path) -> str:
 
 
 def download(url: str, dest: Path, expected_sha256: str | None, timeout: float = 60.0) -> str:
-    """Stream ``url`` to ``dest`` via a temp file; verify before ``os.replace``. Returns the SHA-256."""
+    """Stream ``url`` to ``dest`` via a temp file; verify the length the server announced and the
+    SHA-256 (when known) before ``os.replace``. Returns the SHA-256."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
     tmp = Path(tmp_name)
     try:
-        h = hashlib.sha256()
+        h, got = hashlib.sha256(), 0
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
+            announced = _announced_length(resp)
+            if announced is not None:  # read to the end of the connection (urllib asks the server
+                resp.length = None  # to close it), so a body longer than announced is seen too
             for block in iter(lambda: resp.read(1 << 20), b""):
                 h.update(block)
                 out.write(block)
+                got += len(block)
+        if announced is not None and got != announced:
+            how = "cut short" if got < announced else "longer than announced"
+            raise DatasetError(
+                f"{dest.name} from {url}: the server announced {announced} bytes (Content-Length) but sent "
+                f"{got} ({how}); the download was deleted, nothing was installed"
+            )
         digest = h.hexdigest()
         if expected_sha256 is not None and digest != expected_sha256.lower():
             raise DatasetError(
@@ -114,10 +129,19 @@ def download(url: str, dest: Path, expected_sha256: str | None, timeout: float =
             )
         os.replace(tmp, dest)
         return digest
-    except (urllib.error.URLError, OSError) as e:
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
         raise DatasetError(f"{dest.name}: download from {url} failed ({e})") from e
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _announced_length(resp: object) -> int | None:
+    """The body length an HTTP response announced (``None``: none, or a chunked or compressed one)."""
+    if not isinstance(resp, http.client.HTTPResponse) or resp.chunked:
+        return None
+    if resp.headers.get("Content-Encoding", "identity").lower() != "identity":
+        return None
+    return resp.length
 
 
 def _unpack(archive: Path, dest: Path) -> None:
@@ -160,6 +184,19 @@ def fetch(
     """Download dataset ``name`` into ``dest``; ``url``/``sha256`` override the table's first file."""
     if name not in SOURCES:
         raise DatasetError(f"no download known for {name!r}; known: {', '.join(sorted(SOURCES))}")
+    made = [p for p in [dest, *dest.parents] if not p.exists()]  # removed again when the fetch fails
+    try:
+        return _fetch_all(name, dest, url, sha256, log)
+    except BaseException:
+        with contextlib.suppress(OSError):  # (stops at the first folder not empty)
+            for p in made:
+                p.rmdir()
+        raise
+
+
+def _fetch_all(
+    name: str, dest: Path, url: str | None, sha256: str | None, log: Callable[[str], None]
+) -> list[Path]:
     out = []
     for k, src in enumerate(SOURCES[name]):
         the_url = url if (url and k == 0) else src.url

@@ -208,6 +208,7 @@ def read_npz_clients(path: Path) -> list[dict[str, np.ndarray]]:
 
     Everything is read eagerly so a truncated member fails here, with the file named. Clients stored
     beyond ``num_clients`` are an error (they would be ignored silently)."""
+    _check_zip(path)
     try:
         with np.load(path, allow_pickle=False) as z:
             keys = set(z.files)
@@ -216,7 +217,7 @@ def read_npz_clients(path: Path) -> list[dict[str, np.ndarray]]:
                     f"{path}: no 'num_clients' key (per-client .npz layout: num_clients, x_i, y_i, "
                     "optional x_test_i, y_test_i)"
                 )
-            n = int(np.asarray(z["num_clients"]).reshape(()))
+            n = _count(path, np.asarray(z["num_clients"]))
             if n < 1:
                 raise DatasetError(f"{path}: num_clients = {n}")
             stored = _stored_clients(keys)
@@ -243,6 +244,23 @@ def read_npz_clients(path: Path) -> list[dict[str, np.ndarray]]:
         raise
     except _NPZ_ERRORS as e:
         raise DatasetError(f"{path}: cannot read as .npz ({type(e).__name__}: {e})") from e
+
+
+def _check_zip(path: Path) -> None:
+    """Refuse a file that is not an ``.npz`` (a zip archive) before numpy reads it (numpy would
+    answer a text file with its words about pickled data)."""
+    if path.is_file() and not zipfile.is_zipfile(path):
+        raise DatasetError(
+            f"{path}: not an .npz file (an .npz is a zip archive of arrays, as numpy.savez writes)"
+        )
+
+
+def _count(path: Path, value: np.ndarray) -> int:
+    """``num_clients`` as a whole number (2.0 is 2; 2.7 or text is refused, never truncated)."""
+    v = value.reshape(-1)[0] if value.size == 1 else f"an array of shape {value.shape}"
+    if value.size != 1 or value.dtype.kind not in "iuf" or not np.isfinite(v) or v != int(v):
+        raise DatasetError(f"{path}: num_clients = {v} is not a whole number of clients")
+    return int(v)
 
 
 def _stored_clients(keys: set[str]) -> int:

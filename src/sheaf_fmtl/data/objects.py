@@ -15,6 +15,7 @@ when the config's ``standardize`` is true.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -134,10 +135,23 @@ def from_objects(entries: Sequence[Any], name: str = "python") -> RawFederated:
             (y, "training targets"),
             (yt, "test targets"),
         ):
+            if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_):
+                raise DatasetError(f"{what}: {part} of type {a.dtype}; expected a numeric array or tensor")
             if a.size and not np.all(np.isfinite(a.astype(np.float64))):
                 raise DatasetError(f"{what}: NaN or infinite {part}")
         kinds |= {np.issubdtype(a.dtype, np.floating) for a in (y, yt) if len(a)}
         clients.append((x, y, xt.reshape(-1, *x.shape[1:]), yt))
+    untested = [i for i, c in enumerate(clients) if len(c[2]) == 0]
+    if len(untested) == len(clients):
+        raise DatasetError("data: no client has test samples; the test metric needs a test split")
+    if untested:  # counted honestly: the summary says over how many clients the mean is taken
+        which = f"client{'s' if len(untested) > 1 else ''} {', '.join(map(str, untested[:10]))}"
+        warnings.warn(
+            f"data of {which}: no test samples, left out of the mean test metric (over "
+            f"{len(clients) - len(untested)} of {len(clients)} clients)",
+            UserWarning,
+            stacklevel=2,
+        )
     if len(kinds) > 1:
         raise DatasetError(
             "data: some clients have integer targets (classification) and others floating-point targets "

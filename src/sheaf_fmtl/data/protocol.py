@@ -64,11 +64,18 @@ def subsample(y: np.ndarray, keep: float, stratify: bool, rng: np.random.Generat
     return np.sort(np.concatenate(kept))
 
 
-def _standardize(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def standardization(x_train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(mean, std)`` of the training features (``[1, *feature_shape]``; a constant feature's
+    std is 1): what :func:`standardize` applies, kept in the run folder (``preprocessing.json``)."""
     mean = x_train.mean(axis=0, keepdims=True)
     std = x_train.std(axis=0, keepdims=True)
-    std = np.where(std > 1e-12, std, 1.0)
-    return ((x_train - mean) / std).astype(np.float32), ((x_test - mean) / std).astype(np.float32)
+    return mean, np.where(std > 1e-12, std, 1.0).astype(mean.dtype)
+
+
+def standardize(x: np.ndarray, stats: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """``(x - mean) / std`` in float32."""
+    mean, std = stats
+    return ((x - mean) / std).astype(np.float32)
 
 
 def apply_protocol(raw: RawFederated, seed: int, options: ProtocolOptions | None = None) -> FederatedDataset:
@@ -82,7 +89,7 @@ def apply_protocol(raw: RawFederated, seed: int, options: ProtocolOptions | None
     n_clients = len(raw.clients)
     n_reduced = int(round(options.reduced_clients_fraction * n_clients)) if raw.reduce else 0
     reduced = set(_rng(seed, 1).permutation(n_clients)[:n_reduced].tolist())
-    out = []
+    out, stats = [], []
     for i, client in enumerate(raw.clients):
         _check_finite(raw.name, i, client)
         rng = _rng(seed, 2, i)
@@ -100,12 +107,16 @@ def apply_protocol(raw: RawFederated, seed: int, options: ProtocolOptions | None
         x_tr = np.asarray(x_tr, dtype=np.float32)
         x_te = np.asarray(x_te, dtype=np.float32)
         if options.standardize:
-            x_tr, x_te = _standardize(x_tr, x_te)
+            stats.append(standardization(x_tr))
+            x_tr, x_te = standardize(x_tr, stats[-1]), standardize(x_te, stats[-1])
         ydtype = np.int64 if stratify else np.float32
         out.append(ClientSplit(x_tr, np.asarray(y_tr, ydtype), x_te, np.asarray(y_te, ydtype)))
     if stratify and not raw.generated:
         _warn_single_class(raw.name, out)
-    return FederatedDataset(raw.name, raw.task, raw.num_classes, tuple(out), raw.features)
+    kept = tuple(stats) if options.standardize else None
+    return FederatedDataset(
+        raw.name, raw.task, raw.num_classes, tuple(out), raw.features, standardization=kept
+    )
 
 
 def single_class_clients(clients: tuple[ClientSplit, ...] | list[ClientSplit]) -> list[int]:

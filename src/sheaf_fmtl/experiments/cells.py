@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig, from_mapping, parse_overrides, save_config
+from ..config.files import replace_file
 from ..config.schema import default_lam
 from ..metrics.aggregate import FINISHED, read_summary
 from .paper import COMMON, DATASET_BASE, QUICK, Experiment, Setting
@@ -177,9 +178,9 @@ def _run_in(config: RunConfig, folder: Path, marker: Mapping[str, Any], fed: Any
             "final": None,
             "message": str(e),
         }
-        (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        replace_file(folder / "summary.json", json.dumps(summary, indent=2) + "\n")
     if summary.get("status") in DONE:
-        (folder / CELL_FILE).write_text(json.dumps({**marker, "config": _key(config)}, indent=2) + "\n")
+        replace_file(folder / CELL_FILE, json.dumps({**marker, "config": _key(config)}, indent=2) + "\n")
     return summary
 
 

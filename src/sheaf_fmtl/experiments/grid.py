@@ -15,7 +15,7 @@ import yaml
 
 from ..config import ConfigError, RunConfig, from_mapping
 
-RANGE = re.compile(r"^(?P<a>[^:]+):(?P<b>[^:]+):(?P<kind>log|lin)(?P<n>\d+)$")
+RANGE = re.compile(r"^(?P<a>[^:]+):(?P<b>[^:]+):(?P<kind>log|lin)(?P<n>[-+]?\d+)$")
 _INT_KEYS = {f.name for f in fields(RunConfig) if str(f.type).startswith("int")}
 _KEYS = {f.name for f in fields(RunConfig)}
 #: The most values one key may take, and the most cells a grid may have (each cell is a whole run).
@@ -33,7 +33,7 @@ def parse_values(spec: str) -> list[Any]:
     if m:
         a, b, n = _number(m["a"], spec), _number(m["b"], spec), int(m["n"])
         if n < 1:
-            raise ConfigError(f"grid {_short(spec)!r}: needs at least 1 value")
+            raise ConfigError(f"grid {_short(spec)!r}: {m['kind']}{n} asks for {n} values; needs at least 1")
         if n > MAX_VALUES:
             raise ConfigError(f"grid {_short(spec)!r} asks for {n} values; at most {MAX_VALUES} per key")
         if m["kind"] == "log":

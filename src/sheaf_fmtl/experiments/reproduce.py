@@ -9,12 +9,14 @@ the tables can be rebuilt from what exists. A dataset whose files are missing gi
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
+from ..config.usage import UnusedKeysWarning
 from ..data.files import HOW_TO_GET, try_find
 from ..data.registry import dataset_files
 from ..progress import bar
@@ -195,11 +197,13 @@ def _run_experiment(
         f"{len(pending)} to run{expected}"
     )
     stopped = False
-    for cell in bar(pending, desc=exp.name, unit="cell", enabled=progress):
-        if signalled() or run_cell(cell, cell.folder(out)).get("status") == "interrupted" or signalled():
-            tqdm.write(f"{exp.name}: interrupted; run the same command again to continue")
-            stopped = True
-            break
+    with warnings.catch_warnings():  # the grid's keys are ours (save_maps=false for every cell, ...);
+        warnings.simplefilter("ignore", UnusedKeysWarning)  # each cell's config.yaml lists the unused
+        for cell in bar(pending, desc=exp.name, unit="cell", enabled=progress):
+            if signalled() or run_cell(cell, cell.folder(out)).get("status") == "interrupted" or signalled():
+                tqdm.write(f"{exp.name}: interrupted; run the same command again to continue")
+                stopped = True
+                break
     return stopped, write_outputs(exp, cells, missing, out, figures=figures)
 
 

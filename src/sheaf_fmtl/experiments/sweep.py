@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import signal
 import time
@@ -29,6 +30,7 @@ import yaml
 
 from ..cli_options import add_config_options, config_keys
 from ..config import ConfigError, RunConfig, load_config
+from ..config.files import replace_file
 from ..plugins import higher_is_better
 from ..runtime.interrupt import StopRequest, signalled, stopped_status
 from ..runtime.rundir import claim
@@ -200,19 +202,20 @@ def _describe(cell: CellResult) -> str:
 
 def _write_csv(path: Path, ranked: list[CellResult], keys: list[str], metric: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["rank", *keys, f"validation_{metric}", "status", "folder"])
-        for i, c in enumerate(ranked, 1):
-            w.writerow(
-                [
-                    i,
-                    *(c.point[k] for k in keys),
-                    "" if c.value is None else c.value,
-                    c.summary.get("status"),
-                    c.folder.name,
-                ]
-            )
+    text = io.StringIO()
+    w = csv.writer(text)
+    w.writerow(["rank", *keys, f"validation_{metric}", "status", "folder"])
+    for i, c in enumerate(ranked, 1):
+        w.writerow(
+            [
+                i,
+                *(c.point[k] for k in keys),
+                "" if c.value is None else c.value,
+                c.summary.get("status"),
+                c.folder.name,
+            ]
+        )
+    replace_file(path, text.getvalue())
 
 
 def _write_best(config: RunConfig, swept: list[str], path: Path, note: str) -> None:
@@ -223,7 +226,7 @@ def _write_best(config: RunConfig, swept: list[str], path: Path, note: str) -> N
     keep = {"dataset", "algorithm", *(k.split(".")[0] for k in swept)}
     items = config.to_dict().items()
     mapping = {k: v for k, v in items if (k in keep or v != default[k]) and k != "validation"}
-    path.write_text(f"# sheaf-fmtl sweep: best cell ({note})\n" + yaml.safe_dump(mapping, sort_keys=False))
+    replace_file(path, f"# sheaf-fmtl sweep: best cell ({note})\n" + yaml.safe_dump(mapping, sort_keys=False))
 
 
 def format_ranking(result: SweepResult, keys: list[str]) -> str:

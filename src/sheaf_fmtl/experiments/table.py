@@ -7,11 +7,13 @@ Used by ``reproduce`` (rows = the experiment's settings, paper column filled) an
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config.files import replace_file
 from ..metrics.aggregate import SeedStats, aggregate_runs, format_pm, read_summary
 from ..metrics.groups import differing_keys, group_by_config
 from .paper import Experiment
@@ -115,11 +117,12 @@ def render(rows: Sequence[Row], spec: Experiment, out_stem: str | Path) -> tuple
     stem = Path(out_stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     md_path, csv_path = stem.with_suffix(".md"), stem.with_suffix(".csv")
-    md_path.write_text("\n".join(md) + "\n")
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(csv_rows[0]) if csv_rows else ["experiment"])
-        writer.writeheader()
-        writer.writerows(csv_rows)
+    replace_file(md_path, "\n".join(md) + "\n")
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(csv_rows[0]) if csv_rows else ["experiment"])
+    writer.writeheader()
+    writer.writerows(csv_rows)
+    replace_file(csv_path, text.getvalue())
     return md_path, csv_path
 
 

@@ -53,6 +53,7 @@ class Federation:
     architectures: list[Architecture] = field(default_factory=list, repr=False)  # every model, held or not
     arch_of: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)  # [N] into those
     _largest: int = field(init=False, default=-1, repr=False)  # max n_i, once asked (steps_per_epoch)
+    _single: bool | None = field(init=False, default=None, repr=False)  # one cohort, client order
 
     def with_streams(self, seed: int) -> Federation:
         """This federation (the same cohorts and data, not copied) with its own random streams: every
@@ -120,12 +121,22 @@ class Federation:
         return 1 if batch_size <= 0 else max(1, math.ceil(self._largest / batch_size))
 
     def per_client(self, per_cohort: list[torch.Tensor]) -> torch.Tensor:
-        """Scatter per-cohort ``[C, ...]`` results back to client order ``[N, ...]``."""
+        """Scatter per-cohort ``[C, ...]`` results back to client order ``[N, ...]`` (one cohort of every
+        client in client order: its own tensor, no copy)."""
         first = per_cohort[0]
+        if len(per_cohort) == 1 and self._in_order():
+            return first
         out = first.new_zeros((self.num_clients, *first.shape[1:]))  # zero: clients held elsewhere
         for k, (_, values) in enumerate(zip(self.cohorts, per_cohort, strict=True)):
             out.index_copy_(0, self.client_index(k, out.device), values)
         return out
+
+    def _in_order(self) -> bool:
+        """Whether the federation is one cohort holding every client, in client order."""
+        if self._single is None:
+            c = self.cohorts
+            self._single = len(c) == 1 and np.array_equal(c[0].clients, np.arange(self.num_clients))
+        return self._single
 
     def client_index(self, k: int, device: torch.device) -> torch.Tensor:
         """Client ids of cohort ``k`` on ``device``, cached (built per call, a host->device copy each

@@ -2,10 +2,12 @@
 Section 5 "Evaluation"), their mini-batch gradients, evaluation and initial models.
 
 The gradients of all ``C`` clients are computed at once, never client by client: closed-form
-batched matmuls for logistic / linear regression (:mod:`sheaf_fmtl.models.linear`), im2col
-convolutions batched over clients (:mod:`sheaf_fmtl.models.grouped`) with one ``torch.func.grad``
-per group of clients for CNNs, and ``torch.func`` (``vmap`` + ``functional_call`` + ``grad``) for
-any other model.
+batched matmuls for logistic / linear regression (:mod:`sheaf_fmtl.models.linear`), for CNNs one
+hand-written forward and backward with the clients as the groups of grouped convolutions
+(:mod:`sheaf_fmtl.models.fused`; ``cnn_kernel = "im2col"``: im2col convolutions batched over
+clients, :mod:`sheaf_fmtl.models.grouped`, with one ``torch.func.grad`` per group of clients, also
+the path of a user loss), and ``torch.func`` (``vmap`` + ``functional_call`` + ``grad``) for any
+other model.
 """
 
 from __future__ import annotations
@@ -21,11 +23,18 @@ from torch import nn
 from torch.func import functional_call, grad, grad_and_value, vmap
 
 from ..models import grouped
+from ..models.fused import FusedCNN
 from ..models.linear import linear_forward, linear_gradients, linear_shape
+from ..models.user import dropout_layers
+from ..streams import ClientStreams, fill_keys
 from .stacked import Batch, StackedClients
 
 EVAL_CHUNK = 512  # samples per client per evaluation chunk
-GROUP_CLIENTS = 4  # clients per batched CNN call on CPU (see Cohort._grouped_grad); all on CUDA
+GROUP_CLIENTS = 4  # clients per batched im2col CNN call on CPU (see Cohort._grouped_grad); all on CUDA
+# CNN gradients per device: "fused" (grouped convolutions, hand-written backward: about 35 aten ops a
+# step on CPU, as fast as im2col there) or "im2col" (bmm convolutions, torch.func.grad); CUDA keeps
+# im2col until a side-by-side on a GPU (benchmarks/gpu-round.sh) says otherwise.
+CNN_KERNEL = {"cpu": "fused", "cuda": "im2col"}
 CUDA_PREDICT_GROUP = 8  # clients per batched CNN prediction on CUDA (im2col of EVAL_CHUNK samples each)
 INIT_STREAM = {False: 7, True: 8}  # seed stream of initial models: per client, common (init = common)
 
@@ -38,9 +47,12 @@ class Cohort(StackedClients):
     shapes: list[torch.Size] = field(init=False)
     numels: list[int] = field(init=False)
     group: int = field(init=False)  # clients per batched CNN call
+    cnn_kernel: str = field(init=False)  # "fused" or "im2col" (CNN_KERNEL); settable, e.g. by a benchmark
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = field(init=False, default=None)
     metric_fn: Callable[[torch.Tensor, torch.Tensor], float] | None = field(init=False, default=None)
     factory: Callable[[int], nn.Module] | None = field(init=False, default=None)  # a user model's builder
+    dropout: list[str] = field(init=False)  # the module's SeededDropout layers (models/user.py)
+    _noise_shapes: dict[str, tuple[int, ...]] | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -52,9 +64,19 @@ class Cohort(StackedClients):
         self._grad: Callable[..., tuple[torch.Tensor, torch.Tensor]] = vmap(grad_and_value(self._loss))
         self._predict: Callable[..., torch.Tensor] = vmap(self._forward)
         self._linear_io = linear_shape(self.module)
+        self.dropout = dropout_layers(self.module)
+        self._noisy_grad: Callable[..., tuple[torch.Tensor, torch.Tensor]] = vmap(
+            grad_and_value(self._noisy_loss)
+        )
+        self._fused: FusedCNN | None = None
+        self.cnn_kernel = CNN_KERNEL.get(self.x_train.device.type, "im2col")
         if grouped.supports(self.module):  # CNNs: batched im2col convolutions beat vmap(conv2d) on CPU
-            self._grad = self._grouped_grad
+            self._grad = self._cnn_grad
             self._predict = self._grouped_predict
+            try:
+                self._fused = FusedCNN(self.module, self.task)  # type: ignore[arg-type]
+            except ValueError:  # a layer order it does not know: im2col only
+                self.cnn_kernel = "im2col"
         elif self._linear_io is not None:  # logistic / linear regression: closed form, batched matmuls
             self._grad = self._linear_grad
             self._predict = self._linear_forward
@@ -119,6 +141,34 @@ class Cohort(StackedClients):
         f = f + (count > 0).to(thetas.dtype) * 0.5 * self.l2 * (thetas * thetas).sum(1)
         return f.sum(), f
 
+    def _fused_now(self) -> bool:
+        """Whether CNN gradients take :class:`FusedCNN` (``cnn_kernel = "fused"``, the task's loss)."""
+        return self._fused is not None and self.cnn_kernel == "fused" and self.loss_fn is None
+
+    def _fused_grad(
+        self,
+        thetas: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor,
+        active: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`FusedCNN.loss_and_grad`; on CUDA with cuDNN's TF32 off (float32, like ``bmm``)."""
+        assert self._fused is not None
+        if not x.is_cuda:
+            return self._fused.loss_and_grad(thetas, x, y, mask, self.l2, active)
+        cudnn = torch.backends.cudnn
+        with cudnn.flags(cudnn.enabled, cudnn.benchmark, deterministic=cudnn.deterministic, allow_tf32=False):
+            return self._fused.loss_and_grad(thetas, x, y, mask, self.l2, active)
+
+    def _cnn_grad(
+        self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`_fused_grad` when it applies, else :meth:`_grouped_grad`."""
+        if self._fused_now():
+            return self._fused_grad(thetas, x, y, mask, None)
+        return self._grouped_grad(thetas, x, y, mask)
+
     def _grouped_grad(
         self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,16 +195,58 @@ class Cohort(StackedClients):
         data = (self._per_sample(self._forward(flat, x), y) * mask).sum() / count.clamp(min=1)
         return data + (count > 0).to(flat.dtype) * 0.5 * self.l2 * (flat * flat).sum()
 
+    def _noisy_loss(
+        self,
+        flat: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor,
+        noise: dict[str, torch.Tensor],
+    ) -> torch.Tensor:
+        """:meth:`_loss` with dropout: ``noise`` holds each dropout layer's uniform numbers."""
+        count = mask.sum()
+        given = {**self.unflatten(flat), **{f"{n}.noise": v for n, v in noise.items()}}
+        out = functional_call(self.module, given, (x,))
+        data = (self._per_sample(out, y) * mask).sum() / count.clamp(min=1)
+        return data + (count > 0).to(flat.dtype) * 0.5 * self.l2 * (flat * flat).sum()
+
+    def draw_noise(
+        self, batch: Batch | None, source: ClientStreams | torch.Generator
+    ) -> dict[str, torch.Tensor] | None:
+        """Uniform numbers for every dropout layer of the module (``None`` without one), ``[C', B,
+        *layer input]`` for the batch's clients, each client's from its own stream (after its batch
+        keys): the same masks in whichever process holds the client, and in a resumed run."""
+        if not self.dropout or batch is None:
+            return None
+        if self._noise_shapes is None:  # each layer's input shape per sample, from one sample
+            self._noise_shapes = _dropout_inputs(self.module, self.x_train[0, :1], self.dropout)
+        rows = (
+            self._client_ids if batch.active is None else [self._client_ids[k] for k in batch.active.tolist()]
+        )
+        out = {}
+        for name in self.dropout:
+            buf = torch.empty(len(rows), batch.x.shape[1], *self._noise_shapes[name])
+            fill_keys(source, rows, [b.view(-1) for b in buf])
+            out[name] = buf.to(self.x_train.device)
+        return out
+
     def gradients(
-        self, thetas: torch.Tensor, batch: Batch | tuple[torch.Tensor, ...]
+        self,
+        thetas: torch.Tensor,
+        batch: Batch | tuple[torch.Tensor, ...],
+        noise: dict[str, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(grad f_i [C, d], f_i [C])`` on the batch, all clients batched (see the module docstring).
-        Clients left out of an ``active`` batch get a zero gradient and ``f_i = 0``."""
+        """``(grad f_i [C, d], f_i [C])`` on the batch, all clients batched (see the module docstring);
+        with ``noise`` (:meth:`draw_noise`), in train mode: dropout masks drawn from it. Clients left out
+        of an ``active`` batch get a zero gradient and ``f_i = 0``."""
         x, y, mask, *rest = batch
         active = rest[0] if rest else None
+        if noise is None and self._fused_now():  # takes the active clients' rows itself
+            return self._fused_grad(thetas, x, y, mask, active)
+        grad = self._grad if noise is None else lambda *a: self._noisy_grad(*a, noise)
         if active is None:
-            return self._grad(thetas, x, y, mask)
-        g, f = self._grad(thetas.index_select(0, active), x, y, mask)
+            return grad(thetas, x, y, mask)
+        g, f = grad(thetas.index_select(0, active), x, y, mask)
         return (
             torch.zeros_like(thetas).index_copy_(0, active, g),
             thetas.new_zeros(len(thetas)).index_copy_(0, active, f),
@@ -219,6 +311,24 @@ class Cohort(StackedClients):
                 "was built; the model factory must build the same architecture each time"
             )
         return rows.to(self.x_train.device)
+
+
+def _dropout_inputs(module: nn.Module, x: torch.Tensor, names: list[str]) -> dict[str, tuple[int, ...]]:
+    """The per-sample input shape of each layer ``names`` of ``module`` on the sample batch ``x``."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    hooks = [
+        module.get_submodule(n).register_forward_pre_hook(
+            lambda _m, args, n=n: shapes.__setitem__(n, tuple(args[0].shape[1:]))
+        )
+        for n in names
+    ]
+    try:
+        with torch.no_grad():
+            module(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return shapes
 
 
 def draw_initial(

@@ -80,6 +80,10 @@ class StackedClients:
     _key_slots: dict[int, tuple[torch.Tensor, list[int], list[torch.Tensor]]] = field(
         init=False, default_factory=dict, repr=False
     )
+    _plan_rows: tuple[EpochPlan, int, list[torch.Tensor]] | None = field(init=False, default=None, repr=False)
+    _active_rows: dict[int, tuple[torch.Tensor, list[int]]] = field(
+        init=False, default_factory=dict, repr=False
+    )
     _client_ids: list[int] = field(init=False, repr=False)
     first_client: int = field(init=False, default=-1)  # global id of the architecture's first client
 
@@ -162,11 +166,33 @@ class StackedClients:
                 static.append((idx, mask.to(self.n_train.device)))
             self._epoch_static[b] = static
         active, mask = self._epoch_static[b][step]
-        order = plan.order[:, step * b : (step + 1) * b]
-        if active is not None:
-            order = order.index_select(0, active)
-        x, y = self._rows(self.x_train, order, active), self._rows(self.y_train, order, active)
+        flat = self._plan_index(plan, b)[step]  # [C or active, b'] rows of x_train.flatten(0, 1)
+        idx = flat.reshape(-1)  # a view, except on a last, shorter step
+        x = self.x_train.flatten(0, 1).index_select(0, idx).view(*flat.shape, *self.x_train.shape[2:])
+        y = self.y_train.flatten().index_select(0, idx).view(flat.shape)
         return Batch(x, y, mask, active)
+
+    def _plan_index(self, plan: EpochPlan, b: int) -> list[torch.Tensor]:
+        """Per step of ``plan``, ``[active clients, b']``: its positions as rows of
+        ``x_train.flatten(0, 1)`` (``c * n_max + order[c, s b + k]``), built once per plan (two ops)
+        so that a step gathers its batch with one ``index_select`` per tensor."""
+        cached = self._plan_rows
+        if cached is not None and cached[0] is plan and cached[1] == b:
+            return cached[2]
+        static = self._epoch_static[b]
+        n_max, size = plan.order.shape[1], self.size
+        first = torch.arange(size, device=plan.order.device)[:, None] * n_max
+        flat = torch.nn.functional.pad(plan.order + first, (0, plan.steps * b - n_max))
+        by_step = flat.view(size, plan.steps, b).transpose(0, 1)  # [steps, C, b]
+        if b not in self._active_rows:  # rows (s * C + c) of the steps' active clients, from the n_i
+            parts = [torch.arange(size) if a is None else a.cpu() for a, _ in static]
+            rows = torch.cat([p + s * size for s, p in enumerate(parts)]).to(plan.order.device)
+            self._active_rows[b] = (rows, [len(p) for p in parts])
+        rows, counts = self._active_rows[b]
+        picked = by_step.reshape(-1, b).index_select(0, rows).split(counts)
+        steps = [p[:, : m.shape[1]] for p, (_, m) in zip(picked, static, strict=True)]
+        self._plan_rows = (plan, b, steps)
+        return steps
 
     def _eval_subsample(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``EVAL_TRAIN_SAMPLES`` training samples per client (all when fewer), fixed at first use:

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config.files import replace_file
+
 #: Statuses of a run that finished (``ok`` is what :func:`sheaf_fmtl.runtime.loop.run` writes).
 FINISHED = ("ok", "finished", "complete")
 #: ``metrics.csv`` names of the test metric, old and new.
@@ -99,10 +101,16 @@ def aggregate_runs(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
         "metric": next((s["metric"] for _, s in summaries if s.get("metric")), "metric"),
     }
     for name, key in QUANTITIES.items():
-        if name == "final":
-            vals = [final_metric(d, s) if s.get("status", "ok") in FINISHED else None for d, s in summaries]
-        else:
-            vals = [s.get(key) for _, s in summaries]
+        vals: list[float | None] = []
+        for d, s in summaries:
+            try:
+                if name == "final":
+                    vals.append(final_metric(d, s) if s.get("status", "ok") in FINISHED else None)
+                else:
+                    vals.append(None if s.get(key) is None else float(s[key]))
+            except (TypeError, ValueError):  # named: the file, the key
+                where = d / "summary.json" if (d / "summary.json").is_file() else d / "metrics.csv"
+                raise ValueError(f"{where}: '{key}' is not a number; the file is damaged") from None
         out[name] = seed_stats(vals)
     return out
 
@@ -124,7 +132,7 @@ def write_aggregate(run_dirs: Sequence[str | Path], out_dir: str | Path) -> dict
     payload = json.loads(json.dumps(plain))  # tuples as lists, as read back from the file
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "aggregate.json").write_text(json.dumps(payload, indent=2) + "\n")
+    replace_file(out / "aggregate.json", json.dumps(payload, indent=2) + "\n")
     lines = [
         f"# Aggregate over seeds {', '.join(str(s) for s in agg['seeds'])}",
         "",
@@ -136,5 +144,5 @@ def write_aggregate(run_dirs: Sequence[str | Path], out_dir: str | Path) -> dict
         label = f"final test {agg['metric']}" if name == "final" else name
         per_seed = ", ".join(f"{v:.6g}" for v in st.values) or "n/a"
         lines.append(f"| {label} | {format_pm(st, spec='.6g')} | {st.n} | {per_seed} |")
-    (out / "aggregate.md").write_text("\n".join(lines) + "\n")
+    replace_file(out / "aggregate.md", "\n".join(lines) + "\n")
     return payload

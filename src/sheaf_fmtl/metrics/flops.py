@@ -108,9 +108,9 @@ class SampleCounter:
             cohort.gradients = self._wrap(k, cohort.gradients)  # type: ignore[method-assign]
 
     def _wrap(self, k: int, gradients: Any) -> Any:
-        def counted(thetas: torch.Tensor, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        def counted(thetas: torch.Tensor, batch: Any, *noise: Any) -> tuple[torch.Tensor, torch.Tensor]:
             self.counts[k] += batch[2].detach().sum().to(torch.int64)  # batch = (x, y, mask, ...)
-            return gradients(thetas, batch)
+            return gradients(thetas, batch, *noise)
 
         return counted
 

@@ -92,8 +92,11 @@ def is_bookkeeping(key: str) -> bool:
 
 
 def _experiment(config: Mapping[str, Any], ignore: Iterable[str]) -> dict[str, Any]:
-    skip = set(ignore)
-    return {k: v for k, v in run_keys(config).items() if k not in skip and not is_bookkeeping(k)}
+    skip, keys = set(ignore), run_keys(config)
+    unused = config.get("unused")
+    if isinstance(unused, list):  # keys the run did not read (config.usage): as if left at their defaults
+        keys.update({k: v for k, v in _defaults().items() if k in unused})
+    return {k: v for k, v in keys.items() if k not in skip and not is_bookkeeping(k)}
 
 
 def group_by_config(

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
-import os
 import resource
 import sys
 from pathlib import Path
@@ -16,6 +16,7 @@ import torch
 
 from .._version import __version__
 from ..config import RunConfig, save_config
+from ..config.files import replace_file
 
 #: Columns of ``metrics.csv``; ``test_metric`` is written as ``test_accuracy`` or ``test_mse``.
 METRIC_COLUMNS = (
@@ -80,12 +81,11 @@ class Recorder:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         save_config(config, self.dir / "config.yaml", {"versions": software_versions()})
-        path, tmp = self.dir / "metrics.csv", self.dir / ".metrics.csv.tmp"
-        with open(tmp, "w", newline="") as f:  # header and the rows so far, then renamed
-            writer = csv.writer(f, lineterminator="\n")
-            writer.writerow(self.columns)
-            writer.writerows(self._cells(r) for r in self.rows)
-        os.replace(tmp, path)
+        path, text = self.dir / "metrics.csv", io.StringIO()
+        writer = csv.writer(text, lineterminator="\n")  # header and the rows so far, written whole
+        writer.writerow(self.columns)
+        writer.writerows(self._cells(r) for r in self.rows)
+        replace_file(path, text.getvalue())
         self._file = open(path, "a", newline="")
         self._csv = csv.writer(self._file, lineterminator="\n")
 
@@ -102,14 +102,12 @@ class Recorder:
 
     def checkpoint(self, payload: dict[str, Any]) -> None:
         if self.dir is not None:
-            torch.save(payload, self.dir / "checkpoint.pt")
+            replace_file(self.dir / "checkpoint.pt", lambda f: torch.save(payload, f))
 
     def summary(self, payload: dict[str, Any]) -> None:
         """Write ``summary.json`` whole or not at all (a temporary file renamed onto it)."""
         if self.dir is not None:
-            tmp = self.dir / ".summary.json.tmp"
-            tmp.write_text(json.dumps(payload, indent=2) + "\n")
-            os.replace(tmp, self.dir / "summary.json")
+            replace_file(self.dir / "summary.json", json.dumps(payload, indent=2) + "\n")
 
     def close(self) -> None:
         if self._file is not None:
@@ -164,10 +162,17 @@ def format_summary(summary: dict[str, Any], out: Path | str | None) -> str:
     done = ""
     if summary.get("status") == "interrupted":
         done = f" (interrupted after {summary.get('rounds_done')} of {summary['rounds']} rounds)"
+    elif summary.get("status") == "stopped":
+        by, done_rounds = summary.get("stopped_by"), summary.get("rounds_done")
+        done = f" (stopped by {by} after {done_rounds} of {summary['rounds']} rounds)"
+    tested = [v for v in summary.get("per_client") or [] if v is not None]
+    over = f"{summary['num_clients']}"
+    if summary.get("per_client") and len(tested) < summary["num_clients"]:  # clients without test data
+        over = f"{len(tested)} of {summary['num_clients']}"
     text = (
         f"{summary['algorithm']} on {summary['dataset']}{done}: "
         f"final mean test {summary['metric']} = {value} "
-        f"over {summary['num_clients']} clients, "
+        f"over {over} clients, "
         f"{summary['transmitted_bits']:,} bits transmitted, {summary['wall_seconds']:.1f} s"
     )
     if out is not None:

@@ -7,7 +7,9 @@
   client. Parameters named ``input_shape`` / ``num_outputs`` are filled in by keyword. A client's
   initial parameters are those of the module the factory builds under a seed drawn from the run's
   seed and the client's id (so the factory must build its modules from torch's random generator).
-  Models run in eval mode (no dropout): every client's forward pass is batched with ``torch.func``.
+  Every client's forward pass is batched with ``torch.func``; ``nn.Dropout`` layers train (each
+  replaced by :class:`SeededDropout`, the same law with each client's mask drawn from the client's
+  own stream), other dropout kinds are refused in one line, and evaluation runs without dropout.
 - A loss is ``(outputs [B, ...], targets [B]) -> scalar``, the mean over the samples (PyTorch's
   default ``reduction="mean"``), or a per-sample ``[B]``; it is evaluated per sample, so that the
   padding of smaller clients stays out. A metric is ``(outputs, targets) -> float`` over one
@@ -82,9 +84,57 @@ def model_factory(label: str, obj: Any, num_clients: int) -> ModelFactory:
     return make
 
 
+class SeededDropout(nn.Module):
+    """``nn.Dropout(p)`` whose random numbers are given: with ``noise`` (uniform ``[0, 1)``, the
+    input's shape; set per client by :meth:`sheaf_fmtl.federation.Cohort.gradients`) it zeroes the
+    entries whose noise is below ``p`` and scales the others by ``1 / (1 - p)``; without (evaluation)
+    it is the identity, as ``nn.Dropout`` in eval mode."""
+
+    noise: torch.Tensor
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+        self.register_buffer("noise", torch.empty(0), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        noise = self.noise
+        if noise.numel() == 0:
+            return x
+        return x * (noise >= self.p).to(x.dtype) / (1.0 - self.p)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+#: Dropout layers whose masks are not elementwise (channels, alpha dropout): refused.
+OTHER_DROPOUT = (nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+
+
+def _seed_dropout(module: nn.Module, what: str) -> nn.Module:
+    """``module`` with every ``nn.Dropout(p > 0)`` replaced by :class:`SeededDropout` (p = 0: the
+    identity, kept); other dropout kinds refused in one line naming the layer."""
+    for name, m in list(module.named_modules()):
+        if isinstance(m, OTHER_DROPOUT):
+            raise ModelError(
+                f"{what} has a {type(m).__name__} layer ({name}): only nn.Dropout (elementwise) trains here, "
+                "each client's mask drawn from its own stream; use nn.Dropout or remove the layer"
+            )
+        if name and type(m) is nn.Dropout and m.p > 0:
+            parent = module.get_submodule(name.rpartition(".")[0]) if "." in name else module
+            setattr(parent, name.rpartition(".")[2], SeededDropout(float(m.p)))
+    return module
+
+
+def dropout_layers(module: nn.Module) -> list[str]:
+    """The names of ``module``'s :class:`SeededDropout` layers."""
+    return [n for n, m in module.named_modules() if isinstance(m, SeededDropout)]
+
+
 def check_module(module: nn.Module, what: str) -> nn.Module:
-    """``module`` in eval mode with float32 parameters; :class:`ModelError` for what the stacked
-    federation cannot train (lazy parameters, buffers, no parameters)."""
+    """``module`` in eval mode with float32 parameters and seeded dropout (:class:`SeededDropout`);
+    :class:`ModelError` for what the stacked federation cannot train (lazy parameters, buffers, no
+    parameters, dropout other than ``nn.Dropout``)."""
     lazy = [n for n, p in module.named_parameters() if isinstance(p, nn.parameter.UninitializedParameter)]
     if lazy:
         raise ModelError(
@@ -100,7 +150,23 @@ def check_module(module: nn.Module, what: str) -> nn.Module:
         )
     if not any(True for _ in module.parameters()):
         raise ModelError(f"{what} has no parameters; there is nothing to train")
-    return module.float().eval()
+    frozen = [n for n, p in module.named_parameters() if not p.requires_grad]
+    if frozen:
+        raise ModelError(
+            f"{what} has frozen parameters (requires_grad=False: {', '.join(frozen[:3])}): every parameter "
+            "of a client's model is trained and exchanged here; unfreeze them, or apply the frozen part to "
+            "the data beforehand and leave it out of the model"
+        )
+    first: dict[int, str] = {}
+    for n, p in module.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            raise ModelError(
+                f"{what} holds one parameter under two names ({first[id(p)]} and {n}: a submodule or "
+                "parameter registered twice); a client's parameter vector holds each parameter once: "
+                "register each layer once (reuse it in forward, not as a second attribute)"
+            )
+        first[id(p)] = n
+    return _seed_dropout(module, what).float().eval()
 
 
 def architecture(module: nn.Module) -> tuple[Any, ...]:
@@ -133,6 +199,11 @@ def probe(module: nn.Module, x: torch.Tensor, what: str) -> torch.Tensor:
     if not isinstance(out, torch.Tensor) or out.ndim == 0 or out.shape[0] != len(x):
         got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise ModelError(f"{what} returned {got} for {len(x)} samples; expected a tensor [{len(x)}, ...]")
+    if out.is_floating_point() and not bool(torch.isfinite(out).all()):
+        raise ModelError(
+            f"{what} outputs NaN or infinite values on its first {len(x)} samples (finite inputs), before "
+            "any training step: the model's forward pass, not the step sizes"
+        )
     return out
 
 
@@ -169,6 +240,7 @@ class UserLoss:
         where = f"config key 'loss' = '{self.label}'"
         shapes_ = f"outputs {list(out.shape)}, targets {list(shaped_targets(out, y).shape)}"
         try:
+            self._check_differentiable(out, y, where, shapes_)
             whole = torch.as_tensor(self.fn(out, shaped_targets(out, y)))
             self.vector = whole.shape == (len(out),)
             if not self.vector and whole.ndim != 0:
@@ -187,6 +259,28 @@ class UserLoss:
                 f"{where}: its value on {len(out)} samples ({float(whole):.6g}) is not the mean of their "
                 f"single-sample values ({float(each.mean()):.6g}; {shapes_}); the loss is taken per sample "
                 "to leave padding out, so give a mean over the samples (reduction='mean')"
+            )
+
+    def _check_differentiable(self, out: torch.Tensor, y: torch.Tensor, where: str, shapes_: str) -> None:
+        """The loss on outputs that require a gradient must be a floating-point tensor that
+        carries it (not a Python number, an integer tensor, or a tensor cut from the outputs)."""
+        live = out.detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            value = self.fn(live, shaped_targets(live, y))
+        if not isinstance(value, torch.Tensor):
+            raise ModelError(
+                f"{where} returned a {type(value).__name__} ({shapes_}); expected a floating-point tensor "
+                "computed from the outputs with torch operations (a Python number carries no gradient)"
+            )
+        if not value.is_floating_point():
+            raise ModelError(
+                f"{where} returned a {value.dtype} tensor ({shapes_}); expected a floating-point tensor "
+                "(an integer value, e.g. a count of errors, has no gradient)"
+            )
+        if not value.requires_grad:
+            raise ModelError(
+                f"{where} returned a tensor detached from the outputs ({shapes_}): no gradient reaches the "
+                "model; compute it with torch operations on the outputs (no .detach(), .item(), numpy)"
             )
 
 

@@ -13,7 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ..metrics.groups import RunGroup, group_by_config
-from .labels import describe, legend_keys
+from .labels import describe, legend_keys, object_name, title
 from .records import RunRecord
 from .style import color, integer_ticks, marker, metric_label
 
@@ -132,12 +132,12 @@ def metric_figure(records: Sequence[RunRecord]) -> Figure:
         _draw(axes[row][0], axes[row][1], aggregate(members), label, i, dashed)
     for metric, (ax_r, ax_b) in zip(metrics, axes, strict=True):
         ylabel = metric_label(metric)
-        names = ", ".join(dict.fromkeys(datasets[metric]))
-        ax_r.set(xlabel="communication round", ylabel=ylabel, title=f"{names}: {ylabel} vs rounds")
+        names = ", ".join(dict.fromkeys(object_name(d) for d in datasets[metric]))
+        ax_r.set(xlabel="communication round", ylabel=ylabel, title=title(f"{names}: {ylabel} vs rounds"))
         ax_b.set(
             xlabel="bits transmitted by the whole network",
             ylabel=ylabel,
-            title=f"{names}: {ylabel} vs transmitted bits",
+            title=title(f"{names}: {ylabel} vs transmitted bits"),
         )
         ax_b.set_xscale("log")
         integer_ticks(ax_r)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -50,6 +52,22 @@ SHEAF_ONLY = (
 WITHOUT_LAM = ("local", "dpsgd", "fedavg", "perfedavg")
 
 
+_HELD = re.compile(r"<python: (.*?) #\d+>")
+#: The widest title line of one panel (characters); longer titles wrap.
+TITLE_WIDTH = 60
+
+
+def object_name(value: str) -> str:
+    """A config value as a reader knows it: the placeholder of a Python object handed to
+    :func:`sheaf_fmtl.run` (``<python: make_model #2>``) by the object's name (``make_model``)."""
+    return _HELD.sub(r"\1", value)
+
+
+def title(text: str, width: int = TITLE_WIDTH) -> str:
+    """``text`` wrapped to ``width`` characters a line (panel titles side by side never overlap)."""
+    return "\n".join(textwrap.wrap(text, width)) or text
+
+
 def algorithm_name(config: Mapping[str, Any]) -> str:
     """``sheaf-fmtl`` -> ``Sheaf-FMTL``, ``dfedu`` -> ``dFedU`` ... (unknown names as given)."""
     name = str(config.get("algorithm", "?"))
@@ -68,7 +86,7 @@ def _value(v: Any) -> str:
         return f"{v:g}"
     if isinstance(v, tuple):
         return ",".join(map(str, v))
-    return str(v)
+    return object_name(str(v))
 
 
 def describe(config: Mapping[str, Any], keys: Sequence[str]) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .curves import metric_figure
 from .heatmap import load_map_norms, map_norm_figure
-from .labels import describe, legend_keys
+from .labels import describe, legend_keys, object_name, title
 from .records import load_run
 from .style import FORMATS, check_formats, paper_style, save_figure
 
@@ -37,6 +37,10 @@ def plot_runs(
     check_formats(formats)
     records = [load_run(r) for r in run_dirs]  # every run checked before anything is written
     out = Path(out_dir) if out_dir is not None else records[0].path
+    for p in [out, *out.parents]:
+        if p.exists() and not p.is_dir():
+            where = "is" if p == out else f"is under {p}, which is"
+            raise ValueError(f"plot --out {out} {where} an existing file; give a folder for the figures")
     out.mkdir(parents=True, exist_ok=True)
     keys = [k for k in legend_keys([r.config for r in records]) if k != "dataset"]  # in the title
     written: list[Path] = []
@@ -49,6 +53,7 @@ def plot_runs(
                 continue
             name = record.path.name if record.path.name not in names else f"{i}_{record.path.name}"
             names.add(name)
-            title = f"{record.dataset}: " + r"$\|P_{ij}\|_F$" + f"\n{describe(record.config, keys)}"
-            written += save_figure(map_norm_figure(*maps, title), out / f"map_norms_{name}", formats)
+            about = title(describe(record.config, keys))
+            heading = f"{object_name(record.dataset)}: " + r"$\|P_{ij}\|_F$" + f"\n{about}"
+            written += save_figure(map_norm_figure(*maps, heading), out / f"map_norms_{name}", formats)
     return written

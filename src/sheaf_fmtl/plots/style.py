@@ -3,6 +3,7 @@ ticks, fonts embedded as text in PDFs, and PNG + PDF (vector) output."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from ..config.files import replace_file  # noqa: E402
 
 # Okabe-Ito, ordered so that the first colours are far apart also in greyscale (yellow last).
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
@@ -75,7 +78,7 @@ def save_figure(fig: Figure, stem: Path, formats: Sequence[str] = FORMATS, dpi: 
     paths = []
     for fmt in formats:
         path = stem.with_name(f"{stem.name}.{fmt}")
-        fig.savefig(path, dpi=dpi)
+        replace_file(path, functools.partial(fig.savefig, dpi=dpi, format=fmt))  # never through a link
         paths.append(path)
     plt.close(fig)
     return paths

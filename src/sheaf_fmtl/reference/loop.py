@@ -10,6 +10,9 @@ Round ``k`` (paper Algorithm 1, synchronous):
 4. map step (eq. ``pijaupdate``), with ``torch.outer``:
    ``P_ij <- P_ij - eta lam (P_ij theta_i - P_ji theta_j) theta_i^T``.
 
+On a weighted graph each edge's terms are scaled by ``a_ij`` (``weights[(i, j)]``; 1 when absent):
+``a_ij P_ij^T (...)`` in step 2, ``eta lam a_ij (...) theta_i^T`` in step 4.
+
 State lives in Python dicts (``thetas[i]``, ``maps[(i, j)] = P_ij``) copied from a
 :class:`~sheaf_fmtl.runtime.simulate.Simulation`; gradients ``g_i`` come from a per-client
 autograd loop (:func:`client_gradient`) with the library's loss (mean loss + ``l2/2 ||theta||^2``).
@@ -39,6 +42,7 @@ class ReferenceState:
     thetas: dict[int, torch.Tensor]
     maps: dict[Edge, torch.Tensor]
     neighbours: dict[int, list[int]] = field(default_factory=dict)
+    weights: dict[Edge, float] = field(default_factory=dict)  # a_ij of a weighted graph (1 when absent)
 
     def __post_init__(self) -> None:
         if not self.neighbours:
@@ -74,7 +78,13 @@ def from_simulation(sim: Simulation, edges: Iterable[int] | None = None) -> Refe
         for k, h in enumerate(b.half_edges.tolist()):
             if h // 2 in keep:
                 out[(int(graph.src[h]), int(graph.dst[h]))] = stack[k].detach().to(torch.float32).clone()
-    return ReferenceState(thetas, out)
+    weights = {}
+    if graph.weighted:
+        assert graph.weights is not None
+        for (i, j), a in zip(graph.edges.tolist(), graph.weights.tolist(), strict=True):
+            if (i, j) in out:
+                weights[(i, j)] = weights[(j, i)] = float(a)
+    return ReferenceState(thetas, out, weights=weights)
 
 
 def client_gradient(
@@ -132,7 +142,8 @@ def theta_step(state: ReferenceState, grads: dict[int, torch.Tensor], lam: float
     for i, theta in state.thetas.items():
         coupling = torch.zeros_like(theta)
         for j in state.neighbours[i]:
-            coupling += state.maps[(i, j)].T @ (msg[(i, j)] - msg[(j, i)])
+            a = state.weights.get((i, j), 1.0)
+            coupling += a * state.maps[(i, j)].T @ (msg[(i, j)] - msg[(j, i)])
         new[i] = theta - alpha * (grads[i] + lam * coupling)
     state.thetas = new
 
@@ -141,7 +152,8 @@ def map_step(state: ReferenceState, lam: float, eta: float) -> None:
     """Steps 3-4: messages with the new thetas, then eq. ``pijaupdate`` with an explicit outer product."""
     msg = {(i, j): p @ state.thetas[i] for (i, j), p in state.maps.items()}
     for (i, j), p in state.maps.items():
-        p -= eta * lam * torch.outer(msg[(i, j)] - msg[(j, i)], state.thetas[i])
+        a = state.weights.get((i, j), 1.0)
+        p -= eta * lam * a * torch.outer(msg[(i, j)] - msg[(j, i)], state.thetas[i])
 
 
 def reference_round(

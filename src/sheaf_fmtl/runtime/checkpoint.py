@@ -4,7 +4,10 @@ Layout: ``RUN/checkpoints/round-00000040/`` holds one shard per process (``shard
 process's state, random streams, transport counters and sample counts; :func:`write_shard`) and
 ``manifest.json`` (the round, the shard names with their sizes and SHA-256, a digest of the run's
 config, the metrics rows and the last evaluation so far; :func:`write_manifest`), written last,
-once every shard is there. A checkpoint is complete only when its manifest exists; a leftover
+once every shard is there. Across machines with their own disks each ``--out`` holds the shards
+of the ranks that write it and its own manifest, which lists them (``held``; :mod:`.disks`); the
+checkpoint is complete once every folder's manifest is written, and only then are the earlier
+ones removed. A checkpoint is complete only when its manifest exists; a leftover
 temporary file or a folder without a manifest (a write cut short) is ignored, and the previous
 complete checkpoint (kept until the next one is complete) is used. A manifest or shard that cannot
 be trusted is refused (:mod:`.integrity`). Every file is written to a temporary name in its folder,
@@ -106,25 +109,42 @@ def write_shard(run_dir: Path, round_: int, shard: dict[str, Any], rank: int = 0
     return folder
 
 
-def write_manifest(run_dir: Path, round_: int, manifest: dict[str, Any], world: int = 1) -> Path:
+def write_manifest(
+    run_dir: Path,
+    round_: int,
+    manifest: dict[str, Any],
+    world: int = 1,
+    held: list[int] | None = None,
+    prune: bool = True,
+) -> Path:
     """Complete the checkpoint of round ``round_`` once the ``world`` shards are written (in several
-    processes: after a barrier, by one of them): the manifest, then every checkpoint folder of an
-    earlier round is removed (a later one may be a shard being written by another process).
-    Returns the checkpoint folder."""
+    processes: after a barrier, by one of them): the manifest, then (``prune``) every checkpoint
+    folder of an earlier round is removed (a later one may be a shard being written by another
+    process). ``held``: the ranks whose shards this folder holds (default all; only their
+    digests are read, from this folder). Returns the checkpoint folder."""
     folder = round_dir(run_dir, round_)
     shards = [shard_name(r) for r in range(world)]
-    files = {name: json.loads(sidecar(folder / name).read_text()) for name in shards}
+    here = [shard_name(r) for r in (range(world) if held is None else held)]
+    files = {name: json.loads(sidecar(folder / name).read_text()) for name in here}
     body = {**manifest, "format": FORMAT, "round": round_, "shards": shards, "files": files}
+    if here != shards:
+        body["held"] = here
     config = run_config(run_dir)
     if config is not None:  # what a resume checks config.yaml against
         body.update(config=config, config_sha256=config_digest(config))
     text = json.dumps(body, indent=1, default=float)  # numbers as repr: they read back exactly
     atomic_write(folder / MANIFEST, lambda f: f.write(text.encode()))
+    if prune:
+        remove_earlier(run_dir, round_)
+    return folder
+
+
+def remove_earlier(run_dir: Path, round_: int) -> None:
+    """Remove the checkpoint folders of rounds before ``round_`` (a complete checkpoint)."""
     for other in (run_dir / CHECKPOINTS).iterdir():
         found = ROUND_DIR.fullmatch(other.name)
         if found and int(found.group(1)) < round_ and other.is_dir():
             shutil.rmtree(other, ignore_errors=True)
-    return folder
 
 
 def write_checkpoint(run_dir: Path, round_: int, shard: dict[str, Any], manifest: dict[str, Any]) -> Path:
@@ -152,7 +172,13 @@ def read_checkpoint(folder: Path, rank: int = 0) -> tuple[dict[str, Any], dict[s
     manifest = read_manifest(folder)
     if manifest is None:
         raise CheckpointError(f"{folder} is not a complete checkpoint (no {MANIFEST})")
-    path = folder / manifest["shards"][rank]
+    name = manifest["shards"][rank]
+    if name not in manifest.get("held", manifest["shards"]):
+        raise CheckpointError(
+            f"{folder} holds no shard of rank {rank} (its machine's --out holds it): resume every machine "
+            "from the --out it ran with; nothing was changed"
+        )
+    path = folder / name
     try:
         shard = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - unpickling, zip and truncation errors alike
@@ -166,17 +192,27 @@ def read_checkpoint(folder: Path, rank: int = 0) -> tuple[dict[str, Any], dict[s
 
 
 def remove_checkpoints(run_dir: Path, keep: Path | None = None) -> None:
-    """Remove the run's checkpoint folders (all of them, or all but ``keep``)."""
+    """Remove the run's checkpoint folders (all of them, or all but ``keep`` and the earlier
+    complete ones: across machines a rank may have to resume from one, :mod:`.disks`)."""
     base = run_dir / CHECKPOINTS
     if not base.is_dir():
         return
     if base.is_symlink():
         return
     for p in base.iterdir():
+        if keep is not None and _earlier_complete(p, keep):
+            continue
         if p != keep and not p.is_symlink() and (ROUND_DIR.fullmatch(p.name) or p.name.startswith(".")):
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
     if keep is None and not any(base.iterdir()):
         base.rmdir()
+
+
+def _earlier_complete(p: Path, than: Path) -> bool:
+    found, ref = ROUND_DIR.fullmatch(p.name), ROUND_DIR.fullmatch(than.name)
+    if not found or not ref or int(found.group(1)) >= int(ref.group(1)) or p.is_symlink():
+        return False
+    return (p / MANIFEST).is_file()
 
 
 class CheckpointWriter:
@@ -186,7 +222,9 @@ class CheckpointWriter:
     each rank's thread writes its own shard (:func:`write_shard`); the checkpoint is completed by
     :meth:`complete` on the main thread of every rank (collectives cannot run in the writer thread):
     each joins its write, the ranks agree that every shard is there (``agree``, one all-reduce), and
-    rank 0 writes the manifest. The round loop calls :meth:`complete` after the first round at
+    the leader of each run folder (rank 0 for one shared folder) writes its manifest; once every
+    folder's manifest is written (a second agreement), the earlier checkpoints are removed. The
+    round loop calls :meth:`complete` after the first round at
     whose end no rank's write was in flight (:meth:`.simulate.Simulation.finite` all-reduces that
     flag with its own); :meth:`save` completes a previous checkpoint still pending first, and a
     stop by a signal completes its checkpoint at once (``wait=True``).
@@ -211,6 +249,7 @@ class CheckpointWriter:
         self._error: BaseException | None = None
         self._pending: tuple[int, dict[str, Any]] | None = None  # shards in flight, no manifest yet
         self.written: list[Path] = []
+        self.ranks = [rank]  # the ranks writing into run_dir (:func:`.disks.folder_ranks`); set by the run
 
     def save(self, round_: int, shard: dict[str, Any], manifest: dict[str, Any], wait: bool = False) -> None:
         """Write ``shard`` (host copies, not touched by the run afterwards) and ``manifest`` as the
@@ -273,8 +312,28 @@ class CheckpointWriter:
         self.wait()
         if failed:
             raise OSError(f"the checkpoint of round {round_} could not be written by another rank")
-        if self.rank == 0 and self.dir is not None:
-            self.written.append(write_manifest(self.dir, round_, manifest, self.world))
+        leads = self.leads and self.dir is not None
+        error: BaseException | None = None
+        if leads:
+            assert self.dir is not None
+            try:
+                held = None if len(self.ranks) == self.world else self.ranks
+                self.written.append(write_manifest(self.dir, round_, manifest, self.world, held, prune=False))
+            except OSError as e:
+                error = e
+        failed = self.agree(error is not None) if self.agree is not None else error is not None
+        if error is not None:
+            raise error
+        if failed:
+            raise OSError(f"the manifest of round {round_} could not be written by another rank")
+        if leads:
+            assert self.dir is not None
+            remove_earlier(self.dir, round_)  # every folder's manifest of round_ is written
+
+    @property
+    def leads(self) -> bool:
+        """This rank writes its run folder's manifests (the lowest rank writing there)."""
+        return self.rank == min(self.ranks)
 
 
 def transport_counters(transport: object) -> dict[str, Any]:

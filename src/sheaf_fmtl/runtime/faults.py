@@ -256,6 +256,10 @@ class Faults:
             return
         for name, old in before.items():
             new = getattr(state, name)
+            if isinstance(new, list) and not new:
+                continue  # e.g. no optimizer state (plain SGD)
+            if isinstance(old, list) and not old:  # created this round (the optimizer's): from zeros
+                old = [torch.zeros_like(n) for n in new]
             stacks = new if isinstance(new, list) else [new]
             olds = old if isinstance(old, list) else [old]
             held = []

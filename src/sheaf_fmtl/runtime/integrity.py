@@ -1,7 +1,8 @@
 """What a checkpoint vouches for, and the checks a resume makes before it trusts one.
 
-A checkpoint's ``manifest.json`` records the size and SHA-256 of every shard it names (each rank
-writes them beside its shard, ``shard-RRRRR.json``, and the manifest gathers them) and a digest of
+A checkpoint's ``manifest.json`` records the size and SHA-256 of every shard its folder holds (each
+rank writes them beside its shard, ``shard-RRRRR.json``, and the manifest gathers them; ``held``
+lists them when a machine's own ``--out`` holds only its ranks' shards) and a digest of
 the run's ``config.yaml`` as resolved (the keys a resume may change, :data:`RESUMABLE_KEYS`, left
 out). A resume refuses, in one line naming the file and changing nothing, a manifest that cannot be
 read, names a path outside its folder or a shard that is missing, truncated or altered, and a
@@ -31,6 +32,9 @@ RESUMABLE_KEYS = (
     "data_search",
     "device",
     "timeout_s",
+    "log_tensorboard",
+    "early_stop_patience",
+    "early_stop_min_delta",
 )
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -108,9 +112,12 @@ def check_manifest(folder: Path, *, shards: bool = True) -> dict[str, Any] | Non
             raise _bad(
                 path, f"names {name[:80]!r}, not a shard file of its folder (refused: outside the run)"
             )
+    held = manifest.get("held", names)
+    if not isinstance(held, list) or not held or any(h not in names for h in held):
+        raise _bad(path, "lists shards held in its folder that it does not name")
     if not shards:
         return manifest
-    for name in names:
+    for name in held:
         shard = folder / name
         if shard.is_symlink() or not shard.is_file():
             raise _bad(path, f"names shard {name}, which is missing (a partial checkpoint)")
@@ -125,7 +132,7 @@ def check_manifest(folder: Path, *, shards: bool = True) -> dict[str, Any] | Non
 def verify_shards(folder: Path, manifest: dict[str, Any]) -> None:
     """Compare every shard's SHA-256 with the manifest's (CheckpointError naming the first that
     differs); a manifest of an older version without digests is taken as it is."""
-    for name in manifest["shards"]:
+    for name in manifest.get("held", manifest["shards"]):
         want = (manifest.get("files") or {}).get(name, {}).get("sha256")
         if want is not None and file_digest(folder / name)["sha256"] != want:
             raise _bad(folder / name, "differs from the checksum its manifest recorded (corrupt)")

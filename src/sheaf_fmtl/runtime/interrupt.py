@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import sys
 import threading
@@ -101,6 +100,7 @@ def leave_summary(folder: str | Path | None) -> Iterator[None]:
 def write_stopped_summary(folder: Path, signum: int) -> None:
     """A ``summary.json`` for a run ended by a second signal, from the files it left."""
     from ..config import read_config_file
+    from ..config.files import replace_file
     from ..metrics.recorder import read_metrics
 
     summary: dict[str, Any] = {"status": "interrupted", "signal": signal.Signals(signum).name, "final": None}
@@ -111,9 +111,7 @@ def write_stopped_summary(folder: Path, signum: int) -> None:
         rounds = read_metrics(folder)["round"]
         summary["rounds_done"] = int(rounds[-1]) if rounds else 0
     summary["message"] = "stopped by a second signal before the run recorded its summary"
-    tmp = folder / ".summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    os.replace(tmp, folder / "summary.json")
+    replace_file(folder / "summary.json", json.dumps(summary, indent=2) + "\n")
 
 
 def stopped_status(signum: int | None, what: str, out: str | Path) -> int:

@@ -11,6 +11,11 @@
   loopback interface only, and waits for them (the ranks run quietly; rank 0's warnings are shown
   when they end). A rank that dies ends the
   others within ``timeout_s``; the error line names it, and the round the others reached.
+- The ranks outlive no launcher: each gets SIGTERM when the process that started it ends (Linux's
+  ``PR_SET_PDEATHSIG``; elsewhere a watchdog thread on the parent's pid), so a killed launcher's
+  ranks stop after the same round with a checkpoint, as on Ctrl-C. They inherit the run folder's
+  lock (:mod:`.rundir`), so ``--resume`` / ``--overwrite`` of the folder are refused while any of
+  them lives, and a folder whose ranks ended resumes as usual.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -37,22 +43,14 @@ import yaml
 from ..config import RunConfig
 from . import interrupt
 from .precheck import check_processes
-from .rundir import HELD_ENV, claim
+from .rankenv import LAUNCHER, STORE_FILE, rank_world, watch_launcher
+from .rundir import HELD_ENV, claim, held_lock
 
 STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)  # a rank's exit status after a clean stop
-STORE_FILE = "SHEAF_FMTL_STORE_FILE"  # set by spawn: the ranks meet through this file
 
 
 class RankLostError(RuntimeError):
     """A collective failed or timed out: a peer rank died or hung."""
-
-
-def rank_world() -> tuple[int, int] | None:
-    """``(rank, world size)`` when this process was started as a rank, else ``None``."""
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        return None
-    world = int(os.environ["WORLD_SIZE"])
-    return (int(os.environ["RANK"]), world) if world > 1 else None
 
 
 def join_group(config: RunConfig) -> tuple[int, int]:
@@ -90,7 +88,10 @@ def run_rank(
     from .simulate import build_simulation
 
     check_processes(config, data=False)
+    watch_launcher()
     rank, world = join_group(config)
+    if resuming:
+        resume_from = _common_start(resume_from, out)
     sim = None
     try:
         owned = claim(out, overwrite=overwrite, resume=resuming) if rank == 0 else contextlib.nullcontext()
@@ -117,6 +118,22 @@ def run_rank(
         interrupt.AGREE = None
     dist.destroy_process_group()
     return outcome.summary if rank == 0 else None
+
+
+def _common_start(folder: Path | None, out: Path) -> Path | None:
+    """A resume's checkpoint, agreed by every rank (a collective): when some ranks' folders hold a
+    complete checkpoint and others none (each machine its own ``--out``, a run stopped before every
+    folder's first manifest), every rank starts the run again from round 0."""
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    flags = torch.tensor([int(folder is not None), int(folder is None)], device=device)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    if bool(flags[0]) and bool(flags[1]):
+        warnings.warn(
+            f"{out}: another rank's folder has no complete checkpoint; the run starts again from round 0",
+            stacklevel=2,
+        )
+        return None
+    return folder
 
 
 def _is_comm_error(e: BaseException) -> bool:
@@ -148,7 +165,8 @@ def spawn(
     """Start ``config.processes`` ranks on this machine, wait for them, return rank 0's summary.
     ``resume``: the ranks continue the stopped run of ``out`` (``run --resume``, the keys of
     :data:`.resume.RESUMABLE_KEYS` as ``config`` has them). What the ranks would refuse is
-    refused here first (:func:`.precheck.check_processes`); this process holds the folder's lock."""
+    refused here first (:func:`.precheck.check_processes`); this process holds the folder's lock,
+    and the ranks inherit it (it lasts while any of them lives)."""
     check_processes(config)
     with claim(out, overwrite=overwrite, resume=resume):  # held for the ranks (HELD_ENV)
         return _spawn(config, out, progress=progress, overwrite=overwrite, resume=resume)
@@ -159,25 +177,33 @@ def _spawn(config: RunConfig, out: Path, *, progress: bool, overwrite: bool, res
 
     world, port = config.processes, free_port()
     tmp = Path(tempfile.mkdtemp(prefix="sheaf-fmtl-ranks-"))
+    # -P: the working directory is not on the ranks' import path (a module there shadows nothing)
     if resume:
         keys = config.to_dict()
         pairs = [f"{k}={json.dumps(keys[k])}" for k in RESUMABLE_KEYS]  # JSON values read as YAML
-        argv = [sys.executable, "-m", "sheaf_fmtl", "run", "--resume", str(out), "--set", *pairs]
+        argv = [sys.executable, "-P", "-m", "sheaf_fmtl", "run", "--resume", str(out), "--trust-plugins"]
+        argv += ["--set", *pairs]  # (--trust-plugins: this process has checked the plug-ins)
     else:
         cfg_file = tmp / "config.yaml"
         cfg_file.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-        argv = [sys.executable, "-m", "sheaf_fmtl", "run", str(cfg_file), "--out", str(out)]
+        argv = [sys.executable, "-P", "-m", "sheaf_fmtl", "run", str(cfg_file), "--out", str(out)]
         argv += ["--overwrite"] if overwrite else []
     procs, logs = [], []
+    lock = held_lock(out)
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
         env.update(LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         env.update({STORE_FILE: str(tmp / "rendezvous"), "GLOO_SOCKET_IFNAME": _loopback()})
-        env[HELD_ENV] = str(out.resolve())
+        env.update({HELD_ENV: str(out.resolve()), LAUNCHER: str(os.getpid())})
         log = open(tmp / f"rank{rank}.err", "w+")  # noqa: SIM115 - read after the rank ends
         procs.append(  # own session: a signal reaches a rank once, forwarded by _wait
             subprocess.Popen(
-                [*argv, "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
+                [*argv, "--quiet"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,
+                pass_fds=() if lock is None else (lock,),  # the folder's lock, held while the rank lives
             )
         )
         logs.append(log)
@@ -196,7 +222,8 @@ def _spawn(config: RunConfig, out: Path, *, progress: bool, overwrite: bool, res
         if code != 0 and code not in STOPPED:
             how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
             last = next((s for s in reversed(lines) if "error" in s), lines[-1] if lines else "")
-            errors.append(f"rank {rank} ended with {how}" + (f" ({last})" if last and code > 0 else ""))
+            last = last if code > 0 else last[:300]  # (a signal: what it said last, e.g. why it aborted)
+            errors.append(f"rank {rank} ended with {how}" + (f" ({last})" if last else ""))
     shutil.rmtree(tmp, ignore_errors=True)
     if errors and all(c == 2 for c in codes):  # every rank refused the run: its one line, once
         raise ValueError(_refusal(errors[0]))
@@ -267,17 +294,19 @@ def resume_any(
     *,
     progress: bool,
     build: Callable[..., Any] | None = None,
+    trust: bool = False,
 ) -> dict[str, Any] | None:
     """``run --resume RUN_DIR``'s dispatch, as :func:`run_any`: a rank continues from its own shard
     (the checkpoint chosen before the group meets, so rank 0's clean-up cannot race the others'
     reads), ``processes = K`` starts ``K`` ranks that do so (after the same checks here, so a bad
     resume is refused before any rank starts), one process resumes in place
-    (:func:`.resume.resume`). The summary to print (``None`` on ranks other than 0)."""
+    (:func:`.resume.resume`). The summary to print (``None`` on ranks other than 0).
+    ``trust``: import the plug-ins the folder's config names (:func:`.resume.resume_config`)."""
     from .resume import checkpoint_to_resume, resume, resume_config
 
     ranks = rank_world()
     member = ranks is not None and ranks[0] != 0  # rank 0 holds the folder's lock for the group
-    config = resume_config(run_dir, overrides, keys, group_member=member)
+    config = resume_config(run_dir, overrides, keys, group_member=member, trust=trust)
     if ranks is not None:
         lead = ranks[0] == 0
         with claim(run_dir, resume=True) if lead else contextlib.nullcontext():
@@ -295,4 +324,4 @@ def resume_any(
         with claim(run_dir, resume=True):
             checkpoint_to_resume(run_dir, config, config.processes)
             return spawn(config, run_dir, progress=progress, overwrite=False, resume=True)
-    return resume(run_dir, overrides, keys, progress=progress, build=build).summary
+    return resume(run_dir, overrides, keys, progress=progress, build=build, trust=trust).summary

@@ -4,7 +4,12 @@ signal, divergence, and the run folder's summary; in one process or as one rank 
 Across processes every rank runs this loop over its shard (:mod:`.launch`); every decision that
 ends or records a round (divergence, a stop by a signal, an evaluation) is taken from all-reduced
 numbers, so all ranks take it at the same round. Rank 0 writes the run folder; every rank writes
-its shard of each checkpoint (:class:`.checkpoint.CheckpointWriter`).
+its shard of each checkpoint (:class:`.checkpoint.CheckpointWriter`). Callbacks
+(:mod:`.callbacks`) run after every round; a stop one asks for is agreed the same way.
+
+Why one module of this size: the phases of a run (prepare, rounds, finish) share one state, and
+across processes every rank must run their collectives in the same order; in one file that order
+reads from top to bottom.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ from __future__ import annotations
 import math
 import signal
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,9 +27,12 @@ import torch
 
 from .. import progress
 from ..config import ConfigError, RunConfig
+from ..config.usage import UnusedKeysWarning, unused_warning
+from ..data import preprocessing
 from ..metrics.flops import SampleCounter
 from ..metrics.memory import reset_peak_memory
 from ..metrics.recorder import Recorder
+from .callbacks import Hooks, RunView, agreed, from_config
 from .checkpoint import (
     CheckpointWriter,
     rank_and_world,
@@ -32,6 +41,7 @@ from .checkpoint import (
     restore,
     snapshot,
 )
+from .disks import adopt_folder, common_checkpoint, folder_ranks
 from .divergence import divergence_message
 from .gather import final_state
 from .interrupt import StopRequest
@@ -78,6 +88,7 @@ def execute(
     overwrite: bool = False,
     build: Callable[[RunConfig], Simulation[Any]] | None = None,
     resume_from: Path | None = None,
+    callbacks: Sequence[Any] = (),
 ) -> RunOutcome:
     """Run ``config`` (into the run folder ``out_dir``, or in memory when ``None``).
 
@@ -96,6 +107,10 @@ def execute(
         resume_from: a complete checkpoint folder of ``out_dir`` (:mod:`.checkpoint`): continue
             the stopped run of ``out_dir`` from it (see :func:`sheaf_fmtl.runtime.resume.resume`);
             across processes each rank reads its own shard.
+        callbacks: objects with ``on_round_end(round, metrics, view)`` and/or ``on_run_end(summary)``
+            (:mod:`.callbacks`), after those the config's keys ask for (``log_tensorboard``,
+            ``early_stop_patience``); one that returns a ``Stop`` ends the run after that round with
+            a checkpoint, recorded with ``status = stopped`` and ``stopped_by``.
     Returns:
         The summary, rows and final state. Every ``checkpoint_every`` rounds (default: every
         evaluation) ``out_dir`` gets a resumable checkpoint, written in the background. SIGINT /
@@ -107,13 +122,16 @@ def execute(
             the last good evaluation, the last checkpoint, and a summary with ``status = diverged``
             and no final metric.
     """
+    hooks = Hooks([*from_config(config), *callbacks])
     state = _prepare(config, out_dir, sim=sim, overwrite=overwrite, build=build, resume_from=resume_from)
     try:
-        ending = _loop(state, progress)
+        ending = _loop(state, progress, hooks)
     finally:
         state.counter.detach()
         state.recorder.close()
-    return _finish(state, ending, resumed=resume_from is not None)
+    outcome = _finish(state, ending, resumed=resume_from is not None)
+    hooks.run_end(outcome.summary)
+    return outcome
 
 
 @dataclass
@@ -153,6 +171,7 @@ class _Ending:
     done: int
     diverged_at: int | None = None
     signum: int | None = None  # the signal that stopped the run
+    stopped_by: tuple[str, str] | None = None  # (callback, reason) of a callback's stop request
 
 
 def _prepare(
@@ -193,7 +212,17 @@ def _prepare(
 
     writer = CheckpointWriter(out_dir, rank, world, agree)
     sim.writing = lambda: writer.busy
+    if world > 1 and out_dir is not None:  # which ranks write into this rank's --out (own disks?)
+        writer.ranks = folder_ranks(Path(out_dir), comm, rank, world)
+        if fresh:
+            adopt_folder(Path(out_dir), resolved(config, fed), overwrite, writer.rank, writer.leads, agree)
+        elif resume_from is not None:
+            resume_from = common_checkpoint(resume_from, Path(out_dir), comm)
     if resume_from is None:
+        if fresh and folder is not None:
+            preprocessing.write(folder, fed.dataset)  # what sheaf_fmtl.load applies to raw data
+        if rank == 0 and (unused := unused_warning(config)):  # keys from a file, maybe shared across modes
+            warnings.warn(unused, UnusedKeysWarning, stacklevel=2)
         recorder = Recorder(folder, resolved(config, fed), metric_name)
         state = _RunState(config, sim, folder, recorder, counter, writer, t0, 0, {})
         state.last = _record(sim, recorder, 0, t0)
@@ -216,9 +245,11 @@ def _prepare(
     return state
 
 
-def _loop(state: _RunState, show: bool) -> _Ending:
-    """Rounds ``start + 1 .. rounds``: evaluations, checkpoints, and the stop on divergence or a signal."""
+def _loop(state: _RunState, show: bool, hooks: Hooks) -> _Ending:
+    """Rounds ``start + 1 .. rounds``: evaluations, callbacks, checkpoints, and the stop on divergence,
+    a signal or a callback's request."""
     config, sim, recorder, writer = state.config, state.sim, state.recorder, state.writer
+    view = RunView(sim, state.folder, rank_and_world()[0]) if hooks else None
     every = config.eval_every if config.checkpoint_every < 0 else config.checkpoint_every
     bar = progress.bar(
         range(state.start + 1, config.rounds + 1),
@@ -229,6 +260,8 @@ def _loop(state: _RunState, show: bool) -> _Ending:
         enabled=show,
     )
     ending, metric_name = _Ending(done=state.start), sim.ctx.fed.metric_name
+    if view is not None and state.start == 0 and recorder.rows:  # round 0: the initial models
+        hooks.round_end(0, recorder.rows[0], view)  # (a stop request counts from round 1)
     try:
         with StopRequest() as stop:
             for k in bar:
@@ -241,16 +274,25 @@ def _loop(state: _RunState, show: bool) -> _Ending:
                 ending.done = k
                 due = k % config.eval_every == 0 or k == config.rounds
                 regular, rows = state.last, len(recorder.rows)  # what the checkpoint holds if stopped now
-                if due or stop.requested:
+                if due:
                     state.last = _record(sim, recorder, k, state.t0)
-                    if due:  # (diagnose updates the state: not on an evaluation only the stop asked for)
-                        state.warn()
-                        regular, rows = state.last, len(recorder.rows)
+                    state.warn()  # (diagnose updates the state: not on an evaluation only a stop asks for)
+                    regular, rows = state.last, len(recorder.rows)
                     if not math.isfinite(state.last["objective"]):
                         ending.diverged_at = k
                         break
                     bar.set_postfix({metric_name: f"{state.last['test_metric']:.4f}"})
-                if stop.requested:
+                if view is not None:
+                    ending.stopped_by = agreed(
+                        sim, hooks.round_end(k, recorder.rows[-1] if due else None, view)
+                    )
+                requested = stop.requested or ending.stopped_by is not None
+                if requested and not due:  # the summary's numbers are this round's
+                    state.last = _record(sim, recorder, k, state.t0)
+                    if not math.isfinite(state.last["objective"]):
+                        ending.diverged_at = k
+                        break
+                if requested:
                     state.save(k, regular, rows, wait=True)
                     break
                 if every > 0 and k % every == 0 and k < config.rounds:
@@ -258,7 +300,7 @@ def _loop(state: _RunState, show: bool) -> _Ending:
         writer.complete()
     finally:
         bar.close()
-    if ending.diverged_at is None and stop.requested:
+    if ending.diverged_at is None and ending.stopped_by is None and stop.requested:
         ending.signum = stop.signum or 0
     return ending
 
@@ -267,11 +309,17 @@ def _finish(state: _RunState, ending: _Ending, *, resumed: bool) -> RunOutcome:
     """The summary, and the final checkpoint (or, for a diverged run, :class:`DivergenceError`)."""
     config, sim, recorder, diverged_at = state.config, state.sim, state.recorder, ending.diverged_at
     status = "diverged" if diverged_at is not None else "interrupted" if ending.signum is not None else "ok"
+    if status == "ok" and ending.stopped_by is not None:
+        status = "stopped"  # by a callback: resumable like an interrupted run
     summary = summarize(
         sim, config, state.counter, status, state.last, diverged_at, ending.done, state.t0, state.notes
     )
     if status == "interrupted":
         summary.update(rounds_done=ending.done, signal=signal.Signals(ending.signum or 0).name)
+    if status == "stopped" and ending.stopped_by is not None:
+        summary.update(
+            rounds_done=ending.done, stopped_by=ending.stopped_by[0], stop_reason=ending.stopped_by[1]
+        )
     if resumed:
         summary["resumed_from_round"] = state.start
     if diverged_at is not None:
@@ -285,8 +333,8 @@ def _finish(state: _RunState, ending: _Ending, *, resumed: bool) -> RunOutcome:
     final = final_state(sim)
     recorder.checkpoint(final)
     recorder.summary(summary)
-    if status == "ok" and state.folder is not None:
-        remove_checkpoints(state.folder)  # checkpoint.pt holds the final state
+    if status == "ok" and state.writer.dir is not None and state.writer.leads:
+        remove_checkpoints(state.writer.dir)  # checkpoint.pt (rank 0's folder) holds the final state
     return RunOutcome(summary, recorder.rows, final, recorder.config)
 
 

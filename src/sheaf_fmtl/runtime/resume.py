@@ -14,11 +14,12 @@ re-sharding them is not implemented.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, RunConfig, load_config
+from ..config import ConfigError, RunConfig, load_config, parse_overrides, read_config_file
+from ..plugins import untrusted_specs
 from .checkpoint import read_manifest, remove_checkpoints
 from .integrity import RESUMABLE_KEYS, check_config, find_checkpoint, verify_shards
 from .interrupt import leave_summary
@@ -35,19 +36,33 @@ def resume_config(
     keys: Mapping[str, Any] | None = None,
     *,
     group_member: bool = False,
+    trust: bool = False,
 ) -> RunConfig:
     """The saved config of ``run_dir`` with ``overrides`` (``KEY=VALUE``) and ``keys`` on top.
 
     ``group_member``: a rank other than 0 of a process group (rank 0 holds the folder's lock).
+    ``trust``: import the ``module:function`` plug-ins the saved config names; by default only
+    those that ``overrides`` / ``keys`` name again are (a run folder never runs its own code).
 
     Raises:
-        ConfigError: ``run_dir`` has no ``config.yaml``, or a key outside :data:`RESUMABLE_KEYS`
-            differs from the saved value.
+        ConfigError: ``run_dir`` has no ``config.yaml``; it names a plug-in not named again (and
+            not ``trust``); a key outside :data:`RESUMABLE_KEYS` differs from the saved value.
     """
     check_out_dir(run_dir, resume=True, group_member=group_member)  # a folder sheaf-fmtl wrote, not a link
     path = Path(run_dir) / "config.yaml"
     if path.is_symlink() or not path.is_file():
         raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a run folder)")
+    folder, _ = find_checkpoint(Path(run_dir))  # integrity first: an edited config.yaml imports nothing
+    manifest = read_manifest(folder) if folder is not None else None
+    if manifest is not None:
+        check_config(Path(run_dir), manifest)
+    untrusted = untrusted_specs(read_config_file(path), {**parse_overrides(overrides or []), **(keys or {})})
+    if untrusted and not trust:  # checked before anything is imported
+        spec, key = next(iter(untrusted.items()))
+        raise ConfigError(
+            f"--resume {run_dir}: its config.yaml names code ({key} = {spec}), and a run folder never runs "
+            f"its own code; if you trust it, name it again (--set {key}={spec}) or pass --trust-plugins"
+        )
     saved = load_config(path)
     config = load_config(path, overrides, keys)
     old, new = saved.to_dict(), config.to_dict()
@@ -126,6 +141,8 @@ def resume(
     *,
     progress: bool = False,
     build: Callable[[RunConfig], Simulation[Any]] | None = None,
+    callbacks: Sequence[Any] = (),
+    trust: bool = False,
 ) -> RunOutcome:
     """Continue the run of ``run_dir`` in this process from its last complete checkpoint (see the
     module docstring; a run checkpointed over several processes: :func:`.launch.resume_any`).
@@ -139,15 +156,21 @@ def resume(
         progress: show a progress bar.
         build: the simulation builder the run used (``sheaf_fmtl.scenarios.build`` for special
             cases).
+        callbacks: as :func:`~sheaf_fmtl.runtime.loop.execute` takes them (for the rounds still to run).
+        trust: import every plug-in the saved config names (:func:`resume_config`).
     Returns:
         The outcome, as :func:`~sheaf_fmtl.runtime.loop.execute` returns it.
     Raises:
         ConfigError: see :func:`resume_config` and :func:`checkpoint_to_resume`.
     """
     run_dir = Path(run_dir)
-    config = resume_config(run_dir, overrides, keys)
+    config = resume_config(run_dir, overrides, keys, trust=trust)
     with claim(run_dir, resume=True), leave_summary(run_dir):  # held: a second resume is refused
         folder = checkpoint_to_resume(run_dir, config, 1)
         if folder is None:  # (clears only what the library wrote there)
-            return execute(config, run_dir, progress=progress, build=build, overwrite=True)
-        return execute(config, run_dir, progress=progress, build=build, resume_from=folder)
+            return execute(
+                config, run_dir, progress=progress, build=build, overwrite=True, callbacks=callbacks
+            )
+        return execute(
+            config, run_dir, progress=progress, build=build, resume_from=folder, callbacks=callbacks
+        )

@@ -4,7 +4,12 @@ first), and the process writing it holds an ``fcntl.flock`` lock on that marker 
 - A new or empty folder may be written; a non-empty one only when it carries the marker and
   ``overwrite`` (or a resume) is asked, and never while another live process holds its lock.
 - Clearing (``overwrite``) removes only what the library writes (:data:`OWNED`) in marked folders,
-  never follows a symbolic link and never removes one; anything else in the folder stays.
+  never follows a symbolic link; anything else in the folder stays. Files are replaced, never
+  written through (:func:`sheaf_fmtl.config.files.replace_file`): a link named like a file the
+  library writes (``config.yaml``, ``checkpoint.pt``, ``checkpoints``, ...) is removed (the link,
+  not what it points to) before a run writes there, and ``--resume`` refuses a ``checkpoints`` link.
+- Processes a run starts (``processes = K``) inherit the lock's file descriptor, so the lock lasts
+  while any of them lives, even when the process that took it was killed.
 - The owning process takes the folder with :func:`claim` (before the run is built: a failed start
   that created the folder removes it again); the run clears it (:func:`prepare_out_dir`) only once
   its config is validated and its data and model are built.
@@ -32,9 +37,9 @@ MARKER = ".sheaf-fmtl-run"
 HELD_ENV = "SHEAF_FMTL_HELD_FOLDER"
 #: What the library writes into a run folder (a run, a cell, plots, ``run --seeds``, the demo).
 OWNED = re.compile(
-    r"config\.yaml|metrics\.csv|summary\.json|checkpoint\.pt|cell\.json|aggregate\.(json|md)"
+    r"config\.yaml|metrics\.csv|summary\.json|checkpoint\.pt|preprocessing\.json|cell\.json|aggregate\.(json|md)"
     r"|demo\.(json|png|pdf|svg)|(metric_vs_rounds_and_bits|map_norms_.*)\.(png|pdf|svg)"
-    r"|\.(metrics\.csv|summary\.json|checkpoint\.pt)\.tmp.*"
+    r"|\.(config\.yaml|metrics\.csv|summary\.json|checkpoint\.pt|preprocessing\.json)\.tmp.*"
 )
 CHECKPOINTS = "checkpoints"
 _HELD: dict[str, int] = {}  # resolved folder -> file descriptor of its locked marker
@@ -60,6 +65,12 @@ def _key(p: Path) -> str:
 
 def _held(p: Path) -> bool:
     return _key(p) in _HELD or os.environ.get(HELD_ENV) == _key(p)
+
+
+def held_lock(path: str | Path) -> int | None:
+    """The file descriptor of the lock this process holds on ``path`` (``None``: none). A process
+    started with it (``pass_fds``) shares the lock, which lasts until every holder has ended."""
+    return _HELD.get(_key(Path(path)))
 
 
 def is_locked(path: str | Path) -> bool:
@@ -126,6 +137,11 @@ def check_out_dir(
     marked = is_marked(p)
     if resume and not p.exists():
         raise FolderError(f"--resume {p}: no such run folder")
+    if resume and marked and (p / CHECKPOINTS).is_symlink():
+        raise FolderError(
+            f"--resume {p}: {p / CHECKPOINTS} is a symbolic link; sheaf-fmtl writes only inside the run "
+            "folder, never through a link (nothing was changed)"
+        )
     if resume and not marked:
         raise FolderError(
             f"{p} is not a run folder written by sheaf-fmtl (no {MARKER} file in it); nothing was changed "
@@ -265,4 +281,18 @@ def prepare_out_dir(path: str | Path, overwrite: bool = False, kind: str = "run"
     p = check_out_dir(path, overwrite)
     if p.is_dir() and overwrite and is_marked(p):
         clear(p)
+    if p.is_dir():
+        drop_links(p)
     return mark(p, kind)
+
+
+def drop_links(path: Path) -> list[str]:
+    """Remove the symbolic links in ``path`` named like what the library writes (:data:`OWNED`,
+    ``checkpoints``): the links, never what they point to, so nothing is written through one.
+    The names removed."""
+    gone = []
+    for child in path.iterdir():
+        if child.is_symlink() and (child.name == CHECKPOINTS or OWNED.fullmatch(child.name)):
+            child.unlink()
+            gone.append(child.name)
+    return gone

@@ -63,7 +63,8 @@ class Simulation(Generic[S]):
     def maps(self) -> dict[tuple[int, int], torch.Tensor]:
         """The restriction maps ``{(i, j): P_ij [d_ij, d_i]}``, one per half-edge ``i -> j`` (views
         into the stacked maps, pending rank-one updates folded in); empty for algorithms without
-        maps. The stacked form is ``state.maps`` per bucket of ``state.layout``."""
+        maps. The stacked form is ``state.maps`` per bucket of ``state.layout``. On a weighted graph
+        the run scales edge ``{i, j}``'s terms by ``a_ij`` on top (maps acting as ``sqrt(a_ij) P_ij``)."""
         state = self.state
         if not isinstance(state, SheafState) or state.layout is None:
             return {}

@@ -4,7 +4,9 @@ paper's Section "Special Cases", and the first of them: conventional FMTL (dFedU
 With ``P_ij = sqrt(a_ij) I`` and ``d_ij = d`` the sheaf energy is ``sum_{e={i,j}} a_ij ||theta_i -
 theta_j||^2`` (paper, "Connection with conventional FMTL", eq. ``conventional FMTL objective``), so
 Algorithm 1 is dFedU (Dinh et al. 2022) with weights ``a_ij`` (those of a weighted graph, e.g. a
-three-column ``graph_file``).
+three-column ``graph_file``). On a weighted graph Sheaf-FMTL scales each edge's terms by ``a_ij``
+(its maps act as ``sqrt(a_ij) P_ij``), so ``P_ij = I`` on the weighted graph is this case, and maps
+set by hand (:func:`set_fixed_maps`) are scaled the same way.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ def linear_selection(features: Sequence[int] | np.ndarray, num_features: int, ou
 def set_fixed_maps(sim: Simulation, edge_dims: np.ndarray, map_of: MapOf) -> None:
     """Replace a fresh ``sheaf-fmtl`` simulation's layout and maps by ``P_ij = map_of(i, j)``
     (``[edge_dims[e], d_i]``), stacked per shape bucket, and rerun the start-up stability check on
-    them (per ``sim.config``). Call before the first round."""
+    them (per ``sim.config``). On a weighted graph the run scales edge ``{i, j}``'s terms by
+    ``a_ij`` on top (``sqrt(a_ij) P_ij``). Call before the first round."""
     state = sim.state
     if not isinstance(state, SheafState) or sim.config.eta != 0.0:
         raise ValueError("fixed maps need algorithm=sheaf-fmtl with eta=0")
@@ -87,10 +90,11 @@ def with_fixed_maps(
 
 
 def weighted_fmtl(config: RunConfig, fed: Federation, graph: ClientGraph) -> Simulation:
-    """Sheaf-FMTL with fixed ``P_ij = sqrt(a_ij) I_d``, ``d_ij = d``, ``a_ij`` the weights of
-    ``graph`` (1 where unweighted): the conventional FMTL objective
-    ``sum_i f_i + lam/2 sum_{e={i,j}} a_ij ||theta_i - theta_j||^2`` (paper eq. ``conventional FMTL
-    objective``), whose iterates are weighted dFedU's. Every client needs the same model size."""
+    """Sheaf-FMTL with fixed ``P_ij = I_d``, ``d_ij = d``, on ``graph`` whose weights ``a_ij`` (1
+    where unweighted) scale each edge's terms (maps acting as ``sqrt(a_ij) I_d``): the conventional
+    FMTL objective ``sum_i f_i + lam/2 sum_{e={i,j}} a_ij ||theta_i - theta_j||^2`` (paper eq.
+    ``conventional FMTL objective``), whose iterates are weighted dFedU's. Every client needs the
+    same model size."""
     dims = fed.node_dims()
     if len(set(dims.tolist())) != 1:
         raise ValueError(
@@ -98,14 +102,10 @@ def weighted_fmtl(config: RunConfig, fed: Federation, graph: ClientGraph) -> Sim
             f"federation has parameter counts {sorted(set(dims.tolist()))}"
         )
     d = int(dims[0])
-    assert graph.weights is not None
-    weight = {}
-    for (i, j), a in zip(graph.edges.tolist(), graph.weights.tolist(), strict=True):
-        weight[(i, j)] = weight[(j, i)] = math.sqrt(a)
     eye = torch.eye(d)
 
     def map_of(i: int, j: int) -> torch.Tensor:
-        return weight[(i, j)] * eye
+        return eye
 
     edge_dims = np.full(graph.num_edges, d, np.int64)
     return with_fixed_maps(conventional_fmtl(config), fed, graph, edge_dims, map_of)

@@ -35,7 +35,10 @@ def with_server_node(dataset: FederatedDataset, server: ClientSplit | None = Non
     if server is None:
         first = dataset.clients[0]
         server = empty_split(first.x_train.shape[1:], first.x_train.dtype, first.y_train.dtype)
-    return dataclasses.replace(dataset, clients=(server, *dataset.clients))  # loss and metric kept
+    stats = None if dataset.standardization is None else (None, *dataset.standardization)
+    return dataclasses.replace(  # loss and metric kept
+        dataset, clients=(server, *dataset.clients), standardization=stats
+    )
 
 
 def empty_split(feature_shape: tuple[int, ...], x_dtype: np.dtype, y_dtype: np.dtype) -> ClientSplit:

@@ -31,6 +31,8 @@ def laplacian_lambda_max(
     iters: int = 30,
     seed: int = 0,
     comm: Comm | None = None,
+    *,
+    weights: torch.Tensor | None = None,
 ) -> float:
     """Rayleigh quotient of ``L_F`` after ``iters`` power iterations from a seeded random start,
     a lower bound of ``lambda_max(L_F)`` that approaches it as ``iters`` grows. ``like``: per-cohort
@@ -45,6 +47,8 @@ def laplacian_lambda_max(
         iters: power iterations.
         seed: seeds each client's start row (stream ``STABILITY``).
         comm: the exchange across processes.
+        weights: ``[sum d_ij]`` edge weight ``a_ij`` per message element (weighted ``L_F``:
+            ``(L theta)_i = sum_j a_ij P_ij^T r_ij``), or ``None``.
     Returns:
         The estimate of ``lambda_max(L_F)`` (0 when ``L_F v = 0``).
     References:
@@ -70,7 +74,8 @@ def laplacian_lambda_max(
         v = [x / norm for x in v]
         sent = ops.messages(layout, v, maps)
         theirs = comm.peek({"v": EdgeTensor(sent, layout.messages)})["v"].data
-        w = ops.transpose_sum(layout, maps, sent - theirs, v)
+        r = sent - theirs if weights is None else (sent - theirs) * weights
+        w = ops.transpose_sum(layout, maps, r, v)
         estimate = _dot(v, w, comm)
         v = w
     return estimate

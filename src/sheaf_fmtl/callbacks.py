@@ -1,0 +1,26 @@
+"""Callbacks for :func:`sheaf_fmtl.run` and :meth:`sheaf_fmtl.Federation.run` (``callbacks=[...]``):
+code run after every round and at the end of a run, and the shipped loggers, early stopping and
+best-round checkpoint (:mod:`sheaf_fmtl.runtime.callbacks` says how the loop calls them).
+
+Example::
+
+    from sheaf_fmtl.callbacks import EarlyStopping, Stop, TensorBoardLogger
+
+    class StopAt:
+        def on_round_end(self, round, metrics, view):
+            return Stop("enough") if round == 30 else None
+
+    sheaf_fmtl.run(dataset="school", rounds=200, callbacks=[TensorBoardLogger("tb"), EarlyStopping(5)])
+"""
+
+from .runtime.callbacks import (
+    BestCheckpoint,
+    Callback,
+    CSVLogger,
+    EarlyStopping,
+    RunView,
+    Stop,
+    TensorBoardLogger,
+)
+
+__all__ = ["BestCheckpoint", "CSVLogger", "Callback", "EarlyStopping", "RunView", "Stop", "TensorBoardLogger"]

@@ -1,0 +1,102 @@
+"""Which keys a run reads: the keys that only some algorithms, map modes, graph kinds or training
+protocols use, as data (:data:`READ_BY`), and the one rule for a key set to a non-default value that
+the run ignores: refused where the user typed it for this one run (``sheaf-fmtl run --set``, a
+flag), a warning naming it where it comes from what may be shared across modes (a config file, a
+:class:`RunConfig`, Python keywords in a loop over algorithms, sweep grids), and listed under
+``unused:`` in the saved ``config.yaml`` (which reading ignores).
+
+A selector still ``auto`` (a value resolved at start-up) decides nothing here: its keys are checked
+once it is resolved (:func:`unused_keys` on the config the run was built with).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import fields
+from typing import Any
+
+from .schema import ConfigError, RunConfig, shown
+
+# What selects whether a key is read, from a config: a name, and the config's value of it.
+SELECTORS: dict[str, Callable[[RunConfig], str]] = {
+    "algorithm": lambda c: c.algorithm,
+    "maps": lambda c: c.maps if c.algorithm == "sheaf-fmtl" else f"none (algorithm={c.algorithm})",
+    "graph": lambda c: c.graph,
+    "local_epochs": lambda c: "0" if c.local_epochs == 0 else f"{c.local_epochs}",
+}
+_MAP_STORES = ("learned", "fixed")  # the modes that store drawn maps
+#: key -> (selector, the selector's values that read the key).
+READ_BY: dict[str, tuple[str, tuple[str, ...]]] = {
+    "eta": ("maps", ("learned",)),
+    "message_mode": ("maps", ("learned",)),
+    "map_defer": ("maps", ("learned",)),
+    "map_init": ("maps", _MAP_STORES),
+    "map_scale": ("maps", _MAP_STORES),
+    "map_dtype": ("maps", _MAP_STORES),
+    "shared_maps": ("maps", _MAP_STORES),
+    "map_draw": ("maps", _MAP_STORES),
+    "save_maps": ("maps", _MAP_STORES),
+    "gamma": ("maps", (*_MAP_STORES, "redrawn")),
+    "lam": ("algorithm", ("sheaf-fmtl", "dfedu", "ditto", "pfedme")),
+    "dpsgd_order": ("algorithm", ("dpsgd",)),
+    "inner_steps": ("algorithm", ("pfedme",)),
+    "inner_lr": ("algorithm", ("pfedme",)),
+    "pfedme_beta": ("algorithm", ("pfedme",)),
+    "perfedavg_beta": ("algorithm", ("perfedavg",)),
+    "graph_p": ("graph", ("erdos-renyi", "watts-strogatz")),
+    "graph_k": ("graph", ("watts-strogatz",)),
+    "graph_m": ("graph", ("barabasi-albert",)),
+    "local_steps": ("local_epochs", ("0",)),
+}
+
+
+class UnusedKeysWarning(UserWarning):
+    """A run's config sets keys the run does not read (:func:`unused_warning`)."""
+
+
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(RunConfig) if f.name in READ_BY}
+
+
+def unused_keys(config: RunConfig) -> list[str]:
+    """The keys of ``config`` set to a non-default value that its run does not read (in
+    :data:`READ_BY` order); none while a special case (``topology``) sets the maps' keys itself."""
+    if config.topology != "none":
+        return []
+    out = []
+    for key, (selector, readers) in READ_BY.items():
+        value = SELECTORS[selector](config)
+        if value != "auto" and value not in readers and getattr(config, key) != _DEFAULTS[key]:
+            out.append(key)
+    return out
+
+
+def describe(config: RunConfig, keys: list[str]) -> str:
+    """``eta = 0.5 (read by maps=learned only)``, for the first of ``keys``, and the others named."""
+    key = keys[0]
+    selector, readers = READ_BY[key]
+    text = (
+        f"'{key}' = {shown(getattr(config, key))} is not used with {selector}="
+        f"{SELECTORS[selector](config)} (read with {selector}={' or '.join(readers)} only)"
+    )
+    return text + (f"; also unused: {', '.join(keys[1:])}" if len(keys) > 1 else "")
+
+
+def refuse_unused(config: RunConfig, given: Iterable[str]) -> None:
+    """Refuse (one line) the keys in ``given`` (typed by the user) that ``config``'s run ignores."""
+    typed = set(given)
+    keys = [k for k in unused_keys(config) if k in typed]
+    if keys:
+        them = "them" if len(keys) > 1 else "it"
+        raise ConfigError(f"config key {describe(config, keys)}; drop {them}, or pick a run reading {them}")
+
+
+def unused_warning(config: RunConfig) -> str | None:
+    """The warning for a run whose config (a file or object, maybe shared across modes) sets keys
+    the run ignores; ``None`` when it sets none."""
+    keys = unused_keys(config)
+    if not keys:
+        return None
+    return (
+        f"config key {describe(config, keys)}: no effect on this run (its config.yaml lists "
+        f"{'them' if len(keys) > 1 else 'it'} under 'unused')"
+    )

@@ -1,0 +1,95 @@
+"""What the data pipeline did to each client's features before training, as the run folder keeps
+it (``preprocessing.json``): so that a trained client's model can be applied to raw data
+(:func:`sheaf_fmtl.load`, ``sheaf-fmtl export``).
+
+Format (``format`` 1)::
+
+    {"format": 1, "task": "classification", "num_classes": 10, "dataset": "...",
+     "clients": [{"feature_shape": [d], "standardize": {"mean": [...], "std": [...]}}, ...]}
+
+``standardize`` is ``null`` for a client whose features were used as read (``standardize=false``, a
+data-less server node); otherwise the model saw ``(x - mean) / std`` (float32, elementwise over the
+feature shape; the statistics of the client's training data, the paper's protocol). Numbers are
+written as Python's ``repr`` of float32 values widened to float64, so they read back exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .base import DatasetError, FederatedDataset
+
+FILE = "preprocessing.json"
+FORMAT = 1
+
+
+def describe(dataset: FederatedDataset) -> dict[str, Any]:
+    """``preprocessing.json``'s content for ``dataset`` (see the module docstring)."""
+    stats = dataset.standardization
+    if stats is not None and len(stats) != dataset.num_clients:  # a dataset changed after the protocol
+        raise DatasetError(
+            f"{dataset.name}: {len(stats)} clients' standardisation for {dataset.num_clients} clients"
+        )
+    clients = []
+    for i in range(dataset.num_clients):
+        entry: dict[str, Any] = {"feature_shape": list(dataset.feature_shape(i)), "standardize": None}
+        if stats is not None and stats[i] is not None:
+            mean, std = stats[i]  # type: ignore[misc]  # checked just above
+            entry["standardize"] = {"mean": _floats(mean), "std": _floats(std)}
+        clients.append(entry)
+    return {
+        "format": FORMAT,
+        "dataset": dataset.name,
+        "task": dataset.task,
+        "num_classes": dataset.num_classes,
+        "clients": clients,
+    }
+
+
+def _floats(a: np.ndarray) -> list[float]:
+    return [float(v) for v in np.asarray(a, np.float32).reshape(-1)]
+
+
+def write(folder: Path, dataset: FederatedDataset) -> Path:
+    """Write ``folder/preprocessing.json`` (whole or not at all: a temporary file renamed onto it)."""
+    path = folder / FILE
+    tmp = folder / f".{FILE}.tmp"
+    tmp.write_text(json.dumps(describe(dataset)) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read(folder: str | Path) -> dict[str, Any]:
+    """``folder/preprocessing.json``, checked (:class:`DatasetError` naming the file otherwise)."""
+    path = Path(folder) / FILE
+    try:
+        body = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DatasetError(
+            f"{path} is missing: the run was written by a version that did not keep its preprocessing "
+            "(run it again to export its models)"
+        ) from None
+    except (OSError, ValueError) as e:
+        raise DatasetError(f"{path} cannot be read ({type(e).__name__}: {str(e)[:120]})") from None
+    if (
+        not isinstance(body, dict)
+        or body.get("format") != FORMAT
+        or not isinstance(body.get("clients"), list)
+    ):
+        raise DatasetError(f"{path} is not a preprocessing record of format {FORMAT}")
+    for i, entry in enumerate(body["clients"]):
+        shape = entry.get("feature_shape") if isinstance(entry, dict) else None
+        if not isinstance(shape, list) or not all(isinstance(s, int) and s > 0 for s in shape):
+            raise DatasetError(f"{path}: client {i} has no feature_shape (a list of positive integers)")
+        std = entry.get("standardize")
+        size = int(np.prod(shape))
+        if std is not None and not (
+            isinstance(std, dict) and len(std.get("mean", ())) == size and len(std.get("std", ())) == size
+        ):
+            raise DatasetError(f"{path}: client {i}'s standardize needs mean and std of {size} numbers each")
+    return body

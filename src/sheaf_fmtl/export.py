@@ -1,0 +1,226 @@
+"""A finished run folder as trained models: :func:`load` (``sheaf_fmtl.load``) and ``sheaf-fmtl
+export``.
+
+``load(run).client(i)`` is client ``i``'s ``torch.nn.Module`` with its final parameters
+(``checkpoint.pt``), wrapped with the preprocessing the data pipeline applied to its features
+(``preprocessing.json``: the standardisation with its training data's mean and std), so that it
+takes raw features: ``load(run).client(i)(x_raw)`` gives the outputs the run evaluated.
+
+Loading never runs code from the folder: ``checkpoint.pt`` is read with ``torch.load(...,
+weights_only=True)``, the config and the preprocessing are YAML and JSON, built-in models are
+built by name, and a model the config names as ``module:function`` (or a Python object's
+placeholder) is imported only when the caller names it again, ``load(run, model="mypkg.nets:cnn")``,
+or hands the object over, ``load(run, model=make_model)``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .config import ConfigError, read_config_file
+from .data import preprocessing
+from .data.base import ClientSplit, DatasetError, FederatedDataset, Task
+from .federation.user import UserModels, is_user_model
+from .models import build_model, default_model
+from .plugins import hold
+
+EXPORT_FORMAT = 1
+
+
+class Preprocessed(nn.Module):
+    """``model`` applied to features preprocessed as the run's data pipeline did: ``x`` cast to
+    float32, then ``(x - mean) / std`` when the client's features were standardised."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    def __init__(
+        self, model: nn.Module, standardize: dict[str, list[float]] | None, shape: list[int]
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.standardized = standardize is not None
+        if standardize is not None:
+            self.register_buffer(
+                "mean", torch.tensor(standardize["mean"], dtype=torch.float32).view(1, *shape)
+            )
+            self.register_buffer("std", torch.tensor(standardize["std"], dtype=torch.float32).view(1, *shape))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.as_tensor(x).to(torch.float32)
+        if self.standardized:
+            x = (x - self.mean) / self.std
+        return self.model(x)  # type: ignore[no-any-return]
+
+
+@dataclass
+class TrainedRun:
+    """What :func:`load` returns.
+
+    Attributes:
+        config: ``config.yaml`` as a mapping (not validated: validating would import the user code
+            it may name).
+        summary: ``summary.json``.
+        preprocessing: ``preprocessing.json`` (:mod:`sheaf_fmtl.data.preprocessing`).
+        out: the run folder.
+    """
+
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    preprocessing: dict[str, Any]
+    out: Path
+    thetas: list[torch.Tensor] = field(repr=False)
+    modules: list[nn.Module] = field(repr=False)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.modules)
+
+    @property
+    def metric(self) -> str:
+        """``accuracy``, ``mse`` or the user's metric's name (``summary.json``'s ``metric``)."""
+        return str(self.summary.get("metric", ""))
+
+    def model(self, i: int) -> nn.Module:
+        """Client ``i``'s trained module as trained: it takes preprocessed features."""
+        self._check(i)
+        return self.modules[i]
+
+    def client(self, i: int) -> Preprocessed:
+        """Client ``i``'s trained module behind its preprocessing (in eval mode): it takes raw features."""
+        self._check(i)
+        entry = self.preprocessing["clients"][i]
+        return Preprocessed(self.modules[i], entry["standardize"], entry["feature_shape"]).eval()
+
+    def _check(self, i: int) -> None:
+        if not 0 <= i < self.num_clients:
+            raise IndexError(f"client {i}: the run has clients 0 .. {self.num_clients - 1}")
+
+
+def load(run_dir: str | Path, *, model: Any = None) -> TrainedRun:  # noqa: ANN401 - a spec or the user's object
+    """A finished run folder's config, summary and per-client trained models (see the module docstring).
+
+    Args:
+        run_dir: a run folder (``config.yaml``, ``summary.json``, ``checkpoint.pt``,
+            ``preprocessing.json``).
+        model: only for a run whose ``model`` names user code: that ``module:function`` again (it is
+            then imported), or the object itself (a factory ``i -> nn.Module``, a class, a module or
+            a list of modules, as :class:`sheaf_fmtl.Federation` takes).
+    Raises:
+        ConfigError: the config names user code and ``model`` does not name or give it.
+        DatasetError: a file of the folder is missing or cannot be read (one line naming it).
+    """
+    folder = Path(run_dir)
+    config = read_config_file(folder / "config.yaml")
+    summary = _read_json(folder / "summary.json")
+    record = preprocessing.read(folder)
+    path = folder / "checkpoint.pt"
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise DatasetError(f"{path} is missing: the run did not finish (resume it first)") from None
+    except Exception as e:  # noqa: BLE001 - unpickling, zip and truncation errors alike
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise DatasetError(f"{path} cannot be read with weights_only=True ({first})") from None
+    thetas = list(state["thetas"]) if isinstance(state, dict) and "thetas" in state else None
+    if thetas is None or len(thetas) != len(record["clients"]):
+        raise DatasetError(
+            f"{path} does not hold one parameter vector per client of {folder / preprocessing.FILE}"
+        )
+    modules = _modules(config, record, model)
+    for i, (module, theta) in enumerate(zip(modules, thetas, strict=True)):
+        count = sum(p.numel() for p in module.parameters())
+        if count != theta.numel():
+            raise DatasetError(f"{path}: client {i} has {theta.numel()} parameters, its model {count}")
+        torch.nn.utils.vector_to_parameters(theta.to(torch.float32), module.parameters())
+        module.eval()
+    return TrainedRun(config, summary, record, folder, thetas, modules)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        body = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DatasetError(f"{path} is missing: not a finished run folder") from None
+    except (OSError, ValueError) as e:
+        raise DatasetError(f"{path} cannot be read ({type(e).__name__}: {str(e)[:120]})") from None
+    if not isinstance(body, dict):
+        raise DatasetError(f"{path} does not hold a JSON object")
+    return body
+
+
+def _modules(config: dict[str, Any], record: dict[str, Any], model: Any) -> list[nn.Module]:  # noqa: ANN401
+    """One fresh module per client, as the run built them (config key ``model``, round-robin)."""
+    task, clients = str(record["task"]), record["clients"]
+    outputs = int(record["num_classes"]) if task == "classification" else 1
+    spelled = str(config.get("model", "auto"))
+    parts = [default_model(task) if m.strip() == "auto" else m.strip() for m in spelled.split(",")]
+    user = sorted({p for p in parts if is_user_model(p)})
+    held = None
+    if user:
+        if model is None:
+            raise ConfigError(
+                f"config key 'model' = '{spelled}' names user code, which load() never imports by "
+                f"itself: name it again, load(run, model='{user[0]}'), or give the object, "
+                "load(run, model=make_model)"
+            )
+        if isinstance(model, str):
+            if model not in (spelled, *user) or (model != spelled and len(user) > 1):
+                raise ConfigError(
+                    f"load(model='{model}'): the run's config key 'model' is '{spelled}'; name that code"
+                )
+        else:
+            held = hold(model, "model")  # kept referenced while the modules are built
+            parts = [held.token if p in user else p for p in parts]
+    shapes = [tuple(int(s) for s in c["feature_shape"]) for c in clients]
+    dataset = _shapes_only(record, shapes)
+    made = UserModels.build(parts, dataset, outputs)
+    out = []
+    for i, shape in enumerate(shapes):
+        module = made.modules.get(i)
+        out.append(module if module is not None else build_model(parts[i % len(parts)], shape, outputs))
+    del held
+    return out
+
+
+def _shapes_only(record: dict[str, Any], shapes: list[tuple[int, ...]]) -> FederatedDataset:
+    """A dataset without samples, of the clients' feature shapes (what builds their models)."""
+    task: Task = "classification" if record["task"] == "classification" else "regression"
+    ydtype = np.int64 if task == "classification" else np.float32
+    splits = []
+    for shape in shapes:
+        x, y = np.zeros((0, *shape), np.float32), np.zeros(0, ydtype)
+        splits.append(ClientSplit(x, y, x, y))
+    return FederatedDataset(str(record.get("dataset", "")), task, int(record["num_classes"]), tuple(splits))
+
+
+def export(run_dir: str | Path, out: str | Path, *, model: Any = None) -> list[Path]:  # noqa: ANN401
+    """Write client ``i``'s trained ``state_dict`` to ``out/client-IIIII.pt`` (``torch.save``; read it
+    back with ``torch.load(..., weights_only=True)``) and ``out/preprocessing.json`` (the run's, each
+    client with its ``file`` and ``model``); ``out`` must be new or empty. Returns the paths written."""
+    trained = load(run_dir, model=model)
+    target = Path(out)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise DatasetError(f"export folder {target} exists and is not an empty folder; choose another --out")
+    target.mkdir(parents=True, exist_ok=True)
+    spelled = str(trained.config.get("model", "auto"))
+    task = str(trained.preprocessing["task"])
+    parts = [default_model(task) if m.strip() == "auto" else m.strip() for m in spelled.split(",")]
+    record = json.loads(json.dumps(trained.preprocessing))
+    written = []
+    for i in range(trained.num_clients):
+        name = f"client-{i:05d}.pt"
+        torch.save(trained.modules[i].state_dict(), target / name)
+        record["clients"][i].update(file=name, model=parts[i % len(parts)])
+        written.append(target / name)
+    record["export_format"] = EXPORT_FORMAT
+    record["metric"] = trained.metric
+    (target / preprocessing.FILE).write_text(json.dumps(record) + "\n")
+    return [*written, target / preprocessing.FILE]

@@ -1,0 +1,376 @@
+"""One mini-batch gradient of a whole cohort of same-architecture CNNs in a few dozen kernels.
+
+The ``C`` clients are the groups of grouped convolutions: activations are ``[B, C*ch, H, W]``
+channels-last (memory ``[B, H, W, C, ch]``), a convolution of every client is one
+``conv2d(groups=C)`` (oneDNN / cuDNN) and its backward one ``convolution_backward``; a linear layer
+is one ``bmm`` over the clients on ``[C, B, features]``. The backward pass is written out by hand
+(no autograd graph): cross-entropy ``softmax - onehot``, ``threshold_backward`` for ReLU,
+``max_pool2d_with_indices_backward`` for pools, ``bmm`` for linear layers. Every parameter of every
+client is gathered from the flat ``[C, d]`` stack by one ``index_select`` into layer-major order,
+and the gradient is one ``cat`` back to ``[C, d]``. Per step this issues about 35 aten ops for the
+paper's ``cnn`` (``benchmarks/step_ops.py`` counts them), whatever ``C``.
+
+The losses are those of :meth:`sheaf_fmtl.federation.Cohort.gradients`: ``f_i = sum_b w_ib
+loss_ib + (l2 / 2) ||theta_i||^2`` with ``w_ib = mask_ib / sum_b mask_ib`` and the L2 term only for
+clients with a sample (paper Section 5, "Evaluation"). Same models as :mod:`.grouped`
+(:func:`.grouped.supports`).
+
+Why one module (over 300 lines): the forward pass, the hand-written backward and the layer-major
+parameter index share one plan of layers and one set of layout rules (which activations are in the
+grouped layout, in which order conv weights lie); split apart, each half would restate the other's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from .grouped import supports
+
+__all__ = ["FusedCNN", "supports"]
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One layer of the plan: its kind, its parameter slots in the layer-major buffer and shapes."""
+
+    kind: str  # conv, linear, relu, pool, flatten (to [C, B, features]), unflatten
+    weight: tuple[int, int, tuple[int, ...]] | None = None  # (offset, numel, shape) in one client
+    bias: tuple[int, int, tuple[int, ...]] | None = None
+    padding: tuple[int, int] = (0, 0)
+    pool: tuple[tuple[int, int], tuple[int, int], tuple[int, int], bool] | None = None
+    shape: tuple[int, ...] = ()  # unflatten: the sizes that per-sample dimension ``dim`` becomes
+    dim: int = 0
+
+
+def _pool_before_relu(layers: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
+    """``relu`` then ``max pool`` as ``max pool`` then ``relu`` (equal values and gradients, see
+    :mod:`.grouped`): the relu and its backward run on 4x fewer elements."""
+    out = list(layers)
+    for k in range(len(out) - 1):
+        if isinstance(out[k][1], nn.ReLU) and isinstance(out[k + 1][1], nn.MaxPool2d):
+            out[k], out[k + 1] = out[k + 1], out[k]
+    return out
+
+
+def _pair(v: int | tuple[int, ...]) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+
+@dataclass(eq=False)
+class FusedCNN:
+    """The hand-written forward and backward of a :func:`.grouped.supports` model, for stacks of
+    ``C`` clients' flat parameters (rows of ``[C, d]``, in ``module.named_parameters()`` order)."""
+
+    module: nn.Sequential
+    task: str
+    layers: list[_Layer] = field(init=False)
+    dim: int = field(init=False)
+    _perm: dict[tuple[Any, ...], tuple[Any, torch.Tensor]] = field(
+        init=False, default_factory=dict, repr=False
+    )
+    # per mask (by identity; epoch masks are built once and reused): (mask, w_ib, -w_ib, has sample)
+    _coefs: dict[tuple[Any, ...], tuple[Any, ...]] = field(init=False, default_factory=dict, repr=False)
+    _weights: dict[int, tuple[Any, ...]] = field(init=False, default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not supports(self.module):
+            raise ValueError("FusedCNN needs a Sequential of plain Conv2d, Linear, ReLU, MaxPool2d, Flatten")
+        slots, offset = {}, 0
+        for name, p in self.module.named_parameters():
+            slots[name] = (offset, p.numel(), tuple(p.shape))
+            offset += p.numel()
+        self.dim = offset
+        layers: list[_Layer] = []
+        for name, m in _pool_before_relu(list(self.module.named_children())):
+            if isinstance(m, nn.Conv2d):
+                pad = m.padding
+                assert isinstance(pad, tuple)
+                layers.append(
+                    _Layer("conv", slots[f"{name}.weight"], slots.get(f"{name}.bias"), padding=_pair(pad))
+                )
+            elif isinstance(m, nn.Linear):
+                layers.append(_Layer("linear", slots[f"{name}.weight"], slots.get(f"{name}.bias")))
+            elif isinstance(m, nn.ReLU):
+                layers.append(_Layer("relu"))
+            elif isinstance(m, nn.MaxPool2d):
+                stride = m.stride if m.stride is not None else m.kernel_size
+                spec = (_pair(m.kernel_size), _pair(stride), _pair(m.padding), bool(m.ceil_mode))
+                if _pair(m.dilation) != (1, 1):
+                    raise ValueError("FusedCNN supports max pools without dilation")
+                layers.append(_Layer("pool", pool=spec))
+            elif isinstance(m, nn.Flatten):
+                layers.append(_Layer("flatten"))
+            elif isinstance(m, nn.Unflatten):
+                sizes = tuple(int(s) for s in m.unflattened_size)
+                layers.append(_Layer("unflatten", shape=sizes, dim=int(m.dim)))
+        grouped_layout = False
+        for layer in layers:  # pools only between convolutions; flatten with its default dims
+            grouped_layout = layer.kind == "conv" or (grouped_layout and layer.kind in ("relu", "pool"))
+            if layer.kind == "pool" and not grouped_layout:
+                raise ValueError("FusedCNN supports max pools after a convolution only")
+        flattens = [m for m in self.module if isinstance(m, nn.Flatten)]
+        if any((m.start_dim, m.end_dim) != (1, -1) for m in flattens):
+            raise ValueError("FusedCNN supports Flatten() with its default dimensions only")
+        self.layers = layers
+
+    def _grouped_before(self, k: int) -> bool:
+        """Whether the activations entering layer ``k`` are in the grouped (convolution) layout."""
+        grouped_layout = False
+        for layer in self.layers[:k]:
+            grouped_layout = layer.kind == "conv" or (grouped_layout and layer.kind in ("relu", "pool"))
+        return grouped_layout
+
+    def _index(self, thetas: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+        """Positions in ``thetas.reshape(-1)`` (``[N, d]``) of the layer-major buffer of clients
+        ``rows`` (all when ``None``): parameter after parameter, each ``[C, numel]`` contiguous, conv
+        weights in channels-last order ``(out, kh, kw, ch)``. One ``index_select`` with it gathers
+        every parameter of every client; one ``index_add_`` puts gradients back. Kept per ``rows``
+        (an epoch's active clients are built once and come back every epoch)."""
+        key = (thetas.shape[0], str(thetas.device), id(rows))
+        found = self._perm.get(key)
+        if found is None or found[0] is not rows:
+            if len(self._perm) > 256:
+                self._perm.clear()
+            d = self.dim
+            clients = torch.arange(thetas.shape[0]) if rows is None else rows.cpu()
+            base = clients[:, None] * d
+            parts = []
+            for layer in self.layers:
+                for slot in (layer.weight, layer.bias):
+                    if slot is None:
+                        continue
+                    off, n, shape = slot
+                    local = torch.arange(off, off + n)
+                    if (
+                        layer.kind == "conv" and slot is layer.weight
+                    ):  # (out, ch, kh, kw) -> (out, kh, kw, ch)
+                        local = local.view(shape).permute(0, 2, 3, 1).reshape(-1)
+                    parts.append((base + local[None, :]).flatten())
+            found = (rows, torch.cat(parts).to(thetas.device))
+            self._perm[key] = found
+        return found[1]
+
+    def _views(
+        self, flat: torch.Tensor, clients: int
+    ) -> list[tuple[torch.Tensor | None, torch.Tensor | None]]:
+        """Per layer ``(weight, bias)`` views of the layer-major buffer: conv weights
+        ``[C*out, ch, kh, kw]`` channels-last and biases ``[C*out]``; linear weights ``[C, out, in]``,
+        biases ``[C, out]``."""
+        out: list[tuple[torch.Tensor | None, torch.Tensor | None]] = []
+        pos = 0
+        for layer in self.layers:
+            w = b = None
+            for slot, is_weight in ((layer.weight, True), (layer.bias, False)):
+                if slot is None:
+                    continue
+                _, n, shape = slot
+                part = flat[pos : pos + clients * n]
+                pos += clients * n
+                if layer.kind == "conv" and is_weight:
+                    o, ch, kh, kw = shape
+                    t = part.view(clients * o, kh, kw, ch).permute(0, 3, 1, 2)
+                elif layer.kind == "conv":
+                    t = part.view(clients * shape[0])
+                else:
+                    t = part.view(clients, *shape)
+                if is_weight:
+                    w = t
+                else:
+                    b = t
+            out.append((w, b))
+        return out
+
+    def loss_and_grad(
+        self,
+        thetas: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor,
+        l2: float,
+        rows: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(grad f_i [N, d], f_i [N])`` of the ``N`` clients of ``thetas`` on rows ``x [C, B,
+        *input_shape]``, labels ``y [C, B]`` and ``mask [C, B]`` (1 for a real sample) of clients
+        ``rows`` (``None``: all, ``C = N``); the others get a zero gradient and ``f_i = 0``, as in
+        :meth:`sheaf_fmtl.federation.Cohort.gradients`."""
+        clients, batch = x.shape[:2]
+        _, weight, neg_weight, has, minus_one = self._mask_weights(mask)
+        index = self._index(thetas, rows)
+        params = self._views(thetas.reshape(-1).index_select(0, index), clients)
+        h = x
+        grouped_layout = False  # h is [B, C*ch, H, W] channels-last, else [C, B, ...]
+        saved: list[tuple[Any, ...]] = []  # per layer: tensors for the backward, or a shape
+        for layer, (w, b) in zip(self.layers, params, strict=True):
+            if layer.kind == "unflatten":
+                sample = list(h.shape[2:])
+                d = layer.dim - 1 if layer.dim > 0 else len(sample) + layer.dim
+                saved.append(tuple(h.shape))
+                h = h.reshape(clients, batch, *sample[:d], *layer.shape, *sample[d + 1 :])
+            elif layer.kind == "conv":
+                assert w is not None
+                if not grouped_layout:  # [C, B, ch, H, W] -> [B, C*ch, H, W], memory [B, H, W, C, ch]
+                    ch, hh, ww = h.shape[2:]
+                    h = (
+                        h.permute(1, 3, 4, 0, 2)
+                        .contiguous()
+                        .permute(0, 3, 4, 1, 2)
+                        .reshape(batch, -1, hh, ww)
+                    )
+                    grouped_layout = True
+                saved.append((h,))
+                h = torch.conv2d(h, w, b, 1, layer.padding, 1, clients)
+            elif layer.kind == "pool":
+                assert layer.pool is not None
+                kernel, stride, padding, ceil = layer.pool
+                if not grouped_layout:
+                    raise ValueError("FusedCNN supports max pools between convolutions only")
+                pooled, idx = torch.ops.aten.max_pool2d_with_indices(h, kernel, stride, padding, [1, 1], ceil)
+                saved.append((h, idx))
+                h = pooled
+            elif layer.kind == "relu":
+                h = torch.relu(h)
+                saved.append((h,))
+            elif layer.kind == "flatten":
+                if grouped_layout:  # [B, C*ch, H, W] -> [C, B, ch*H*W] (each sample flattened as NCHW)
+                    _, cc, hh, ww = h.shape
+                    saved.append((clients, batch, cc // clients, hh, ww))
+                    h = h.view(batch, clients, -1, hh, ww).transpose(0, 1).reshape(clients, batch, -1)
+                    grouped_layout = False
+                else:
+                    saved.append(tuple(h.shape))
+                    h = h.reshape(clients, batch, -1)
+            else:  # linear on [C, B, in]
+                assert w is not None
+                saved.append((h,))
+                h = (
+                    torch.bmm(h, w.transpose(1, 2))
+                    if b is None
+                    else torch.baddbmm(b[:, None], h, w.transpose(1, 2))
+                )
+        grad_out, f = self._loss(h, y, weight, neg_weight, minus_one)
+        flat = torch.cat(self._backward(params, saved, grad_out, clients, batch))  # layer-major
+        g_coef, f_coef = self._l2_rows(thetas.shape[0], rows, has, mask, l2)
+        g = thetas * g_coef if l2 > 0 else torch.zeros_like(thetas)
+        g.view(-1).index_add_(0, index, flat)
+        sq = torch.bmm(thetas[:, None, :], thetas[:, :, None]).view(-1) if l2 > 0 else None
+        if rows is None:
+            return g, f.view(-1) if sq is None else torch.addcmul(f.view(-1), sq, f_coef)
+        f_full = thetas.new_zeros(thetas.shape[0]) if sq is None else sq.mul_(f_coef)
+        return g, f_full.index_add_(0, rows, f.view(-1))
+
+    def _l2_rows(
+        self, n: int, rows: torch.Tensor | None, has: torch.Tensor, mask: torch.Tensor, l2: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(l2 h_i [N, 1], l2/2 h_i [N])`` with ``h_i = 1`` for the clients of ``rows`` with a
+        sample in ``mask`` (``has``), kept per ``(mask, rows)``."""
+        key = (id(mask), id(rows), n, l2)
+        found = self._coefs.get(key)
+        if found is None or found[0] is not mask or found[1] is not rows:
+            if len(self._coefs) > 256:
+                self._coefs.clear()
+            sample = has.view(-1)
+            full = sample if rows is None else mask.new_zeros(n).index_copy_(0, rows, sample)
+            found = (mask, rows, (l2 * full)[:, None], 0.5 * l2 * full)
+            self._coefs[key] = found
+        return found[2], found[3]
+
+    def _mask_weights(self, mask: torch.Tensor) -> tuple[Any, ...]:
+        """``(mask, w_ib [C, B], -w_ib, [C, 1] 1 for a client with a sample, -1 [C, B, 1])``, kept
+        per mask: an epoch's masks come back every epoch, so a step spends no op on them."""
+        found = self._weights.get(id(mask))
+        if found is None or found[0] is not mask:
+            if len(self._weights) > 256:  # fresh masks each step (random mini-batches): keep few
+                self._weights.clear()
+            count = mask.sum(1, keepdim=True)
+            weight = mask / count.clamp(min=1)
+            minus_one = mask.new_full((1, 1, 1), -1.0).expand(*mask.shape, 1)
+            found = (mask, weight, -weight, (count > 0).to(mask.dtype), minus_one)
+            self._weights[id(mask)] = found
+        return found
+
+    def _loss(
+        self,
+        out: torch.Tensor,
+        y: torch.Tensor,
+        weight: torch.Tensor,
+        neg_weight: torch.Tensor,
+        minus_one: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(d f / d out [C, B, k], f [C, 1])`` of the weighted data loss, without the L2 term."""
+        clients = y.shape[0]
+        if self.task == "classification":
+            logp = torch.log_softmax(out, -1)
+            picked = logp.gather(-1, y[..., None])  # [C, B, 1]
+            f = torch.bmm(neg_weight[:, None, :], picked).view(clients, 1)
+            grad = torch.exp(logp).scatter_add_(-1, y[..., None], minus_one)
+            return grad.mul_(weight[..., None]), f
+        diff = out - y[..., None]  # squared loss on one output
+        f = torch.bmm(weight[:, None, :], diff * diff).view(clients, 1)
+        return diff.mul_(2 * weight[..., None]), f
+
+    def _backward(
+        self,
+        params: list[tuple[torch.Tensor | None, torch.Tensor | None]],
+        saved: list,
+        grad: torch.Tensor,
+        clients: int,
+        batch: int,
+    ) -> list[torch.Tensor]:
+        """Gradients per parameter, flat in the layer-major order of :meth:`_index`."""
+        grads: list[torch.Tensor] = []
+        first_param = next(k for k, layer in enumerate(self.layers) if layer.weight is not None)
+        for k in range(len(self.layers) - 1, first_param - 1, -1):
+            layer, (w, b), kept = self.layers[k], params[k], saved[k]
+            need_input = k > first_param
+            if layer.kind == "linear":
+                assert w is not None
+                (h_in,) = kept
+                found = [torch.bmm(grad.transpose(1, 2), h_in).view(-1)]
+                if b is not None:
+                    found.append(grad.sum(1).view(-1))
+                grads[:0] = found
+                if need_input:
+                    grad = torch.bmm(grad, w)
+            elif layer.kind == "relu":
+                (out,) = kept
+                grad = torch.ops.aten.threshold_backward(grad, out, 0)
+            elif layer.kind == "unflatten":
+                grad = grad.reshape(kept)
+            elif layer.kind == "flatten":
+                grad = grad.reshape(kept)  # [C, B, ch, H, W] after convolutions, else the input's shape
+                if len(kept) == 5 and k > 0 and self._grouped_before(k):  # -> [B, C*ch, H, W] channels-last
+                    _, _, ch, hh, ww = kept
+                    g5 = grad.permute(1, 3, 4, 0, 2).contiguous()
+                    grad = g5.permute(0, 3, 4, 1, 2).reshape(batch, clients * ch, hh, ww)
+            elif layer.kind == "pool":
+                h_in, idx = kept
+                kernel, stride, padding, ceil = layer.pool  # type: ignore[misc]
+                grad = torch.ops.aten.max_pool2d_with_indices_backward(
+                    grad, h_in, kernel, stride, padding, [1, 1], ceil, idx
+                )
+            elif layer.kind == "conv":
+                assert w is not None
+                (h_in,) = kept
+                dx, dw, db = torch.ops.aten.convolution_backward(
+                    grad,
+                    h_in,
+                    w,
+                    None if b is None else [b.shape[0]],
+                    [1, 1],
+                    list(layer.padding),
+                    [1, 1],
+                    False,
+                    [0, 0],
+                    clients,
+                    [need_input, True, b is not None],
+                )
+                found = [dw.permute(0, 2, 3, 1).reshape(-1)]  # a view when dw is channels-last
+                if b is not None:
+                    found.append(db.view(-1))
+                grads[:0] = found
+                grad = dx
+        return grads

@@ -1,0 +1,173 @@
+"""``sheaf_fmtl.load(run).client(i)`` takes raw features and gives back the run's per-client test
+metric (the standardisation of the data pipeline is kept in the run folder); ``sheaf-fmtl export``
+writes loadable state_dicts; loading never imports code the folder names."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import sheaf_fmtl
+from sheaf_fmtl.cli import main
+from sheaf_fmtl.config import ConfigError
+from sheaf_fmtl.data.registry import dataset_files
+from sheaf_fmtl.runtime.simulate import load_dataset
+
+GENERATED = ["synthetic", "synthetic-clusters", "synthetic-hetero"]
+REAL = ["school", "vehicle", "har", "gleam", "rmnist", "hcifar10"]
+SMALL = {"rmnist": {"clients": 4}, "hcifar10": {"clients": 4}}  # fewer images: seconds, not minutes
+
+
+def _available(name: str) -> bool:
+    root = os.environ.get("SHEAF_FMTL_DATA")
+    return root is not None and any((Path(root) / f).exists() for f in dataset_files()[name])
+
+
+def raw_metric(trained: sheaf_fmtl.TrainedRun, config: sheaf_fmtl.RunConfig) -> list[float]:
+    """Every client's test metric from its raw test features (the split without standardisation),
+    computed independently of the run's batched evaluation."""
+    raw = load_dataset(config.replace(standardize=False))
+    values = []
+    for i, client in enumerate(raw.clients):
+        with torch.no_grad():
+            out = trained.client(i)(torch.from_numpy(client.x_test)).double()
+        y = torch.from_numpy(client.y_test)
+        if trained.metric == "accuracy":
+            values.append(float((out.argmax(-1) == y).double().mean()))
+        else:
+            values.append(float(((out.squeeze(-1) - y.double()) ** 2).mean()))
+    return values
+
+
+@pytest.mark.parametrize(
+    "name", [*GENERATED, *(pytest.param(n, marks=pytest.mark.slow) if n in SMALL else n for n in REAL)]
+)
+def test_a_loaded_client_reproduces_its_test_metric_on_raw_data(name, tmp_path):
+    if name in REAL and not _available(name):
+        pytest.skip(f"{name}: its files are not under $SHEAF_FMTL_DATA")
+    keys = {"clients": 6, **SMALL.get(name, {})} if name in GENERATED + list(SMALL) else {}
+    result = sheaf_fmtl.run(dataset=name, rounds=3, lam=0.01, out=tmp_path / "run", **keys)
+    trained = sheaf_fmtl.load(tmp_path / "run")
+    assert trained.summary == result.summary and trained.config["dataset"] == name
+    want = result.summary["per_client"]
+    assert raw_metric(trained, result.config) == pytest.approx(want, rel=1e-6, abs=1e-6)
+    assert trained.preprocessing["clients"][0]["standardize"] is not None
+
+
+def test_the_standardisation_is_what_makes_the_raw_data_work(tmp_path):
+    result = sheaf_fmtl.run(dataset="synthetic-hetero", clients=6, rounds=5, out=tmp_path / "run")
+    trained = sheaf_fmtl.load(tmp_path / "run")
+    raw = load_dataset(result.config.replace(standardize=False)).clients[0]
+    ready = load_dataset(result.config).clients[0]
+    mean, std = (np.asarray(trained.preprocessing["clients"][0]["standardize"][k]) for k in ("mean", "std"))
+    x = torch.from_numpy(raw.x_test)
+    assert np.allclose(raw.x_train.mean(0), mean, atol=1e-5) and np.allclose(
+        raw.x_train.std(0), std, atol=1e-5
+    )
+    with torch.no_grad():  # the bare model on raw data is another function than the wrapped one
+        wrapped, bare = trained.client(0)(x), trained.model(0)(x)
+        assert torch.equal(wrapped, trained.model(0)(torch.from_numpy(ready.x_test)))
+    assert not torch.allclose(wrapped, bare)
+
+
+class Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def _own_data() -> list[tuple[np.ndarray, ...]]:
+    rng = np.random.default_rng(1)
+    data = []
+    for i in range(4):
+        x = rng.normal(3.0 * i, 1.0 + i, (40, 3)).astype(np.float32)  # far from standardised
+        y = (x[:, 0] > 3.0 * i).astype(np.int64)
+        data.append((x[:30], y[:30], x[30:], y[30:]))
+    return data
+
+
+def test_own_model_and_data_load_only_with_the_model_given(tmp_path):
+    def make(i: int) -> nn.Module:
+        return Tiny()
+
+    data = _own_data()
+    result = sheaf_fmtl.run(data=data, model=make, algorithm="sheaf-fmtl", rounds=4, out=tmp_path / "run")
+    with pytest.raises(ConfigError, match="names user code, which load\\(\\) never imports by itself"):
+        sheaf_fmtl.load(tmp_path / "run")
+    trained = sheaf_fmtl.load(tmp_path / "run", model=make)
+    for i, (_, _, x_test, y_test) in enumerate(data):
+        with torch.no_grad():
+            acc = float((trained.client(i)(torch.from_numpy(x_test)).argmax(-1).numpy() == y_test).mean())
+        assert acc == pytest.approx(result.summary["per_client"][i], abs=1e-6)
+
+
+def test_a_module_function_model_is_imported_only_when_named(tmp_path, monkeypatch):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    marker = tmp_path / "imported"
+    (package / "netmod.py").write_text(
+        "import pathlib, torch\n"
+        f"pathlib.Path({str(marker)!r}).write_text('yes')\n"
+        "def make(i):\n    return torch.nn.Linear(3, 2)\n"
+    )
+    monkeypatch.syspath_prepend(str(package))
+    sheaf_fmtl.run(data=_own_data(), model="netmod:make", rounds=2, out=tmp_path / "run")
+    marker.unlink()
+    sys.modules.pop("netmod", None)
+    with pytest.raises(ConfigError, match="load\\(run, model='netmod:make'\\)"):
+        sheaf_fmtl.load(tmp_path / "run")
+    assert not marker.exists()  # refused without importing
+    with pytest.raises(ConfigError, match="name that code"):
+        sheaf_fmtl.load(tmp_path / "run", model="othermod:make")
+    assert not marker.exists()
+    trained = sheaf_fmtl.load(tmp_path / "run", model="netmod:make")
+    assert marker.exists() and isinstance(trained.model(0), nn.Linear)
+
+
+def test_export_writes_state_dicts_and_the_preprocessing(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert (
+        main(
+            [
+                "run",
+                "--set",
+                "dataset=synthetic-hetero",
+                "clients=4",
+                "rounds=3",
+                "--out",
+                str(run),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert main(["export", str(run), "--out", str(tmp_path / "exp")]) == 0
+    record = json.loads((tmp_path / "exp" / "preprocessing.json").read_text())
+    trained = sheaf_fmtl.load(run)
+    x = torch.randn(7, *record["clients"][2]["feature_shape"]) * 5 + 2
+    state = torch.load(tmp_path / "exp" / record["clients"][2]["file"], weights_only=True)
+    fresh = nn.Sequential(nn.Flatten(), nn.Linear(x.shape[1], record["num_classes"]))
+    fresh.load_state_dict(state)
+    std = record["clients"][2]["standardize"]
+    mean, scale = torch.tensor(std["mean"]), torch.tensor(std["std"])
+    with torch.no_grad():
+        assert torch.allclose(fresh((x - mean) / scale), trained.client(2)(x), atol=1e-6)
+    assert record["clients"][2]["model"] == "logistic" and record["metric"] == "accuracy"
+    assert "export:" in capsys.readouterr().out
+    # a second export into the same folder is refused in one line, and leaves it as it was
+    before = sorted(p.name for p in (tmp_path / "exp").iterdir())
+    assert main(["export", str(run), "--out", str(tmp_path / "exp")]) == 2
+    assert "not an empty folder" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "exp").iterdir()) == before
+    assert main(["export", str(tmp_path / "nothing"), "--out", str(tmp_path / "e2")]) == 2
+    assert not (tmp_path / "e2").exists()

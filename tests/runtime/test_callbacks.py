@@ -1,0 +1,224 @@
+"""Callbacks: a stop request ends a run cleanly and resumably (the resumed run equals the
+uninterrupted one exactly); the shipped CSV and TensorBoard loggers, early stopping and the
+best-round checkpoint, each checked against the run's own files."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import sheaf_fmtl
+from sheaf_fmtl.callbacks import BestCheckpoint, CSVLogger, EarlyStopping, RunView, Stop, TensorBoardLogger
+from sheaf_fmtl.cli import main
+from sheaf_fmtl.config import ConfigError, RunConfig
+
+pytestmark = pytest.mark.filterwarnings("ignore:synthetic.*one class:UserWarning")
+
+VOLATILE = {"wall_seconds", "peak_rss_bytes", "cuda_max_allocated_bytes", "resumed_from_round"}
+BASE = {
+    "dataset": "synthetic",
+    "clients": 5,
+    "rounds": 8,
+    "eval_every": 2,
+    "batch_size": 4,
+    "local_epochs": 1,
+    "stability_check": False,
+    "algorithm": "sheaf-fmtl",
+    "map_defer": 4,
+}
+
+
+def _summary(path: Path) -> dict[str, Any]:
+    s = json.loads((path / "summary.json").read_text())
+    return {k: v for k, v in s.items() if k not in VOLATILE}
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path / "metrics.csv", newline="") as f:
+        return [{k: v for k, v in r.items() if k != "wall_seconds"} for r in csv.DictReader(f)]
+
+
+def _thetas(path: Path) -> list[torch.Tensor]:
+    return torch.load(path / "checkpoint.pt", weights_only=True)["thetas"]
+
+
+class StopAt:
+    """Asks to stop after round ``at``; records what the loop handed it."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.seen: list[tuple[int, dict[str, Any] | None]] = []
+        self.summaries: list[dict[str, Any]] = []
+
+    def on_round_end(self, round: int, metrics: dict[str, Any] | None, view: RunView) -> Stop | None:
+        self.seen.append((round, metrics))
+        return Stop("round reached") if round == self.at else None
+
+    def on_run_end(self, summary: dict[str, Any]) -> None:
+        self.summaries.append(summary)
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        {},
+        {"optimizer": "adam", "lr_schedule": "cosine", "drop_prob": 0.2},  # optimizer state resumes too
+        {"algorithm": "fedavg", "optimizer": "momentum", "lr_schedule": "step", "lr_step_every": 2},
+    ],
+    ids=["sgd", "adam-cosine-faults", "fedavg-momentum-step"],
+)
+def test_a_callback_stops_at_round_3_and_the_resumed_run_equals_the_uninterrupted_one(tmp_path, keys):
+    config = RunConfig(**{**BASE, **keys})
+    full = sheaf_fmtl.run(config, out=tmp_path / "full")
+    stopper = StopAt(3)
+    part = sheaf_fmtl.run(config, out=tmp_path / "part", callbacks=[stopper])
+    summary = json.loads((tmp_path / "part" / "summary.json").read_text())
+    assert summary["status"] == part.summary["status"] == "stopped"
+    assert (summary["stopped_by"], summary["rounds_done"], summary["stop_reason"]) == (
+        "StopAt",
+        3,
+        "round reached",
+    )
+    assert [r for r, _ in stopper.seen] == [0, 1, 2, 3]
+    assert [m is None for _, m in stopper.seen] == [False, True, False, True]  # rows of evaluated rounds
+    seen = [{k: v for k, v in stopper.seen[i][1].items() if k != "wall_seconds"} for i in (0, 2)]
+    assert seen == [{k: v for k, v in r.items() if k != "wall_seconds"} for r in full.metrics[:2]]
+    assert stopper.summaries[0]["status"] == "stopped"
+    resumed = sheaf_fmtl.run(resume=tmp_path / "part")
+    assert resumed.summary["status"] == "ok" and resumed.summary["resumed_from_round"] == 3
+    assert _summary(tmp_path / "part") == _summary(tmp_path / "full")
+    assert _rows(tmp_path / "part") == _rows(tmp_path / "full")
+    assert all(
+        torch.equal(a, b) for a, b in zip(_thetas(tmp_path / "full"), _thetas(tmp_path / "part"), strict=True)
+    )
+    assert full.summary["status"] == "ok"
+
+
+def test_the_view_reads_each_clients_model_and_changes_nothing(tmp_path):
+    config = RunConfig(**{**BASE, "rounds": 4})
+    seen: dict[str, Any] = {}
+
+    class Peek:
+        def on_round_end(self, round: int, metrics: Any, view: RunView) -> None:
+            theta = view.theta(2)
+            theta.add_(1.0)  # a copy: the run does not see it
+            if round == config.rounds:
+                seen["thetas"] = view.thetas()
+                seen["model"] = view.model(2)
+                seen["clients"], seen["metric"] = view.clients(), view.metric_column
+
+    result = sheaf_fmtl.run(config, callbacks=[Peek()])
+    plain = sheaf_fmtl.run(config)
+    assert all(torch.equal(a, b) for a, b in zip(result.thetas, plain.thetas, strict=True))
+    assert all(torch.equal(seen["thetas"][i], result.thetas[i]) for i in range(config.clients))
+    params = torch.nn.utils.parameters_to_vector(seen["model"].parameters())
+    assert torch.equal(params, result.thetas[2])
+    assert seen["clients"] == list(range(config.clients)) and seen["metric"] == "test_accuracy"
+
+
+def test_csv_logger_writes_what_metrics_csv_holds(tmp_path):
+    config = RunConfig(**BASE)
+    sheaf_fmtl.run(config, out=tmp_path / "run", callbacks=[CSVLogger(tmp_path / "logs" / "m.csv")])
+    assert (tmp_path / "logs" / "m.csv").read_text() == (tmp_path / "run" / "metrics.csv").read_text()
+
+
+def test_tensorboard_events_are_readable_and_hold_the_rows(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    config = RunConfig(**BASE)
+    result = sheaf_fmtl.run(config, callbacks=[TensorBoardLogger(tmp_path / "tb")])
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert {"test_accuracy", "train_loss", "objective", "transmitted_bits"} <= set(events.Tags()["scalars"])
+    for tag in ("test_accuracy", "train_loss"):
+        got = [(e.step, e.value) for e in events.Scalars(tag)]
+        want = [(r["round"], r[tag]) for r in result.metrics]
+        assert [s for s, _ in got] == [s for s, _ in want] == [0, 2, 4, 6, 8]
+        assert [v for _, v in got] == pytest.approx([v for _, v in want], rel=1e-6)
+
+
+def test_the_cli_keys_log_to_tensorboard_and_stop_early(tmp_path, capsys):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out, tb = tmp_path / "run", tmp_path / "tb"
+    # lam = 0 and alpha tiny: the accuracy barely moves, so patience 1 stops at the first evaluation
+    # that does not beat round 0's
+    keys = ["dataset=synthetic", "clients=4", "rounds=40", "eval_every=2", "alpha=1e-9", "lam=0"]
+    code = main(
+        [
+            "run",
+            "--out",
+            str(out),
+            "--quiet",
+            "--set",
+            *keys,
+            f"log_tensorboard={tb}",
+            "early_stop_patience=1",
+        ]
+    )
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "stopped" and summary["stopped_by"] == "EarlyStopping"
+    rows = _rows(out)
+    metric = [float(r["test_accuracy"]) for r in rows]
+    first_bad = next(i for i in range(1, len(metric)) if not metric[i] > max(metric[:i]))
+    assert summary["rounds_done"] == int(rows[first_bad]["round"]) == int(rows[-1]["round"])
+    assert "stopped by EarlyStopping" in capsys.readouterr().out
+    # the keys leave the mathematics alone: a resume without early stopping runs to the end
+    assert main(["run", "--resume", str(out), "--quiet", "--set", "early_stop_patience=0"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and [int(r["round"]) for r in _rows(out)] == list(range(0, 41, 2))
+    events = EventAccumulator(str(tb))  # both runs' event files: every round once
+    events.Reload()
+    assert [e.step for e in events.Scalars("test_accuracy")] == list(range(0, 41, 2))
+    with pytest.raises(ConfigError, match="early_stop_patience"):
+        RunConfig(early_stop_patience=-1)
+
+
+class _View:
+    metric, metric_column, higher_is_better = "mse", "test_mse", False
+
+
+@pytest.mark.parametrize(
+    ("values", "patience", "min_delta", "goal", "stop_at"),
+    [
+        ([0.5, 0.4, 0.45, 0.39, 0.41, 0.5, 0.5], 2, 0.0, "auto", 5),  # lower is better (MSE)
+        ([0.5, 0.4, 0.395, 0.39, 0.3], 2, 0.02, "auto", 3),  # 0.005 steps do not count
+        ([0.5, 0.6, 0.6, 0.59], 2, 0.0, "max", 3),
+        ([0.5, 0.4, 0.3], 1, 0.0, "auto", None),
+    ],
+)
+def test_early_stopping_by_hand(values, patience, min_delta, goal, stop_at):
+    stopper = EarlyStopping(patience, min_delta, goal)
+    answers = [stopper.on_round_end(k, {"test_mse": v}, _View()) for k, v in enumerate(values)]  # type: ignore[arg-type]
+    stops = [k for k, a in enumerate(answers) if isinstance(a, Stop)]
+    assert (stops[0] if stops else None) == stop_at
+    assert stopper.on_round_end(99, None, _View()) is None  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="patience"):
+        EarlyStopping(0)
+
+
+def test_best_checkpoint_keeps_the_thetas_of_the_best_evaluation(tmp_path):
+    config = RunConfig(**{**BASE, "eval_every": 1, "rounds": 6})
+    best = BestCheckpoint()
+    result = sheaf_fmtl.run(config, out=tmp_path / "run", callbacks=[best])
+    rows = result.metrics
+    metric = [r["test_accuracy"] for r in rows]
+    k = max(range(len(metric)), key=lambda i: (metric[i], -i))  # the first best
+    saved = torch.load(tmp_path / "run" / "best.pt", weights_only=True)
+    assert saved["round"] == best.round == rows[k]["round"] and saved["value"] == metric[k]
+    assert saved["round"] > 0  # (round 0's models would be the initial ones)
+    again = sheaf_fmtl.run(config.replace(rounds=saved["round"]))  # the oracle: a run that ends there
+    assert all(torch.equal(a, b) for a, b in zip(saved["thetas"], again.thetas, strict=True))
+
+
+def test_an_object_without_hooks_is_refused():
+    with pytest.raises(TypeError, match="neither on_round_end"):
+        sheaf_fmtl.run(RunConfig(**{**BASE, "rounds": 1}), callbacks=[object()])
