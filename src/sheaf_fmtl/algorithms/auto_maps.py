@@ -19,6 +19,7 @@ from torch import nn
 
 from ..config import ConfigError, RunConfig
 from ..config.schema import default_lam
+from ..config.usage import READ_BY
 from ..federation import Federation
 from ..sheaf.graph import ClientGraph
 
@@ -45,7 +46,8 @@ def choose_maps(fed: Federation, graph: ClientGraph) -> tuple[str, str]:
 
 def resolve_coupling(config: RunConfig, fed: Federation, graph: ClientGraph) -> tuple[RunConfig, str | None]:
     """``config`` as it runs: ``maps = auto`` replaced by the chosen mode (``sheaf-fmtl``) and
-    ``lam = null`` by the default of the coupling that runs; with the reason for the choice."""
+    ``lam = null`` by the default of the coupling that runs (algorithms that do not read ``lam``
+    keep it null); with the reason for the choice."""
     why = None
     if config.algorithm == "sheaf-fmtl" and config.maps == "auto":
         mode, why = choose_maps(fed, graph)
@@ -53,7 +55,7 @@ def resolve_coupling(config: RunConfig, fed: Federation, graph: ClientGraph) -> 
             config = config.replace(maps=mode)
         except ConfigError as e:
             raise ConfigError(f"maps=auto chose maps={mode} ({why}), but {e}") from None
-    if config.lam is None:
+    if config.lam is None and config.algorithm in READ_BY["lam"][1]:  # (others leave lam unread, null)
         lmax = refresh = None
         if config.algorithm == "sheaf-fmtl" and config.estimates and graph.num_edges:
             lmax = float(nx.laplacian_spectrum(graph.to_networkx()).max())

@@ -42,7 +42,7 @@ class ServerAlgorithm(Algorithm[ServerState]):
     def __init__(self, config: RunConfig) -> None:
         self.config = config
         self.alpha = config.alpha
-        self.lam = config.lam_value
+        self.lam = 0.0 if config.lam is None else config.lam  # null for those that do not read it
 
     def init(self, ctx: Context) -> ServerState:
         require_single_cohort(ctx, self.name)

@@ -1,0 +1,73 @@
+"""``maps = auto``: the mode chosen for each kind of federation, what the run records, and ``lam``
+left open resolved to the mode's default."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from sheaf_fmtl.algorithms.auto_maps import choose_maps
+from sheaf_fmtl.config import ConfigError, RunConfig
+from sheaf_fmtl.config.schema import MODE_LAM, default_lam
+from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
+from sheaf_fmtl.runtime.loop import execute
+from sheaf_fmtl.runtime.simulate import build_simulation
+
+from .test_coordinate_maps import image_dataset
+
+SMALL = {"clients": 6, "rounds": 2, "eval_every": 1}
+
+
+def _tabular_without_feature_ids() -> FederatedDataset:
+    rng = np.random.default_rng(0)
+    splits = []
+    for k in range(4):
+        width = 3 + k % 2  # two model sizes, and no feature ids to relate them
+        x, xt = rng.normal(size=(10, width)), rng.normal(size=(4, width))
+        splits.append(ClientSplit(x, rng.integers(0, 2, 10), xt, rng.integers(0, 2, 4)))
+    return FederatedDataset("tabular", "classification", 2, tuple(splits))
+
+
+@pytest.mark.parametrize(
+    ("changes", "mode"),
+    [
+        ({"dataset": "synthetic"}, "redrawn"),
+        ({"dataset": "synthetic-clusters", "data": {"homogeneous": True}}, "redrawn"),
+        ({"dataset": "synthetic-hetero"}, "features"),
+        ({"dataset": "synthetic-clusters"}, "features"),
+    ],
+)
+def test_auto_picks_the_mode_for_the_built_in_problems_and_the_run_records_it(tmp_path, changes, mode):
+    config = RunConfig(**{**SMALL, **changes})
+    assert config.maps == "auto" and config.lam is None
+    out = execute(config, tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["maps"] == mode and summary["lam"] == MODE_LAM[mode]
+    assert summary["maps_auto"]  # why auto chose it
+    assert out.config.maps == mode and out.config.lam == MODE_LAM[mode]  # config.yaml: what ran
+    named = execute(config.replace(maps=mode), None).summary
+    assert named["maps_auto"] is None and named["final"] == summary["final"]  # the same run
+
+
+def test_auto_picks_aligned_for_networks_and_learned_without_anything_to_relate() -> None:
+    cnns = build_simulation(RunConfig(model="cnn-small,cnn-medium", clients=4), dataset=image_dataset(4))
+    assert cnns.config.maps == "aligned" and choose_maps(cnns.ctx.fed, cnns.ctx.graph)[0] == "aligned"
+    tabular = build_simulation(RunConfig(clients=4, graph="complete"), dataset=_tabular_without_feature_ids())
+    assert tabular.config.maps == "learned" and tabular.config.lam == 0.01
+
+
+def test_lam_left_open_takes_each_algorithms_default_and_a_given_lam_is_kept() -> None:
+    assert default_lam(RunConfig(algorithm="dfedu")) == 0.01
+    assert default_lam(RunConfig(maps="redrawn")) == MODE_LAM["redrawn"]
+    sim = build_simulation(RunConfig(dataset="synthetic", clients=6, lam=0.7))
+    assert sim.config.maps == "redrawn" and sim.config.lam == 0.7
+    local = build_simulation(RunConfig(dataset="synthetic", clients=6, algorithm="local"))
+    assert local.config.lam is None  # local training reads no lam
+
+
+def test_auto_choosing_a_mode_that_refuses_a_key_says_which_mode_and_why() -> None:
+    with pytest.raises(ConfigError, match=r"maps=auto chose maps=features \(.*\), but .*estimates") as err:
+        build_simulation(RunConfig(dataset="synthetic-hetero", clients=6, estimates=True))
+    assert "\n" not in str(err.value)
