@@ -41,7 +41,7 @@ RANK = {
     "cli": 9,
 }
 ROOT = Path(sheaf_fmtl.__file__).parent
-MAX_LINES = 320  # issue 13's "~300 lines", with a little slack
+MAX_LINES = 320  # "about 300 lines", with a little slack
 REASON = "Why one module"
 
 

@@ -3,7 +3,10 @@
 Every subcommand that takes a config reads ``[CONFIG.yaml] [--set KEY=VALUE ...]`` plus the common
 keys as flags (``--data-dir``, ``--clients``, ``--seed``, ``--device``); errors are one line,
 ``sheaf-fmtl: error: ...``, exit status 2 (1 for a diverged run, 130/143 when stopped by
-SIGINT/SIGTERM)."""
+SIGINT/SIGTERM).
+
+Why one module over 300 lines: the table of commands (built lazily, so ``--help`` imports no torch),
+each command's entry and the one place that turns every error into its one line read together."""
 
 from __future__ import annotations
 

@@ -64,7 +64,7 @@ def test_maps_that_just_fit_are_accepted(monkeypatch) -> None:  # noqa: ANN001
 
 def test_estimates_that_do_not_fit_are_refused(monkeypatch) -> None:  # noqa: ANN001
     fed = federation(regression_dataset(sizes=(9, 12, 10, 7), features=4))
-    need = 2 * len(EDGES) * 5 * 4  # a [d_i] float32 copy per half-edge
+    need = 2 * 2 * len(EDGES) * 5 * 4  # two [d_i] float32 copies (the edge's) per half-edge
     monkeypatch.setattr(footprint, "free_bytes", lambda device: need - 1)
     with pytest.raises(ConfigError, match=f"estimates .* need {need / 1e6:.3g} MB.*estimates=false"):
         simulation("sheaf-fmtl", fed, UNWEIGHTED, maps="redrawn", estimates=True)
@@ -90,7 +90,7 @@ def test_cli_refuses_maps_that_do_not_fit_in_one_line_and_writes_nothing(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(footprint, "free_bytes", lambda device: 1000)
-    assert main(["run", "--set", "rounds=1", "clients=4", "--out", "r", "--quiet"]) == 2
+    assert main(["run", "--set", "rounds=1", "clients=4", "maps=learned", "--out", "r", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("sheaf-fmtl: error: the restriction maps"), err
     assert "the host has 0.001 MB free" in err and "lower gamma" in err

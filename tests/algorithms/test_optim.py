@@ -111,8 +111,8 @@ def test_schedules_by_hand():
         ({"algorithm": "ditto", "optimizer": "adam"}, "'optimizer' = adam does not apply to algorithm=ditto"),
         ({"algorithm": "pfedme", "lr_schedule": "cosine"}, "'lr_schedule' = cosine does not apply.*Moreau"),
         ({"algorithm": "perfedavg", "optimizer": "momentum"}, "MAML"),
-        ({"algorithm": "sheaf-fmtl", "optimizer": "adam"}, "needs local_epochs > 0"),
-        ({"algorithm": "dfedu", "lr_schedule": "step"}, "needs local_epochs > 0"),
+        ({"algorithm": "sheaf-fmtl", "optimizer": "adam", "local_epochs": 0}, "needs local_epochs > 0"),
+        ({"algorithm": "dfedu", "lr_schedule": "step", "local_epochs": 0}, "needs local_epochs > 0"),
         ({"momentum": 0.5}, "'momentum' is set but optimizer = sgd"),
         (
             {"optimizer": "momentum", "adam_eps": 1e-6, "algorithm": "local"},
@@ -168,7 +168,14 @@ def test_a_run_trains_one_client_as_torch_optim_adam_does():
             if round == 0:
                 initial[0] = view.theta(0)
 
-    keys = {"algorithm": "local", "batch_size": 0, "l2": 0.0, "standardize": False, "rounds": 4}
+    keys = {
+        "algorithm": "local",
+        "batch_size": 0,
+        "l2": 0.0,
+        "standardize": False,
+        "rounds": 4,
+        "local_epochs": 0,
+    }
     keys.update(
         local_steps=3, optimizer="adam", alpha=0.05, lr_schedule="step", lr_step_every=2, lr_step_gamma=0.5
     )

@@ -13,6 +13,7 @@ import yaml
 import sheaf_fmtl
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import RunConfig, load_config
+from sheaf_fmtl.config.schema import MODE_LAM
 from sheaf_fmtl.config.usage import READ_BY, SELECTORS, UnusedKeysWarning, unused_keys
 from sheaf_fmtl.metrics.groups import group_by_config
 from sheaf_fmtl.runtime.resume import resume_config
@@ -113,7 +114,8 @@ def test_unused_keys_from_a_file_are_warned_recorded_and_resume_still_works(
     assert "also unused: map_scale" in err and "under 'unused'" in err
     saved = yaml.safe_load(Path("r/config.yaml").read_text())
     assert saved["unused"] == ["eta", "map_scale"] and saved["eta"] == 0.5
-    assert load_config("r/config.yaml") == load_config("shared.yaml", TINY)  # the reader ignores the list
+    ran = [*TINY, f"lam={MODE_LAM['redrawn']}"]  # config.yaml records the lam that ran (null: the mode's)
+    assert load_config("r/config.yaml") == load_config("shared.yaml", ran)  # the reader ignores the list
     # the same run from a file that leaves them out: the same numbers, one experiment when grouped
     Path("plain.yaml").write_text("maps: redrawn\ncheckpoint_every: 1\n")
     assert main(["run", "plain.yaml", "--set", *TINY, "--out", "p", "--quiet"]) == 0
@@ -121,7 +123,7 @@ def test_unused_keys_from_a_file_are_warned_recorded_and_resume_still_works(
     assert _numbers(Path("r/metrics.csv")) == _numbers(Path("p/metrics.csv"))
     assert len(group_by_config(["r", "p"])) == 1
     resumed = resume_config("r", ["rounds=3"])  # what --resume compares: the saved config, unchanged
-    assert resumed == load_config("shared.yaml", [*TINY, "rounds=3"])
+    assert resumed == load_config("shared.yaml", [*ran, "rounds=3"])
 
 
 def test_python_runs_warn_as_they_may_share_keys_across_algorithms(tmp_path: Path) -> None:

@@ -68,7 +68,9 @@ def test_ranks_whose_checkpoints_differ_resume_from_the_earlier_one_both_keep(tm
     """A run stopped after folder a's manifest of round 4 was written, not folder b's: b's last
     complete checkpoint is round 2's, and a keeps its round 2 until every folder's manifest of
     round 4 is written, so both resume from round 2 and end with the uninterrupted run's numbers."""
-    config = RunConfig(**{**TINY, "algorithm": "sheaf-fmtl", "processes": 2, "checkpoint_every": 0})
+    config = RunConfig(
+        **{**TINY, "algorithm": "sheaf-fmtl", "maps": "learned", "processes": 2, "checkpoint_every": 0}
+    )
     full, disk_a, disk_b = tmp_path / "full", tmp_path / "a", tmp_path / "b"
 
     def own(rank: int) -> Path:
@@ -125,7 +127,9 @@ def test_a_folder_another_rank_cannot_use_is_refused_on_every_rank(tmp_path: Pat
 def test_a_folder_without_a_complete_checkpoint_starts_every_rank_again(tmp_path: Path) -> None:
     """Stopped before folder b's first manifest was written (a's was): every rank starts again
     from round 0, and the run ends with the uninterrupted run's numbers."""
-    config = RunConfig(**{**TINY, "algorithm": "sheaf-fmtl", "processes": 2, "checkpoint_every": 0})
+    config = RunConfig(
+        **{**TINY, "algorithm": "sheaf-fmtl", "maps": "learned", "processes": 2, "checkpoint_every": 0}
+    )
     full, disk_a, disk_b = tmp_path / "full", tmp_path / "a", tmp_path / "b"
 
     def own(rank: int) -> Path:

@@ -5,9 +5,10 @@ the coupling that runs. The run records what ran (``config.yaml``; ``summary.jso
 
 - neighbouring models of the same size: ``redrawn`` (maps redrawn each round from a shared seed;
   dFedU's accuracy at ``gamma`` times its bits where the models are related);
-- linear/logistic models of clients that see different features (the dataset names each client's
-  feature columns): ``features``;
-- networks of different sizes: ``aligned`` (the parameter slices the architectures share);
+- the built-in linear/logistic models of clients that see different features (the dataset names
+  each client's feature columns): ``features``;
+- networks (and the user's own models) of different sizes: ``aligned`` (the parameter slices the
+  architectures share);
 - otherwise (tabular models of different sizes without feature ids): the paper's ``learned`` maps.
 """
 
@@ -36,7 +37,7 @@ def choose_maps(fed: Federation, graph: ClientGraph) -> tuple[str, str]:
     dims = fed.node_dims()
     if graph.num_edges == 0 or bool(np.all(dims[graph.edges[:, 0]] == dims[graph.edges[:, 1]])):
         return "redrawn", "neighbouring models have the same size"
-    tabular = [_tabular(a.module) for a in fed.architectures]
+    tabular = [a.factory is None and _tabular(a.module) for a in fed.architectures]  # built-in ones
     if all(tabular) and fed.dataset.features is not None:
         return "features", "linear/logistic clients see different features"
     if not any(tabular):

@@ -21,6 +21,7 @@ import io
 import json
 import signal
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ import yaml
 from ..cli_options import add_config_options, config_keys
 from ..config import ConfigError, RunConfig, load_config
 from ..config.files import replace_file
+from ..config.usage import UnusedKeysWarning
 from ..plugins import higher_is_better
 from ..runtime.interrupt import StopRequest, signalled, stopped_status
 from ..runtime.rundir import claim
@@ -133,7 +135,9 @@ def sweep(
             f"sweep: {len(points)} cells on a validation split of {validation:g} of each client's "
             f"training data, into {out}/cells/"
         )
-        cells, stopped = _run_cells(points, configs, out, log)
+        with warnings.catch_warnings():  # save_maps=false on every cell is the sweep's, not the user's
+            warnings.simplefilter("ignore", UnusedKeysWarning)  # (each cell's config.yaml lists it)
+            cells, stopped = _run_cells(points, configs, out, log)
         metric = next((c.summary["metric"] for c in cells if "metric" in c.summary), "accuracy")
         higher = next((c.summary["higher_is_better"] for c in cells if "higher_is_better" in c.summary), None)
         if higher is None:  # cells of a version before the key: the built-in metrics

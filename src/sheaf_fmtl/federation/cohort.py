@@ -8,6 +8,9 @@ hand-written forward and backward with the clients as the groups of grouped conv
 clients, :mod:`sheaf_fmtl.models.grouped`, with one ``torch.func.grad`` per group of clients, also
 the path of a user loss), and ``torch.func`` (``vmap`` + ``functional_call`` + ``grad``) for any
 other model.
+
+Why one module over 300 lines: the gradient paths (closed form, fused CNN, im2col, ``vmap``, dropout
+masks) and the evaluation share one cohort's stacked data and parameter layout.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@
   ranks stop after the same round with a checkpoint, as on Ctrl-C. They inherit the run folder's
   lock (:mod:`.rundir`), so ``--resume`` / ``--overwrite`` of the folder are refused while any of
   them lives, and a folder whose ranks ended resumes as usual.
+
+Why one module over 300 lines: starting the ranks, handing them the folder's lock, and resuming
+them over as many ranks are one sequence, read top to bottom.
 """
 
 from __future__ import annotations
