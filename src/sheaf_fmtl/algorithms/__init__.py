@@ -3,7 +3,18 @@ this package registers every one of them (explicit imports, below)."""
 
 from __future__ import annotations
 
-from . import dfedu, ditto, dpsgd, fedavg, local, perfedavg, pfedme, sheaf_coordinates, sheaf_fmtl
+from . import (
+    dfedu,
+    ditto,
+    dpsgd,
+    fedavg,
+    local,
+    perfedavg,
+    pfedme,
+    sheaf_coordinates,
+    sheaf_fmtl,
+    sheaf_proxy,
+)
 from .base import ALGORITHMS, Algorithm, Context, State, make_algorithm, register
 
 __all__ = [
@@ -22,4 +33,5 @@ __all__ = [
     "pfedme",
     "sheaf_coordinates",
     "sheaf_fmtl",
+    "sheaf_proxy",
 ]

@@ -21,7 +21,7 @@ from ..sheaf.graph import GRAPH_KINDS
 from ..sheaf.maps import MAP_DTYPES, MAP_INITS
 from ..sheaf.selection import MAP_KINDS
 
-MAP_MODES = ("learned", "fixed", "redrawn", "features", "aligned")
+MAP_MODES = ("learned", "fixed", "redrawn", "features", "aligned", "proxy")
 
 
 class ConfigError(ValueError):
@@ -127,7 +127,18 @@ class RunConfig:
         "Restriction maps of `sheaf-fmtl`: `learned` (the paper's Algorithm 1), `fixed` (the same with "
         "`eta = 0`), `redrawn` (drawn afresh each round from a seed both ends know, never stored; "
         "`map_kind`, `estimates`), `features` (the weights of the features two tabular clients both "
-        "see), `aligned` (the parameter slices two network architectures share). See the maps page.",
+        "see), `aligned` (the parameter slices two network architectures share), `proxy` (each client "
+        "also trains a proxy of one common architecture, the only part that is coupled). See the maps page.",
+    )
+    proxy_model: str = _key(
+        "",
+        "`maps=proxy`: the proxy's architecture, a built-in model name; empty: the run's model with the "
+        "fewest parameters.",
+    )
+    distill: float = _key(
+        1.0,
+        "`maps=proxy`: weight of the mutual distillation `KL(proxy || private) + KL(private || proxy)` "
+        "between a client's two models (0: each learns alone).",
     )
     map_kind: str = _key(
         "selection",
@@ -279,6 +290,7 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "alpha": (0.0, False, None, False, "alpha > 0"),
     "eta": (0.0, True, None, False, "eta >= 0"),
     "gamma": (0.0, False, 1.0, True, "0 < gamma <= 1"),
+    "distill": (0.0, True, None, False, "distill >= 0"),
     "map_scale": (0.0, True, None, False, "map_scale >= 0"),
     "l2": (0.0, True, None, False, "l2 >= 0"),
     "map_defer": (-1, True, None, False, "map_defer >= -1 (-1 = auto)"),
@@ -409,7 +421,7 @@ def _check_maps(config: RunConfig) -> None:
         raise ConfigError(
             f"config key 'map_kind' = {config.map_kind} applies to maps=redrawn only; got maps={config.maps}"
         )
-    if config.maps in ("redrawn", "features", "aligned") and config.topology != "none":
+    if config.maps in ("redrawn", "features", "aligned", "proxy") and config.topology != "none":
         raise ConfigError(
             f"config key 'maps' = {config.maps} builds its own maps; topology={config.topology} "
             "(fixed maps of a special case) is not allowed with it"

@@ -37,6 +37,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..algorithms.coordinate_state import CoordinateState, coupling_flops
+from ..algorithms.sheaf_proxy import ProxyState
 from ..models.linear import linear_shape
 
 if TYPE_CHECKING:
@@ -194,6 +195,10 @@ def run_flops(
     """
     layout = getattr(state, "layout", None)
     local = local_flops(fed, samples)
+    if isinstance(state, ProxyState):  # maps=proxy: both models' passes; the proxies' coupling
+        local = proxy_local_flops(fed, state)
+        state = state.coupling
+        layout = getattr(state, "layout", None)
     if isinstance(state, CoordinateState):  # maps that select coordinates (maps=redrawn, ...)
         sheaf = coupling_flops(config, state, rounds)
     else:
@@ -201,3 +206,16 @@ def run_flops(
     agg = aggregation_flops(config, fed.cohorts[0].dim, graph, rounds) if layout is None else 0
     total = local + sheaf + agg
     return {"flops": total, "flops_local": local, "flops_sheaf": sheaf, "flops_aggregation": agg}
+
+
+def proxy_local_flops(fed: Federation, state: ProxyState) -> int:
+    """``maps=proxy``: one forward and backward pass of the private model and of the proxy per sample
+    the joint gradients used (the distillation terms are elementwise)."""
+    assert state.proxy_module is not None
+    total = 0
+    for cohort, n in zip(fed.cohorts, state.samples, strict=True):
+        shape = tuple(cohort.x_train.shape[2:])
+        per = per_sample_flops(cohort.module, shape, cohort.task, cohort.loss_fn)
+        per += per_sample_flops(state.proxy_module, shape, cohort.task, cohort.loss_fn)
+        total += per * int(n)
+    return total
