@@ -13,6 +13,7 @@ from . import (
     pfedme,
     sheaf_coordinates,
     sheaf_fmtl,
+    sheaf_functional,
     sheaf_proxy,
 )
 from .base import ALGORITHMS, Algorithm, Context, State, make_algorithm, register
@@ -32,6 +33,7 @@ __all__ = [
     "perfedavg",
     "pfedme",
     "sheaf_coordinates",
+    "sheaf_functional",
     "sheaf_fmtl",
     "sheaf_proxy",
 ]

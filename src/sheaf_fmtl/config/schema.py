@@ -21,7 +21,7 @@ from ..sheaf.graph import GRAPH_KINDS
 from ..sheaf.maps import MAP_DTYPES, MAP_INITS
 from ..sheaf.selection import MAP_KINDS
 
-MAP_MODES = ("learned", "fixed", "redrawn", "features", "aligned", "proxy")
+MAP_MODES = ("learned", "fixed", "redrawn", "features", "aligned", "proxy", "functional")
 
 
 class ConfigError(ValueError):
@@ -128,7 +128,8 @@ class RunConfig:
         "`eta = 0`), `redrawn` (drawn afresh each round from a seed both ends know, never stored; "
         "`map_kind`, `estimates`), `features` (the weights of the features two tabular clients both "
         "see), `aligned` (the parameter slices two network architectures share), `proxy` (each client "
-        "also trains a proxy of one common architecture, the only part that is coupled). See the maps page.",
+        "also trains a proxy of one common architecture, the only part that is coupled), `functional` (the "
+        "models' outputs on probe inputs both ends draw from the seed). See the maps page.",
     )
     proxy_model: str = _key(
         "",
@@ -139,6 +140,14 @@ class RunConfig:
         1.0,
         "`maps=proxy`: weight of the mutual distillation `KL(proxy || private) + KL(private || proxy)` "
         "between a client's two models (0: each learns alone).",
+    )
+    probe_size: int = _key(
+        32, "`maps=functional`: inputs per probe batch `B`; `B x outputs` floats per message."
+    )
+    probe_data: str = _key(
+        "",
+        "`maps=functional`: a `.npy` of unlabelled inputs `[P, ...]` (or `.npz` with `x`) the probes are "
+        "drawn from; empty: seeded Gaussian noise shaped like the inputs (no data leaves a client).",
     )
     map_kind: str = _key(
         "selection",
@@ -291,6 +300,7 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "eta": (0.0, True, None, False, "eta >= 0"),
     "gamma": (0.0, False, 1.0, True, "0 < gamma <= 1"),
     "distill": (0.0, True, None, False, "distill >= 0"),
+    "probe_size": (1, True, None, False, "probe_size >= 1"),
     "map_scale": (0.0, True, None, False, "map_scale >= 0"),
     "l2": (0.0, True, None, False, "l2 >= 0"),
     "map_defer": (-1, True, None, False, "map_defer >= -1 (-1 = auto)"),
@@ -421,7 +431,7 @@ def _check_maps(config: RunConfig) -> None:
         raise ConfigError(
             f"config key 'map_kind' = {config.map_kind} applies to maps=redrawn only; got maps={config.maps}"
         )
-    if config.maps in ("redrawn", "features", "aligned", "proxy") and config.topology != "none":
+    if config.maps in ("redrawn", "features", "aligned", "proxy", "functional") and config.topology != "none":
         raise ConfigError(
             f"config key 'maps' = {config.maps} builds its own maps; topology={config.topology} "
             "(fixed maps of a special case) is not allowed with it"

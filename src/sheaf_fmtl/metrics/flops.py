@@ -37,6 +37,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..algorithms.coordinate_state import CoordinateState, coupling_flops
+from ..algorithms.sheaf_functional import FunctionalState
 from ..algorithms.sheaf_proxy import ProxyState
 from ..models.linear import linear_shape
 
@@ -199,7 +200,9 @@ def run_flops(
         local = proxy_local_flops(fed, state)
         state = state.coupling
         layout = getattr(state, "layout", None)
-    if isinstance(state, CoordinateState):  # maps that select coordinates (maps=redrawn, ...)
+    if isinstance(state, FunctionalState):  # maps=functional: J^T r through the probes
+        sheaf = functional_flops(config, fed, state, rounds)
+    elif isinstance(state, CoordinateState):  # maps that select coordinates (maps=redrawn, ...)
         sheaf = coupling_flops(config, state, rounds)
     else:
         sheaf = sheaf_flops(config, layout, rounds) if layout is not None else 0
@@ -219,3 +222,17 @@ def proxy_local_flops(fed: Federation, state: ProxyState) -> int:
         per += per_sample_flops(state.proxy_module, shape, cohort.task, cohort.loss_fn)
         total += per * int(n)
     return total
+
+
+def functional_flops(config: RunConfig, fed: Federation, state: FunctionalState, rounds: int) -> int:
+    """``maps=functional``: per held half-edge and coupling step, one forward and backward pass of
+    its source's model on each of the ``probe_size`` probe inputs (the message's forward is the
+    one the step differentiates; the energy reported at evaluations is not training)."""
+    assert state.layout is not None
+    steps = 1 if config.local_epochs > 0 else config.local_steps
+    total = 0
+    for b in state.layout.buckets:
+        cohort = fed.cohorts[b.cohort]
+        per = per_sample_flops(cohort.module, tuple(cohort.x_train.shape[2:]), cohort.task, cohort.loss_fn)
+        total += b.size * config.probe_size * per
+    return total * steps * rounds
