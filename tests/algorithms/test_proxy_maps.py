@@ -247,6 +247,7 @@ def test_stopped_and_resumed_proxy_run_equals_the_uninterrupted_one(tmp_path, mo
             {"model": "cnn-small", "proxy_model": "logistic", "dataset": "synthetic-clusters"},
             "one architecture",
         ),
+        ({"proxy_model": "cnn-small", "dataset": "synthetic-clusters"}, "proxy_model=cnn-small does not fit"),
     ],
 )
 def test_proxies_that_do_not_fit_are_refused_in_one_line(changes: dict, message: str) -> None:

@@ -135,7 +135,12 @@ class ProxySheaf(Algorithm[ProxyState]):
         name = proxy_name(cfg, fed)
         shapes = {tuple(fed.dataset.feature_shape(i)) for i in range(fed.num_clients)}
         outputs = fed.dataset.num_classes if fed.task == "classification" else 1
-        modules = {s: build_model(name, s, outputs) for s in shapes}
+        try:
+            modules = {s: build_model(name, s, outputs) for s in shapes}
+        except (ValueError, RuntimeError, TypeError) as err:
+            raise ConfigError(
+                f"maps=proxy: proxy_model={name} does not fit inputs of shape {sorted(shapes)[0]} ({err})"
+            ) from err
         dims = {sum(p.numel() for p in m.parameters()) for m in modules.values()}
         if len(dims) > 1:
             raise ConfigError(
