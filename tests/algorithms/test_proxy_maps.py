@@ -272,3 +272,17 @@ def test_bad_proxy_keys_are_refused_in_one_line(changes: dict, message: str) -> 
     with pytest.raises(ConfigError, match=message) as err:
         RunConfig(**{**BASE, **changes})
     assert "\n" not in str(err.value)
+
+
+def test_proxy_gamma_couples_the_round_s_selected_proxy_coordinates_only() -> None:
+    coupled, alone = sim_of(proxy_gamma=0.1), sim_of(proxy_gamma=0.1, lam=0.0)
+    alone.ctx.load_random_state(coupled.ctx.random_state())
+    alone.step()
+    coupled.step()
+    d = sum(p.numel() for p in build_small().parameters())
+    d_e = int(np.floor(0.1 * d))
+    assert coupled.transport.bits == GRAPH.num_half_edges * d_e * 32
+    moved = {i: (proxies(coupled)[i] - proxies(alone)[i]).abs() > 0 for i in range(4)}
+    for i in range(4):  # at most its degree's d_e selected coordinates, and some of them
+        degree = int((GRAPH.src == i).sum())
+        assert 0 < int(moved[i].sum()) <= degree * d_e

@@ -4,9 +4,10 @@
 Each client ``i`` holds its private model ``theta_i`` (any architecture) and a proxy ``phi_i`` of
 one architecture common to every client (``proxy_model``; default the run's model with the fewest
 parameters). The node stalk is ``theta_i (+) phi_i`` and the restriction maps of every edge select
-the proxy, ``P_ij (theta_i, phi_i) = phi_i``: the coupling is dFedU's on the proxies (the whole
-proxy, every round), through the coordinate machinery of :mod:`.sheaf_coordinates` (``maps =
-redrawn`` with ``gamma = 1`` over the proxies), and the private model never leaves the client.
+the proxy, ``P_ij (theta_i, phi_i) = S_(e,t) phi_i``: the proxies are coupled by the coordinate
+machinery of :mod:`.sheaf_coordinates` (``maps = redrawn`` selections over the proxies with
+``gamma = proxy_gamma``; the default 1 couples the whole proxy every round, dFedU on the proxies),
+and the private model never leaves the client.
 
 Inside ``f_i`` the two models learn from each other on the client's own mini-batches:
     ``CE(theta_i) + CE(phi_i) + distill (KL(p_phi || p_theta) + KL(p_theta || p_phi))``
@@ -17,8 +18,9 @@ of the two outputs in place of each KL term (the Gaussian KL).
 
 A round (paper eq. ``thetaupdate`` with these maps): local steps on both models, then
     ``phi_i <- phi_i - alpha lam sum_j a_ij (phi_i - phi_j)``
-over the neighbours heard (with ``local_epochs = 0`` each step also carries the gradient, as
-:mod:`.sheaf_coordinates`). Bits: ``d_proxy`` floats per half-edge and round.
+over the neighbours heard (``proxy_gamma < 1``: on the round's selected coordinates; with
+``local_epochs = 0`` each step also carries the gradient, as :mod:`.sheaf_coordinates`). Bits:
+``max(1, floor(proxy_gamma d_proxy))`` floats per half-edge and round.
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ class ProxySheaf(Algorithm[ProxyState]):
     def __init__(self, config: RunConfig) -> None:
         self.alpha, self.lam, self.distill = config.alpha, config.lam, config.distill
         self.local_steps = config.local_steps
-        self.inner_config = config.replace(maps="redrawn", map_kind="selection", gamma=1.0)
+        self.inner_config = config.replace(maps="redrawn", map_kind="selection", gamma=config.proxy_gamma)
         self.coupler = CoordinateSheaf(self.inner_config)
         self.proxy_cohorts: list[Cohort] = []
 

@@ -136,6 +136,11 @@ class RunConfig:
         "`maps=proxy`: the proxy's architecture, a built-in model name; empty: the run's model with the "
         "fewest parameters.",
     )
+    proxy_gamma: float = _key(
+        1.0,
+        "`maps=proxy`: fraction of the proxy's coordinates an edge couples each round, redrawn from the seed "
+        "(1: the whole proxy, dFedU on the proxies; below 1, `lam` reads as `1/proxy_gamma` times dFedU's).",
+    )
     distill: float = _key(
         1.0,
         "`maps=proxy`: weight of the mutual distillation `KL(proxy || private) + KL(private || proxy)` "
@@ -300,6 +305,7 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "eta": (0.0, True, None, False, "eta >= 0"),
     "gamma": (0.0, False, 1.0, True, "0 < gamma <= 1"),
     "distill": (0.0, True, None, False, "distill >= 0"),
+    "proxy_gamma": (0.0, False, 1.0, True, "0 < proxy_gamma <= 1"),
     "probe_size": (1, True, None, False, "probe_size >= 1"),
     "map_scale": (0.0, True, None, False, "map_scale >= 0"),
     "l2": (0.0, True, None, False, "l2 >= 0"),
