@@ -13,7 +13,7 @@ import yaml
 import sheaf_fmtl
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import RunConfig, load_config
-from sheaf_fmtl.config.schema import MODE_LAM
+from sheaf_fmtl.config.schema import MAP_MODES, MODE_LAM
 from sheaf_fmtl.config.usage import READ_BY, SELECTORS, UnusedKeysWarning, unused_keys
 from sheaf_fmtl.metrics.groups import group_by_config
 from sheaf_fmtl.runtime.resume import resume_config
@@ -62,7 +62,7 @@ def test_which_keys_a_run_ignores(keys: dict, unused: list[str]) -> None:
 
 def test_the_table_names_real_keys_and_selector_values() -> None:
     known = set(RunConfig().to_dict())
-    allowed = {"maps": ("learned", "fixed", "redrawn", "features", "aligned"), "local_epochs": ("0",)}
+    allowed = {"maps": MAP_MODES, "local_epochs": ("0",)}
     for key, (selector, readers) in READ_BY.items():
         assert key in known and selector in SELECTORS
         if selector in allowed:

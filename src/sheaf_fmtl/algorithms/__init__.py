@@ -3,7 +3,19 @@ this package registers every one of them (explicit imports, below)."""
 
 from __future__ import annotations
 
-from . import dfedu, ditto, dpsgd, fedavg, local, perfedavg, pfedme, sheaf_coordinates, sheaf_fmtl
+from . import (
+    dfedu,
+    ditto,
+    dpsgd,
+    fedavg,
+    local,
+    perfedavg,
+    pfedme,
+    sheaf_coordinates,
+    sheaf_fmtl,
+    sheaf_functional,
+    sheaf_proxy,
+)
 from .base import ALGORITHMS, Algorithm, Context, State, make_algorithm, register
 
 __all__ = [
@@ -21,5 +33,7 @@ __all__ = [
     "perfedavg",
     "pfedme",
     "sheaf_coordinates",
+    "sheaf_functional",
     "sheaf_fmtl",
+    "sheaf_proxy",
 ]

@@ -22,12 +22,20 @@ from ..sheaf.graph import GRAPH_KINDS
 from ..sheaf.maps import MAP_DTYPES, MAP_INITS
 from ..sheaf.selection import MAP_KINDS
 
-MAP_MODES = ("auto", "learned", "fixed", "redrawn", "features", "aligned")
+MAP_MODES = ("auto", "learned", "fixed", "redrawn", "features", "aligned", "proxy", "functional")
 #: ``lam`` when the config leaves it open (``null``), per map mode of ``sheaf-fmtl``; every other
 #: algorithm takes ``LAM_DEFAULT``; ``redrawn`` with ``estimates`` half its stability limit
 #: (:func:`default_lam`; ``algorithms/coordinate_stability.py``).
 LAM_DEFAULT = 0.01
-MODE_LAM = {"learned": LAM_DEFAULT, "fixed": LAM_DEFAULT, "redrawn": 0.3, "features": 0.1, "aligned": 0.3}
+MODE_LAM = {
+    "learned": LAM_DEFAULT,
+    "fixed": LAM_DEFAULT,
+    "redrawn": 0.3,
+    "features": 0.1,
+    "aligned": 0.3,
+    "proxy": 1.0,
+    "functional": 1.0,
+}
 
 
 class ConfigError(ValueError):
@@ -125,7 +133,8 @@ class RunConfig:
         None,
         "Strength `lambda` of the coupling between neighbours (0: local training). `null`: the default of "
         "the coupling that runs: 0.01 for the baselines and the paper's learned or fixed maps; for "
-        "Sheaf-FMTL's other maps `redrawn` 0.3, `features` 0.1, `aligned` 0.3, and for `redrawn` with "
+        "Sheaf-FMTL's other maps `redrawn` 0.3, `features` 0.1, `aligned` 0.3, `proxy` and `functional` 1, "
+        "and for `redrawn` with "
         "`estimates` half the consensus step's stability limit, `p / ((2 - p) alpha lambda_max)` "
         "(`p = d_ij/d`, the copies' refresh rate; `lambda_max` of the graph Laplacian).",
     )
@@ -143,7 +152,32 @@ class RunConfig:
         "ran), `learned` (the paper's Algorithm 1), `fixed` (the same with "
         "`eta = 0`), `redrawn` (drawn afresh each round from a seed both ends know, never stored; "
         "`map_kind`, `estimates`), `features` (the weights of the features two tabular clients both "
-        "see), `aligned` (the parameter slices two network architectures share). See the maps page.",
+        "see), `aligned` (the parameter slices two network architectures share), `proxy` (each client "
+        "also trains a proxy of one common architecture, the only part that is coupled), `functional` (the "
+        "models' outputs on probe inputs both ends draw from the seed). See the maps page.",
+    )
+    proxy_model: str = _key(
+        "",
+        "`maps=proxy`: the proxy's architecture, a built-in model name; empty: the run's model with the "
+        "fewest parameters.",
+    )
+    proxy_gamma: float = _key(
+        1.0,
+        "`maps=proxy`: fraction of the proxy's coordinates an edge couples each round, redrawn from the seed "
+        "(1: the whole proxy, dFedU on the proxies; below 1, `lam` reads as `1/proxy_gamma` times dFedU's).",
+    )
+    distill: float = _key(
+        1.0,
+        "`maps=proxy`: weight of the mutual distillation `KL(proxy || private) + KL(private || proxy)` "
+        "between a client's two models (0: each learns alone).",
+    )
+    probe_size: int = _key(
+        32, "`maps=functional`: inputs per probe batch `B`; `B x outputs` floats per message."
+    )
+    probe_data: str = _key(
+        "",
+        "`maps=functional`: a `.npy` of unlabelled inputs `[P, ...]` (or `.npz` with `x`) the probes are "
+        "drawn from; empty: seeded Gaussian noise shaped like the inputs (no data leaves a client).",
     )
     map_kind: str = _key(
         "selection",
@@ -334,6 +368,9 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "alpha": (0.0, False, None, False, "alpha > 0"),
     "eta": (0.0, True, None, False, "eta >= 0"),
     "gamma": (0.0, False, 1.0, True, "0 < gamma <= 1"),
+    "distill": (0.0, True, None, False, "distill >= 0"),
+    "proxy_gamma": (0.0, False, 1.0, True, "0 < proxy_gamma <= 1"),
+    "probe_size": (1, True, None, False, "probe_size >= 1"),
     "map_scale": (0.0, True, None, False, "map_scale >= 0"),
     "l2": (0.0, True, None, False, "l2 >= 0"),
     "map_defer": (-1, True, None, False, "map_defer >= -1 (-1 = auto)"),
@@ -528,7 +565,7 @@ def _check_maps(config: RunConfig) -> None:
         raise ConfigError(
             f"config key 'map_kind' = {config.map_kind} applies to maps=redrawn only; got maps={config.maps}"
         )
-    if config.maps in ("redrawn", "features", "aligned") and config.topology != "none":
+    if config.maps in ("redrawn", "features", "aligned", "proxy", "functional") and config.topology != "none":
         raise ConfigError(
             f"config key 'maps' = {config.maps} builds its own maps; topology={config.topology} "
             "(fixed maps of a special case) is not allowed with it"

@@ -47,6 +47,11 @@ READ_BY: dict[str, tuple[str, tuple[str, ...]]] = {
     "graph_k": ("graph", ("watts-strogatz",)),
     "graph_m": ("graph", ("barabasi-albert",)),
     "local_steps": ("local_epochs", ("0",)),
+    "proxy_model": ("maps", ("proxy",)),
+    "proxy_gamma": ("maps", ("proxy",)),
+    "distill": ("maps", ("proxy",)),
+    "probe_size": ("maps", ("functional",)),
+    "probe_data": ("maps", ("functional",)),
 }
 
 

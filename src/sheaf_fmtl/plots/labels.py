@@ -47,6 +47,10 @@ SHEAF_ONLY = (
     "map_draw",
     "message_mode",
     "map_defer",
+    "proxy_model",
+    "distill",
+    "probe_size",
+    "probe_data",
 )
 #: Algorithms without a coupling strength ``lam`` (it is not named in their labels).
 WITHOUT_LAM = ("local", "dpsgd", "fedavg", "perfedavg")
@@ -107,6 +111,8 @@ MAP_LABELS = {
     "redrawn": "maps redrawn each round",
     "features": "feature maps",
     "aligned": "aligned maps",
+    "proxy": "proxy models",
+    "functional": "functional maps",
 }
 
 
