@@ -142,7 +142,7 @@ CASES = [
         ["run", *TINY, "--set", "processes=8"],
         "processes = 8 is more than the 4 clients",
     ),
-    ("processes-over-dataset", ["run", "--set", "processes=30", "rounds=1"], "more than the 20 clients"),
+    ("processes-over-dataset", ["run", "--set", "processes=40", "rounds=1"], "more than the 30 clients"),
     (
         "processes-topology",
         ["run", *TINY, "--set", "processes=2", "topology=hybrid-fl"],

@@ -19,7 +19,7 @@ def _summary(path):
     return json.loads((path / "summary.json").read_text())
 
 
-def test_run_on_synthetic_hetero_writes_every_file(tmp_path, capsys):
+def test_run_on_the_default_dataset_writes_every_file(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["run", *FAST, "--out", str(out)]) == 0
     for name in ("config.yaml", "metrics.csv", "summary.json", "checkpoint.pt"):
@@ -39,7 +39,7 @@ def test_run_on_synthetic_hetero_writes_every_file(tmp_path, capsys):
         "peak_rss_bytes",
     ):
         assert key in s, key
-    assert s["dataset"] == "synthetic-hetero" and s["metric"] == "accuracy" and s["num_clients"] == 8
+    assert s["dataset"] == "synthetic-clusters" and s["metric"] == "accuracy" and s["num_clients"] == 8
     assert len(s["per_client"]) == 8 and 0.0 <= s["final"] <= 1.0
     assert math.isclose(s["final"], sum(s["per_client"]) / 8, rel_tol=1e-6)
     assert s["transmitted_bits"] > 0 and s["peak_rss_bytes"] > 0

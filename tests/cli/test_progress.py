@@ -22,7 +22,7 @@ def test_a_run_without_a_terminal_writes_lines_and_no_carriage_return(tmp_path, 
     assert main([*RUN, "--out", str(tmp_path / "run")]) == 0
     out, err = capsys.readouterr()
     assert "\r" not in out + err
-    lines = [ln for ln in err.splitlines() if ln.startswith("sheaf-fmtl on synthetic-hetero: round")]
+    lines = [ln for ln in err.splitlines() if ln.startswith("sheaf-fmtl on synthetic-clusters: round")]
     assert [ln.split(",")[0].rsplit(" ", 1)[1] for ln in lines] == [f"{k}/20" for k in range(2, 21, 2)]
     assert "accuracy 0." in lines[-1] and lines[-1].endswith(" s")
 

@@ -146,7 +146,7 @@ def test_sweep_command_ranks_writes_best_yaml_and_reuses_cells(tmp_path, capsys)
     assert {r["status"] for r in rows[2:]} == {"refused"}
     best = yaml.safe_load((out / "best.yaml").read_text())
     assert "validation" not in best and "save_maps" not in best and "gamma" not in best  # defaults left out
-    assert best["dataset"] == "synthetic-hetero" and best["rounds"] == 4
+    assert best["dataset"] == "synthetic-clusters" and best["rounds"] == 4
     assert best["lam"] == float(rows[0]["lam"]) and best["alpha"] == float(rows[0]["alpha"])
     cfg = load_config(out / "best.yaml")  # usable by run
     assert cfg.rounds == 4 and cfg.validation == 0.0

@@ -73,8 +73,9 @@ class RunConfig:
         "`dpsgd`, `dfedu`, `fedavg`, `ditto`, `pfedme`, `perfedavg`.",
     )
     dataset: str = _key(
-        "synthetic-hetero",
-        "Generated: `synthetic`, `synthetic-hetero`, `synthetic-clusters`; the paper's: `vehicle`, `gleam`, "
+        "synthetic-clusters",
+        "Generated: `synthetic-clusters` (the demo's problem: related clients seeing different features), "
+        "`synthetic`, `synthetic-hetero`; the paper's: `vehicle`, `gleam`, "
         "`har`, `school`, `rmnist`, `hcifar10` (files found as the Datasets page says); or `file:PATH`, "
         "your own per-client `.npz` or folder of CSVs.",
     )
