@@ -97,23 +97,27 @@ def test_three_processes_match_one_redrawn_maps_with_estimates_and_faults(tmp_pa
     _compare(tmp_path, settings, 3)
 
 
-def test_three_processes_match_one_aligned_maps_between_three_cnns(tmp_path: Path) -> None:
-    """Default suite: a rank builds the supports of edges to architectures it does not hold, and
-    the shared slices start equal from the same draws whichever rank holds which cohort."""
+def three_cnns(tmp_path: Path) -> dict[str, Any]:
+    """Six clients of ``cnn-small, cnn-medium, cnn-large`` on small random images (``lam = 0.5``)."""
     rng = np.random.default_rng(0)
     images = {"num_clients": np.int64(6)}
     for i in range(6):
         images[f"x_{i}"] = rng.normal(size=(24, 1, 12, 12)).astype(np.float32)
         images[f"y_{i}"] = rng.integers(0, 3, 24)
     np.savez(tmp_path / "images.npz", **images)
-    settings = {
+    return {
         "dataset": f"file:{tmp_path / 'images.npz'}",
         "model": "cnn-small,cnn-medium,cnn-large",
-        "maps": "aligned",
         "lam": 0.5,
         "batch_size": 8,
         **{k: v for k, v in TINY.items() if k != "clients" and not k.startswith("data.")},
     }
+
+
+def test_three_processes_match_one_aligned_maps_between_three_cnns(tmp_path: Path) -> None:
+    """Default suite: a rank builds the supports of edges to architectures it does not hold, and
+    the shared slices start equal from the same draws whichever rank holds which cohort."""
+    settings = {**three_cnns(tmp_path), "maps": "aligned"}
     _compare(tmp_path, settings, 3)
 
 

@@ -71,7 +71,7 @@ from .coordinate_state import CoordinateState, edge_supports, expected_energy, f
 from .footprint import require_estimates_fit
 from .optim import local_step
 from .sheaf_messages import spread_heard
-from .steps import sgd_step
+from .steps import coupled_step, sgd_step
 
 MODES = ("redrawn", "features", "aligned")
 
@@ -233,15 +233,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
                     continue
                 own = self._messages(state)
             pull = self._pull(state, own, theirs, heard_b, held)
-            if grads is None:
-                state.thetas = [
-                    t - (self.alpha * self.lam) * c for t, c in zip(state.thetas, pull, strict=True)
-                ]
-            else:
-                state.thetas = [
-                    t - self.alpha * (g + self.lam * c)
-                    for t, g, c in zip(state.thetas, grads, pull, strict=True)
-                ]
+            state.thetas = coupled_step(state.thetas, grads, pull, self.alpha, self.lam)
         state.own = state.grads = None
         state.round += 1
         state.maps_now = None  # the next round draws new maps (redrawn)

@@ -34,6 +34,7 @@ from ..messages import EdgeTensor, Payload
 from ..sheaf.layout import SheafLayout, build_layout
 from ..sheaf.probes import noise_probes, pool_rows
 from .base import Algorithm, Context, State, register_maps
+from .steps import coupled_step
 
 NOT_DATA = ("leaves", "outputs", "weights", "columns", "pool")
 
@@ -215,15 +216,7 @@ class FunctionalSheaf(Algorithm[FunctionalState]):
                 grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
                 leaves, outs = self.maps(state, ctx, state.round, grad=True)
             pull = self._pull(state, leaves, outs, list(theirs), held)
-            if grads is None:
-                state.thetas = [
-                    t - (self.alpha * self.lam) * c for t, c in zip(state.thetas, pull, strict=True)
-                ]
-            else:
-                state.thetas = [
-                    t - self.alpha * (g + self.lam * c)
-                    for t, g, c in zip(state.thetas, grads, pull, strict=True)
-                ]
+            state.thetas = coupled_step(state.thetas, grads, pull, self.alpha, self.lam)
         state.leaves = state.outputs = state.grads = None
         state.round += 1
         return state

@@ -41,6 +41,21 @@ def sgd_step(thetas: list[torch.Tensor], grads: list[torch.Tensor], alpha: float
     return [t - alpha * g for t, g in zip(thetas, grads, strict=True)]
 
 
+def coupled_step(
+    thetas: list[torch.Tensor],
+    grads: list[torch.Tensor] | None,
+    pull: list[torch.Tensor],
+    alpha: float,
+    lam: float,
+) -> list[torch.Tensor]:
+    """The coupling step of Sheaf-FMTL's map modes per cohort stack (paper eq. ``thetaupdate``):
+    ``theta <- theta - alpha (g + lam c)``, or without gradients (after the local epochs)
+    ``theta <- theta - alpha lam c``; ``c``: the coupling term ``pull``."""
+    if grads is None:
+        return [t - (alpha * lam) * c for t, c in zip(thetas, pull, strict=True)]
+    return [t - alpha * (g + lam * c) for t, g, c in zip(thetas, grads, pull, strict=True)]
+
+
 def sgd_steps(ctx: Context, state: State, theta: torch.Tensor, steps: int, alpha: float) -> torch.Tensor:
     """``steps`` plain local SGD steps ``theta <- theta - alpha g(theta)`` of a one-cohort stack from
     fresh mini-batches."""
