@@ -11,6 +11,8 @@ each command's entry and the one place that turns every error into its one line 
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
 import signal
 import sys
 import time
@@ -323,5 +325,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings.showwarning = shown
 
 
+def entry() -> None:
+    """The ``sheaf-fmtl`` program: :func:`main`, then exit with its status. A rank of a process group
+    leaves with ``os._exit`` once its exit handlers have run and its output is flushed: in the
+    interpreter's own exit, the destructors of the communication library's threads can abort a rank
+    that has finished its run (SIGABRT, ``terminate called without an active exception``, seen under
+    CPU load), which its launcher would report as a lost rank."""
+    code = main()
+    if _is_rank():
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def _is_rank() -> bool:
+    """This process was started as a rank and has loaded ``torch.distributed``."""
+    return "torch.distributed" in sys.modules and "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
