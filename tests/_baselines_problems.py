@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
@@ -32,8 +33,19 @@ def regression_dataset(
     return FederatedDataset("toy-regression", "regression", 0, tuple(clients))
 
 
-def federation(dataset: FederatedDataset | None = None, l2: float = L2) -> Federation:
-    return build_federation(dataset or regression_dataset(), "linear", l2=l2)
+def federation(dataset: FederatedDataset | None = None, l2: float = L2, model: str = "linear") -> Federation:
+    return build_federation(dataset or regression_dataset(), model, l2=l2)
+
+
+def tiny_network(input_shape: tuple[int, ...], num_outputs: int) -> torch.nn.Module:
+    """A two-layer network (``model = tests._baselines_problems:tiny_network``): what ``maps=aligned``
+    couples (layers of neural networks)."""
+    return torch.nn.Sequential(
+        torch.nn.Flatten(),
+        torch.nn.Linear(int(np.prod(input_shape)), 4),
+        torch.nn.Tanh(),
+        torch.nn.Linear(4, num_outputs),
+    )
 
 
 def path_graph(n: int = 3) -> ClientGraph:

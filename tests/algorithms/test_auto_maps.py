@@ -10,7 +10,8 @@ import pytest
 
 from sheaf_fmtl.algorithms.auto_maps import choose_maps
 from sheaf_fmtl.config import ConfigError, RunConfig
-from sheaf_fmtl.config.schema import MODE_LAM, default_lam
+from sheaf_fmtl.config.registry import map_mode_spec
+from sheaf_fmtl.config.schema import default_lam
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 from sheaf_fmtl.runtime.loop import execute
 from sheaf_fmtl.runtime.simulate import build_simulation
@@ -44,9 +45,9 @@ def test_auto_picks_the_mode_for_the_built_in_problems_and_the_run_records_it(tm
     assert config.maps == "auto" and config.lam is None
     out = execute(config, tmp_path / "run")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["maps"] == mode and summary["lam"] == MODE_LAM[mode]
+    assert summary["maps"] == mode and summary["lam"] == map_mode_spec(mode).default_lam
     assert summary["maps_auto"]  # why auto chose it
-    assert out.config.maps == mode and out.config.lam == MODE_LAM[mode]  # config.yaml: what ran
+    assert out.config.maps == mode and out.config.lam == summary["lam"]  # config.yaml: what ran
     named = execute(config.replace(maps=mode), None).summary
     assert named["maps_auto"] is None and named["final"] == summary["final"]  # the same run
 
@@ -60,7 +61,7 @@ def test_auto_picks_aligned_for_networks_and_learned_without_anything_to_relate(
 
 def test_lam_left_open_takes_each_algorithms_default_and_a_given_lam_is_kept() -> None:
     assert default_lam(RunConfig(algorithm="dfedu")) == 0.01
-    assert default_lam(RunConfig(maps="redrawn")) == MODE_LAM["redrawn"]
+    assert default_lam(RunConfig(maps="redrawn")) == map_mode_spec("redrawn").default_lam
     sim = build_simulation(RunConfig(dataset="synthetic", clients=6, lam=0.7))
     assert sim.config.maps == "redrawn" and sim.config.lam == 0.7
     local = build_simulation(RunConfig(dataset="synthetic", clients=6, algorithm="local"))

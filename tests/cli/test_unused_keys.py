@@ -13,8 +13,8 @@ import yaml
 import sheaf_fmtl
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import RunConfig, load_config
-from sheaf_fmtl.config.schema import MAP_MODES, MODE_LAM
-from sheaf_fmtl.config.usage import READ_BY, SELECTORS, UnusedKeysWarning, unused_keys
+from sheaf_fmtl.config.registry import map_mode_names, map_mode_spec
+from sheaf_fmtl.config.usage import SELECTORS, UnusedKeysWarning, read_by, unused_keys
 from sheaf_fmtl.metrics.groups import group_by_config
 from sheaf_fmtl.runtime.resume import resume_config
 
@@ -62,8 +62,8 @@ def test_which_keys_a_run_ignores(keys: dict, unused: list[str]) -> None:
 
 def test_the_table_names_real_keys_and_selector_values() -> None:
     known = set(RunConfig().to_dict())
-    allowed = {"maps": MAP_MODES, "local_epochs": ("0",)}
-    for key, (selector, readers) in READ_BY.items():
+    allowed = {"maps": map_mode_names(), "local_epochs": ("0",)}
+    for key, (selector, readers) in read_by().items():
         assert key in known and selector in SELECTORS
         if selector in allowed:
             assert set(readers) <= set(allowed[selector]), key
@@ -114,7 +114,7 @@ def test_unused_keys_from_a_file_are_warned_recorded_and_resume_still_works(
     assert "also unused: map_scale" in err and "under 'unused'" in err
     saved = yaml.safe_load(Path("r/config.yaml").read_text())
     assert saved["unused"] == ["eta", "map_scale"] and saved["eta"] == 0.5
-    ran = [*TINY, f"lam={MODE_LAM['redrawn']}"]  # config.yaml records the lam that ran (null: the mode's)
+    ran = [*TINY, f"lam={map_mode_spec('redrawn').default_lam}"]  # the lam that ran (null: the mode's)
     assert load_config("r/config.yaml") == load_config("shared.yaml", ran)  # the reader ignores the list
     # the same run from a file that leaves them out: the same numbers, one experiment when grouped
     Path("plain.yaml").write_text("maps: redrawn\ncheckpoint_every: 1\n")

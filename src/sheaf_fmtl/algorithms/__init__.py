@@ -1,21 +1,14 @@
 """Algorithms behind one typed protocol (:class:`.base.Algorithm`), one small file each; importing
-this package registers every one of them (explicit imports, below)."""
+this package registers every one of them, with what the package knows of each
+(``config.registry``), in the order they are listed to users (explicit imports, below)."""
 
 from __future__ import annotations
 
-from . import (
-    dfedu,
-    ditto,
-    dpsgd,
-    fedavg,
-    local,
-    perfedavg,
-    pfedme,
-    sheaf_coordinates,
-    sheaf_fmtl,
-    sheaf_functional,
-    sheaf_proxy,
-)
+# isort: off
+from . import sheaf_fmtl, sheaf_coordinates, sheaf_proxy, sheaf_functional
+from . import local, dfedu, dpsgd, fedavg, ditto, pfedme, perfedavg
+
+# isort: on
 from .base import ALGORITHMS, Algorithm, Context, State, make_algorithm, register
 
 __all__ = [

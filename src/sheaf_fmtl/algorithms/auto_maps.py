@@ -19,8 +19,8 @@ import numpy as np
 from torch import nn
 
 from ..config import ConfigError, RunConfig
+from ..config.registry import algorithm_spec
 from ..config.schema import default_lam
-from ..config.usage import READ_BY
 from ..federation import Federation
 from ..sheaf.graph import ClientGraph
 
@@ -56,7 +56,9 @@ def resolve_coupling(config: RunConfig, fed: Federation, graph: ClientGraph) -> 
             config = config.replace(maps=mode)
         except ConfigError as e:
             raise ConfigError(f"maps=auto chose maps={mode} ({why}), but {e}") from None
-    if config.lam is None and config.algorithm in READ_BY["lam"][1]:  # (others leave lam unread, null)
+    if config.lam is None and "lam" in getattr(
+        algorithm_spec(config.algorithm), "reads", ()
+    ):  # (others leave lam unread, null)
         lmax = refresh = None
         if config.algorithm == "sheaf-fmtl" and config.estimates and graph.num_edges:
             lmax = float(nx.laplacian_spectrum(graph.to_networkx()).max())

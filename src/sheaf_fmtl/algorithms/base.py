@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import torch
 
+from ..config import registry
+from ..config.registry import AlgorithmSpec, MapModeSpec
 from ..federation import Batch, EpochPlan
 from ..messages import Comm, LocalComm, Payload
 from .snapshot import data_fields, host_copy, load_fields, to_device
@@ -73,7 +75,7 @@ class Context:
     batch_gen: torch.Generator = field(default_factory=torch.Generator)
     _plans: list[EpochPlan] = field(default_factory=list, repr=False)
     _cursor: int = 0
-    # Optional replacement for the mini-batch gradients (issue 13): when set,
+    # Optional replacement for the mini-batch gradients: when set,
     # :meth:`stochastic_gradients` returns ``gradient_source(thetas)`` and draws no batch. The bench
     # sets it to freeze the local gradients while it times the rest of a round; runs leave it None.
     gradient_source: GradientSource | None = field(default=None, repr=False)
@@ -211,37 +213,45 @@ class Algorithm(Protocol[S]):
 
 AlgorithmFactory = Callable[["RunConfig"], Algorithm[Any]]
 A = TypeVar("A", bound=Algorithm[Any])
-ALGORITHMS: dict[str, AlgorithmFactory] = {}  # filled by the imports in ``algorithms/__init__.py``
-# ``algorithm = sheaf-fmtl`` with ``maps = MODE``: the implementation of that map mode (``learned`` and
-# ``fixed`` are the paper's Algorithm 1 itself, ``ALGORITHMS["sheaf-fmtl"]``).
-MAP_MODES: dict[str, AlgorithmFactory] = {}
+#: algorithm name -> its implementation (what the package knows of it besides: ``config.registry``),
+#: filled by the imports in ``algorithms/__init__.py``.
+ALGORITHMS: dict[str, AlgorithmFactory] = {}
+#: ``algorithm = sheaf-fmtl`` with ``maps = MODE``: the implementation of that map mode.
+MAP_MODE_IMPLEMENTATIONS: dict[str, AlgorithmFactory] = {}
 
 
-def register(name: str) -> Callable[[type[A]], type[A]]:
-    """Class decorator: ``make_algorithm`` builds ``cls(config)`` for ``algorithm = name``."""
+def register(name: str | AlgorithmSpec, **facts: Any) -> Callable[[type[A]], type[A]]:
+    """Class decorator: ``make_algorithm`` builds ``cls(config)`` for ``algorithm = name``; ``name``
+    is its :class:`~sheaf_fmtl.config.registry.AlgorithmSpec`, or a name and the spec's other
+    fields as ``facts`` (its display name defaults to the name)."""
+    spec = (
+        name if isinstance(name, AlgorithmSpec) else AlgorithmSpec(name, facts.pop("display", name), **facts)
+    )
 
     def deco(cls: type[A]) -> type[A]:
-        ALGORITHMS[name] = cls
+        ALGORITHMS[spec.name] = cls
+        registry.add_algorithm(spec)
         return cls
 
     return deco
 
 
-def register_maps(*modes: str) -> Callable[[type[A]], type[A]]:
+def register_maps(*modes: MapModeSpec) -> Callable[[type[A]], type[A]]:
     """Class decorator: ``make_algorithm`` builds ``cls(config)`` for ``algorithm = sheaf-fmtl`` with
-    ``maps`` in ``modes``."""
+    ``maps`` one of ``modes`` (their registry entries)."""
 
     def deco(cls: type[A]) -> type[A]:
         for mode in modes:
-            MAP_MODES[mode] = cls
+            MAP_MODE_IMPLEMENTATIONS[mode.name] = cls
+            registry.add_map_mode(mode)
         return cls
 
     return deco
 
 
 def make_algorithm(config: RunConfig) -> Algorithm[Any]:
-    if config.algorithm == "sheaf-fmtl" and config.maps in MAP_MODES:
-        return MAP_MODES[config.maps](config)
+    if config.algorithm == "sheaf-fmtl" and config.maps in MAP_MODE_IMPLEMENTATIONS:
+        return MAP_MODE_IMPLEMENTATIONS[config.maps](config)
     if config.algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {config.algorithm!r}; allowed: {', '.join(sorted(ALGORITHMS))}")
     return ALGORITHMS[config.algorithm](config)

@@ -35,7 +35,20 @@ from .optim import local_steps
 from .steps import gradient
 
 
-@register("dfedu")
+def _neighbour_flops(config: RunConfig, dim: int, clients: int, half_edges: int) -> int:
+    """A round's coupling combinations: one per half-edge and coupling step."""
+    steps = 1 if config.local_epochs > 0 else config.local_steps
+    return 2 * dim * half_edges * steps
+
+
+@register(
+    "dfedu",
+    display="dFedU",
+    step_keys=("alpha", "lam"),
+    reads=("lam",),
+    color=1,
+    aggregation=_neighbour_flops,
+)
 class DFedU(Algorithm[GossipState]):
     name = "dfedu"
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from .base import Context, register
 from .coupling import coupling_energy
-from .server import ServerAlgorithm, ServerState
+from .server import ServerAlgorithm, ServerState, server_flops
 from .steps import gradient, sgd_steps
 
 
-@register("ditto")
+@register("ditto", display="Ditto", step_keys=("alpha", "lam"), reads=("lam",), aggregation=server_flops)
 class Ditto(ServerAlgorithm):
     name = "ditto"
 

@@ -43,7 +43,12 @@ def metropolis_weights(graph: ClientGraph) -> tuple[np.ndarray, np.ndarray]:
     return w, self_w
 
 
-@register("dpsgd")
+def _mixing_flops(config: RunConfig, dim: int, clients: int, half_edges: int) -> int:
+    """A round's gossip average: one term per half-edge and one self term per client."""
+    return 2 * dim * (half_edges + clients)
+
+
+@register("dpsgd", display="D-PSGD", reads=("dpsgd_order",), color=2, aggregation=_mixing_flops)
 class DPSGD(Algorithm[GossipState]):
     name = "dpsgd"
 

@@ -16,10 +16,10 @@ import torch
 
 from .base import Context, register
 from .optim import local_steps
-from .server import ServerAlgorithm, ServerState
+from .server import ServerAlgorithm, ServerState, server_flops
 
 
-@register("fedavg")
+@register("fedavg", display="FedAvg", aggregation=server_flops)
 class FedAvg(ServerAlgorithm):
     name = "fedavg"
 

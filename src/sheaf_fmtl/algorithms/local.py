@@ -11,7 +11,7 @@ from .base import Algorithm, Context, State, register
 from .optim import local_step
 
 
-@register("local")
+@register("local", display="local training", color=6)
 class Local(Algorithm[State]):
     name = "local"
 

@@ -22,11 +22,17 @@ import torch
 
 from ..config import RunConfig
 from .base import Context, register
-from .server import ServerAlgorithm, ServerState
+from .server import ServerAlgorithm, ServerState, server_flops
 from .steps import gradient
 
 
-@register("perfedavg")
+@register(
+    "perfedavg",
+    display="Per-FedAvg",
+    step_keys=("alpha", "perfedavg_beta"),
+    reads=("perfedavg_beta",),
+    aggregation=server_flops,
+)
 class PerFedAvg(ServerAlgorithm):
     name = "perfedavg"
     uniform = True

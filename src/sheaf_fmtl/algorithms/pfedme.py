@@ -22,10 +22,16 @@ import torch
 from ..config import RunConfig
 from .base import Context, register
 from .coupling import coupling_energy
-from .server import ServerAlgorithm, ServerState
+from .server import ServerAlgorithm, ServerState, server_flops
 
 
-@register("pfedme")
+@register(
+    "pfedme",
+    display="pFedMe",
+    step_keys=("inner_lr", "alpha", "lam", "pfedme_beta"),
+    reads=("lam", "inner_steps", "inner_lr", "pfedme_beta"),
+    aggregation=server_flops,
+)
 class PFedMe(ServerAlgorithm):
     name = "pfedme"
     uniform = True

@@ -13,6 +13,11 @@ from .base import Algorithm, Context, State
 from .steps import require_single_cohort
 
 
+def server_flops(config: RunConfig, dim: int, clients: int, half_edges: int) -> int:
+    """A round's model combinations at the server: the weighted mean of ``clients`` models."""
+    return 2 * dim * clients
+
+
 @dataclass
 class ServerState(State):
     """``thetas[0]``: what is evaluated (see each algorithm); ``glob [N, d]``: each client's copy of

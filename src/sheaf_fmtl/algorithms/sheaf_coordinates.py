@@ -13,7 +13,7 @@ selection`, :mod:`sheaf_fmtl.sheaf.supports`) through ``P_ij = S_(e,t) Pi_i``, `
 - ``aligned``: the parameter slices two architectures share (nested channels), all of them every
   round; the shared slices start equal (one seeded initial tensor per layer role).
 
-Coupling step (eq. ``thetaupdate`` with these maps; with ``local_epochs = E > 0`` without the
+Coupling step (eq. (18) ``thetaupdate`` with these maps; with ``local_epochs = E > 0`` without the
 gradient, after ``E`` local passes, as in :mod:`.sheaf_fmtl`):
     ``theta_i <- theta_i - alpha (g_i + lam sum_j P_ij^T (P_ij theta_i - P_ji theta_j))``.
 For ``redrawn`` every kind has ``E[S^T S] = (d_e/d) I``, so in expectation the step is dFedU's
@@ -61,6 +61,7 @@ import numpy as np
 import torch
 
 from ..config import ConfigError, RunConfig
+from ..config.registry import MapModeSpec
 from ..messages import EdgeTensor, Payload
 from ..sheaf.layout import SheafLayout, build_layout
 from ..sheaf.selection import SelectionDraws, Support, dense_maps
@@ -76,7 +77,11 @@ from .steps import coupled_step, sgd_step
 MODES = ("redrawn", "features", "aligned")
 
 
-@register_maps(*MODES)
+@register_maps(
+    MapModeSpec("redrawn", "maps redrawn each round", 0.3, reads=("gamma", "map_kind", "estimates")),
+    MapModeSpec("features", "feature maps", 0.1),
+    MapModeSpec("aligned", "aligned maps", 0.3),
+)
 class CoordinateSheaf(Algorithm[CoordinateState]):
     """``algorithm = sheaf-fmtl`` with ``maps`` in :data:`MODES` (see the module docstring)."""
 

@@ -1,8 +1,8 @@
 """Sheaf-FMTL, the paper's Algorithm 1 (synchronous; every client uses round-k messages).
 
-Theta step (eq. ``thetaupdate``):
+Theta step (eq. (18) ``thetaupdate``):
     ``theta_i <- theta_i - alpha (g_i + lam sum_j P_ij^T (P_ij theta_i - P_ji theta_j))``
-Map step with the new thetas (eq. ``pijaupdate``):
+Map step with the new thetas (eq. (19) ``pijaupdate``):
     ``P_ij <- P_ij - eta lam r_ij theta_i^T``,  ``r_ij = P_ij theta_i - P_ji theta_j``.
 
 Message modes (same iterates):
@@ -19,8 +19,8 @@ them. ``eta = 0`` keeps the maps fixed (the special cases) and needs one message
 Local epochs (``local_epochs = E > 0``, the training protocol of the authors' released code and of
 the baselines' reference codes): a round is ``E`` passes of mini-batch SGD on each client's own
 ``f_i``, ``theta_i <- theta_i - alpha g_i``, then one exchange of ``P_ij theta_i`` (and, compact,
-``||theta_i||^2``), the map step (eq. ``pijaupdate``) at these thetas, and the coupling step of eq.
-``thetaupdate`` without the gradient, with the updated maps:
+``||theta_i||^2``), the map step (eq. (19) ``pijaupdate``) at these thetas, and the coupling step of eq.
+(18) ``thetaupdate`` without the gradient, with the updated maps:
     ``theta_i <- theta_i - alpha lam sum_j P_ij'^T (P_ij' theta_i - P_ji' theta_j)``.
 The authors' code takes the coupling step before the map step, which needs a second message per
 round; taking the map step first, the messages with the updated maps follow from the identity
@@ -59,12 +59,14 @@ import numpy as np
 import torch
 
 from ..config import RunConfig
+from ..config.registry import MapModeSpec
+from ..config.schema import LAM_DEFAULT
 from ..messages import Comm, EdgeTensor, Payload
 from ..sheaf import ops
 from ..sheaf.layout import build_layout
 from ..sheaf.maps import MAP_DTYPES, init_maps
 from ..sheaf.stability import laplacian_lambda_max
-from .base import Algorithm, Context, register
+from .base import Algorithm, Context, register, register_maps
 from .coupling import require_stable_coupling
 from .footprint import require_maps_fit
 from .optim import local_step
@@ -76,7 +78,28 @@ from .sheaf_state import SheafState
 STABILITY_ITERS, STABILITY_ITERS_LARGE, LARGE_MAPS_BYTES = 30, 4, 1 << 30
 
 
-@register("sheaf-fmtl")
+#: The keys of the modes that store drawn maps; ``learned`` also reads the maps' step.
+_STORED_MAPS = ("map_init", "map_scale", "map_dtype", "shared_maps", "map_draw", "save_maps", "gamma")
+
+
+@register(
+    "sheaf-fmtl",
+    display="Sheaf-FMTL",
+    step_keys=("alpha", "eta", "lam", "map_scale"),
+    reads=("lam",),
+    color=0,
+    divergence_hint=": Theorem 1 asks alpha < 2/(N L) and eta < 2/(lambda D^2)",
+)
+@register_maps(
+    MapModeSpec(
+        "learned",
+        "the paper's learned maps",
+        LAM_DEFAULT,
+        reads=("eta", "message_mode", "map_defer", *_STORED_MAPS),
+        builds_maps=False,
+    ),
+    MapModeSpec("fixed", "fixed maps", LAM_DEFAULT, reads=_STORED_MAPS, builds_maps=False),
+)
 class SheafFMTL(Algorithm[SheafState]):
     name = "sheaf-fmtl"
 
@@ -205,7 +228,7 @@ class SheafFMTL(Algorithm[SheafState]):
 
     # -- the two updates --------------------------------------------------------------------------
     def _theta_steps(self, state: SheafState, ctx: Context) -> None:
-        """Eq. (thetaupdate), ``local_steps`` times with the same received ``P_ji theta_j``."""
+        """Eq. (18) (``thetaupdate``), ``local_steps`` times with the same received ``P_ji theta_j``."""
         assert state.layout is not None and state.store is not None and state.grads is not None
         assert state.own is not None and state.theirs is not None
         layout, maps, grads = state.layout, state.store, state.grads
@@ -222,7 +245,7 @@ class SheafFMTL(Algorithm[SheafState]):
         state.theirs = state.own = state.heard = None  # used up: this round's messages
 
     def _coupling_step(self, state: SheafState) -> None:
-        """Eq. (thetaupdate) without the gradient (local-epochs mode): ``theta_i <- theta_i -
+        """Eq. (18) (``thetaupdate``) without the gradient (local-epochs mode): ``theta_i <- theta_i -
         alpha lam sum_j a_ij P_ij^T (own_ij - theirs_ij)``."""
         assert state.layout is not None and state.store is not None
         assert state.own is not None and state.theirs is not None
@@ -232,7 +255,7 @@ class SheafFMTL(Algorithm[SheafState]):
         state.theirs = state.own = state.heard = None
 
     def _map_step(self, state: SheafState, incoming: Payload) -> None:
-        """Eq. (pijaupdate) with the new thetas; in compact mode also rebuild the next round's
+        """Eq. (19) (``pijaupdate``) with the new thetas; in compact mode also rebuild the next round's
         messages: ``P_ij' theta_i = P_ij theta_i - eta lam a_ij r_ij ||theta_i||^2`` on both ends."""
         assert state.layout is not None and state.store is not None and state.sent is not None
         layout = state.layout

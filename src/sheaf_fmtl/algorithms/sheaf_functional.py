@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ..config import ConfigError, RunConfig
+from ..config.registry import MapModeSpec
 from ..messages import EdgeTensor, Payload
 from ..sheaf.layout import SheafLayout, build_layout
 from ..sheaf.probes import noise_probes, pool_rows
@@ -100,7 +101,7 @@ def load_pool(path: str, shape: tuple[int, ...], device: torch.device | str) -> 
     return torch.as_tensor(np.asarray(array, np.float32), device=device)
 
 
-@register_maps("functional")
+@register_maps(MapModeSpec("functional", "functional maps", 1.0, reads=("probe_size", "probe_data")))
 class FunctionalSheaf(Algorithm[FunctionalState]):
     """``algorithm = sheaf-fmtl`` with ``maps = functional`` (see the module docstring)."""
 

@@ -16,7 +16,7 @@ term teaches one model with the other's prediction as a fixed target: the first 
 reaches ``theta_i`` only, the second's ``phi_i`` only. Regression takes the squared difference
 of the two outputs in place of each KL term (the Gaussian KL).
 
-A round (paper eq. ``thetaupdate`` with these maps): local steps on both models, then
+A round (paper eq. (18) ``thetaupdate`` with these maps): local steps on both models, then
     ``phi_i <- phi_i - alpha lam sum_j a_ij (phi_i - phi_j)``
 over the neighbours heard (``proxy_gamma < 1``: on the round's selected coordinates; with
 ``local_epochs = 0`` each step also carries the gradient, as :mod:`.sheaf_coordinates`). Bits:
@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ConfigError, RunConfig
+from ..config.registry import MapModeSpec
 from ..federation import Batch, Cohort, Federation
 from ..federation.cohort import draw_initial
 from ..messages import Payload
@@ -118,7 +119,7 @@ class _ProxyContext(Context):
         return [p.clone() for p in self.proxies]
 
 
-@register_maps("proxy")
+@register_maps(MapModeSpec("proxy", "proxy models", 1.0, reads=("proxy_model", "proxy_gamma", "distill")))
 class ProxySheaf(Algorithm[ProxyState]):
     """``algorithm = sheaf-fmtl`` with ``maps = proxy`` (see the module docstring)."""
 

@@ -9,7 +9,7 @@ import textwrap
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
-from .schema import _CHOICES, _RANGES, RunConfig
+from .schema import _RANGES, RunConfig, choices
 
 _TYPE_WORDS = {"int": "integer", "float": "number", "bool": "true/false", "str": "string"}
 
@@ -38,8 +38,9 @@ def _default(f: Any) -> str:  # noqa: ANN401 - a dataclass Field of any type
 
 
 def _allowed(name: str) -> str:
-    if name in _CHOICES:
-        return ", ".join(_CHOICES[name])
+    allowed = choices(name)
+    if allowed is not None:
+        return ", ".join(allowed)
     if name in _RANGES:
         return _RANGES[name][4]
     return "cpu, cuda, cuda:N" if name == "device" else ""
@@ -56,8 +57,8 @@ def key_docs(config_type: type = RunConfig) -> list[KeyDoc]:
         doc = str(f.metadata.get("doc", "")).strip()
         if not doc:
             raise ValueError(f"config key '{f.name}' has no doc: give its field one (config/schema.py, _key)")
-        choices = f.name in _CHOICES or f.name == "device"
-        out.append(KeyDoc(f.name, _type(str(f.type)), _default(f), _allowed(f.name), doc, choices))
+        listed = choices(f.name) is not None or f.name == "device"
+        out.append(KeyDoc(f.name, _type(str(f.type)), _default(f), _allowed(f.name), doc, listed))
     return out
 
 

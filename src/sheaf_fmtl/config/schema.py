@@ -21,21 +21,12 @@ from ..plugins import PLUGIN_KEYS, PluginError, is_held, is_spec, load_spec
 from ..sheaf.graph import GRAPH_KINDS
 from ..sheaf.maps import MAP_DTYPES, MAP_INITS
 from ..sheaf.selection import MAP_KINDS
+from . import registry
 
-MAP_MODES = ("auto", "learned", "fixed", "redrawn", "features", "aligned", "proxy", "functional")
-#: ``lam`` when the config leaves it open (``null``), per map mode of ``sheaf-fmtl``; every other
-#: algorithm takes ``LAM_DEFAULT``; ``redrawn`` with ``estimates`` half its stability limit
-#: (:func:`default_lam`; ``algorithms/coordinate_stability.py``).
+#: ``lam`` when the config leaves it open (``null``) and the algorithm is not ``sheaf-fmtl`` (each map mode
+#: has its own: :attr:`.registry.MapModeSpec.default_lam`); ``redrawn`` with ``estimates`` half its
+#: stability limit (:func:`default_lam`; ``algorithms/coordinate_stability.py``).
 LAM_DEFAULT = 0.01
-MODE_LAM = {
-    "learned": LAM_DEFAULT,
-    "fixed": LAM_DEFAULT,
-    "redrawn": 0.3,
-    "features": 0.1,
-    "aligned": 0.3,
-    "proxy": 1.0,
-    "functional": 1.0,
-}
 
 
 class ConfigError(ValueError):
@@ -326,7 +317,7 @@ class RunConfig:
 
     @property
     def learns_maps(self) -> bool:
-        """Whether Algorithm 1's map step (eq. ``pijaupdate``) runs: ``maps = learned`` with
+        """Whether Algorithm 1's map step (eq. (19) ``pijaupdate``) runs: ``maps = learned`` with
         ``eta > 0`` and ``lam > 0`` (``maps = fixed`` is the same algorithm with ``eta = 0``)."""
         return self.maps == "learned" and self.eta > 0 and (self.lam or 0.0) > 0
 
@@ -342,7 +333,6 @@ _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 _CHOICES: dict[str, tuple[str, ...]] = {
     "graph": GRAPH_KINDS,
     "map_init": MAP_INITS,
-    "maps": MAP_MODES,
     "map_kind": MAP_KINDS,
     "map_dtype": tuple(MAP_DTYPES),
     "message_mode": ("compact", "literal"),
@@ -396,6 +386,17 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "early_stop_patience": (0, True, None, False, "early_stop_patience >= 0 (0: never)"),
     "early_stop_min_delta": (0.0, True, None, False, "early_stop_min_delta >= 0"),
 }
+
+
+#: Keys whose choices are the registries' entries (:mod:`.registry`), read when a value is checked.
+_REGISTERED = {"algorithm": registry.algorithm_names, "maps": registry.map_mode_names}
+
+
+def choices(name: str) -> tuple[str, ...] | None:
+    """The values key ``name`` allows, or ``None`` when it is not a choice."""
+    if name in _REGISTERED:
+        return _REGISTERED[name]()
+    return _CHOICES.get(name)
 
 
 def _types(annotation: str) -> tuple[type, ...]:
@@ -454,9 +455,12 @@ def _check(name: str, value: Any) -> Any:
             "config key 'map_init' = zeros is rejected: zero restriction maps never learn "
             f"(paper Remark); allowed: {', '.join(_CHOICES[name])}"
         )
-    if name in _CHOICES and value not in _CHOICES[name]:
+    allowed = choices(name)
+    if allowed is not None and value not in allowed:
+        close = difflib.get_close_matches(str(value).lower(), allowed, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         raise ConfigError(
-            f"config key '{name}': {shown(value)} is not allowed; allowed: {', '.join(_CHOICES[name])}"
+            f"config key '{name}': {shown(value)} is not allowed; {hint}allowed: {', '.join(allowed)}"
         )
     if name == "device" and not _DEVICE.fullmatch(value):
         raise ConfigError(f"config key 'device': {shown(value)} is not allowed; allowed: cpu, cuda, cuda:N")
@@ -551,40 +555,53 @@ def _check_optimizer(config: RunConfig) -> None:
 
 
 def _check_maps(config: RunConfig) -> None:
-    """The map modes: which keys go together."""
-    if config.maps not in ("learned", "auto") and config.algorithm != "sheaf-fmtl":
+    """The map modes: which keys go together (what each mode reads: :mod:`.registry`)."""
+    if config.maps not in ("learned", registry.AUTO) and config.algorithm != "sheaf-fmtl":
         raise ConfigError(
             f"config key 'maps' = {config.maps} applies to algorithm=sheaf-fmtl only "
             f"(algorithm={config.algorithm} has no restriction maps)"
         )
-    if config.estimates and config.maps not in ("redrawn", "auto"):
+    if config.estimates and not _mode_reads(config.maps, "estimates"):
         raise ConfigError(
-            f"config key 'estimates' = true needs maps=redrawn (copies of the neighbours' models are "
-            f"refreshed on each round's redrawn coordinates); got maps={config.maps}"
+            f"config key 'estimates' = true needs maps={_modes_reading('estimates')} (copies of the "
+            f"neighbours' models are refreshed on each round's redrawn coordinates); got maps={config.maps}"
         )
-    if config.map_kind != "selection" and config.maps not in ("redrawn", "auto"):
+    if config.map_kind != "selection" and not _mode_reads(config.maps, "map_kind"):
         raise ConfigError(
-            f"config key 'map_kind' = {config.map_kind} applies to maps=redrawn only; got maps={config.maps}"
+            f"config key 'map_kind' = {config.map_kind} applies to maps={_modes_reading('map_kind')} only; "
+            f"got maps={config.maps}"
         )
-    if config.maps in ("redrawn", "features", "aligned", "proxy", "functional") and config.topology != "none":
+    spec = registry.map_mode_spec(config.maps)
+    if spec is not None and spec.builds_maps and config.topology != "none":
         raise ConfigError(
             f"config key 'maps' = {config.maps} builds its own maps; topology={config.topology} "
             "(fixed maps of a special case) is not allowed with it"
         )
 
 
+def _mode_reads(mode: str, key: str) -> bool:
+    """``maps = mode`` reads ``key`` (``auto``: decided once the mode is chosen)."""
+    spec = registry.map_mode_spec(mode)
+    return mode == registry.AUTO or (spec is not None and key in spec.reads)
+
+
+def _modes_reading(key: str) -> str:
+    return " or ".join(m for m in registry.map_mode_names() if m != registry.AUTO and _mode_reads(m, key))
+
+
 def default_lam(config: RunConfig, lambda_max: float | None = None, refresh: float | None = None) -> float:
-    """``lam`` of a config that leaves it open, once ``maps`` is known: see the key's doc
-    (``MODE_LAM``). With estimates: half the consensus step's limit ``alpha lam lambda_max <= 2p /
-    (2 - p)`` (``p``: ``refresh``, the smallest ``d_e/d``, else ``gamma``; ``lambda_max`` of the
-    graph Laplacian, else 2)."""
+    """``lam`` of a config that leaves it open, once ``maps`` is known: see the key's doc (each
+    mode's :attr:`.registry.MapModeSpec.default_lam`). With estimates: half the consensus step's
+    limit ``alpha lam lambda_max <= 2p / (2 - p)`` (``p``: ``refresh``, the smallest ``d_e/d``, else
+    ``gamma``; ``lambda_max`` of the graph Laplacian, else 2)."""
     if config.algorithm != "sheaf-fmtl":
         return LAM_DEFAULT
     if config.maps == "redrawn" and config.estimates:
         p = refresh if refresh is not None else config.gamma
         top = lambda_max if lambda_max is not None and lambda_max > 0 else 2.0
         return p / (2.0 - p) / (config.alpha * top)
-    return MODE_LAM.get(config.maps, LAM_DEFAULT)
+    spec = registry.map_mode_spec(config.maps)
+    return spec.default_lam if spec is not None else LAM_DEFAULT
 
 
 def validate(config: RunConfig) -> RunConfig:

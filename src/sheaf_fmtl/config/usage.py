@@ -1,5 +1,5 @@
 """Which keys a run reads: the keys that only some algorithms, map modes, graph kinds or training
-protocols use, as data (:data:`READ_BY`), and the one rule for a key set to a non-default value that
+protocols use, as data (:func:`read_by`), and the one rule for a key set to a non-default value that
 the run ignores: refused where the user typed it for this one run (``sheaf-fmtl run --set``, a
 flag), a warning naming it where it comes from what may be shared across modes (a config file, a
 :class:`RunConfig`, Python keywords in a loop over algorithms, sweep grids), and listed under
@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields
 from typing import Any
 
+from . import registry
 from .schema import ConfigError, RunConfig, shown
 
 # What selects whether a key is read, from a config: a name, and the config's value of it.
@@ -24,51 +25,45 @@ SELECTORS: dict[str, Callable[[RunConfig], str]] = {
     "graph": lambda c: c.graph,
     "local_epochs": lambda c: "0" if c.local_epochs == 0 else f"{c.local_epochs}",
 }
-_MAP_STORES = ("learned", "fixed")  # the modes that store drawn maps
-#: key -> (selector, the selector's values that read the key).
-READ_BY: dict[str, tuple[str, tuple[str, ...]]] = {
-    "eta": ("maps", ("learned",)),
-    "message_mode": ("maps", ("learned",)),
-    "map_defer": ("maps", ("learned",)),
-    "map_init": ("maps", _MAP_STORES),
-    "map_scale": ("maps", _MAP_STORES),
-    "map_dtype": ("maps", _MAP_STORES),
-    "shared_maps": ("maps", _MAP_STORES),
-    "map_draw": ("maps", _MAP_STORES),
-    "save_maps": ("maps", _MAP_STORES),
-    "gamma": ("maps", (*_MAP_STORES, "redrawn")),
-    "lam": ("algorithm", ("sheaf-fmtl", "dfedu", "ditto", "pfedme")),
-    "dpsgd_order": ("algorithm", ("dpsgd",)),
-    "inner_steps": ("algorithm", ("pfedme",)),
-    "inner_lr": ("algorithm", ("pfedme",)),
-    "pfedme_beta": ("algorithm", ("pfedme",)),
-    "perfedavg_beta": ("algorithm", ("perfedavg",)),
+#: Keys read by some graph kinds or protocols only: key -> (selector, the selector's values that read it).
+_OTHER_READERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "graph_p": ("graph", ("erdos-renyi", "watts-strogatz")),
     "graph_k": ("graph", ("watts-strogatz",)),
     "graph_m": ("graph", ("barabasi-albert",)),
     "local_steps": ("local_epochs", ("0",)),
-    "proxy_model": ("maps", ("proxy",)),
-    "proxy_gamma": ("maps", ("proxy",)),
-    "distill": ("maps", ("proxy",)),
-    "probe_size": ("maps", ("functional",)),
-    "probe_data": ("maps", ("functional",)),
 }
+#: Keys a mode reads that the config's rules refuse with any other mode (``schema._check_maps``).
+_REFUSED_ELSEWHERE = ("estimates", "map_kind")
+
+
+def read_by() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """key -> (selector, the selector's values that read the key): the map modes' and algorithms'
+    keys as their registry entries list them (:mod:`.registry`), then graph kinds and protocols."""
+    out: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for selector, specs in (("maps", registry.MAP_MODES), ("algorithm", registry.ALGORITHMS)):
+        registry.algorithm_names()  # (the registries filled)
+        for spec in specs.values():
+            for key in spec.reads:
+                if key not in _REFUSED_ELSEWHERE:
+                    readers = out.get(key, (selector, ()))[1]
+                    out[key] = (selector, (*readers, spec.name))
+    return {**out, **_OTHER_READERS}
 
 
 class UnusedKeysWarning(UserWarning):
     """A run's config sets keys the run does not read (:func:`unused_warning`)."""
 
 
-_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(RunConfig) if f.name in READ_BY}
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(RunConfig)}
 
 
 def unused_keys(config: RunConfig) -> list[str]:
     """The keys of ``config`` set to a non-default value that its run does not read (in
-    :data:`READ_BY` order); none while a special case (``topology``) sets the maps' keys itself."""
+    :func:`read_by` order); none while a special case (``topology``) sets the maps' keys itself."""
     if config.topology != "none":
         return []
     out = []
-    for key, (selector, readers) in READ_BY.items():
+    for key, (selector, readers) in read_by().items():
         value = SELECTORS[selector](config)
         if value != "auto" and value not in readers and getattr(config, key) != _DEFAULTS[key]:
             out.append(key)
@@ -78,7 +73,7 @@ def unused_keys(config: RunConfig) -> list[str]:
 def describe(config: RunConfig, keys: list[str]) -> str:
     """``eta = 0.5 (read by maps=learned only)``, for the first of ``keys``, and the others named."""
     key = keys[0]
-    selector, readers = READ_BY[key]
+    selector, readers = read_by()[key]
     text = (
         f"'{key}' = {shown(getattr(config, key))} is not used with {selector}="
         f"{SELECTORS[selector](config)} (read with {selector}={' or '.join(readers)} only)"

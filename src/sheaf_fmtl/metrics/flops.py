@@ -12,10 +12,10 @@ elementwise op). Evaluation (test metric, reported training loss) is not trainin
   ``W x`` and ``grad W``, what ``FlopCounterMode`` counts, checked in the tests): the counter's first
   use imports ``torch._dynamo``, several seconds that a tabular run would otherwise spend on it.
 - ``flops_sheaf`` (Sheaf-FMTL): with ``M = sum_{half-edges i->j} d_ij d_i`` (every map's elements),
-  each message ``P_ij theta_i`` costs ``2 M`` over the graph (paper eq. ``thetaupdate``, the terms
+  each message ``P_ij theta_i`` costs ``2 M`` over the graph (paper eq. (18) ``thetaupdate``, the terms
   exchanged), each coupling term ``sum_j P_ij^T (P_ij theta_i - P_ji theta_j)`` ``2 M`` (eq.
-  ``thetaupdate``), and each map step's rank-one update ``P_ij - eta lam r_ij theta_i^T`` ``2 M``
-  (eq. ``pijaupdate``). :func:`sheaf_products` says how many of each a run takes.
+  (18) ``thetaupdate``), and each map step's rank-one update ``P_ij - eta lam r_ij theta_i^T`` ``2 M``
+  (eq. (19) ``pijaupdate``). :func:`sheaf_products` says how many of each a run takes.
 - ``flops_aggregation`` (baselines): combining whole models, 2 FLOPs per coordinate combined:
   dFedU ``2 d H`` per coupling step (``theta_i - theta_j`` and the sum over neighbours, ``H``
   half-edges), D-PSGD ``2 d (H + N)`` per round (the mixing ``sum_j w_ij x_j``), the server
@@ -39,14 +39,13 @@ from torch.utils.flop_counter import FlopCounterMode
 from ..algorithms.coordinate_state import CoordinateState, coupling_flops
 from ..algorithms.sheaf_functional import FunctionalState
 from ..algorithms.sheaf_proxy import ProxyState
+from ..config.registry import algorithm_spec
 from ..models.linear import linear_shape
 
 if TYPE_CHECKING:
     from ..config import RunConfig
     from ..federation import Federation
     from ..sheaf.graph import ClientGraph
-
-SERVER_ALGORITHMS = ("fedavg", "ditto", "pfedme", "perfedavg")
 
 
 def per_sample_flops(
@@ -169,21 +168,17 @@ def sheaf_products(config: RunConfig, rounds: int) -> dict[str, int]:
 
 
 def sheaf_flops(config: RunConfig, layout: Any, rounds: int) -> int:
-    """``2 M (messages + coupling + map_steps)`` (module docstring; eqs. thetaupdate, pijaupdate)."""
+    """``2 M (messages + coupling + map_steps)`` (module docstring; eqs. 18-19)."""
     return 2 * map_elements(layout) * sum(sheaf_products(config, rounds).values())
 
 
 def aggregation_flops(config: RunConfig, dim: int, graph: ClientGraph, rounds: int) -> int:
-    """The baselines' model combinations (module docstring); 0 for Sheaf-FMTL and local training."""
-    n, h = graph.num_nodes, graph.num_half_edges
-    if config.algorithm == "dfedu":
-        steps = 1 if config.local_epochs > 0 else config.local_steps
-        return 2 * dim * h * steps * rounds
-    if config.algorithm == "dpsgd":
-        return 2 * dim * (h + n) * rounds
-    if config.algorithm in SERVER_ALGORITHMS:
-        return 2 * dim * n * rounds
-    return 0
+    """The baselines' model combinations (module docstring; each algorithm's registry entry counts
+    a round's); 0 for Sheaf-FMTL and local training."""
+    spec = algorithm_spec(config.algorithm)
+    if spec is None or spec.aggregation is None:
+        return 0
+    return spec.aggregation(config, dim, graph.num_nodes, graph.num_half_edges) * rounds
 
 
 def run_flops(

@@ -13,7 +13,7 @@ import numpy as np
 
 from .labels import long_label
 from .records import load_run
-from .style import ALGORITHM_COLORS, PALETTE, integer_ticks, metric_label, paper_style, save_figure
+from .style import PALETTE, algorithm_color, integer_ticks, metric_label, paper_style, save_figure
 
 DemoCurve = str | Path | tuple[str | Path, str]  # a run folder, or (run folder, legend label)
 
@@ -47,7 +47,7 @@ def plot_demo(
                 algorithm = record.config["algorithm"]
                 finite = np.isfinite(record.values)
                 label = (given or long_label(record.config)) + f": {record.values[finite][-1]:.3f}"
-                color = ALGORITHM_COLORS.get(algorithm)
+                color = algorithm_color(algorithm)
                 if color is None or color in used:
                     color = next(c for c in PALETTE if c not in used)
                 used.add(color)

@@ -7,18 +7,9 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..config.registry import algorithm_spec, map_mode_spec
 from ..metrics.groups import differing_keys, run_keys
 
-ALGORITHM_NAMES = {
-    "sheaf-fmtl": "Sheaf-FMTL",
-    "local": "local training",
-    "dfedu": "dFedU",
-    "dpsgd": "D-PSGD",
-    "fedavg": "FedAvg",
-    "ditto": "Ditto",
-    "pfedme": "pFedMe",
-    "perfedavg": "Per-FedAvg",
-}
 # Named first when they differ (then any other differing key, in config order).
 LEGEND_FIRST = (
     "dataset",
@@ -52,9 +43,6 @@ SHEAF_ONLY = (
     "probe_size",
     "probe_data",
 )
-#: Algorithms without a coupling strength ``lam`` (it is not named in their labels).
-WITHOUT_LAM = ("local", "dpsgd", "fedavg", "perfedavg")
-
 
 _HELD = re.compile(r"<python: (.*?) #\d+>")
 #: The widest title line of one panel (characters); longer titles wrap.
@@ -75,7 +63,8 @@ def title(text: str, width: int = TITLE_WIDTH) -> str:
 def algorithm_name(config: Mapping[str, Any]) -> str:
     """``sheaf-fmtl`` -> ``Sheaf-FMTL``, ``dfedu`` -> ``dFedU`` ... (unknown names as given)."""
     name = str(config.get("algorithm", "?"))
-    return ALGORITHM_NAMES.get(name, name)
+    spec = algorithm_spec(name)
+    return spec.display if spec is not None else name
 
 
 def legend_keys(configs: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -98,22 +87,12 @@ def describe(config: Mapping[str, Any], keys: Sequence[str]) -> str:
     ``keys`` that the algorithm reads (no ``gamma`` for dFedU, no ``lam`` for local training)."""
     flat = run_keys(config)
     algorithm = config.get("algorithm")
+    spec = algorithm_spec(str(algorithm))
     unread = (SHEAF_ONLY if algorithm != "sheaf-fmtl" else ()) + (
-        ("lam",) if algorithm in WITHOUT_LAM else ()
+        ("lam",) if spec is not None and "lam" not in spec.reads else ()
     )
     named = [f"{k}={_value(flat.get(k))}" for k in keys if k not in unread]
     return ", ".join([algorithm_name(config), *named])
-
-
-MAP_LABELS = {
-    "learned": "the paper's learned maps",
-    "fixed": "fixed maps",
-    "redrawn": "maps redrawn each round",
-    "features": "feature maps",
-    "aligned": "aligned maps",
-    "proxy": "proxy models",
-    "functional": "functional maps",
-}
 
 
 def long_label(config: Mapping[str, Any]) -> str:
@@ -125,11 +104,13 @@ def long_label(config: Mapping[str, Any]) -> str:
     mode = str(config.get("maps", "learned"))
     if mode == "learned" and not (config.get("eta", 0) > 0 and config.get("lam", 0) > 0):
         mode = "fixed"
-    parts = [MAP_LABELS.get(mode, mode)]
-    if mode in ("learned", "fixed", "redrawn"):
+    spec = map_mode_spec(mode)
+    reads = spec.reads if spec is not None else ()
+    parts = [spec.label if spec is not None else mode]
+    if "gamma" in reads:
         parts.insert(0, f"gamma={config.get('gamma', 0):g}")
-    if mode == "redrawn":
+    if "map_kind" in reads:
         parts.append(str(config.get("map_kind", "selection")))
-        if config.get("estimates"):
-            parts.append("estimates")
+    if "estimates" in reads and config.get("estimates"):
+        parts.append("estimates")
     return f"{name} ({', '.join(parts)})"

@@ -19,11 +19,11 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..config.files import replace_file  # noqa: E402
+from ..config.registry import algorithm_spec  # noqa: E402
 
 # Okabe-Ito, ordered so that the first colours are far apart also in greyscale (yellow last).
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
-ALGORITHM_COLORS = {"sheaf-fmtl": PALETTE[0], "dfedu": PALETTE[1], "dpsgd": PALETTE[2], "local": PALETTE[6]}
 NON_EDGE_HATCH: dict[str, Any] = {"facecolor": "white", "edgecolor": "0.6", "hatch": "///"}
 FORMATS = ("png", "pdf")
 
@@ -43,6 +43,12 @@ def paper_style() -> Iterator[None]:
     """Matplotlib settings of every figure of this package (restored on exit)."""
     with plt.style.context(RC):
         yield
+
+
+def algorithm_color(name: str) -> str | None:
+    """The colour the algorithm's registry entry gives it, or ``None`` (the palette's cycle)."""
+    spec = algorithm_spec(name)
+    return PALETTE[spec.color] if spec is not None and spec.color is not None else None
 
 
 def color(i: int) -> str:

@@ -1,0 +1,70 @@
+"""The registries of algorithms and map modes (``config.registry``): config's choices are the
+registered entries, each entry's facts name real keys, an unknown name is refused when the config
+is read (before any data is loaded), and an algorithm a user registers becomes a choice."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import sheaf_fmtl
+from sheaf_fmtl.algorithms import ALGORITHMS, register
+from sheaf_fmtl.algorithms.base import MAP_MODE_IMPLEMENTATIONS
+from sheaf_fmtl.algorithms.local import Local
+from sheaf_fmtl.config import ConfigError, RunConfig, registry
+from sheaf_fmtl.config.schema import choices
+from sheaf_fmtl.plots.labels import algorithm_name, long_label
+from sheaf_fmtl.plots.style import PALETTE
+
+KEYS = {f.name for f in dataclasses.fields(RunConfig)}
+
+
+def test_config_choices_are_the_registered_entries() -> None:
+    assert choices("algorithm") == tuple(registry.ALGORITHMS) and set(registry.ALGORITHMS) == set(ALGORITHMS)
+    assert choices("maps") == (registry.AUTO, *registry.MAP_MODES)
+    assert set(registry.MAP_MODES) == set(MAP_MODE_IMPLEMENTATIONS)
+
+
+@pytest.mark.parametrize("name", list(registry.algorithm_names()))
+def test_every_algorithm_entry_names_real_keys_and_a_palette_colour(name: str) -> None:
+    spec = registry.algorithm_spec(name)
+    assert spec is not None and spec.display and algorithm_name({"algorithm": name}) == spec.display
+    assert set(spec.step_keys) <= KEYS and set(spec.reads) <= KEYS, name
+    assert spec.color is None or 0 <= spec.color < len(PALETTE)
+
+
+@pytest.mark.parametrize("mode", [m for m in registry.map_mode_names() if m != registry.AUTO])
+def test_every_map_mode_entry_names_real_keys_and_a_label(mode: str) -> None:
+    spec = registry.map_mode_spec(mode)
+    assert spec is not None and set(spec.reads) <= KEYS and spec.default_lam > 0
+    assert spec.label in long_label({"algorithm": "sheaf-fmtl", "maps": mode, "eta": 0.1, "lam": 0.1})
+    assert RunConfig(maps=mode).maps == mode
+
+
+@pytest.mark.parametrize(
+    ("keys", "hint"),
+    [({"algorithm": "fedavgg"}, "did you mean 'fedavg'"), ({"maps": "redrawm"}, "did you mean 'redrawn'")],
+)
+def test_an_unknown_name_is_refused_before_any_data_is_loaded(keys: dict[str, str], hint: str) -> None:
+    loaded = []
+
+    def dataset() -> None:  # never called: the config is refused first
+        loaded.append(True)
+
+    with pytest.raises(ConfigError, match=hint):
+        RunConfig(**keys)
+    with pytest.raises(ConfigError, match=hint):
+        sheaf_fmtl.run(dataset=dataset, rounds=1, **keys)
+    assert not loaded
+
+
+def test_an_algorithm_a_user_registers_is_a_choice() -> None:
+    with pytest.raises(ConfigError):
+        RunConfig(algorithm="my-local")
+    register("my-local", display="my local training")(type("MyLocal", (Local,), {}))
+    try:
+        assert RunConfig(algorithm="my-local").algorithm == "my-local"
+        assert algorithm_name({"algorithm": "my-local"}) == "my local training"
+    finally:
+        del ALGORITHMS["my-local"], registry.ALGORITHMS["my-local"]
