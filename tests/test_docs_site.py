@@ -64,7 +64,7 @@ def test_formulas_are_typeset_by_the_sites_own_mathjax(site: Path) -> None:
 
 def test_the_api_page_lists_federation_and_load_and_no_role_shows_as_text(site: Path) -> None:
     api = (site / "reference/api/index.html").read_text()
-    for name in ("sheaf_fmtl.own.Federation", "sheaf_fmtl.export.load", "sheaf_fmtl.export.TrainedRun"):
+    for name in ("sheaf_fmtl.api.Federation", "sheaf_fmtl.export.load", "sheaf_fmtl.export.TrainedRun"):
         assert f'id="{name}"' in api, name
     shown = [p.relative_to(site) for p in site.rglob("*.html") if ROLE.search(p.read_text())]
     assert not shown, shown[:5]

@@ -47,15 +47,14 @@ if _is_command_line() and _signal.getsignal(_signal.SIGINT) is _signal.default_i
     _signal.signal(_signal.SIGINT, _interrupted_at_start_up)  # cli.main restores Python's handler
 
 if TYPE_CHECKING:
-    from .api import RunResult, run
+    from .api import Federation, RunResult, run
     from .config import ConfigError, RunConfig, load_config
     from .export import TrainedRun, load
-    from .own import Federation
 
 #: Public name -> the module that defines it.
 _LAZY = {
     "ConfigError": "config",
-    "Federation": "own",
+    "Federation": "api",
     "RunConfig": "config",
     "RunResult": "api",
     "TrainedRun": "export",
