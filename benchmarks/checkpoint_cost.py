@@ -1,4 +1,4 @@
-"""Cost of a resumable checkpoint (issue 11): how long a round stalls for one, against a round.
+"""Cost of a resumable checkpoint: how long a round stalls for one, against a round.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/checkpoint_cost.py [--gamma 0.005] [--out DIR]
 

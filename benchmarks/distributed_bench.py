@@ -1,4 +1,4 @@
-"""Two Gloo ranks against the one-process simulator (issue 11), measured in the same run.
+"""Two Gloo ranks against the one-process simulator, measured in the same run.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/distributed_bench.py [--repeats 2]
 

@@ -1,4 +1,4 @@
-"""Start-up of a paper-scale run is mostly drawing the restriction maps (issue 10): ``init_maps``
+"""Start-up of a paper-scale run is mostly drawing the restriction maps: ``init_maps``
 (in place, several maps at once on torch's threads) against the one-map-at-a-time draw it replaced,
 measured in the same run, same streams, same numbers (checked).
 

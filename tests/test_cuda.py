@@ -1,4 +1,4 @@
-"""Checks that need a CUDA device (issue 14); every test here is skipped, with its reason, without one.
+"""Checks that need a CUDA device; every test here is skipped, with its reason, without one.
 
 CPU stays the default and what the rest of the suite tests. Where CUDA exists:
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-shot GPU checks for issue 14 (CUDA tests, paper-scale bench, cohort gradients).
+# One-shot GPU checks (CUDA tests, paper-scale bench, cohort gradients).
 #
 #   OUT=/some/dir bash benchmarks/gpu/run_checks.sh        # on the GPU machine (python3 holds torch+CUDA)
 #   GPU_DRY_RUN=1 OUT=/tmp/gpuout bash benchmarks/gpu/run_checks.sh   # here: cpu, tiny sizes, same steps

@@ -1,4 +1,4 @@
-"""Reductions between algorithms (STYLE.md: the tests that would have caught FedU silently becoming
+"""Reductions between algorithms (the tests that would have caught FedU silently becoming
 local training): Sheaf-FMTL with fixed identity maps is dFedU; ``lam = 0`` is local training;
 D-PSGD on a complete graph is FedAvg."""
 

@@ -1,4 +1,4 @@
-"""The training protocol of issue 9: common initial models, local epochs (against per-client loops
+"""The training protocol: common initial models, local epochs (against per-client loops
 and a dense Laplacian), the start-up stability check (against a dense eigenvalue solver) and
 Theorem 1's map-step warning."""
 

@@ -253,7 +253,7 @@ def test_overwrite_clears_an_earlier_run_so_no_stale_file_survives(sandbox, caps
         == 1
     )  # diverges: no checkpoint of its own
     assert "NaN" in capsys.readouterr().err
-    # no checkpoint.pt of its own; the resumable checkpoint of round 1 stays (issue 11)
+    # no checkpoint.pt of its own; the resumable checkpoint of round 1 stays
     kept = [
         MARKER,
         "checkpoints",

@@ -1,5 +1,5 @@
-"""Data-layer errors and warnings a user meets (issue 12) and the data layer's import structure
-(issue 13): every message names the file, line, option or clients it is about."""
+"""Data-layer errors and warnings a user meets and the data layer's import structure:
+every message names the file, line, option or clients it is about."""
 
 from __future__ import annotations
 

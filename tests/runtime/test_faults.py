@@ -1,4 +1,4 @@
-"""Faults (issue 11): payload validation, dropped clients and lost messages, against hand-built
+"""Faults: payload validation, dropped clients and lost messages, against hand-built
 oracles (numpy rounds written from the paper's updates, a transport without fault handling)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Per-half-edge message helpers of Sheaf-FMTL: the scalars ``||theta_i||^2`` of compact mode,
 which received elements arrived, and the residuals ``r_ij = P_ij theta_i - P_ji theta_j`` (paper eq.
-``pijaupdate``) with the terms of missing messages zeroed."""
+(19) ``pijaupdate``) with the terms of missing messages zeroed."""
 
 from __future__ import annotations
 

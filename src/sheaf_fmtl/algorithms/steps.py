@@ -48,7 +48,7 @@ def coupled_step(
     alpha: float,
     lam: float,
 ) -> list[torch.Tensor]:
-    """The coupling step of Sheaf-FMTL's map modes per cohort stack (paper eq. ``thetaupdate``):
+    """The coupling step of Sheaf-FMTL's map modes per cohort stack (paper eq. (18) ``thetaupdate``):
     ``theta <- theta - alpha (g + lam c)``, or without gradients (after the local epochs)
     ``theta <- theta - alpha lam c``; ``c``: the coupling term ``pull``."""
     if grads is None:

@@ -1,4 +1,4 @@
-"""Benchmark harness: Sheaf-FMTL rounds against the memory-bandwidth floor (DESIGN.md section 2).
+"""Benchmark harness: Sheaf-FMTL rounds against the memory-bandwidth floor.
 
 :func:`run_bench` runs everything and writes ``bench.json``, ``ratios.json`` and ``scaling.png``.
 Per setting (:mod:`.settings`), a fresh subprocess (:mod:`.runner`) builds the federation, graph and
@@ -13,7 +13,7 @@ Definitions (all printed and written to ``bench.json``):
 
 - bandwidth ``BW = 2 * bytes / t`` of a large tensor copy (bytes read + bytes written per second);
 - floor ``= 2 * bytes(all maps) / BW``: every map read and written once per round (Algorithm 1's map
-  step ``P_ij <- P_ij - eta lam r_ij theta_i^T``, eq. ``pijaupdate``, touches every entry);
+  step ``P_ij <- P_ij - eta lam r_ij theta_i^T``, eq. (19) ``pijaupdate``, touches every entry);
 - floor ratio ``R = s/round of the map work (gradients frozen) / floor``;
 - speed-up ``S = s/round of the loop reference / s/round of the library (gradients + map work)``;
 - memory ratio ``M = (peak RSS - RSS after imports) / (bytes(maps) + bytes(models) + bytes(data))``.

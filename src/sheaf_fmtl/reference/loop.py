@@ -4,10 +4,10 @@ the "naive" timing reference of the benchmark).
 Round ``k`` (paper Algorithm 1, synchronous):
 
 1. every client ``i`` sends ``P_ij theta_i`` to each neighbour ``j``;
-2. theta step (eq. ``thetaupdate``):
+2. theta step (eq. (18) ``thetaupdate``):
    ``theta_i <- theta_i - alpha (g_i + lam sum_j P_ij^T (P_ij theta_i - P_ji theta_j))``;
 3. every client sends ``P_ij theta_i^{new}``;
-4. map step (eq. ``pijaupdate``), with ``torch.outer``:
+4. map step (eq. (19) ``pijaupdate``), with ``torch.outer``:
    ``P_ij <- P_ij - eta lam (P_ij theta_i - P_ji theta_j) theta_i^T``.
 
 On a weighted graph each edge's terms are scaled by ``a_ij`` (``weights[(i, j)]``; 1 when absent):
@@ -136,7 +136,7 @@ def minibatch_gradients(fed: Federation, batch_size: int, seed: int = 0) -> Grad
 
 
 def theta_step(state: ReferenceState, grads: dict[int, torch.Tensor], lam: float, alpha: float) -> None:
-    """Steps 1-2: messages ``P_ij theta_i``, then eq. ``thetaupdate`` for every client."""
+    """Steps 1-2: messages ``P_ij theta_i``, then eq. (18) ``thetaupdate`` for every client."""
     msg = {(i, j): p @ state.thetas[i] for (i, j), p in state.maps.items()}
     new = {}
     for i, theta in state.thetas.items():
@@ -149,7 +149,7 @@ def theta_step(state: ReferenceState, grads: dict[int, torch.Tensor], lam: float
 
 
 def map_step(state: ReferenceState, lam: float, eta: float) -> None:
-    """Steps 3-4: messages with the new thetas, then eq. ``pijaupdate`` with an explicit outer product."""
+    """Steps 3-4: messages with the new thetas, then eq. (19) ``pijaupdate``, an explicit outer product."""
     msg = {(i, j): p @ state.thetas[i] for (i, j), p in state.maps.items()}
     for (i, j), p in state.maps.items():
         a = state.weights.get((i, j), 1.0)

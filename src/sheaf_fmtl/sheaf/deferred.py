@@ -1,6 +1,6 @@
 """Restriction maps with deferred rank-one updates: ``P = base + sum_t u_t v_t^T``.
 
-The map step of Algorithm 1 is rank one, ``P_ij += -eta lam r_ij theta_i^T`` (eq. pijaupdate).
+The map step of Algorithm 1 is rank one, ``P_ij += -eta lam r_ij theta_i^T`` (eq. (19) pijaupdate).
 Instead of reading and writing every map each round, the factors ``(u_t, v_t)`` are kept beside
 the stacked maps and folded in with one batched GEMM every ``depth`` rounds. Products with the
 maps use the same sum, so the iterates are those of Algorithm 1 (up to float rounding order):
@@ -121,7 +121,7 @@ class DeferredMaps:
             x: ``[H, d]`` source thetas ``theta_i``.
             scale: ``-eta lam`` for the map step.
         References:
-            Eq. ``pijaupdate``.
+            Eq. (19) ``pijaupdate``.
         """
         u, v = self.u[b], self.v[b]
         if u is None or v is None:

@@ -55,7 +55,7 @@ def apply_maps(p: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     Returns:
         ``[H, d_e]`` in ``x``'s dtype.
     References:
-        The messages ``P_ij theta_i`` of eq. ``thetaupdate`` and Algorithm 1.
+        The messages ``P_ij theta_i`` of eq. (18) ``thetaupdate`` and Algorithm 1.
     """
     # x^T P^T as a [1, d] x [d, d_e] product per map: MKL's batched GEMV with a vector on the
     # right is several times slower than this orientation on CPU.
@@ -76,7 +76,7 @@ def apply_maps_t(p: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     Returns:
         ``[H, d]`` in ``r``'s dtype.
     References:
-        The terms ``P_ij^T (P_ij theta_i - P_ji theta_j)`` of eq. ``thetaupdate``.
+        The terms ``P_ij^T (P_ij theta_i - P_ji theta_j)`` of eq. (18) ``thetaupdate``.
     """
     if p.dtype == r.dtype:
         return torch.bmm(r.unsqueeze(1), p).squeeze(1)
@@ -107,7 +107,7 @@ def messages(layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Maps) ->
     Returns:
         ``[sum_h d_h]``, each bucket's block a row-major ``[H_b, d_e]``.
     References:
-        What client ``i`` sends to ``j`` in Algorithm 1 (eq. ``thetaupdate``).
+        What client ``i`` sends to ``j`` in Algorithm 1 (eq. (18) ``thetaupdate``).
     """
     out = thetas[0].new_empty(layout.messages.total)
     for k, (b, view) in enumerate(zip(layout.buckets, layout.bucket_messages(out), strict=True)):
@@ -148,7 +148,7 @@ def transpose_sum(
     Returns:
         Per cohort ``[C, d]`` (zero for clients without edges).
     References:
-        The sum in eq. ``thetaupdate``; with residuals, ``L_F theta`` (eq.
+        The sum in eq. (18) ``thetaupdate``; with residuals, ``L_F theta`` (eq.
         ``Laplacian_matrix_form``).
     """
     out = [torch.zeros_like(t) for t in thetas]

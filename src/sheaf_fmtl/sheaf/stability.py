@@ -1,6 +1,6 @@
 """Largest eigenvalue of the sheaf Laplacian by power iteration on the stacked maps.
 
-The coupling part of the theta step (eq. ``thetaupdate``), ``theta <- theta - alpha lam L_F theta``,
+The coupling part of the theta step (eq. (18) ``thetaupdate``), ``theta <- theta - alpha lam L_F theta``,
 is stable only when ``alpha lam lambda_max(L_F) < 2``. With ``N(0, 1)`` maps (the paper's choice),
 ``P_ij^T P_ij`` alone has eigenvalues up to about ``(sqrt(d_i) + sqrt(d_ij))^2``, so a step size that
 suits the local losses can make the coupling diverge; a few products with ``L_F`` (never formed)
@@ -52,7 +52,7 @@ def laplacian_lambda_max(
     Returns:
         The estimate of ``lambda_max(L_F)`` (0 when ``L_F v = 0``).
     References:
-        The coupling part of eq. ``thetaupdate`` is stable when ``alpha lam lambda_max(L_F) < 2``.
+        The coupling part of eq. (18) ``thetaupdate`` is stable when ``alpha lam lambda_max(L_F) < 2``.
     """
     comm = LocalComm() if comm is None else comm
     v = [
