@@ -35,8 +35,8 @@ def _start(algorithm: str, **overrides: object):  # noqa: ANN202
 
 
 def _glob(sim) -> np.ndarray:  # noqa: ANN001
-    assert isinstance(sim.state, ServerState) and sim.state.glob is not None
-    return sim.state.glob.double().numpy()
+    assert isinstance(sim.state, ServerState) and sim.state.global_copies is not None
+    return sim.state.global_copies.double().numpy()
 
 
 def test_metropolis_weights_path_and_complete() -> None:

@@ -132,7 +132,7 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(tmp_path, case):
     if config.estimates:  # the neighbours' copies resume too (they shape the rows after the stop)
         assert shard["state"]["estimates"] and shard["state"]["own_copies"]
     if config.maps == "features":  # the supports' coordinates are structure, rebuilt on resume
-        assert "fixed" not in shard["state"] and shard["state"]["round"] == 3
+        assert "constant_coords" not in shard["state"] and shard["state"]["round"] == 3
 
 
 def test_periodic_checkpoint_is_resumable_after_a_later_partial_write(tmp_path):

@@ -284,13 +284,13 @@ def test_server_averages_over_reporting_clients_and_absent_ones_keep_their_model
     sim = simulation("fedavg", batch_size=0, local_steps=1)
     install(sim, FixedPlan({1: [1]}, {}))
     g = freeze_gradients(sim)[0]
-    w0 = sim.state.glob.clone()
+    w0 = sim.state.global_copies.clone()
     n = sim.ctx.fed.cohorts[0].n_train.to(torch.float32)
     sim.step()
     trained = w0 - sim.config.alpha * g
     avg = (n[0] * trained[0] + n[2] * trained[2]) / (n[0] + n[2])
-    torch.testing.assert_close(sim.state.glob[[0, 2]], avg.expand(2, -1))
-    torch.testing.assert_close(sim.state.glob[1], w0[1])
+    torch.testing.assert_close(sim.state.global_copies[[0, 2]], avg.expand(2, -1))
+    torch.testing.assert_close(sim.state.global_copies[1], w0[1])
     torch.testing.assert_close(sim.state.thetas[0][1], w0[1])
     d = w0.shape[1]
     assert sim.transport.bits == 2 * 2 * d * 32  # two clients up, two down

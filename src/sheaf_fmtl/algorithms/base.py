@@ -41,6 +41,8 @@ class State:
     # Per-client fields (per-cohort stacks, or one [N, ...] stack) that a client sitting a round out
     # keeps as they were (drop_prob, runtime/faults.py); replaced each round, never written in place.
     client_rows: ClassVar[tuple[str, ...]] = ("thetas", "opt_m", "opt_v", "opt_t")
+    # A field's name in checkpoints saved before it was renamed -> its name now (both are read).
+    saved_names: ClassVar[dict[str, str]] = {}
 
     def checkpoint(self) -> dict[str, Any]:
         """Host copies of every data field a later round may read (tensors, lists of tensors,
@@ -48,8 +50,9 @@ class State:
         return data_fields(self)
 
     def restore(self, saved: dict[str, Any], device: torch.device | str) -> None:
-        """Put back what :meth:`checkpoint` returned, on ``device`` (a resumed run)."""
-        load_fields(self, saved, device)
+        """Put back what :meth:`checkpoint` returned, on ``device`` (a resumed run); fields saved
+        under an earlier name (:attr:`saved_names`) are read under their name now."""
+        load_fields(self, {self.saved_names.get(k, k): v for k, v in saved.items()}, device)
 
 
 # ``thetas -> (gradients per cohort, batch losses [N])``, the signature of Context.stochastic_gradients.

@@ -30,15 +30,16 @@ class CoordinateState(State):
     estimates: list[torch.Tensor] | None = None  # per bucket [H_b, d]: xhat_(j|e) held at half-edge i -> j
     own_copies: list[torch.Tensor] | None = None  # per bucket [H_b, d]: xhat_(i|e), the copy j holds of i
     lambda_max: float | None = None  # start-up bound on lambda_max of every round's sheaf Laplacian
-    fixed: list[torch.Tensor] | None = field(default=None, repr=False)  # features/aligned coordinates
+    # features/aligned: per bucket [H_b, d_e], the flat coordinates coupled, the same every round
+    constant_coords: list[torch.Tensor] | None = field(default=None, repr=False)
     weights: list[torch.Tensor] | None = field(default=None, repr=False)  # per bucket [H_b] a_ij, weighted
     maps_now: tuple[list[torch.Tensor], list[torch.Tensor] | None] | None = field(default=None, repr=False)
     draws: SelectionDraws | None = field(default=None, repr=False)  # maps=redrawn, map_kind=selection
 
     def checkpoint(self) -> dict[str, Any]:
-        """The data fields but ``fixed`` and ``weights``, which ``init`` rebuilds (the supports'
+        """The data fields but ``constant_coords`` and ``weights``, which ``init`` rebuilds (the supports'
         coordinates are as large as the shared parameters with ``maps=aligned``)."""
-        return {k: v for k, v in super().checkpoint().items() if k not in ("fixed", "weights")}
+        return {k: v for k, v in super().checkpoint().items() if k not in ("constant_coords", "weights")}
 
     @property
     def coupling_state_bytes(self) -> int:
@@ -173,9 +174,9 @@ def expected_energy(state: CoordinateState, comm: Comm) -> float:
     supports, by an uncounted exchange of them (exact for fixed supports)."""
     layout = state.layout
     assert layout is not None
-    if state.fixed is not None:
+    if state.constant_coords is not None:
         parts = [
-            state.thetas[b.cohort].reshape(-1)[c] for b, c in zip(layout.buckets, state.fixed, strict=True)
+            state.thetas[b.cohort].reshape(-1)[c] for b, c in zip(layout.buckets, state.constant_coords, strict=True)
         ]
         sizes = layout.messages.sizes
     else:

@@ -26,7 +26,7 @@ class Ditto(ServerAlgorithm):
     def local_update(self, state: ServerState, ctx: Context) -> ServerState:
         w0 = state.anchor
         assert w0 is not None
-        state.glob = sgd_steps(ctx, state, w0, ctx.local_steps(), self.alpha)
+        state.global_copies = sgd_steps(ctx, state, w0, ctx.local_steps(), self.alpha)
         v = state.thetas[0]
         for _ in range(ctx.local_steps()):
             v = v - self.alpha * (gradient(ctx, v, state) + self.lam * (v - w0))
@@ -34,5 +34,5 @@ class Ditto(ServerAlgorithm):
         return state
 
     def penalty(self, state: ServerState, ctx: Context) -> tuple[float, float]:
-        assert state.glob is not None
-        return coupling_energy(state.thetas[0] - state.glob, self.lam)
+        assert state.global_copies is not None
+        return coupling_energy(state.thetas[0] - state.global_copies, self.lam)

@@ -24,12 +24,12 @@ class FedAvg(ServerAlgorithm):
     name = "fedavg"
 
     def local_update(self, state: ServerState, ctx: Context) -> ServerState:
-        assert state.glob is not None
-        state.glob = local_steps(ctx, state, state.glob, ctx.local_steps(), self.alpha)
-        state.thetas = [state.glob]
+        assert state.global_copies is not None
+        state.global_copies = local_steps(ctx, state, state.global_copies, ctx.local_steps(), self.alpha)
+        state.thetas = [state.global_copies]
         return state
 
     def after_average(self, state: ServerState, avg: torch.Tensor, ctx: Context) -> ServerState:
-        state.glob = avg
+        state.global_copies = avg
         state.thetas = [avg]
         return state

@@ -50,14 +50,14 @@ class PerFedAvg(ServerAlgorithm):
         for _ in range(ctx.local_steps()):
             u = w - self.alpha * gradient(ctx, w, state)
             w = w - self.beta * gradient(ctx, u, state)
-        state.glob = w
+        state.global_copies = w
         return state
 
     def after_average(self, state: ServerState, avg: torch.Tensor, ctx: Context) -> ServerState:
-        state.glob = avg
+        state.global_copies = avg
         return self._personalise(state, ctx)
 
     def _personalise(self, state: ServerState, ctx: Context) -> ServerState:
-        assert state.glob is not None
-        state.thetas = [state.glob - self.alpha * gradient(ctx, state.glob, state)]
+        assert state.global_copies is not None
+        state.thetas = [state.global_copies - self.alpha * gradient(ctx, state.global_copies, state)]
         return state

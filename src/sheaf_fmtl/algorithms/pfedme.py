@@ -52,14 +52,14 @@ class PFedMe(ServerAlgorithm):
                 theta = theta - self.inner_lr * (grads[0] + self.lam * (theta - w))
             w = w - self.alpha * self.lam * (w - theta)
         state.thetas = [theta]
-        state.glob = w
+        state.global_copies = w
         return state
 
     def after_average(self, state: ServerState, avg: torch.Tensor, ctx: Context) -> ServerState:
         assert state.anchor is not None
-        state.glob = (1.0 - self.beta) * state.anchor + self.beta * avg
+        state.global_copies = (1.0 - self.beta) * state.anchor + self.beta * avg
         return state
 
     def penalty(self, state: ServerState, ctx: Context) -> tuple[float, float]:
-        assert state.glob is not None
-        return coupling_energy(state.thetas[0] - state.glob, self.lam)
+        assert state.global_copies is not None
+        return coupling_energy(state.thetas[0] - state.global_copies, self.lam)

@@ -130,7 +130,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
             state = CoordinateState(thetas=thetas, layout=layout, support=support)
             assert support.index is not None
             blocks = layout.bucket_messages(support.index)  # [H_b, d_e] coordinates of each bucket
-            state.fixed = flat_index(layout, thetas, list(blocks))
+            state.constant_coords = flat_index(layout, thetas, list(blocks))
         if self.use_estimates:  # both copies of an edge start equal (zero) at both ends
             require_estimates_fit(layout, thetas[0].element_size(), cfg.device)
             state.estimates = [b.sources(thetas).new_zeros(b.size, b.node_dim) for b in layout.buckets]
@@ -149,8 +149,8 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
     def _maps(self, state: CoordinateState) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
         """Per bucket: flat coordinates ``[H_b, d_e]`` (selections) or the whole rows' positions with
         dense ``S [H_b, d_e, d]``; drawn once per round from ``(seed, edge, round)``."""
-        if state.fixed is not None:
-            return state.fixed, None
+        if state.constant_coords is not None:
+            return state.constant_coords, None
         if state.maps_now is not None:
             return state.maps_now
         layout = state.layout

@@ -168,15 +168,15 @@ class SheafFMTL(Algorithm[SheafState]):
                 state.thetas = local_step(ctx, state, state.thetas, grads, self.alpha)
             return state
         state.grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
-        state.greet = state.theirs is None
-        if not state.greet:  # this round's messages are already known (compact mode)
+        state.opens_with_messages = state.theirs is None
+        if not state.opens_with_messages:  # this round's messages are already known (compact mode)
             self._theta_steps(state, ctx)
         return state
 
     def phases(self, state: SheafState) -> int:
         if self.epochs:  # messages at the trained thetas; literal mode resends after the map step
             return 1 + int(self.learn_maps and not self.compact)
-        return int(state.greet) + int(self.learn_maps)
+        return int(state.opens_with_messages) + int(self.learn_maps)
 
     def send(self, state: SheafState, phase: int, ctx: Context) -> Payload:
         assert state.layout is not None and state.store is not None and state.scalars is not None
@@ -224,7 +224,7 @@ class SheafFMTL(Algorithm[SheafState]):
         state.heard = spread_heard(incoming["msg"])
 
     def _is_map_phase(self, state: SheafState, phase: int) -> bool:
-        return self.learn_maps and phase == (0 if self.epochs else int(state.greet))
+        return self.learn_maps and phase == (0 if self.epochs else int(state.opens_with_messages))
 
     # -- the two updates --------------------------------------------------------------------------
     def _theta_steps(self, state: SheafState, ctx: Context) -> None:

@@ -5,7 +5,7 @@ phases of a round, and what Theorem 1's map-step check has seen; and its checkpo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -29,7 +29,8 @@ class SheafState(State):
     sent: torch.Tensor | None = None  # P_ij theta_i^new sent for the map step
     sent_sq: torch.Tensor | None = None  # ||theta_i^new||^2 per half-edge, sent with it (compact mode)
     scalars: EdgeLayout | None = None  # layout of one scalar per half-edge
-    greet: bool = True  # this round starts by exchanging P_ij theta_i (messages not known yet)
+    # this round starts by exchanging P_ij theta_i (its messages are not known yet)
+    opens_with_messages: bool = True
     element_edge: torch.Tensor | None = None  # [sum d_ij] buffer position of each message element's half-edge
     weights: torch.Tensor | None = None  # [sum d_ij] a_ij of each message element's edge (weighted graphs)
     map_defer: int = -1
@@ -38,6 +39,7 @@ class SheafState(State):
     first_violation: torch.Tensor | None = None  # [round, ||theta||^2] where eta lam D^2 >= 2 first held
     rounds_sent: int = 0
     warned_map_step: bool = False  # Theorem 1's map-step warning was given
+    saved_names: ClassVar[dict[str, str]] = {"greet": "opens_with_messages"}
 
     def checkpoint(self) -> dict[str, Any]:
         """The data fields and the map store: stacked maps with their pending rank-one factors,
