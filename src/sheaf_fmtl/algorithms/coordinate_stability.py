@@ -23,7 +23,7 @@ def check_coordinate_coupling(state: CoordinateState, ctx: Context, kind: str, e
     assert layout is not None and cfg.lam is not None
     lmax = float(nx.laplacian_spectrum(graph.to_networkx()).max())
     operator = "graph Laplacian bound"
-    redrawn = cfg.maps == "redrawn" and not estimates
+    redrawn = state.constant_coords is None and not estimates  # maps drawn afresh each round
     if redrawn and kind == "gaussian":
         dims = layout.node_dims[graph.edges[:, 0]]
         lmax *= float(np.max((1.0 + np.sqrt(layout.edge_dims / dims)) ** 2))

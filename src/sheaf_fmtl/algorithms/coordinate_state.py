@@ -61,20 +61,30 @@ def flat_index(
     return out
 
 
-def edge_supports(mode: str, ctx: Context) -> list[np.ndarray]:
-    """Per graph half-edge ``i -> j``: the coordinates of ``theta_i`` it couples (features, aligned)."""
+def _tabular(ctx: Context) -> list[bool]:
+    return [c.model_name in ("linear", "logistic") for c in ctx.fed.cohorts]
+
+
+def aligned_supports(ctx: Context) -> list[np.ndarray]:
+    """Per graph half-edge ``i -> j``: the coordinates of ``theta_i`` it couples (``maps =
+    aligned``: the parameter slices two architectures share)."""
     fed, graph = ctx.fed, ctx.graph
-    tabular = [c.model_name in ("linear", "logistic") for c in fed.cohorts]
-    if mode == "aligned":
-        if any(tabular):
-            raise ConfigError(
-                "maps=aligned matches layers of neural networks; for linear/logistic models use maps=features"
-            )
-        modules = [fed.architecture(i).module for i in range(fed.num_clients)]  # held here or not
-        out: list[np.ndarray] = [np.zeros(0, np.int64)] * graph.num_half_edges
-        for e, (i, j) in enumerate(graph.edges.tolist()):
-            out[2 * e], out[2 * e + 1] = aligned_support(modules[i], modules[j])
-        return out
+    if any(_tabular(ctx)):
+        raise ConfigError(
+            "maps=aligned matches layers of neural networks; for linear/logistic models use maps=features"
+        )
+    modules = [fed.architecture(i).module for i in range(fed.num_clients)]  # held here or not
+    out: list[np.ndarray] = [np.zeros(0, np.int64)] * graph.num_half_edges
+    for e, (i, j) in enumerate(graph.edges.tolist()):
+        out[2 * e], out[2 * e + 1] = aligned_support(modules[i], modules[j])
+    return out
+
+
+def feature_supports(ctx: Context) -> list[np.ndarray]:
+    """Per graph half-edge ``i -> j``: the coordinates of ``theta_i`` it couples (``maps =
+    features``: the weights of the features both clients see, and the biases)."""
+    fed, graph = ctx.fed, ctx.graph
+    tabular = _tabular(ctx)
     features = fed.dataset.features
     if features is None:
         raise ConfigError(
@@ -111,7 +121,7 @@ def coupling_flops(config: RunConfig, state: CoordinateState, rounds: int) -> in
         per_round += weighted * elements * steps
     else:
         per_round += sum(weighted * b.size * b.node_dim for b in layout.buckets) * steps
-    if config.maps == "redrawn" and config.map_kind != "selection":
+    if state.constant_coords is None and config.map_kind != "selection":  # redrawn dense rows
         products = sum(2 * b.size * b.edge_dim * b.node_dim for b in layout.buckets)
         if state.estimates is None:  # the message and the coupling's S^T r per step
             per_round += products * 2 * steps
@@ -176,7 +186,8 @@ def expected_energy(state: CoordinateState, comm: Comm) -> float:
     assert layout is not None
     if state.constant_coords is not None:
         parts = [
-            state.thetas[b.cohort].reshape(-1)[c] for b, c in zip(layout.buckets, state.constant_coords, strict=True)
+            state.thetas[b.cohort].reshape(-1)[c]
+            for b, c in zip(layout.buckets, state.constant_coords, strict=True)
         ]
         sizes = layout.messages.sizes
     else:

@@ -55,6 +55,7 @@ are drawn again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -68,13 +69,18 @@ from ..sheaf.selection import SelectionDraws, Support, dense_maps
 from ..sheaf.supports import align_initial_models
 from .base import Algorithm, Context, register_maps
 from .coordinate_stability import check_coordinate_coupling
-from .coordinate_state import CoordinateState, edge_supports, expected_energy, flat_index, refresh_copies
+from .coordinate_state import (
+    CoordinateState,
+    aligned_supports,
+    expected_energy,
+    feature_supports,
+    flat_index,
+    refresh_copies,
+)
 from .footprint import require_estimates_fit
 from .optim import local_step
 from .sheaf_messages import spread_heard
 from .steps import coupled_step, sgd_step
-
-MODES = ("redrawn", "features", "aligned")
 
 
 @register_maps(
@@ -83,7 +89,7 @@ MODES = ("redrawn", "features", "aligned")
     MapModeSpec("aligned", "aligned maps", 0.3),
 )
 class CoordinateSheaf(Algorithm[CoordinateState]):
-    """``algorithm = sheaf-fmtl`` with ``maps`` in :data:`MODES` (see the module docstring)."""
+    """``algorithm = sheaf-fmtl`` with ``maps`` a key of :data:`COUPLED` (see the module docstring)."""
 
     name = "sheaf-fmtl"
 
@@ -96,41 +102,10 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
 
     # -- start-up ---------------------------------------------------------------------------------
     def init(self, ctx: Context) -> CoordinateState:
-        fed, graph, cfg = ctx.fed, ctx.graph, ctx.config
-        dims, cohorts = fed.node_dims(), fed.cohort_of.tolist()
-        thetas = ctx.init_thetas()
-        if self.mode == "redrawn":
-            bad = np.flatnonzero(dims[graph.edges[:, 0]] != dims[graph.edges[:, 1]])
-            if len(bad):
-                i, j = graph.edges[int(bad[0])]
-                raise ConfigError(
-                    f"maps=redrawn couples whole models, but clients {i} and {j} have {dims[i]} and "
-                    f"{dims[j]} parameters; use maps=features (tabular) or maps=aligned (CNNs)"
-                )
-            edge_dims = np.maximum(1, np.floor(cfg.gamma * dims[graph.edges[:, 0]])).astype(np.int64)
-            layout = build_layout(graph, dims.tolist(), cohorts, cfg.gamma, edge_dim_override=edge_dims)
-            state = CoordinateState(
-                thetas=thetas, layout=layout, support=Support.whole(dims[graph.src[layout.order]])
-            )
-        else:
-            lists = edge_supports(self.mode, ctx)
-            edge_dims = np.array([len(lists[2 * e]) for e in range(graph.num_edges)], np.int64)
-            if (edge_dims == 0).any():
-                i, j = graph.edges[int(np.flatnonzero(edge_dims == 0)[0])]
-                raise ConfigError(f"maps={self.mode}: clients {i} and {j} share no parameter to couple")
-            layout = build_layout(graph, dims.tolist(), cohorts, 1.0, edge_dim_override=edge_dims)
-            support = Support.from_lists([lists[h] for h in layout.order.tolist()], thetas[0].device)
-            if self.mode == "aligned":  # from every architecture's initial model: the same in any process
-                archs = fed.architectures
-                references = [a.initial_model(cfg.seed, cfg.init == "common") for a in archs]
-                arch_of = [int(fed.arch_of[c.clients[0]]) for c in fed.cohorts]
-                thetas = align_initial_models(
-                    [a.module for a in archs], references, list(zip(arch_of, thetas, strict=True))
-                )
-            state = CoordinateState(thetas=thetas, layout=layout, support=support)
-            assert support.index is not None
-            blocks = layout.bucket_messages(support.index)  # [H_b, d_e] coordinates of each bucket
-            state.constant_coords = flat_index(layout, thetas, list(blocks))
+        cfg, graph = ctx.config, ctx.graph
+        state = COUPLED[self.mode](ctx, ctx.init_thetas())
+        layout, thetas = state.layout, state.thetas
+        assert layout is not None
         if self.use_estimates:  # both copies of an edge start equal (zero) at both ends
             require_estimates_fit(layout, thetas[0].element_size(), cfg.device)
             state.estimates = [b.sources(thetas).new_zeros(b.size, b.node_dim) for b in layout.buckets]
@@ -302,3 +277,67 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         a = g.half_edge_weights()[layout.order]
         norms[src, dst] = torch.as_tensor(np.sqrt(a * layout.messages.sizes), dtype=torch.float64)
         return {"shared_parameters": shared, "map_norms": norms}
+
+
+def whole_models(ctx: Context, thetas: list[torch.Tensor]) -> CoordinateState:
+    """``maps = redrawn``: every edge couples its whole models (``d_i = d_j``), ``d_e = max(1,
+    floor(gamma d))`` coordinates a round, drawn afresh each round."""
+    fed, graph, cfg = ctx.fed, ctx.graph, ctx.config
+    dims, cohorts = fed.node_dims(), fed.cohort_of.tolist()
+    bad = np.flatnonzero(dims[graph.edges[:, 0]] != dims[graph.edges[:, 1]])
+    if len(bad):
+        i, j = graph.edges[int(bad[0])]
+        raise ConfigError(
+            f"maps=redrawn couples whole models, but clients {i} and {j} have {dims[i]} and "
+            f"{dims[j]} parameters; use maps=features (tabular) or maps=aligned (CNNs)"
+        )
+    edge_dims = np.maximum(1, np.floor(cfg.gamma * dims[graph.edges[:, 0]])).astype(np.int64)
+    layout = build_layout(graph, dims.tolist(), cohorts, cfg.gamma, edge_dim_override=edge_dims)
+    return CoordinateState(thetas=thetas, layout=layout, support=Support.whole(dims[graph.src[layout.order]]))
+
+
+def aligned_start(ctx: Context, thetas: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``maps = aligned``: the shared slices start equal, from every architecture's initial model
+    (the same in any process)."""
+    fed, cfg = ctx.fed, ctx.config
+    archs = fed.architectures
+    references = [a.initial_model(cfg.seed, cfg.init == "common") for a in archs]
+    arch_of = [int(fed.arch_of[c.clients[0]]) for c in fed.cohorts]
+    return align_initial_models(
+        [a.module for a in archs], references, list(zip(arch_of, thetas, strict=True))
+    )
+
+
+def shared_coordinates(
+    supports: Callable[[Context], list[np.ndarray]],
+    start: Callable[[Context, list[torch.Tensor]], list[torch.Tensor]] = lambda ctx, thetas: thetas,
+) -> Callable[[Context, list[torch.Tensor]], CoordinateState]:
+    """``maps = features`` or ``aligned``: each edge couples the coordinates ``supports`` gives
+    its half-edges, all of them every round; ``start`` sets the initial models."""
+
+    def build(ctx: Context, thetas: list[torch.Tensor]) -> CoordinateState:
+        fed, graph, mode = ctx.fed, ctx.graph, ctx.config.maps
+        lists = supports(ctx)
+        edge_dims = np.array([len(lists[2 * e]) for e in range(graph.num_edges)], np.int64)
+        if (edge_dims == 0).any():
+            i, j = graph.edges[int(np.flatnonzero(edge_dims == 0)[0])]
+            raise ConfigError(f"maps={mode}: clients {i} and {j} share no parameter to couple")
+        dims, cohorts = fed.node_dims(), fed.cohort_of.tolist()
+        layout = build_layout(graph, dims.tolist(), cohorts, 1.0, edge_dim_override=edge_dims)
+        support = Support.from_lists([lists[h] for h in layout.order.tolist()], thetas[0].device)
+        thetas = start(ctx, thetas)
+        state = CoordinateState(thetas=thetas, layout=layout, support=support)
+        assert support.index is not None
+        blocks = layout.bucket_messages(support.index)  # [H_b, d_e] coordinates of each bucket
+        state.constant_coords = flat_index(layout, thetas, list(blocks))
+        return state
+
+    return build
+
+
+#: Each mode's initial state: the models, the layout of the coordinates its edges couple, the supports.
+COUPLED: dict[str, Callable[[Context, list[torch.Tensor]], CoordinateState]] = {
+    "redrawn": whole_models,
+    "features": shared_coordinates(feature_supports),
+    "aligned": shared_coordinates(aligned_supports, aligned_start),
+}

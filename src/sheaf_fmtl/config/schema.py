@@ -596,11 +596,11 @@ def default_lam(config: RunConfig, lambda_max: float | None = None, refresh: flo
     ``gamma``; ``lambda_max`` of the graph Laplacian, else 2)."""
     if config.algorithm != "sheaf-fmtl":
         return LAM_DEFAULT
-    if config.maps == "redrawn" and config.estimates:
+    spec = registry.map_mode_spec(config.maps)
+    if spec is not None and "estimates" in spec.reads and config.estimates:
         p = refresh if refresh is not None else config.gamma
         top = lambda_max if lambda_max is not None and lambda_max > 0 else 2.0
         return p / (2.0 - p) / (config.alpha * top)
-    spec = registry.map_mode_spec(config.maps)
     return spec.default_lam if spec is not None else LAM_DEFAULT
 
 
