@@ -12,6 +12,7 @@ import sheaf_fmtl
 from sheaf_fmtl.algorithms import ALGORITHMS, register
 from sheaf_fmtl.algorithms.base import MAP_MODE_IMPLEMENTATIONS
 from sheaf_fmtl.algorithms.local import Local
+from sheaf_fmtl.algorithms.sheaf_coordinates import COUPLED, CoordinateSheaf
 from sheaf_fmtl.config import ConfigError, RunConfig, registry
 from sheaf_fmtl.config.schema import choices
 from sheaf_fmtl.plots.labels import algorithm_name, long_label
@@ -68,3 +69,8 @@ def test_an_algorithm_a_user_registers_is_a_choice() -> None:
         assert algorithm_name({"algorithm": "my-local"}) == "my local training"
     finally:
         del ALGORITHMS["my-local"], registry.ALGORITHMS["my-local"]
+
+
+def test_every_coordinate_mode_has_an_initial_state() -> None:
+    coordinate = {m for m, cls in MAP_MODE_IMPLEMENTATIONS.items() if cls is CoordinateSheaf}
+    assert coordinate == set(COUPLED) and coordinate <= set(registry.MAP_MODES)
