@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from .recorder import peak_rss_bytes
+from ..runtime.run.recorder import peak_rss_bytes
 
 CLEAR_REFS = Path("/proc/self/clear_refs")
 

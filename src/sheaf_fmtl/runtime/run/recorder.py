@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from .._version import __version__
-from ..config import RunConfig, save_config
-from ..config.files import replace_file
+from ..._version import __version__
+from ...config import RunConfig, save_config
+from ...config.files import replace_file
 
 #: Columns of ``metrics.csv``; ``test_metric`` is written as ``test_accuracy`` or ``test_mse``.
 METRIC_COLUMNS = (
@@ -26,7 +26,7 @@ METRIC_COLUMNS = (
     "objective",
     "sheaf_energy",
     "transmitted_bits",
-    "rejected_messages",  # received but invalid (shape, dtype, non-finite); runtime/faults.py
+    "rejected_messages",  # received but invalid (shape, dtype, non-finite); runtime/engine/faults.py
     "dropped_messages",  # lost to drop_prob / link_drop_prob
     "wall_seconds",
 )
@@ -58,7 +58,7 @@ def peak_rss_bytes() -> int:
 class Recorder:
     """Rows of evaluated rounds (``log`` takes them with the key ``test_metric``), and the run
     folder when ``out_dir`` is given (created here: callers check and clear it before,
-    :mod:`sheaf_fmtl.runtime.rundir`).
+    :mod:`sheaf_fmtl.runtime.run.rundir`).
 
     ``rows``: a resumed run's rows up to its checkpoint (as :attr:`rows` held them);
     ``metrics.csv`` is rewritten with exactly these (rows evaluated after the checkpoint by the

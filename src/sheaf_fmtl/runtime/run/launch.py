@@ -43,7 +43,7 @@ import torch
 import torch.distributed as dist
 import yaml
 
-from ..config import RunConfig
+from ...config import RunConfig
 from . import interrupt
 from .precheck import check_processes
 from .rankenv import LAUNCHER, STORE_FILE, rank_world, watch_launcher
@@ -87,8 +87,8 @@ def run_rank(
     rank knows the run folder ``out``: rank 0 writes it, each rank its checkpoint shards.
     ``resuming``: continue the run of ``out`` from ``resume_from`` (its checkpoint; ``None``: from
     round 0), as :func:`resume_any` decided."""
+    from ..engine.simulate import build_simulation
     from .loop import execute
-    from .simulate import build_simulation
 
     check_processes(config, data=False)
     watch_launcher()

@@ -25,13 +25,14 @@ from typing import Any
 
 import torch
 
-from .. import progress
-from ..config import ConfigError, RunConfig
-from ..config.usage import UnusedKeysWarning, unused_warning
-from ..data import preprocessing
-from ..metrics.flops import SampleCounter
-from ..metrics.memory import reset_peak_memory
-from ..metrics.recorder import Recorder
+from ... import progress
+from ...config import ConfigError, RunConfig
+from ...config.usage import UnusedKeysWarning, unused_warning
+from ...data import preprocessing
+from ...metrics.flops import SampleCounter
+from ...metrics.memory import reset_peak_memory
+from ..engine.divergence import divergence_message
+from ..engine.simulate import DivergenceError, Simulation, build_simulation
 from .callbacks import Hooks, RunView, agreed, from_config
 from .checkpoint import (
     CheckpointWriter,
@@ -42,11 +43,10 @@ from .checkpoint import (
     snapshot,
 )
 from .disks import adopt_folder, common_checkpoint, folder_ranks
-from .divergence import divergence_message
 from .gather import final_state
 from .interrupt import StopRequest
+from .recorder import Recorder
 from .rundir import check_out_dir, prepare_out_dir
-from .simulate import DivergenceError, Simulation, build_simulation
 from .summary import resolved, summarize
 
 
@@ -105,7 +105,7 @@ def execute(
             :func:`.simulate.build_simulation`; :func:`sheaf_fmtl.scenarios.build` also builds the
             special cases named by ``topology``, which sit above this layer).
         resume_from: a complete checkpoint folder of ``out_dir`` (:mod:`.checkpoint`): continue
-            the stopped run of ``out_dir`` from it (see :func:`sheaf_fmtl.runtime.resume.resume`);
+            the stopped run of ``out_dir`` from it (see :func:`sheaf_fmtl.runtime.run.resume.resume`);
             across processes each rank reads its own shard.
         callbacks: objects with ``on_round_end(round, metrics, view)`` and/or ``on_run_end(summary)``
             (:mod:`.callbacks`), after those the config's keys ask for (``log_tensorboard``,

@@ -14,19 +14,19 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import torch
 
-from ..algorithms import Algorithm, Context, State, make_algorithm
-from ..algorithms.auto_maps import resolve_coupling
-from ..algorithms.sheaf_fmtl import SheafState
-from ..config import ConfigError, RunConfig
-from ..data.base import FederatedDataset
-from ..data.protocol import ProtocolOptions
-from ..data.registry import DataRequest, load
-from ..federation import Federation, build_federation
-from ..metrics.flops import run_flops
-from ..plugins import is_held, resolve
-from ..sheaf.graph import ClientGraph, GraphError, make_graph
+from ...algorithms import Algorithm, Context, State, make_algorithm
+from ...algorithms.auto_maps import resolve_coupling
+from ...algorithms.sheaf_fmtl import SheafState
+from ...config import ConfigError, RunConfig
+from ...data.base import FederatedDataset
+from ...data.protocol import ProtocolOptions
+from ...data.registry import DataRequest, load
+from ...federation import Federation, build_federation
+from ...metrics.flops import run_flops
+from ...plugins import is_held, resolve
+from ...sheaf.graph import ClientGraph, GraphError, make_graph
+from ..run.interrupt import adopt, signalled
 from .faults import DropPlan, Faults
-from .interrupt import adopt, signalled
 from .transport import InProcessTransport, Transport
 
 S = TypeVar("S", bound=State)
@@ -76,7 +76,7 @@ class Simulation(Generic[S]):
 
     def step(self) -> None:
         """One synchronous round: local -> (send -> exchange -> receive) per phase; the clients that
-        sit the round out (``drop_prob``) keep their state (:mod:`sheaf_fmtl.runtime.faults`)."""
+        sit the round out (``drop_prob``) keep their state (:mod:`sheaf_fmtl.runtime.engine.faults`)."""
         alg, ctx, faults = self.algorithm, self.ctx, self.transport.faults
         faults.begin_round()
         before = faults.snapshot(self.state)
