@@ -77,7 +77,7 @@ def _resume(args: argparse.Namespace, build: Any) -> dict[str, Any] | None:
 
 def _report(summary: dict[str, Any], out: Path) -> int:
     """Print a run's summary lines; the exit status (128 + the signal when it was stopped)."""
-    from .runtime.run.recorder import format_summary, interrupted_line, interrupted_status
+    from .metrics.results import format_summary, interrupted_line, interrupted_status
 
     print(format_summary(summary, out))
     if summary["status"] == "interrupted":

@@ -15,7 +15,7 @@ from typing import Any
 
 from .config import RunConfig, load_config
 from .config.files import replace_file
-from .runtime.run.recorder import format_summary, interrupted_line, interrupted_status
+from .metrics.results import format_summary, interrupted_line, interrupted_status
 
 
 @dataclass(frozen=True)

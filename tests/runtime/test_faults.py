@@ -13,11 +13,11 @@ from sheaf_fmtl.algorithms import ALGORITHMS
 from sheaf_fmtl.config import ConfigError, RunConfig
 from sheaf_fmtl.federation import build_federation
 from sheaf_fmtl.messages import EdgeLayout, EdgeTensor, Payload, ServerTensor
+from sheaf_fmtl.metrics.results import read_metrics
 from sheaf_fmtl.runtime.engine.faults import DropPlan, Faults, uniforms, validate
 from sheaf_fmtl.runtime.engine.simulate import Simulation, build_simulation
 from sheaf_fmtl.runtime.engine.transport import server_average
 from sheaf_fmtl.runtime.run.loop import execute
-from sheaf_fmtl.runtime.run.recorder import read_metrics
 from sheaf_fmtl.sheaf.graph import ClientGraph
 
 from .._baselines_problems import config, federation, regression_dataset, simulation

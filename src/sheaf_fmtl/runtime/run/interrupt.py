@@ -101,7 +101,7 @@ def write_stopped_summary(folder: Path, signum: int) -> None:
     """A ``summary.json`` for a run ended by a second signal, from the files it left."""
     from ...config import read_config_file
     from ...config.files import replace_file
-    from .recorder import read_metrics
+    from ...metrics.results import read_metrics
 
     summary: dict[str, Any] = {"status": "interrupted", "signal": signal.Signals(signum).name, "final": None}
     with contextlib.suppress(Exception):  # what can be read of what the run left
