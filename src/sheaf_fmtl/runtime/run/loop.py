@@ -127,15 +127,7 @@ def execute(
             and no final metric.
     """
     hooks = Hooks([*from_config(config), *callbacks])
-    state = _prepare(
-        config,
-        out_dir,
-        sim=sim,
-        overwrite=overwrite,
-        build=build,
-        resume_from=resume_from,
-        agreement=agreement,
-    )
+    state = _prepare(config, out_dir, resume_from, agreement, sim=sim, overwrite=overwrite, build=build)
     try:
         ending = _loop(state, progress, hooks)
     finally:
@@ -190,12 +182,12 @@ class _Ending:
 def _prepare(
     config: RunConfig,
     out_dir: str | Path | None,
+    resume_from: Path | None,
+    agreement: RoundAgreement | None,
     *,
     sim: Simulation[Any] | None,
     overwrite: bool,
     build: Callable[[RunConfig], Simulation[Any]] | None,
-    resume_from: Path | None,
-    agreement: RoundAgreement | None = None,
 ) -> _RunState:
     """Check the folder, build the simulation, then evaluate round 0 or restore the checkpoint."""
     t0 = time.perf_counter()
@@ -243,6 +235,23 @@ def _prepare(
         state.last = _record(sim, recorder, 0, t0)
         state.warn()
         return state
+    return _restored(config, sim, folder, counter, writer, agreement, t0, resume_from)
+
+
+def _restored(
+    config: RunConfig,
+    sim: Simulation[Any],
+    folder: Path | None,
+    counter: SampleCounter,
+    writer: CheckpointWriter,
+    agreement: RoundAgreement,
+    t0: float,
+    resume_from: Path,
+) -> _RunState:
+    """The state of a resumed run: the checkpoint ``resume_from`` restored into ``sim``."""
+    rank, world = rank_and_world()
+    fed = sim.ctx.fed
+    metric_name = fed.metric_name
     sim.diagnose()  # start-up notes: given by the stopped run, saved in its checkpoint
     manifest, shard = read_checkpoint(resume_from, rank)
     if len(manifest["shards"]) != world:
