@@ -21,7 +21,7 @@ import time
 import torch
 
 from sheaf_fmtl.api import resolve_config
-from sheaf_fmtl.runtime.simulate import build_simulation
+from sheaf_fmtl.runtime.engine.simulate import build_simulation
 
 VARIANTS = {
     "dfedu": {"algorithm": "dfedu", "lam": 0.1},

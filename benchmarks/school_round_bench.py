@@ -44,7 +44,7 @@ def worker(algorithm: str, warmup: int, threads: int) -> None:
     import torch
 
     from sheaf_fmtl.config import RunConfig
-    from sheaf_fmtl.runtime.simulate import build_simulation
+    from sheaf_fmtl.runtime.engine.simulate import build_simulation
 
     if threads > 0:
         torch.set_num_threads(threads)

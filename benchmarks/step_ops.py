@@ -53,7 +53,7 @@ def build(variant: str, clients: int, samples: int, device: str = "cpu") -> Any:
     from sheaf_fmtl.bench.synthetic import make_dataset
     from sheaf_fmtl.config.schema import from_mapping
     from sheaf_fmtl.federation import build_federation
-    from sheaf_fmtl.runtime.simulate import build_simulation
+    from sheaf_fmtl.runtime.engine.simulate import build_simulation
 
     s = dataclasses.replace(PAPER, name="rmnist-shape", clients=clients, samples=samples, graph_p=0.15)
     keys = dict(

@@ -11,7 +11,7 @@ import torch
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 from sheaf_fmtl.federation import Federation, build_federation
-from sheaf_fmtl.runtime.simulate import Simulation, build_simulation
+from sheaf_fmtl.runtime.engine.simulate import Simulation, build_simulation
 from sheaf_fmtl.sheaf.graph import ClientGraph, make_graph
 
 L2 = 1e-2

@@ -33,8 +33,8 @@ from sheaf_fmtl.config import RunConfig, validate
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 from sheaf_fmtl.federation import build_federation
 from sheaf_fmtl.reference import loop as ref
-from sheaf_fmtl.runtime.loop import run
-from sheaf_fmtl.runtime.simulate import Simulation, build_simulation
+from sheaf_fmtl.runtime.engine.simulate import Simulation, build_simulation
+from sheaf_fmtl.runtime.run.loop import run
 from sheaf_fmtl.sheaf.graph import make_graph
 
 pytestmark = pytest.mark.skipif(

@@ -4,7 +4,11 @@ experiments -> cli. A module
 named ``cli`` (a command-line entry point, e.g. ``bench/cli.py``) sits at the top, whatever its folder.
 A new top-level module or package must be given its floor in :data:`RANK` (the test says so), and
 no two top-level modules or packages import each other (a cycle within a floor).
-No module is over 400 lines unless its docstring says why (``Why one module ...``)."""
+Inside ``runtime`` the round engine (``runtime/engine``) sits below the run (``runtime/run``): the
+engine imports nothing of the run.
+No module is over 400 lines unless its docstring says why (``Why one module ...``), and no function
+in ``runtime``, ``algorithms`` or ``sheaf`` is over 60 lines (:data:`LONG_FUNCTIONS` lists those
+still to be split)."""
 
 from __future__ import annotations
 
@@ -42,9 +46,17 @@ RANK = {
     "export": 8,
     "cli": 9,
 }
+#: Floors inside a top-level package: its sub-packages, lower below higher.
+SUBRANK = {"runtime": {"engine": 0, "run": 1}}
 ROOT = Path(sheaf_fmtl.__file__).parent
 MAX_LINES = 400
 REASON = "Why one module"
+MAX_FUNCTION_LINES = 60
+SHORT_FUNCTION_PACKAGES = ("runtime", "algorithms", "sheaf")
+#: Functions over :data:`MAX_FUNCTION_LINES` lines that are still to be split (path, name).
+LONG_FUNCTIONS = {
+    ("sheaf/maps.py", "init_maps"),
+}
 
 
 def _rank(parts: list[str]) -> int | None:
@@ -116,8 +128,8 @@ def test_the_check_sees_an_upward_import() -> None:
     path = ROOT / "sheaf" / "layout.py"
     assert ["messages"] in _imports(path)
     assert ["sheaf", "graph"] in _imports(path)
-    assert ["algorithms", "sheaf_fmtl"] in _imports(ROOT / "runtime" / "simulate.py")
-    assert _rank(["sheaf", "layout"]) < _rank(["runtime", "simulate"])  # type: ignore[operator]
+    assert ["algorithms", "sheaf_fmtl"] in _imports(ROOT / "runtime" / "engine" / "simulate.py")
+    assert _rank(["sheaf", "layout"]) < _rank(["runtime", "engine", "simulate"])  # type: ignore[operator]
 
 
 def _too_long(text: str) -> bool:
@@ -139,15 +151,23 @@ def test_the_size_check_sees_a_long_module() -> None:
 
 
 def _unit_graph() -> nx.DiGraph:
-    """Top-level modules and packages (the floors' units), an arrow for each import between two."""
+    """Top-level modules and packages (the floors' units) and the sub-packages of :data:`SUBRANK`,
+    an arrow for each import between two."""
     graph = nx.DiGraph()
     names = _top_level_names()
     for path in sorted(ROOT.rglob("*.py")):
-        me = path.relative_to(ROOT).with_suffix("").parts[0]
+        me = _unit(list(path.relative_to(ROOT).with_suffix("").parts))
         for target in _imports(path):
-            if target and target[0] in names and target[0] != me:
-                graph.add_edge(me, target[0])
+            if target and target[0] in names and _unit(target) != me:
+                graph.add_edge(me, _unit(target))
     return graph
+
+
+def _unit(parts: list[str]) -> str:
+    """A top-level module or package, or a sub-package of one with floors inside (:data:`SUBRANK`)."""
+    if len(parts) > 2 and parts[1] in SUBRANK.get(parts[0], {}):
+        return f"{parts[0]}.{parts[1]}"
+    return parts[0]
 
 
 def _cycles(graph: nx.DiGraph) -> list[list[str]]:
@@ -165,3 +185,71 @@ def test_the_cycle_check_sees_a_cycle() -> None:
     assert graph.has_edge("config", "sheaf")  # config imports sheaf: an import back closes a cycle
     graph.add_edge("sheaf", "config")
     assert ["config", "sheaf"] in _cycles(graph)
+    assert _unit(["runtime", "run", "loop"]) == "runtime.run"
+    assert graph.has_edge("runtime.run", "runtime.engine")  # the run drives the engine
+    graph.add_edge("runtime.engine", "runtime.run")
+    assert ["runtime.engine", "runtime.run"] in _cycles(graph)
+
+
+def test_sub_packages_import_down_only() -> None:
+    """The engine imports nothing of the run (:data:`SUBRANK`)."""
+    upward = []
+    for top, floors in SUBRANK.items():
+        for path in sorted((ROOT / top).rglob("*.py")):
+            me = list(path.relative_to(ROOT).parts)
+            mine = floors.get(me[1]) if len(me) > 2 else None
+            for target in _imports(path):
+                theirs = floors.get(target[1]) if len(target) > 1 and target[0] == top else None
+                if mine is not None and theirs is not None and theirs > mine:
+                    upward.append(f"{'/'.join(me)} imports {'.'.join(target)}")
+    assert not upward, "imports pointing up inside a package:\n" + "\n".join(upward)
+
+
+def test_every_runtime_module_sits_in_the_engine_or_the_run() -> None:
+    loose = [p.name for p in (ROOT / "runtime").glob("*.py") if p.name != "__init__.py"]
+    assert not loose, f"put these in runtime/engine or runtime/run: {loose}"
+    assert {p.name for p in (ROOT / "runtime").iterdir() if p.is_dir() and p.name != "__pycache__"} == set(
+        SUBRANK["runtime"]
+    )
+
+
+def test_the_sub_package_check_sees_the_engine_below_the_run() -> None:
+    engine = _imports(ROOT / "runtime" / "engine" / "simulate.py")
+    assert ["runtime", "engine", "faults"] in engine  # relative imports resolve inside runtime
+    assert ["runtime", "run", "simulate"] not in engine
+    assert ["runtime", "engine", "simulate"] in _imports(ROOT / "runtime" / "run" / "loop.py")
+    assert SUBRANK["runtime"]["engine"] < SUBRANK["runtime"]["run"]
+
+
+def test_sizes_of_functions_in_the_core() -> None:
+    """No function in ``runtime``, ``algorithms`` or ``sheaf`` is over :data:`MAX_FUNCTION_LINES`
+    lines (decorators and docstring included), but those of :data:`LONG_FUNCTIONS`."""
+    long = _long_functions()
+    assert long <= LONG_FUNCTIONS, f"split these functions into named steps: {sorted(long - LONG_FUNCTIONS)}"
+    stale = LONG_FUNCTIONS - long
+    assert not stale, f"these are short now: remove them from LONG_FUNCTIONS: {sorted(stale)}"
+
+
+def _long_functions(text: str | None = None, name: str = "") -> set[tuple[str, str]]:
+    files = (
+        [(name, text)]
+        if text is not None
+        else [
+            (str(p.relative_to(ROOT)), p.read_text())
+            for top in SHORT_FUNCTION_PACKAGES
+            for p in sorted((ROOT / top).rglob("*.py"))
+        ]
+    )
+    return {
+        (path, node.name)
+        for path, source in files
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and (node.end_lineno or node.lineno) - node.lineno + 1 > MAX_FUNCTION_LINES
+    }
+
+
+def test_the_function_size_check_sees_a_long_function() -> None:
+    body = "    x = 1\n" * MAX_FUNCTION_LINES
+    assert _long_functions(f"def f():\n{body}", "m.py") == {("m.py", "f")}
+    assert not _long_functions(f"def f():\n{body[10:]}", "m.py")

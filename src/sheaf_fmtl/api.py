@@ -177,11 +177,11 @@ def run(
         ConfigError: a bad key, type or range (before any work); ``DatasetError``, ``GraphError``,
             ``ModelError`` (all ``ValueError``): the user's data, graph, model, loss or metric
             refused before training, in one line.
-        sheaf_fmtl.runtime.simulate.DivergenceError: the loss became NaN or infinite.
+        sheaf_fmtl.runtime.engine.simulate.DivergenceError: the loss became NaN or infinite.
     """
-    from .runtime.loop import execute
-    from .runtime.resume import resume as resume_run
-    from .runtime.rundir import claim
+    from .runtime.run.loop import execute
+    from .runtime.run.resume import resume as resume_run
+    from .runtime.run.rundir import claim
     from .scenarios import build
 
     if has_objects(keys):
@@ -216,7 +216,7 @@ def _run_processes(
 ) -> RunResult:
     """``processes = K > 1``: the ranks the command line starts (:func:`.runtime.launch.spawn`),
     each its own process, which write the run folder ``out``; the result is read back from it."""
-    from .runtime.launch import spawn
+    from .runtime.run.launch import spawn
 
     if out is None:
         raise ConfigError(

@@ -1,6 +1,6 @@
 """Callbacks for :func:`sheaf_fmtl.run` and :meth:`sheaf_fmtl.Federation.run` (``callbacks=[...]``):
 code run after every round and at the end of a run, and the shipped loggers, early stopping and
-best-round checkpoint (:mod:`sheaf_fmtl.runtime.callbacks` says how the loop calls them).
+best-round checkpoint (:mod:`sheaf_fmtl.runtime.run.callbacks` says how the loop calls them).
 
 Example::
 
@@ -13,7 +13,7 @@ Example::
     sheaf_fmtl.run(dataset="school", rounds=200, callbacks=[TensorBoardLogger("tb"), EarlyStopping(5)])
 """
 
-from .runtime.callbacks import (
+from .runtime.run.callbacks import (
     BestCheckpoint,
     Callback,
     CSVLogger,

@@ -23,7 +23,7 @@ from typing import Any
 
 from ._version import __version__
 from .cli_options import PROG, Parser, UsageError, add_config_options, config_keys, error_line
-from .runtime.interrupt import SecondSignal, StopRequest, stopped_status
+from .runtime.run.interrupt import SecondSignal, StopRequest, stopped_status
 
 
 def _default_out(algorithm: str, dataset: str) -> Path:
@@ -35,7 +35,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .config import load_config, parse_overrides
     from .config.usage import refuse_unused
     from .experiments import cli as experiments_cli
-    from .runtime.launch import run_any
+    from .runtime.run.launch import run_any
     from .scenarios import build
 
     if args.trust_plugins and not args.resume:
@@ -62,7 +62,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace, build: Any) -> dict[str, Any] | None:
     """``run --resume RUN_DIR [--set KEY=VALUE ...]``: continue a stopped run in its own folder (over
     as many processes as it ran on)."""
-    from .runtime.launch import resume_any
+    from .runtime.run.launch import resume_any
 
     options = [("CONFIG", args.config), ("--out", args.out), ("--seeds", args.seeds)]
     options.append(("--overwrite", args.overwrite))
@@ -77,7 +77,7 @@ def _resume(args: argparse.Namespace, build: Any) -> dict[str, Any] | None:
 
 def _report(summary: dict[str, Any], out: Path) -> int:
     """Print a run's summary lines; the exit status (128 + the signal when it was stopped)."""
-    from .metrics.recorder import format_summary, interrupted_line, interrupted_status
+    from .metrics.results import format_summary, interrupted_line, interrupted_status
 
     print(format_summary(summary, out))
     if summary["status"] == "interrupted":

@@ -15,7 +15,7 @@ from typing import Any
 
 from .config import RunConfig, load_config
 from .config.files import replace_file
-from .metrics.recorder import format_summary, interrupted_line, interrupted_status
+from .metrics.results import format_summary, interrupted_line, interrupted_status
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def _demo_run(
 ) -> tuple[RunConfig, dict]:
     """Run one curve of the demo into ``run_dir``; returns its config and summary. ``flags``:
     config keys given as flags (``--seed``, ``--clients``, ...), applied after ``overrides``."""
-    from .runtime import loop
+    from .runtime.run import loop
 
     sets = [*spec.defaults, *overrides, *extra, *spec.forced, f"algorithm={spec.algorithm}"]
     config = load_config(config_path, sets, flags)
@@ -103,7 +103,7 @@ def run_demo(
     import json
 
     from .plots import plot_demo
-    from .runtime.rundir import check_out_dir, prepare_out_dir
+    from .runtime.run.rundir import check_out_dir, prepare_out_dir
 
     base = load_config(config_path, overrides, flags)
     check_out_dir(out, overwrite)

@@ -117,7 +117,7 @@ class EdgeTensor(NamedTuple):
     data: torch.Tensor
     layout: EdgeLayout
     # As received: ``[H]`` bool per position, whether the neighbour's message arrived and passed
-    # validation (:mod:`sheaf_fmtl.runtime.faults`); the data of the others is zero. ``None``: all did.
+    # validation (:mod:`sheaf_fmtl.runtime.engine.faults`); the data of the others is zero. ``None``: all did.
     heard: torch.Tensor | None = None
 
 

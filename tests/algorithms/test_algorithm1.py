@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.federation import build_federation
-from sheaf_fmtl.runtime.simulate import build_simulation
+from sheaf_fmtl.runtime.engine.simulate import build_simulation
 from sheaf_fmtl.sheaf.graph import make_graph
 
 from ..conftest import make_dataset

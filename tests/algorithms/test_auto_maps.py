@@ -13,8 +13,8 @@ from sheaf_fmtl.config import ConfigError, RunConfig
 from sheaf_fmtl.config.registry import map_mode_spec
 from sheaf_fmtl.config.schema import default_lam
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
-from sheaf_fmtl.runtime.loop import execute
-from sheaf_fmtl.runtime.simulate import build_simulation
+from sheaf_fmtl.runtime.engine.simulate import build_simulation
+from sheaf_fmtl.runtime.run.loop import execute
 
 from .test_coordinate_maps import image_dataset
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sheaf_fmtl.messages import EdgeLayout, EdgeTensor, ServerTensor
-from sheaf_fmtl.runtime.transport import InProcessTransport
+from sheaf_fmtl.runtime.engine.transport import InProcessTransport
 from sheaf_fmtl.sheaf.stalks import edge_dim
 
 from .._baselines_problems import complete_graph, federation, path_graph, regression_dataset, simulation

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sheaf_fmtl.runtime.simulate import build_simulation
+from sheaf_fmtl.runtime.engine.simulate import build_simulation
 from sheaf_fmtl.scenarios import conventional_fmtl
 
 from .._baselines_problems import (

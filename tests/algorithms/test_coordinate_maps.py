@@ -15,8 +15,8 @@ from sheaf_fmtl.config import ConfigError, RunConfig
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 from sheaf_fmtl.data.synthetic import clusters_feature_sets
 from sheaf_fmtl.models import build_model
-from sheaf_fmtl.runtime.loop import execute
-from sheaf_fmtl.runtime.simulate import Simulation, build_simulation, load_dataset
+from sheaf_fmtl.runtime.engine.simulate import Simulation, build_simulation, load_dataset
+from sheaf_fmtl.runtime.run.loop import execute
 from sheaf_fmtl.scenarios import shared_feature_maps
 from sheaf_fmtl.sheaf.graph import ClientGraph
 from sheaf_fmtl.sheaf.selection import (

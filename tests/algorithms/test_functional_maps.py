@@ -13,9 +13,9 @@ from sheaf_fmtl.algorithms.sheaf_functional import FunctionalSheaf, FunctionalSt
 from sheaf_fmtl.config import ConfigError, RunConfig
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 from sheaf_fmtl.metrics.flops import per_sample_flops
-from sheaf_fmtl.runtime import loop
-from sheaf_fmtl.runtime.resume import resume
-from sheaf_fmtl.runtime.simulate import Simulation, build_simulation
+from sheaf_fmtl.runtime.engine.simulate import Simulation, build_simulation
+from sheaf_fmtl.runtime.run import loop
+from sheaf_fmtl.runtime.run.resume import resume
 from sheaf_fmtl.sheaf.probes import noise_probes, pool_rows
 
 from ..runtime.test_checkpoint import _assert_same_run, _stopped

@@ -102,7 +102,7 @@ def host_tensors(sim: Any) -> list[torch.Tensor]:
 KNOWN: set[tuple[str, str]] = set()
 # By design: on the CPU the server's weight check reads its flag (free there); on CUDA it is checked on
 # the device (``torch._assert_async``, no sync). Likewise the fused validation of what arrives
-# (``runtime/faults.py``) reads each buffer's sum on the CPU only; device buffers never take that path.
+# (``runtime/engine/faults.py``) reads each buffer's sum on the CPU only; device buffers never take that path.
 ALLOWED = {("_local_scalar_dense", "server_average"), ("_local_scalar_dense", "intact_on_host")}
 
 

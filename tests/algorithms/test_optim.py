@@ -197,7 +197,7 @@ def test_a_run_trains_one_client_as_torch_optim_adam_does():
 
 @pytest.mark.parametrize("algorithm", ["local", "fedavg"])
 def test_a_client_sitting_a_round_out_keeps_its_optimizer_state(algorithm):
-    from sheaf_fmtl.runtime.simulate import build_simulation
+    from sheaf_fmtl.runtime.engine.simulate import build_simulation
 
     keys = {"dataset": "synthetic", "clients": 6, "batch_size": 8, "drop_prob": 0.5, "seed": 1}
     sim = build_simulation(RunConfig(algorithm=algorithm, optimizer="adam", alpha=0.01, **keys))

@@ -15,7 +15,7 @@ from sheaf_fmtl.config import ConfigError, RunConfig
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 from sheaf_fmtl.federation import build_federation
 from sheaf_fmtl.reference.dense import dense_laplacian
-from sheaf_fmtl.runtime.simulate import build_simulation
+from sheaf_fmtl.runtime.engine.simulate import build_simulation
 from sheaf_fmtl.sheaf.graph import make_graph
 from sheaf_fmtl.sheaf.stability import laplacian_lambda_max
 from sheaf_fmtl.streams import ClientStreams

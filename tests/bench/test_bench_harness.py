@@ -17,7 +17,7 @@ from sheaf_fmtl.bench.scaling import linear_fit
 from sheaf_fmtl.bench.settings import SMALL, setting_named
 from sheaf_fmtl.bench.synthetic import build
 from sheaf_fmtl.cli import main
-from sheaf_fmtl.metrics.recorder import peak_rss_bytes
+from sheaf_fmtl.metrics.memory import peak_rss_bytes
 
 SUMMARY = re.compile(r"^(\S+): floor ratio [\d.]+, speed-up [\d.]+, memory ratio [\d.]+$", re.M)
 

@@ -12,7 +12,7 @@ from sheaf_fmtl.bench.settings import SMALL
 from sheaf_fmtl.bench.synthetic import build
 from sheaf_fmtl.config import RunConfig, validate
 from sheaf_fmtl.reference import loop as ref
-from sheaf_fmtl.runtime.simulate import build_simulation
+from sheaf_fmtl.runtime.engine.simulate import build_simulation
 
 
 def test_reference_equals_library_homogeneous() -> None:

@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from sheaf_fmtl.cli import main
-from sheaf_fmtl.runtime import simulate
-from sheaf_fmtl.runtime.interrupt import StopRequest
-from sheaf_fmtl.runtime.rundir import MARKER
+from sheaf_fmtl.runtime.engine import simulate
+from sheaf_fmtl.runtime.run.interrupt import StopRequest
+from sheaf_fmtl.runtime.run.rundir import MARKER
 
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 TINY = ["--set", "rounds=2", "eval_every=1", "clients=4", "--quiet"]

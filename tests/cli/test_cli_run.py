@@ -145,7 +145,8 @@ def test_plot_writes_pngs(tmp_path, capsys):
 
 def test_metrics_csv_names_its_metric_with_plain_newlines_and_old_files_still_read(tmp_path):
     from sheaf_fmtl.config import RunConfig
-    from sheaf_fmtl.metrics.recorder import Recorder, read_metrics
+    from sheaf_fmtl.metrics.results import read_metrics
+    from sheaf_fmtl.runtime.run.recorder import Recorder
 
     rec = Recorder(tmp_path / "new", RunConfig(), metric="mse")
     rec.log(
@@ -231,7 +232,7 @@ def test_version_help_and_one_registrar_per_subcommand(capsys):
 
 def test_cuda_index_is_a_valid_device_name_and_checked_when_run():
     from sheaf_fmtl.config import RunConfig
-    from sheaf_fmtl.runtime.simulate import resolve_device
+    from sheaf_fmtl.runtime.engine.simulate import resolve_device
 
     assert RunConfig(device="cuda:1").device == "cuda:1"
     with pytest.raises(ValueError, match="cuda:99"):  # absent here (no CUDA, or fewer devices)

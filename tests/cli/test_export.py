@@ -18,7 +18,7 @@ import sheaf_fmtl
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import ConfigError
 from sheaf_fmtl.data.registry import dataset_files
-from sheaf_fmtl.runtime.simulate import load_dataset
+from sheaf_fmtl.runtime.engine.simulate import load_dataset
 
 GENERATED = ["synthetic", "synthetic-clusters", "synthetic-hetero"]
 REAL = ["school", "vehicle", "har", "gleam", "rmnist", "hcifar10"]

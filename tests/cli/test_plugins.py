@@ -20,9 +20,9 @@ import yaml
 import sheaf_fmtl
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import RunConfig
-from sheaf_fmtl.runtime import loop
-from sheaf_fmtl.runtime.launch import spawn
-from sheaf_fmtl.runtime.resume import resume
+from sheaf_fmtl.runtime.run import loop
+from sheaf_fmtl.runtime.run.launch import spawn
+from sheaf_fmtl.runtime.run.resume import resume
 
 from ..runtime.test_checkpoint import _stopped
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from sheaf_fmtl.cli import main
-from sheaf_fmtl.runtime.resume import resume
+from sheaf_fmtl.runtime.run.resume import resume
 
 TINY = ["--set", "rounds=2", "eval_every=1", "clients=4", "--quiet"]
 #: A module whose import leaves a file (the proof that it ran) and that names a model factory.
@@ -53,7 +53,7 @@ def _stopped_run(argv: list[str], at: int) -> int:
     """``main(argv)`` with a SIGTERM to this process after round ``at``."""
     import signal
 
-    from sheaf_fmtl.runtime import simulate
+    from sheaf_fmtl.runtime.engine import simulate
 
     step, count = simulate.Simulation.step, {"n": 0}
 

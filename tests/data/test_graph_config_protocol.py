@@ -9,7 +9,7 @@ from sheaf_fmtl.config import ConfigError, load_config
 from sheaf_fmtl.data.base import RawClient, RawFederated
 from sheaf_fmtl.data.protocol import apply_protocol, reduced_clients
 from sheaf_fmtl.messages import EdgeLayout, EdgeTensor
-from sheaf_fmtl.runtime.transport import InProcessTransport
+from sheaf_fmtl.runtime.engine.transport import InProcessTransport
 from sheaf_fmtl.sheaf.graph import GraphError, make_graph
 from sheaf_fmtl.sheaf.stalks import edge_dim
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from sheaf_fmtl.cli import main
-from sheaf_fmtl.runtime import simulate
-from sheaf_fmtl.runtime.interrupt import StopRequest
+from sheaf_fmtl.runtime.engine import simulate
+from sheaf_fmtl.runtime.run.interrupt import StopRequest
 
 pytestmark = pytest.mark.filterwarnings("ignore:synthetic.*one class:UserWarning")
 TINY = ["--set", "rounds=4", "eval_every=2", "clients=4", "--quiet"]

@@ -16,8 +16,8 @@ from sheaf_fmtl.federation import build_federation
 from sheaf_fmtl.metrics import flops
 from sheaf_fmtl.metrics.memory import peak_memory, reset_peak_memory
 from sheaf_fmtl.models.linear import linear, logistic
-from sheaf_fmtl.runtime.loop import run
-from sheaf_fmtl.runtime.simulate import build_simulation
+from sheaf_fmtl.runtime.engine.simulate import build_simulation
+from sheaf_fmtl.runtime.run.loop import run
 from sheaf_fmtl.sheaf import ops
 from sheaf_fmtl.sheaf.deferred import DeferredMaps
 from sheaf_fmtl.sheaf.graph import ClientGraph

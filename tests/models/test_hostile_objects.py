@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import sheaf_fmtl
-from sheaf_fmtl.metrics.recorder import format_summary
+from sheaf_fmtl.metrics.results import format_summary
 
 from .test_user_models import SMALL, tabular
 

@@ -17,8 +17,8 @@ from torch import nn
 import sheaf_fmtl
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.models.user import ModelError, SeededDropout
-from sheaf_fmtl.runtime import loop
-from sheaf_fmtl.runtime.simulate import build_simulation
+from sheaf_fmtl.runtime.engine.simulate import build_simulation
+from sheaf_fmtl.runtime.run import loop
 
 from .test_user_models import tabular
 
@@ -151,7 +151,7 @@ def mlp():
 
 @pytest.mark.slow  # two processes start (about 15 s)
 def test_dropout_runs_over_two_processes_as_in_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sheaf_fmtl.runtime.launch import spawn
+    from sheaf_fmtl.runtime.run.launch import spawn
 
     name = f"dropcode_{os.getpid()}"
     (tmp_path / f"{name}.py").write_text(DROPOUT_CODE)

@@ -18,7 +18,7 @@ from torch.utils.data import TensorDataset
 from torch.utils.flop_counter import FlopCounterMode
 
 import sheaf_fmtl
-from sheaf_fmtl.runtime.simulate import build_simulation
+from sheaf_fmtl.runtime.engine.simulate import build_simulation
 
 SMALL = {"rounds": 3, "eval_every": 1, "batch_size": 8, "seed": 3}
 

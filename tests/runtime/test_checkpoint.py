@@ -22,9 +22,10 @@ import sheaf_fmtl
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import ConfigError, RunConfig
 from sheaf_fmtl.metrics.flops import SampleCounter
-from sheaf_fmtl.runtime import checkpoint as checkpoint_module
-from sheaf_fmtl.runtime import loop, simulate
-from sheaf_fmtl.runtime.checkpoint import (
+from sheaf_fmtl.runtime.engine import simulate
+from sheaf_fmtl.runtime.run import checkpoint as checkpoint_module
+from sheaf_fmtl.runtime.run import loop
+from sheaf_fmtl.runtime.run.checkpoint import (
     CHECKPOINTS,
     MANIFEST,
     CheckpointError,
@@ -34,7 +35,7 @@ from sheaf_fmtl.runtime.checkpoint import (
     read_checkpoint,
     round_dir,
 )
-from sheaf_fmtl.runtime.resume import resume
+from sheaf_fmtl.runtime.run.resume import resume
 
 pytestmark = pytest.mark.filterwarnings("ignore:synthetic.*one class:UserWarning")
 

@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from sheaf_fmtl.config import RunConfig
-from sheaf_fmtl.runtime.distributed import make_plan
-from sheaf_fmtl.runtime.launch import spawn
-from sheaf_fmtl.runtime.loop import execute
-from sheaf_fmtl.runtime.shard import Shard, community, contiguous, partition
+from sheaf_fmtl.runtime.engine.distributed import make_plan
+from sheaf_fmtl.runtime.engine.shard import Shard, community, contiguous, partition
+from sheaf_fmtl.runtime.run.launch import spawn
+from sheaf_fmtl.runtime.run.loop import execute
 from sheaf_fmtl.sheaf.graph import make_graph
 from sheaf_fmtl.sheaf.layout import build_layout
 

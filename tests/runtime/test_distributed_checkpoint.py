@@ -28,8 +28,9 @@ import torch
 
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import ConfigError, RunConfig
-from sheaf_fmtl.runtime import launch, simulate
-from sheaf_fmtl.runtime.checkpoint import (
+from sheaf_fmtl.runtime.engine import simulate
+from sheaf_fmtl.runtime.run import launch
+from sheaf_fmtl.runtime.run.checkpoint import (
     CHECKPOINTS,
     MANIFEST,
     CheckpointError,
@@ -38,8 +39,8 @@ from sheaf_fmtl.runtime.checkpoint import (
     round_dir,
     shard_name,
 )
-from sheaf_fmtl.runtime.loop import execute
-from sheaf_fmtl.runtime.resume import resume
+from sheaf_fmtl.runtime.run.loop import execute
+from sheaf_fmtl.runtime.run.resume import resume
 
 from .test_checkpoint import _assert_same_run
 

@@ -13,11 +13,11 @@ from sheaf_fmtl.algorithms import ALGORITHMS
 from sheaf_fmtl.config import ConfigError, RunConfig
 from sheaf_fmtl.federation import build_federation
 from sheaf_fmtl.messages import EdgeLayout, EdgeTensor, Payload, ServerTensor
-from sheaf_fmtl.metrics.recorder import read_metrics
-from sheaf_fmtl.runtime.faults import DropPlan, Faults, uniforms, validate
-from sheaf_fmtl.runtime.loop import execute
-from sheaf_fmtl.runtime.simulate import Simulation, build_simulation
-from sheaf_fmtl.runtime.transport import server_average
+from sheaf_fmtl.metrics.results import read_metrics
+from sheaf_fmtl.runtime.engine.faults import DropPlan, Faults, uniforms, validate
+from sheaf_fmtl.runtime.engine.simulate import Simulation, build_simulation
+from sheaf_fmtl.runtime.engine.transport import server_average
+from sheaf_fmtl.runtime.run.loop import execute
 from sheaf_fmtl.sheaf.graph import ClientGraph
 
 from .._baselines_problems import config, federation, regression_dataset, simulation
@@ -424,7 +424,7 @@ def test_a_restored_snapshot_continues_the_same_drops(algorithm: str) -> None:
     """A run restored from a checkpoint shard draws the same drops as the uninterrupted run (the
     plan's round and the counts travel in the shard)."""
     from sheaf_fmtl.metrics.flops import SampleCounter
-    from sheaf_fmtl.runtime.checkpoint import restore, snapshot
+    from sheaf_fmtl.runtime.run.checkpoint import restore, snapshot
 
     def build() -> Simulation:
         cfg = config(algorithm, message_mode="compact", drop_prob=0.3, link_drop_prob=0.3, batch_size=4)

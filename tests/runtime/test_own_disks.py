@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from sheaf_fmtl.config import RunConfig
-from sheaf_fmtl.runtime import launch
-from sheaf_fmtl.runtime.checkpoint import (
+from sheaf_fmtl.runtime.run import launch
+from sheaf_fmtl.runtime.run.checkpoint import (
     CHECKPOINTS,
     MANIFEST,
     CheckpointError,
@@ -22,7 +22,7 @@ from sheaf_fmtl.runtime.checkpoint import (
     round_dir,
     shard_name,
 )
-from sheaf_fmtl.runtime.rundir import MARKER, FolderError
+from sheaf_fmtl.runtime.run.rundir import MARKER, FolderError
 
 from .test_checkpoint import _assert_same_run
 from .test_distributed_checkpoint import TINY, _in_ranks, _stop_after

@@ -10,7 +10,7 @@ import torch
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 from sheaf_fmtl.federation import build_federation
-from sheaf_fmtl.runtime.simulate import build_simulation
+from sheaf_fmtl.runtime.engine.simulate import build_simulation
 from sheaf_fmtl.sheaf.graph import make_graph
 from sheaf_fmtl.sheaf.layout import build_layout
 from sheaf_fmtl.sheaf.maps import default_scale, init_maps

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from sheaf_fmtl.cli import main
-from sheaf_fmtl.runtime import simulate
-from sheaf_fmtl.runtime.checkpoint import MANIFEST, latest_checkpoint
+from sheaf_fmtl.runtime.engine import simulate
+from sheaf_fmtl.runtime.run.checkpoint import MANIFEST, latest_checkpoint
 
 ARGV = [
     "--set",

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
-from sheaf_fmtl.runtime.simulate import Simulation
+from sheaf_fmtl.runtime.engine.simulate import Simulation
 from sheaf_fmtl.scenarios import hybrid_fl, linear_selection, personalised_fl, with_server_node
 
 from .._baselines_problems import L2, client_arrays, config, regression_dataset

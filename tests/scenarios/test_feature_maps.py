@@ -10,7 +10,7 @@ import torch
 
 from sheaf_fmtl.config import ConfigError, RunConfig
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
-from sheaf_fmtl.runtime.simulate import Simulation
+from sheaf_fmtl.runtime.engine.simulate import Simulation
 from sheaf_fmtl.scenarios import shared_feature_maps
 from sheaf_fmtl.sheaf.graph import make_graph
 

@@ -7,7 +7,7 @@ import torch
 
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.federation import build_federation
-from sheaf_fmtl.runtime.simulate import build_simulation
+from sheaf_fmtl.runtime.engine.simulate import build_simulation
 from sheaf_fmtl.sheaf import ops
 from sheaf_fmtl.sheaf.deferred import DeferredMaps, auto_depth
 from sheaf_fmtl.sheaf.graph import make_graph

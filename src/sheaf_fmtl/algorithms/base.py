@@ -39,7 +39,7 @@ class State:
     opt_t: list[torch.Tensor] = field(default_factory=list)
     opt_calls: int = 0
     # Per-client fields (per-cohort stacks, or one [N, ...] stack) that a client sitting a round out
-    # keeps as they were (drop_prob, runtime/faults.py); replaced each round, never written in place.
+    # keeps as they were (drop_prob, runtime/engine/faults.py); replaced each round, never written in place.
     client_rows: ClassVar[tuple[str, ...]] = ("thetas", "opt_m", "opt_v", "opt_t")
     # A field's name in checkpoints saved before it was renamed -> its name now (both are read).
     saved_names: ClassVar[dict[str, str]] = {}

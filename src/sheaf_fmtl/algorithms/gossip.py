@@ -56,7 +56,7 @@ class ModelGossip:
 
     def heard(self, incoming: EdgeTensor | ServerTensor) -> torch.Tensor | None:
         """``[H, 1]`` bool: whether the neighbour's model arrived at half-edge ``q`` and passed
-        validation (``None``: all did; runtime/faults.py)."""
+        validation (``None``: all did; runtime/engine/faults.py)."""
         heard = incoming.heard if isinstance(incoming, EdgeTensor) else None
         return None if heard is None else heard.view(-1, 1)
 

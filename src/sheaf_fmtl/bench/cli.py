@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..cli_options import add_config_options
 from ..config import ConfigError, RunConfig
-from ..runtime.rundir import check_path
+from ..runtime.run.rundir import check_path
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -44,7 +44,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def _checked_device(name: str) -> str:
     """``name`` if it is a device this machine has (ConfigError / ValueError, one line, otherwise)."""
-    from ..runtime.simulate import resolve_device
+    from ..runtime.engine.simulate import resolve_device
 
     return resolve_device(RunConfig(device=name).device)
 

@@ -1,6 +1,6 @@
 """What the bench measures besides a benchmark's own timings: the copy bandwidth (the floor's
 denominator), ``sim.step()`` times, and the current resident set size (the peak is
-:func:`sheaf_fmtl.metrics.recorder.peak_rss_bytes`)."""
+:func:`sheaf_fmtl.metrics.memory.peak_rss_bytes`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import os
 import torch
 
 from .. import progress
-from ..metrics.recorder import peak_rss_bytes
-from ..runtime.simulate import Simulation
+from ..metrics.memory import peak_rss_bytes
+from ..runtime.engine.simulate import Simulation
 from .timing import sync, timed
 
 

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 from .. import progress
-from ..metrics.recorder import peak_rss_bytes
+from ..metrics.memory import peak_rss_bytes
 from ..reference import loop as ref
-from ..runtime.simulate import Simulation
+from ..runtime.engine.simulate import Simulation
 from .measure import rss_bytes, time_steps
 from .settings import Setting
 from .synthetic import build, lower_bound_bytes

@@ -10,7 +10,7 @@ from ..data.base import FederatedDataset, RawClient, RawFederated
 from ..data.protocol import apply_protocol
 from ..federation import build_federation
 from ..reference.loop import sheaf_state
-from ..runtime.simulate import Simulation, build_simulation
+from ..runtime.engine.simulate import Simulation, build_simulation
 from .settings import Setting
 
 

@@ -269,7 +269,7 @@ class RunConfig:
     inner_lr: float = _key(0.05, "pFedMe: step size of the inner solve.")
     pfedme_beta: float = _key(1.0, "pFedMe: server mixing `w <- (1 - beta) w + beta mean_i w_i`.")
     perfedavg_beta: float = _key(0.01, "Per-FedAvg: meta (outer) step size; `alpha` is the adaptation step.")
-    # The local optimizer and schedule (algorithms/optim.py), the loop's callbacks (runtime/callbacks.py)
+    # The local optimizer and schedule (algorithms/optim.py), the loop's callbacks (runtime/run/callbacks.py)
     optimizer: str = _key(
         "sgd",
         "The local steps' optimizer: `sgd` (the paper's), `momentum` (`momentum`) or `adam` (`adam_beta1`, "

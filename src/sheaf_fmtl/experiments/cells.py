@@ -117,8 +117,8 @@ def run_folder(
     (``marker`` and the config). A refused configuration (``ValueError``: the stability check, bad
     maps) or a divergence is recorded in ``summary.json`` instead of stopping the caller; an
     interrupted run (``status = interrupted``) is not marked. ``fed``: a federation to reuse."""
-    from ..runtime.interrupt import leave_summary
-    from ..runtime.rundir import claim
+    from ..runtime.run.interrupt import leave_summary
+    from ..runtime.run.rundir import claim
 
     folder = Path(folder)
     with claim(folder, overwrite=True), leave_summary(folder):  # a folder sheaf-fmtl wrote, or a new one
@@ -128,7 +128,7 @@ def run_folder(
 
 def _stopped_run_of(config: RunConfig, folder: Path) -> bool:
     """``folder`` holds a run of ``config`` stopped by a signal (it can be resumed)."""
-    from ..runtime.integrity import RESUMABLE_KEYS, run_config
+    from ..runtime.run.integrity import RESUMABLE_KEYS, run_config
 
     summary = read_summary(folder) or {}
     if summary.get("status") != "interrupted":
@@ -151,11 +151,11 @@ def _stopped_run_of(config: RunConfig, folder: Path) -> bool:
 
 
 def _run_in(config: RunConfig, folder: Path, marker: Mapping[str, Any], fed: Any) -> dict[str, Any]:
-    from ..runtime.integrity import CheckpointError
-    from ..runtime.loop import run
-    from ..runtime.resume import RESUMABLE_KEYS, resume
-    from ..runtime.rundir import FolderError, clear
-    from ..runtime.simulate import DivergenceError, build_simulation
+    from ..runtime.engine.simulate import DivergenceError, build_simulation
+    from ..runtime.run.integrity import CheckpointError
+    from ..runtime.run.loop import run
+    from ..runtime.run.resume import RESUMABLE_KEYS, resume
+    from ..runtime.run.rundir import FolderError, clear
 
     try:
         if _stopped_run_of(config, folder):  # continue it where it stopped

@@ -11,7 +11,7 @@ from typing import Any
 from ..cli_options import add_config_options, config_keys
 from ..config import ConfigError, RunConfig, read_config_file
 from ..metrics.aggregate import read_summary, write_aggregate
-from ..runtime.interrupt import StopRequest, stopped_status
+from ..runtime.run.interrupt import StopRequest, stopped_status
 from .paper import EXPERIMENTS
 from .table import group_runs, render, table_spec
 
@@ -48,9 +48,9 @@ def run_seeds(
     finished run of the same config is reused, one stopped by a signal is resumed), then write
     ``out/aggregate.json`` and ``out/aggregate.md`` (mean, standard error, per-seed values) over
     the seeds finished. ``out`` is new, empty or written by an earlier ``run --seeds``. A signal
-    stops after the current seed (:mod:`sheaf_fmtl.runtime.interrupt`). Returns the aggregate."""
-    from ..runtime.interrupt import signalled
-    from ..runtime.rundir import claim
+    stops after the current seed (:mod:`sheaf_fmtl.runtime.run.interrupt`). Returns the aggregate."""
+    from ..runtime.run.interrupt import signalled
+    from ..runtime.run.rundir import claim
     from .cells import Cell, is_done, run_cell
     from .paper import Setting
 

@@ -20,8 +20,8 @@ from ..config.usage import UnusedKeysWarning
 from ..data.files import HOW_TO_GET, try_find
 from ..data.registry import dataset_files
 from ..progress import bar
-from ..runtime.interrupt import signalled
-from ..runtime.rundir import claim
+from ..runtime.run.interrupt import signalled
+from ..runtime.run.rundir import claim
 from .cells import DONE, Cell, cell_config, is_done, run_cell
 from .paper import EXPERIMENTS, QUICK_SEEDS, Experiment, experiment
 from .table import Row, render
@@ -87,7 +87,7 @@ def plan(
 def estimate_seconds(pending: Sequence[Cell]) -> float:
     """Rough time of ``pending``: per dataset, build the first cell's simulation and time one round
     (the faster of two), then ``build + rounds * round * (1 + 1 / eval_every)`` per cell."""
-    from ..runtime.simulate import build_simulation
+    from ..runtime.engine.simulate import build_simulation
 
     per_dataset: dict[str, tuple[float, float]] = {}
     total = 0.0

@@ -34,8 +34,8 @@ from ..config import ConfigError, RunConfig, load_config
 from ..config.files import replace_file
 from ..config.usage import UnusedKeysWarning
 from ..plugins import higher_is_better
-from ..runtime.interrupt import StopRequest, signalled, stopped_status
-from ..runtime.rundir import claim
+from ..runtime.run.interrupt import StopRequest, signalled, stopped_status
+from ..runtime.run.rundir import claim
 from .cells import finished, run_folder
 from .grid import apply_point, cell_name, grid_points, parse_grid
 
@@ -81,7 +81,7 @@ class _FederationCache:
 
     def get(self, config: RunConfig) -> Any:
         from ..federation import build_federation
-        from ..runtime.simulate import load_dataset, resolve_device
+        from ..runtime.engine.simulate import load_dataset, resolve_device
 
         key = json.dumps({k: getattr(config, k) for k in _DATA_KEYS}, sort_keys=True, default=str)
         if key != self.key:

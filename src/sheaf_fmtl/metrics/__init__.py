@@ -1,1 +1,1 @@
-"""Metrics: recorder, bits, memory."""
+"""Metrics: what a run folder's files hold (results), bits and FLOPs, memory."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..config.files import replace_file
 
-#: Statuses of a run that finished (``ok`` is what :func:`sheaf_fmtl.runtime.loop.run` writes).
+#: Statuses of a run that finished (``ok`` is what :func:`sheaf_fmtl.runtime.run.loop.run` writes).
 FINISHED = ("ok", "finished", "complete")
 #: ``metrics.csv`` names of the test metric, old and new.
 METRIC_COLUMNS = ("test_metric", "test_accuracy", "test_mse")

@@ -3,13 +3,25 @@ allocator, both measured from the start of the run (also when several runs share
 
 from __future__ import annotations
 
+import resource
+import sys
 from pathlib import Path
 
 import torch
 
-from .recorder import peak_rss_bytes
-
 CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process: ``VmHWM`` on Linux (``ru_maxrss`` survives ``exec``
+    and would report the parent's peak in a fresh child), else ``ru_maxrss`` (KiB on Linux, bytes
+    on macOS)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
 def reset_peak_memory(device: str) -> bool:

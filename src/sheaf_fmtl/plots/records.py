@@ -11,7 +11,7 @@ import numpy as np
 
 from ..metrics.aggregate import read_summary
 from ..metrics.groups import read_config
-from ..metrics.recorder import LEGACY_METRIC_COLUMN, read_metrics
+from ..metrics.results import LEGACY_METRIC_COLUMN, read_metrics
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ On a weighted graph each edge's terms are scaled by ``a_ij`` (``weights[(i, j)]`
 ``a_ij P_ij^T (...)`` in step 2, ``eta lam a_ij (...) theta_i^T`` in step 4.
 
 State lives in Python dicts (``thetas[i]``, ``maps[(i, j)] = P_ij``) copied from a
-:class:`~sheaf_fmtl.runtime.simulate.Simulation`; gradients ``g_i`` come from a per-client
+:class:`~sheaf_fmtl.runtime.engine.simulate.Simulation`; gradients ``g_i`` come from a per-client
 autograd loop (:func:`client_gradient`) with the library's loss (mean loss + ``l2/2 ||theta||^2``).
 """
 
@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from ..federation import Federation
-from ..runtime.simulate import Simulation
+from ..runtime.engine.simulate import Simulation
 
 Edge = tuple[int, int]
 GradientFn = Callable[[int, torch.Tensor], torch.Tensor]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..config import ConfigError, RunConfig
 from ..data.synthetic import CLUSTERS_DEFAULTS, clusters_feature_sets
 from ..federation import build_federation
-from ..runtime.simulate import Simulation, build_graph, build_simulation, load_dataset
+from ..runtime.engine.simulate import Simulation, build_graph, build_simulation, load_dataset
 from .features import shared_feature_maps
 from .fixed import MapOf, conventional_fmtl, linear_selection, set_fixed_maps, weighted_fmtl, with_fixed_maps
 from .server import empty_split, hybrid_fl, personalised_fl, star, with_server_node
@@ -83,6 +83,6 @@ __all__ = [
 
 def build(config: RunConfig) -> Simulation:
     """The simulation ``config`` asks for: :func:`build_topology` when it names a special case
-    (``topology``), else :func:`sheaf_fmtl.runtime.simulate.build_simulation`. What ``sheaf-fmtl run``
+    (``topology``), else :func:`sheaf_fmtl.runtime.engine.simulate.build_simulation`. What ``sheaf-fmtl run``
     and :func:`sheaf_fmtl.run` pass to the runtime as its builder."""
     return build_simulation(config) if config.topology == "none" else build_topology(config)

@@ -11,7 +11,7 @@ import torch
 from ..config import RunConfig
 from ..data.base import FederatedDataset
 from ..federation import build_federation
-from ..runtime.simulate import Simulation, build_graph
+from ..runtime.engine.simulate import Simulation, build_graph
 from ..sheaf.graph import ClientGraph
 from .fixed import linear_selection, with_fixed_maps
 

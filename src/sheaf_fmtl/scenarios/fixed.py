@@ -20,7 +20,7 @@ import torch
 from ..algorithms.sheaf_fmtl import SheafFMTL, SheafState
 from ..config import RunConfig
 from ..federation import Federation
-from ..runtime.simulate import Simulation, build_simulation
+from ..runtime.engine.simulate import Simulation, build_simulation
 from ..sheaf.graph import ClientGraph
 from ..sheaf.layout import build_layout
 from ..sheaf.maps import MAP_DTYPES

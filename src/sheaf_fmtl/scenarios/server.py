@@ -24,7 +24,7 @@ import torch
 from ..config import RunConfig
 from ..data.base import ClientSplit, FederatedDataset
 from ..federation import Federation, build_federation
-from ..runtime.simulate import Simulation
+from ..runtime.engine.simulate import Simulation
 from ..sheaf.graph import ClientGraph, make_graph
 from .fixed import conventional_fmtl, linear_selection, weighted_fmtl, with_fixed_maps
 

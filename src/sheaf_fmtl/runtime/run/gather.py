@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 if TYPE_CHECKING:
-    from .simulate import Simulation
+    from ..engine.simulate import Simulation
 
 
 def final_state(sim: Simulation[Any]) -> dict[str, Any]:

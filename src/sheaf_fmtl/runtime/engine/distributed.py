@@ -28,8 +28,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..messages import EdgeLayout, EdgeTensor, ServerTensor, element_index
-from ..sheaf.graph import ClientGraph
+from ...messages import EdgeLayout, EdgeTensor, ServerTensor, element_index
+from ...sheaf.graph import ClientGraph
 from .faults import Faults
 from .shard import Shard
 from .transport import EdgeTransport

@@ -43,7 +43,7 @@ import torch
 import torch.distributed as dist
 import yaml
 
-from ..config import RunConfig
+from ...config import RunConfig
 from . import interrupt
 from .precheck import check_processes
 from .rankenv import LAUNCHER, STORE_FILE, rank_world, watch_launcher
@@ -87,8 +87,9 @@ def run_rank(
     rank knows the run folder ``out``: rank 0 writes it, each rank its checkpoint shards.
     ``resuming``: continue the run of ``out`` from ``resume_from`` (its checkpoint; ``None``: from
     round 0), as :func:`resume_any` decided."""
+    from ..engine.simulate import build_simulation
+    from .agreement import RoundAgreement
     from .loop import execute
-    from .simulate import build_simulation
 
     check_processes(config, data=False)
     watch_launcher()
@@ -100,7 +101,8 @@ def run_rank(
         owned = claim(out, overwrite=overwrite, resume=resuming) if rank == 0 else contextlib.nullcontext()
         with owned, interrupt.leave_summary(out if rank == 0 else None):  # rank 0 writes the run folder
             sim = build_simulation(config, rank_world=(rank, world))
-            interrupt.AGREE = sim.agree_stop  # every rank stops after the same round
+            agreement = RoundAgreement(sim)
+            interrupt.AGREE = agreement.agree_stop  # every rank stops after the same round
             outcome = execute(
                 config,
                 out,
@@ -108,6 +110,7 @@ def run_rank(
                 sim=sim,
                 overwrite=overwrite or resuming,
                 resume_from=resume_from,
+                agreement=agreement,
             )
     except RuntimeError as e:
         if "DistBackendError" in type(e).__name__ or _is_comm_error(e):

@@ -7,13 +7,13 @@ from typing import Any
 
 import torch
 
-from ..config import RunConfig
-from ..federation import Federation
-from ..metrics.flops import SampleCounter
-from ..metrics.memory import peak_memory
-from ..metrics.recorder import software_versions
-from ..plugins import higher_is_better
-from .simulate import Simulation
+from ...config import RunConfig
+from ...federation import Federation
+from ...metrics.flops import SampleCounter
+from ...metrics.memory import peak_memory
+from ...plugins import higher_is_better
+from ..engine.simulate import Simulation
+from .recorder import software_versions
 
 
 def summarize(
@@ -41,7 +41,7 @@ def summarize(
         "final": last["test_metric"] if diverged_at is None else None,
         "per_client": last["per_client"] if diverged_at is None else None,
         "transmitted_bits": sim.transmitted_bits(),
-        **sim.fault_counts(),  # rejected_messages, dropped_messages (runtime/faults.py)
+        **sim.fault_counts(),  # rejected_messages, dropped_messages (runtime/engine/faults.py)
         "wall_seconds": time.perf_counter() - t0,
         **peak_memory(config.device),
         **sim.flops(counter.samples(), diverged_at or done),

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..algorithms.snapshot import host_copy, to_device
+from ...algorithms.snapshot import host_copy, to_device
 from .integrity import (
     FORMAT,
     MANIFEST,
@@ -52,8 +52,8 @@ from .integrity import (
 from .rundir import CHECKPOINTS
 
 if TYPE_CHECKING:
-    from ..metrics.flops import SampleCounter
-    from .simulate import Simulation
+    from ...metrics.flops import SampleCounter
+    from ..engine.simulate import Simulation
 
 
 def rank_and_world() -> tuple[int, int]:

@@ -4,7 +4,7 @@ support, ``timeout_s``, the device, the data, the graph and the partition of its
 
 from __future__ import annotations
 
-from ..config import ConfigError, RunConfig
+from ...config import ConfigError, RunConfig
 
 #: The longest wait for a silent peer a run accepts (about 11 days; Python's timedelta and the
 #: process group's timers overflow long before 1e308).
@@ -18,8 +18,8 @@ def check_processes(config: RunConfig, *, data: bool = True) -> None:
         config: a run with ``processes > 1`` (or one rank's config under torchrun).
         data: also load the data and build the graph (the client count, the partition).
     """
-    from .shard import partition
-    from .simulate import build_graph, load_dataset, resolve_device
+    from ..engine.shard import partition
+    from ..engine.simulate import build_graph, load_dataset, resolve_device
 
     if config.topology != "none" or config.map_draw == "device":
         key = f"topology = {config.topology}" if config.topology != "none" else "map_draw = device"

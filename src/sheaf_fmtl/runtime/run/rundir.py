@@ -135,41 +135,52 @@ def check_out_dir(
             "a link: give the folder it points to"
         )
     marked = is_marked(p)
-    if resume and not p.exists():
-        raise FolderError(f"--resume {p}: no such run folder")
-    if resume and marked and (p / CHECKPOINTS).is_symlink():
-        raise FolderError(
-            f"--resume {p}: {p / CHECKPOINTS} is a symbolic link; sheaf-fmtl writes only inside the run "
-            "folder, never through a link (nothing was changed)"
-        )
-    if resume and not marked:
-        raise FolderError(
-            f"{p} is not a run folder written by sheaf-fmtl (no {MARKER} file in it); nothing was changed "
-            f"(a run folder of a version before markers: create an empty {MARKER} in it to resume it)"
-        )
+    if resume:
+        _check_resumable(p, marked)
     if _entries(p) and not resume and not (reuse and marked):
-        if not marked:
-            how = (
-                "--overwrite clears only folders sheaf-fmtl wrote; a run folder of a version before "
-                f"markers: create an empty {MARKER} in it to overwrite it"
-                if overwrite
-                else "--overwrite"
-            )
-            raise FolderError(
-                f"output folder {p} is not empty and was not written by sheaf-fmtl (no {MARKER} file in "
-                f"it); choose another --out (nothing was changed; {how})"
-            )
-        if not overwrite:
-            raise FolderError(
-                f"output folder {p} is not empty (an earlier run?); choose another --out, or pass "
-                "--overwrite (Python: overwrite=True) to clear it first"
-            )
+        _check_clearable(p, overwrite, marked)
     if marked and not group_member and is_locked(p):
         raise FolderError(
             f"{p} is in use by another sheaf-fmtl process that is still running; wait for it to end "
             "or choose another --out"
         )
     return p
+
+
+def _check_resumable(p: Path, marked: bool) -> None:
+    """``--resume p``: the folder exists, carries the marker, and its checkpoints are no link."""
+    if not p.exists():
+        raise FolderError(f"--resume {p}: no such run folder")
+    if marked and (p / CHECKPOINTS).is_symlink():
+        raise FolderError(
+            f"--resume {p}: {p / CHECKPOINTS} is a symbolic link; sheaf-fmtl writes only inside the run "
+            "folder, never through a link (nothing was changed)"
+        )
+    if not marked:
+        raise FolderError(
+            f"{p} is not a run folder written by sheaf-fmtl (no {MARKER} file in it); nothing was changed "
+            f"(a run folder of a version before markers: create an empty {MARKER} in it to resume it)"
+        )
+
+
+def _check_clearable(p: Path, overwrite: bool, marked: bool) -> None:
+    """A non-empty folder a new run would write: only one sheaf-fmtl marked, with ``overwrite``."""
+    if not marked:
+        how = (
+            "--overwrite clears only folders sheaf-fmtl wrote; a run folder of a version before "
+            f"markers: create an empty {MARKER} in it to overwrite it"
+            if overwrite
+            else "--overwrite"
+        )
+        raise FolderError(
+            f"output folder {p} is not empty and was not written by sheaf-fmtl (no {MARKER} file in "
+            f"it); choose another --out (nothing was changed; {how})"
+        )
+    if not overwrite:
+        raise FolderError(
+            f"output folder {p} is not empty (an earlier run?); choose another --out, or pass "
+            "--overwrite (Python: overwrite=True) to clear it first"
+        )
 
 
 def _write_marker(p: Path, kind: str) -> bool:

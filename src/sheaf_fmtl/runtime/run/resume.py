@@ -6,7 +6,7 @@ be raised); any other key that differs from the saved ``config.yaml`` is refused
 folder without a complete checkpoint (stopped before its first one) starts again from round 0.
 
 A run over ``K`` processes is resumed over ``K`` processes (``sheaf-fmtl run --resume`` starts them,
-:func:`sheaf_fmtl.runtime.launch.resume_any`), each rank from its own shard; another count is
+:func:`sheaf_fmtl.runtime.run.launch.resume_any`), each rank from its own shard; another count is
 refused: a shard holds its rank's clients, maps and streams as stacked by that partition, and
 re-sharding them is not implemented.
 """
@@ -18,14 +18,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, RunConfig, load_config, parse_overrides, read_config_file
-from ..plugins import untrusted_specs
+from ...config import ConfigError, RunConfig, load_config, parse_overrides, read_config_file
+from ...plugins import untrusted_specs
+from ..engine.simulate import Simulation
 from .checkpoint import read_manifest, remove_checkpoints
 from .integrity import RESUMABLE_KEYS, check_config, find_checkpoint, verify_shards
 from .interrupt import leave_summary
 from .loop import RunOutcome, execute
 from .rundir import check_out_dir, claim
-from .simulate import Simulation
 
 __all__ = ["RESUMABLE_KEYS", "checkpoint_to_resume", "resume", "resume_config"]
 
@@ -150,16 +150,16 @@ def resume(
     resumed.
 
     Args:
-        run_dir: a run folder written by :func:`sheaf_fmtl.runtime.loop.execute`.
+        run_dir: a run folder written by :func:`sheaf_fmtl.runtime.run.loop.execute`.
         overrides: ``KEY=VALUE`` strings (only :data:`RESUMABLE_KEYS` may differ).
         keys: typed config keys (same rule).
         progress: show a progress bar.
         build: the simulation builder the run used (``sheaf_fmtl.scenarios.build`` for special
             cases).
-        callbacks: as :func:`~sheaf_fmtl.runtime.loop.execute` takes them (for the rounds still to run).
+        callbacks: as :func:`~sheaf_fmtl.runtime.run.loop.execute` takes them (for the rounds still to run).
         trust: import every plug-in the saved config names (:func:`resume_config`).
     Returns:
-        The outcome, as :func:`~sheaf_fmtl.runtime.loop.execute` returns it.
+        The outcome, as :func:`~sheaf_fmtl.runtime.run.loop.execute` returns it.
     Raises:
         ConfigError: see :func:`resume_config` and :func:`checkpoint_to_resume`.
     """

@@ -25,13 +25,15 @@ from typing import Any
 
 import torch
 
-from .. import progress
-from ..config import ConfigError, RunConfig
-from ..config.usage import UnusedKeysWarning, unused_warning
-from ..data import preprocessing
-from ..metrics.flops import SampleCounter
-from ..metrics.memory import reset_peak_memory
-from ..metrics.recorder import Recorder
+from ... import progress
+from ...config import ConfigError, RunConfig
+from ...config.usage import UnusedKeysWarning, unused_warning
+from ...data import preprocessing
+from ...metrics.flops import SampleCounter
+from ...metrics.memory import reset_peak_memory
+from ..engine.divergence import divergence_message
+from ..engine.simulate import DivergenceError, Simulation, build_simulation
+from .agreement import RoundAgreement
 from .callbacks import Hooks, RunView, agreed, from_config
 from .checkpoint import (
     CheckpointWriter,
@@ -42,11 +44,10 @@ from .checkpoint import (
     snapshot,
 )
 from .disks import adopt_folder, common_checkpoint, folder_ranks
-from .divergence import divergence_message
 from .gather import final_state
 from .interrupt import StopRequest
+from .recorder import Recorder
 from .rundir import check_out_dir, prepare_out_dir
-from .simulate import DivergenceError, Simulation, build_simulation
 from .summary import resolved, summarize
 
 
@@ -89,6 +90,7 @@ def execute(
     build: Callable[[RunConfig], Simulation[Any]] | None = None,
     resume_from: Path | None = None,
     callbacks: Sequence[Any] = (),
+    agreement: RoundAgreement | None = None,
 ) -> RunOutcome:
     """Run ``config`` (into the run folder ``out_dir``, or in memory when ``None``).
 
@@ -105,12 +107,14 @@ def execute(
             :func:`.simulate.build_simulation`; :func:`sheaf_fmtl.scenarios.build` also builds the
             special cases named by ``topology``, which sit above this layer).
         resume_from: a complete checkpoint folder of ``out_dir`` (:mod:`.checkpoint`): continue
-            the stopped run of ``out_dir`` from it (see :func:`sheaf_fmtl.runtime.resume.resume`);
+            the stopped run of ``out_dir`` from it (see :func:`sheaf_fmtl.runtime.run.resume.resume`);
             across processes each rank reads its own shard.
         callbacks: objects with ``on_round_end(round, metrics, view)`` and/or ``on_run_end(summary)``
             (:mod:`.callbacks`), after those the config's keys ask for (``log_tensorboard``,
             ``early_stop_patience``); one that returns a ``Stop`` ends the run after that round with
             a checkpoint, recorded with ``status = stopped`` and ``stopped_by``.
+        agreement: what the ranks agree after each round, when a launched rank's signal handling
+            already holds it (:mod:`.launch`); by default the loop makes its own.
     Returns:
         The summary, rows and final state. Every ``checkpoint_every`` rounds (default: every
         evaluation) ``out_dir`` gets a resumable checkpoint, written in the background. SIGINT /
@@ -123,7 +127,7 @@ def execute(
             and no final metric.
     """
     hooks = Hooks([*from_config(config), *callbacks])
-    state = _prepare(config, out_dir, sim=sim, overwrite=overwrite, build=build, resume_from=resume_from)
+    state = _prepare(config, out_dir, resume_from, agreement, sim=sim, overwrite=overwrite, build=build)
     try:
         ending = _loop(state, progress, hooks)
     finally:
@@ -144,6 +148,7 @@ class _RunState:
     recorder: Recorder
     counter: SampleCounter  # samples behind every local gradient, for flops_local
     writer: CheckpointWriter
+    agreement: RoundAgreement  # across processes: a signal's stop, checkpoint writes settled
     t0: float  # perf_counter at the start (moved back by a resumed run's time)
     start: int  # the last round done before this process's first round
     last: dict[str, Any]  # the latest evaluation
@@ -177,11 +182,12 @@ class _Ending:
 def _prepare(
     config: RunConfig,
     out_dir: str | Path | None,
+    resume_from: Path | None,
+    agreement: RoundAgreement | None,
     *,
     sim: Simulation[Any] | None,
     overwrite: bool,
     build: Callable[[RunConfig], Simulation[Any]] | None,
-    resume_from: Path | None,
 ) -> _RunState:
     """Check the folder, build the simulation, then evaluate round 0 or restore the checkpoint."""
     t0 = time.perf_counter()
@@ -211,7 +217,8 @@ def _prepare(
         return bool(comm.all_max(torch.tensor(int(failed), dtype=torch.int32)))
 
     writer = CheckpointWriter(out_dir, rank, world, agree)
-    sim.writing = lambda: writer.busy
+    agreement = agreement if agreement is not None else RoundAgreement(sim)
+    agreement.writing = lambda: writer.busy
     if world > 1 and out_dir is not None:  # which ranks write into this rank's --out (own disks?)
         writer.ranks = folder_ranks(Path(out_dir), comm, rank, world)
         if fresh:
@@ -224,10 +231,27 @@ def _prepare(
         if rank == 0 and (unused := unused_warning(config)):  # keys from a file, maybe shared across modes
             warnings.warn(unused, UnusedKeysWarning, stacklevel=2)
         recorder = Recorder(folder, resolved(config, fed), metric_name)
-        state = _RunState(config, sim, folder, recorder, counter, writer, t0, 0, {})
+        state = _RunState(config, sim, folder, recorder, counter, writer, agreement, t0, 0, {})
         state.last = _record(sim, recorder, 0, t0)
         state.warn()
         return state
+    return _restored(config, sim, folder, counter, writer, agreement, t0, resume_from)
+
+
+def _restored(
+    config: RunConfig,
+    sim: Simulation[Any],
+    folder: Path | None,
+    counter: SampleCounter,
+    writer: CheckpointWriter,
+    agreement: RoundAgreement,
+    t0: float,
+    resume_from: Path,
+) -> _RunState:
+    """The state of a resumed run: the checkpoint ``resume_from`` restored into ``sim``."""
+    rank, world = rank_and_world()
+    fed = sim.ctx.fed
+    metric_name = fed.metric_name
     sim.diagnose()  # start-up notes: given by the stopped run, saved in its checkpoint
     manifest, shard = read_checkpoint(resume_from, rank)
     if len(manifest["shards"]) != world:
@@ -239,7 +263,9 @@ def _prepare(
     if folder is not None:
         (folder / "summary.json").unlink(missing_ok=True)
     t0 -= float(manifest["wall_seconds"])
-    state = _RunState(config, sim, folder, recorder, counter, writer, t0, int(manifest["round"]), {})
+    state = _RunState(
+        config, sim, folder, recorder, counter, writer, agreement, t0, int(manifest["round"]), {}
+    )
     state.last, state.notes = manifest["last"], manifest["notes"]
     sim.maps_chosen = manifest.get("maps_auto", sim.maps_chosen)  # maps = auto: the stopped run's choice
     return state
@@ -266,10 +292,10 @@ def _loop(state: _RunState, show: bool, hooks: Hooks) -> _Ending:
         with StopRequest() as stop:
             for k in bar:
                 sim.step()
-                if not sim.finite():
+                if not state.agreement.finite():
                     ending.diverged_at = k
                     break
-                if writer.pending and sim.settled_round == k:  # every rank's shard is written
+                if writer.pending and state.agreement.settled_round == k:  # every rank's shard is written
                     writer.complete()
                 ending.done = k
                 due = k % config.eval_every == 0 or k == config.rounds

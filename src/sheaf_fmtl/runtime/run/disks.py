@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from ..config import RunConfig, save_config
-from ..metrics.recorder import software_versions
+from ...config import RunConfig, save_config
 from .integrity import ROUND_DIR, CheckpointError, check_manifest
+from .recorder import software_versions
 from .rundir import FolderError, prepare_out_dir
 
 TOKEN = ".sheaf-fmtl-rank-{:05d}"  # a rank's token file, removed again once read

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..config import PROVENANCE_KEYS, ConfigError, read_config_file
+from ...config import PROVENANCE_KEYS, ConfigError, read_config_file
 from .rundir import CHECKPOINTS
 
 #: Config keys a resumed run may change: none of them enters an iterate (``device`` changes the

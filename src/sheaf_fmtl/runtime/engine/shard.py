@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from ..sheaf.graph import ClientGraph
+from ...sheaf.graph import ClientGraph
 
 PARTITIONS = ("contiguous", "community")
 

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from ..config import ConfigError, RunConfig
-from ..plugins import higher_is_better
-from .transport import InProcessTransport
+from ...config import ConfigError, RunConfig
+from ...plugins import higher_is_better
+from ..engine.transport import InProcessTransport
 
 if TYPE_CHECKING:
-    from .simulate import Simulation
+    from ..engine.simulate import Simulation
 
 
 @dataclass(frozen=True)

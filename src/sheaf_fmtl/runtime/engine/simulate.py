@@ -1,12 +1,12 @@
 """A run's simulation and its builders: all clients stacked in one process, or one rank's shard of
-them (:mod:`.shard`, :mod:`.distributed`, launched by :mod:`.launch`). The round loop that drives it
-(evaluations, checkpoints, stops) is :mod:`.loop`."""
+them (:mod:`.shard`, :mod:`.distributed`, launched by :mod:`sheaf_fmtl.runtime.run.launch`). The round loop
+that drives it (evaluations, checkpoints, stops) is :mod:`sheaf_fmtl.runtime.run.loop`."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -14,19 +14,18 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import torch
 
-from ..algorithms import Algorithm, Context, State, make_algorithm
-from ..algorithms.auto_maps import resolve_coupling
-from ..algorithms.sheaf_fmtl import SheafState
-from ..config import ConfigError, RunConfig
-from ..data.base import FederatedDataset
-from ..data.protocol import ProtocolOptions
-from ..data.registry import DataRequest, load
-from ..federation import Federation, build_federation
-from ..metrics.flops import run_flops
-from ..plugins import is_held, resolve
-from ..sheaf.graph import ClientGraph, GraphError, make_graph
+from ...algorithms import Algorithm, Context, State, make_algorithm
+from ...algorithms.auto_maps import resolve_coupling
+from ...algorithms.sheaf_fmtl import SheafState
+from ...config import ConfigError, RunConfig
+from ...data.base import FederatedDataset
+from ...data.protocol import ProtocolOptions
+from ...data.registry import DataRequest, load
+from ...federation import Federation, build_federation
+from ...metrics.flops import run_flops
+from ...plugins import is_held, resolve
+from ...sheaf.graph import ClientGraph, GraphError, make_graph
 from .faults import DropPlan, Faults
-from .interrupt import adopt, signalled
 from .transport import InProcessTransport, Transport
 
 S = TypeVar("S", bound=State)
@@ -48,11 +47,6 @@ class Simulation(Generic[S]):
     algorithm: Algorithm[S]
     state: S
     transport: Transport
-    stop_agreed: tuple[int, int] | None = None  # (round, signal or 0) agreed across processes
-    # Across processes: whether this rank's checkpoint write is in flight (set by the round loop),
-    # and the last round after which no rank's was (every rank may then complete the checkpoint).
-    writing: Callable[[], bool] | None = None
-    settled_round: int = -1
     maps_chosen: str | None = None  # maps = auto: why the mode in config.maps was chosen
 
     def theta(self, i: int) -> torch.Tensor:
@@ -76,7 +70,7 @@ class Simulation(Generic[S]):
 
     def step(self) -> None:
         """One synchronous round: local -> (send -> exchange -> receive) per phase; the clients that
-        sit the round out (``drop_prob``) keep their state (:mod:`sheaf_fmtl.runtime.faults`)."""
+        sit the round out (``drop_prob``) keep their state (:mod:`sheaf_fmtl.runtime.engine.faults`)."""
         alg, ctx, faults = self.algorithm, self.ctx, self.transport.faults
         faults.begin_round()
         before = faults.snapshot(self.state)
@@ -88,34 +82,22 @@ class Simulation(Generic[S]):
 
     def finite(self) -> bool:
         """Every theta and the last batch losses are finite, on every process (one host-device
-        sync a round; one small all-reduce across processes, which also carries a pending signal,
-        read by :meth:`agree_stop`, and whether a checkpoint write is in flight, :attr:`writing`)."""
+        sync a round; across processes one small all-reduce, :meth:`finite_and_max`)."""
+        return self.finite_and_max(())[0]
+
+    def finite_and_max(self, carry: Sequence[int]) -> tuple[bool, list[int]]:
+        """:meth:`finite`, and the largest of each number of ``carry`` over the processes, carried
+        on the same all-reduce (in one process: ``carry`` itself; the run sends a pending signal
+        and whether a checkpoint write is in flight, :mod:`sheaf_fmtl.runtime.run.agreement`)."""
         checked = [*self.state.thetas]
         if self.state.batch_loss is not None:
             checked.append(self.state.batch_loss)
         bad = _non_finite(checked)
         if isinstance(self.transport, InProcessTransport):
-            return not bool(bad)
-        busy = int(self.writing()) if self.writing is not None else 0
-        extra = torch.tensor([signalled(), busy], dtype=torch.int32)
+            return not bool(bad), list(carry)
+        extra = torch.tensor(list(carry), dtype=torch.int32)
         got = self.ctx.comm.all_max(torch.cat([bad.view(1).cpu(), extra]).to(bad.device)).tolist()
-        round_ = self.transport.faults.round
-        self.stop_agreed = (round_, int(got[1]))
-        if not got[2]:
-            self.settled_round = round_
-        return not bool(got[0])
-
-    def agree_stop(self, local: bool) -> bool:
-        """Across processes: whether the group stops after this round: a signal on any rank, as
-        gathered by this round's :meth:`finite` (else one all-reduce); a rank that got none adopts
-        it (:func:`.interrupt.adopt`), so every rank records the same stop."""
-        if self.stop_agreed is None or self.stop_agreed[0] != self.transport.faults.round:
-            got = self.ctx.comm.all_max(torch.tensor(signalled(), dtype=torch.int32))
-            self.stop_agreed = (self.transport.faults.round, int(got))
-        signum = self.stop_agreed[1]
-        if signum:
-            adopt(signum)
-        return signum > 0
+        return not bool(got[0]), [int(v) for v in got[1:]]
 
     def transmitted_bits(self) -> int:
         """Bits every process's transport has carried so far (the same total in every runtime)."""

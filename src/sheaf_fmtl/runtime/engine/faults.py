@@ -37,12 +37,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..messages import EdgeLayout, EdgeTensor
-from ..sheaf.graph import ClientGraph
-from ..streams import stream_seed
+from ...messages import EdgeLayout, EdgeTensor
+from ...sheaf.graph import ClientGraph
+from ...streams import stream_seed
 
 if TYPE_CHECKING:
-    from ..config import RunConfig
+    from ...config import RunConfig
 
 CLIENT_OUT, LINK_DOWN = 11, 12  # stream kinds of the drop draws (see sheaf_fmtl.streams)
 

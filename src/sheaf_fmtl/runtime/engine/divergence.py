@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from ..config import RunConfig
-from ..config.registry import algorithm_spec
+from ...config import RunConfig
+from ...config.registry import algorithm_spec
 
 
 def _value(v: object) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ..messages import EdgeTensor, Payload, ServerTensor
+from ...messages import EdgeTensor, Payload, ServerTensor
 from .faults import Faults
 
 
@@ -32,7 +32,7 @@ def payload_bits(t: torch.Tensor) -> int:
 
 class Transport(Protocol):
     bits: int
-    faults: Faults  # validation, simulated drops and their counts (runtime/faults.py)
+    faults: Faults  # validation, simulated drops and their counts (runtime/engine/faults.py)
 
     def exchange(self, payload: Payload) -> Payload: ...
 

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from ..config import ConfigError
+from ...config import ConfigError
 
 STORE_FILE = "SHEAF_FMTL_STORE_FILE"  # set by spawn: the ranks meet through this file
 LAUNCHER = "SHEAF_FMTL_LAUNCHER_PID"  # set by spawn: the ranks stop when this process ends

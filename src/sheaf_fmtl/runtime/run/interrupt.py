@@ -14,7 +14,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-# Across processes (runtime/launch.py): the group's answer to "stop now?" given this rank's, so
+# Across processes (runtime/run/launch.py): the group's answer to "stop now?" given this rank's, so
 # that every rank stops after the same round (it adopts the signal of the rank that got one).
 # None: this process alone decides.
 AGREE: Callable[[bool], bool] | None = None
@@ -99,9 +99,9 @@ def leave_summary(folder: str | Path | None) -> Iterator[None]:
 
 def write_stopped_summary(folder: Path, signum: int) -> None:
     """A ``summary.json`` for a run ended by a second signal, from the files it left."""
-    from ..config import read_config_file
-    from ..config.files import replace_file
-    from ..metrics.recorder import read_metrics
+    from ...config import read_config_file
+    from ...config.files import replace_file
+    from ...metrics.results import read_metrics
 
     summary: dict[str, Any] = {"status": "interrupted", "signal": signal.Signals(signum).name, "final": None}
     with contextlib.suppress(Exception):  # what can be read of what the run left

@@ -1,0 +1,2 @@
+"""The round engine: the simulation, its transports, shards and faults; it imports nothing of
+:mod:`sheaf_fmtl.runtime.run`."""
