@@ -1,5 +1,5 @@
 """A bench run's summary numbers (floor, ratios ``R``, ``S``, ``M``; defined in :mod:`.harness`),
-the ratios against the issue's targets (``ratios.json``) and the printed report."""
+the ratios against the performance targets (``ratios.json``) and the printed report."""
 
 from __future__ import annotations
 
