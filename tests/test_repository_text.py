@@ -11,7 +11,7 @@ FOLDERS = ("src", "tests", "docs", "benchmarks", "examples", "configs")
 FILES = ("README.md", "pyproject.toml", "Makefile")
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".sh", ".toml", ".txt", ""}
 # Built so that this file does not hold them itself.
-OUTSIDE = re.compile(r"\b" + "iss" + r"ues? \d+|\b(" + "STY" + "LE|" + "DES" + r"IGN)\.md\b")
+OUTSIDE = re.compile(r"\b" + "iss" + r"ues? #?\d+|\b(" + "STY" + "LE|" + "DES" + r"IGN)\.md\b", re.I)
 
 
 def _texts() -> list[Path]:
@@ -37,4 +37,6 @@ def test_no_issue_numbers_or_outside_notes_are_named() -> None:
 
 def test_the_check_finds_them() -> None:
     assert OUTSIDE.search("fixed in " + "iss" + "ue 12") and OUTSIDE.search("see " + "STY" + "LE.md")
+    assert OUTSIDE.search("(" + "Iss" + "ue #3)") and OUTSIDE.search("see " + "des" + "ign.md")
     assert not OUTSIDE.search("an issue with 2 clients")
+    assert not OUTSIDE.search("this issues about 35 ops")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole GPU session in one call: the R-MNIST sweep in the background while the CUDA tests run
+# Every GPU check in one call: the R-MNIST sweep in the background while the CUDA tests run
 # (neither is timed against the other), then the benchmarks alone on the GPU.
 # Usage on the device machine: OUT=dir bash benchmarks/gpu/all.sh   (GPU_DRY_RUN=1: here, on CPU, tiny)
 set -u

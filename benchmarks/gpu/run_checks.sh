@@ -11,7 +11,7 @@
 #          maps), cohort gradients for cnn, cnn-small, cnn-medium, cnn-large and the mixed cohort
 #   g003   sheaf-fmtl bench --device cuda, setting paper-g0.03 alone (float32, ~35 GiB of maps), after
 #          the others so that a surprise there cannot cost the rest
-#   ratios every ratio against the target, into summary.txt (from partial results if need be)
+#   ratios every ratio against its target, into summary.txt (from partial results if need be)
 # Files in $OUT (7): summary.txt (env, step status, ratios), tests.log, bench.log (both benches),
 # bench.json + ratios.json (first bench), g003/bench.json + g003/ratios.json (the gamma 0.03 setting).
 # Expected wall time on an H200: about 3 minutes. Every step has a budget and the script stops

@@ -124,7 +124,7 @@ def test_local_epoch_equals_per_client_sgd_loops_on_the_same_batches():
 
 def test_sheaf_epoch_round_is_local_pass_then_map_step_then_coupling_with_dense_laplacian():
     """One round, learned maps: thetas after the local pass (a lam = 0 run), maps after eq.
-    pijaupdate at those thetas, then theta - alpha lam L' theta with L' built densely."""
+    (19) ``pijaupdate`` at those thetas, then theta - alpha lam L' theta with L' built densely."""
     dataset = _unequal([4, 6, 4, 5, 6, 4])
     base = dict(local_epochs=1, batch_size=4, alpha=0.2, eta=0.05, gamma=0.5, l2=0.01)
     sim = _sim(RunConfig(lam=0.4, **base), dataset)

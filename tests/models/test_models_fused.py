@@ -144,7 +144,7 @@ def test_fused_and_im2col_agree_in_float32():
 
 
 def test_a_fused_gradient_dispatches_few_aten_ops():
-    """The op count the issue's target rests on: one cohort gradient of the paper's ``cnn`` in at most
+    """The op-count target: one cohort gradient of the paper's ``cnn`` in at most
     32 aten ops, whatever the number of clients (the per-group im2col path took hundreds)."""
     counts = []
     for clients in (2, 6):

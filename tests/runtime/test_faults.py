@@ -200,7 +200,7 @@ def oracle_round(
     out: set[int],
     cfg: RunConfig,
 ) -> tuple[dict[int, np.ndarray], dict[tuple[int, int], np.ndarray]]:
-    """One Sheaf-FMTL round in numpy (paper eqs. thetaupdate, pijaupdate); ``(i, j)`` heard: client
+    """One Sheaf-FMTL round in numpy (paper eqs. (18) thetaupdate, (19) pijaupdate); ``(i, j)`` heard: client
     ``i`` received ``j``'s message; clients in ``out`` keep their theta and maps."""
     new = {}
     for i, t in theta.items():

@@ -23,7 +23,7 @@ EDGES = np.array([[0, 1], [0, 3], [1, 2], [2, 3]])
 @pytest.mark.parametrize("local_steps", [1, 2])
 def test_sqrt_weight_identity_maps_give_weighted_dfedu_iterates(local_steps: int) -> None:
     """``P_ij = I`` on a weighted graph, acting as ``sqrt(a_ij) I``: the same thetas as dFedU with
-    ``a_ij``, round by round, and the same objective (paper eq. ``conventional FMTL objective``)."""
+    ``a_ij``, round by round, and the same objective (paper eq. (9) ``conventional FMTL objective``)."""
     fed = federation(regression_dataset(sizes=(9, 12, 10, 7)))
     graph = ClientGraph(4, EDGES, WEIGHTS)
     common = {"batch_size": 4, "lam": 0.3, "local_steps": local_steps}

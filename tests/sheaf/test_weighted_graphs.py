@@ -1,5 +1,5 @@
 """Edge lists with weights and their errors; the weights ``a_ij`` in dFedU (paper, "Special Cases":
-the conventional FMTL objective ``lam/2 sum a_ij ||theta_i - theta_j||^2``) against a hand-built
+the conventional FMTL objective, eq. (9), ``lam/2 sum a_ij ||theta_i - theta_j||^2``) against a hand-built
 weighted-Laplacian step; D-PSGD ignores them with a warning."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 Multi-Task Learning with Laplacian Regularization" (2022), with the graph's edge weights ``a_ij``
 (1 unless the edge list gives a third column; ``a_ij = 1`` is the paper's baseline).
 
-Objective (paper eq. ``conventional FMTL objective``, each undirected edge counted once):
+Objective (paper eq. (9) ``conventional FMTL objective``, each undirected edge counted once):
     ``sum_i f_i(theta_i) + lam/2 sum_{e={i,j}} a_ij ||theta_i - theta_j||^2``.
 Round: every client sends its whole model ``theta_i`` (``d`` floats) to each neighbour, then
     ``theta_i <- theta_i - alpha (g_i + lam sum_j a_ij (theta_i - theta_j))``,

@@ -1,5 +1,5 @@
 """A bench run's summary numbers (floor, ratios ``R``, ``S``, ``M``; defined in :mod:`.harness`),
-the ratios against the issue's targets (``ratios.json``) and the printed report."""
+the ratios against the performance targets (``ratios.json``) and the printed report."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def summarize(r: dict[str, Any], bandwidth: float) -> dict[str, float]:
     round_s = r["gradients_s"] + r["map_work_s"]  # folds amortised (a median of sim.step() may skip them)
     return {
         "floor_s": floor,
-        "floor_ratio": r["map_work_s"] / floor,  # the issue's target: map work within 2x of the floor
+        "floor_ratio": r["map_work_s"] / floor,  # the target: map work within 2x of the floor
         "round_s": round_s,
         "round_floor_ratio": round_s / floor,
         "speedup": r["reference"]["s_per_round"] / round_s,
@@ -64,7 +64,7 @@ TARGETS = {"floor_ratio": ("<=", 1.5), "speedup": (">=", 50.0), "cohort_speedup"
 
 
 def ratios(results: dict[str, Any]) -> dict[str, Any]:
-    """Every ratio of a bench run with the numbers behind it and whether it meets the issue's target
+    """Every ratio of a bench run with the numbers behind it and whether it meets its target
     (``ratios.json``)."""
 
     def verdict(key: str, value: float) -> bool:

@@ -6,8 +6,7 @@ over the clients, ``[C, B*H'*W', k_h*k_w*ch] @ [C, k_h*k_w*ch, out]``, and its b
 ``bmm`` (:class:`_Conv`); max pools run on a channels-last view, before the ReLU that precedes them;
 a linear layer is one ``bmm``. ``torch.func.grad`` of the summed per-client losses gives every
 client's gradient in one backward pass (the losses are independent). ``sheaf-fmtl bench`` compares
-it with a per-client loop (1.2-1.5x on a 2-core CPU, where oneDNN grouped convolutions, one group
-per client, were 0.9-1.0x).
+it with a per-client loop (measured in benchmarks/README.md, "Against the performance targets").
 
 Mini-batch gradients with the task's loss take :mod:`.fused` on the CPU (one grouped convolution
 for all clients, a hand-written backward, about 35 aten ops a step); this module is the forward of

@@ -2,7 +2,7 @@
 paper's Section "Special Cases", and the first of them: conventional FMTL (dFedU's problem).
 
 With ``P_ij = sqrt(a_ij) I`` and ``d_ij = d`` the sheaf energy is ``sum_{e={i,j}} a_ij ||theta_i -
-theta_j||^2`` (paper, "Connection with conventional FMTL", eq. ``conventional FMTL objective``), so
+theta_j||^2`` (paper, "Connection with conventional FMTL", eq. (9)), so
 Algorithm 1 is dFedU (Dinh et al. 2022) with weights ``a_ij`` (those of a weighted graph, e.g. a
 three-column ``graph_file``). On a weighted graph Sheaf-FMTL scales each edge's terms by ``a_ij``
 (its maps act as ``sqrt(a_ij) P_ij``), so ``P_ij = I`` on the weighted graph is this case, and maps
@@ -92,7 +92,7 @@ def with_fixed_maps(
 def weighted_fmtl(config: RunConfig, fed: Federation, graph: ClientGraph) -> Simulation:
     """Sheaf-FMTL with fixed ``P_ij = I_d``, ``d_ij = d``, on ``graph`` whose weights ``a_ij`` (1
     where unweighted) scale each edge's terms (maps acting as ``sqrt(a_ij) I_d``): the conventional
-    FMTL objective ``sum_i f_i + lam/2 sum_{e={i,j}} a_ij ||theta_i - theta_j||^2`` (paper eq.
+    FMTL objective ``sum_i f_i + lam/2 sum_{e={i,j}} a_ij ||theta_i - theta_j||^2`` (paper eq. (9),
     ``conventional FMTL objective``), whose iterates are weighted dFedU's. Every client needs the
     same model size."""
     dims = fed.node_dims()

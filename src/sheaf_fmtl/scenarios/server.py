@@ -6,7 +6,7 @@
   on it, jointly in ``(theta_bar, theta_1..N)``.
 - :func:`hybrid_fl`: a server node with all features, clients with subsets; ``P_0i = Pi_i`` (the
   selection matrix pruning the server model to client ``i``'s), ``P_i0 = I``, ``d_e = d_i``: the
-  energy is ``sum_i ||theta_i - Pi_i theta_0||^2`` (paper eq. ``regularizer_2_of_zang``; Zhang et
+  energy is ``sum_i ||theta_i - Pi_i theta_0||^2`` (paper eq. (16) ``regularizer_2_of_zang``; Zhang et
   al. 2022, Eq. 6 with ``mu_1 = 0``).
 
 Node 0 is a node of the federation; a server without test data is left out of the recorded mean

@@ -3,7 +3,7 @@
 Undirected edge ``e = {i, j}`` (``i < j``) gives half-edges ``2e = (i -> j)`` and ``2e + 1 = (j -> i)``;
 ``rev[h]`` is the opposite half-edge. Each half-edge carries the map ``P_{src,dst}`` owned by ``src``.
 Edges may carry positive weights ``a_ij`` (default 1; a three-column edge list ``i j a_ij``), the
-weights of the conventional FMTL objective (paper, "Special Cases": dFedU's ``a_ij``, the sheaf with
+weights of the conventional FMTL objective (paper eq. (9), "Special Cases": dFedU's ``a_ij``, the sheaf with
 ``P_ij = sqrt(a_ij) I``).
 """
 

@@ -104,6 +104,23 @@ def init_maps(
     References:
         Section "Effect of the Restriction Maps Initialization" (the ablation's initialisations).
     """
+    s = _checked_scale(init, scale, generator, seed)
+    maps = [torch.empty(b.shape, dtype=dtype, device=device) for b in layout.buckets]
+    if on_device and init in ("gaussian", "uniform"):
+        gen = generator if generator is not None else torch.Generator().manual_seed(int(seed or 0))
+        return _draw_on_device(layout, maps, init, s, gen, shared)
+    # One stream per half-edge (per edge for shared maps), from the seed and its global id: a map
+    # does not depend on how buckets are formed nor on which half-edges a process holds.
+    base = int(torch.randint(0, 2**62, (1,), generator=generator)) if seed is None else seed
+    _draw_per_map(layout, maps, init, s, base, shared)
+    return maps
+
+
+def _checked_scale(
+    init: str, scale: float | None, generator: torch.Generator | None, seed: int | None
+) -> float | None:
+    """``scale`` as a float (``None`` stays ``None``), after refusing what :func:`init_maps` cannot
+    draw: no seed and no generator, an unknown ``init``, or one that gives zero maps."""
     if generator is None and seed is None:
         raise ValueError("init_maps needs a seed or a generator")
     if init == "zeros":
@@ -113,17 +130,18 @@ def init_maps(
     s = None if scale is None else float(scale)
     if s == 0.0 and init != "identity-noise":
         raise MapInitError(f"map_scale=0 with map_init={init} gives zero maps, which never learn")
-    maps = [torch.empty(b.shape, dtype=dtype, device=device) for b in layout.buckets]
-    if on_device and init in ("gaussian", "uniform"):
-        gen = generator if generator is not None else torch.Generator().manual_seed(int(seed or 0))
-        return _draw_on_device(layout, maps, init, s, gen, shared)
-    # One stream per half-edge (per edge for shared maps), from the seed and its global id: a map
-    # does not depend on how buckets are formed nor on which half-edges a process holds.
-    base = int(torch.randint(0, 2**62, (1,), generator=generator)) if seed is None else seed
+    return s
+
+
+def _draw_per_map(
+    layout: SheafLayout, maps: list[torch.Tensor], init: str, scale: float | None, base: int, shared: bool
+) -> None:
+    """Fill ``maps`` map by map, half-edge ``h``'s from its stream ``(base, MAP, h)`` (the edge's
+    lower half-edge id for shared maps, so ``P_ji = P_ij``)."""
     g, dims = layout.graph, layout.node_dims
     jobs: list[Callable[[], None]] = []
     for bi, b in enumerate(layout.buckets):
-        scale_b = default_scale(init, b.node_dim) if s is None else s
+        scale_b = default_scale(init, b.node_dim) if scale is None else scale
         for k, h in enumerate(b.half_edges.tolist()):
             same = shared and dims[g.src[h]] == dims[g.dst[h]]
             key = min(h, int(g.rev[h])) if same else h  # shared: the edge's stream, P_ji = P_ij
@@ -132,7 +150,6 @@ def init_maps(
     # (torch's kernels release the GIL); at R-MNIST scale this is most of a run's start-up.
     with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
         list(pool.map(lambda job: job(), jobs))
-    return maps
 
 
 def _draw_into(out: torch.Tensor, init: str, scale: float, gen: torch.Generator) -> None:

@@ -148,7 +148,7 @@ def transpose_sum(
     Returns:
         Per cohort ``[C, d]`` (zero for clients without edges).
     References:
-        The sum in eq. (18) ``thetaupdate``; with residuals, ``L_F theta`` (eq.
+        The sum in eq. (18) ``thetaupdate``; with residuals, ``L_F theta`` (eq. (3)
         ``Laplacian_matrix_form``).
     """
     out = [torch.zeros_like(t) for t in thetas]
@@ -167,7 +167,7 @@ def laplacian_action(layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: 
     Returns:
         Per cohort ``[C, d]``.
     References:
-        Eqs. ``Laplacian_defn`` / ``Laplacian_matrix_form`` (``L_F = P^T P``), never formed.
+        Eqs. (2) ``Laplacian_defn`` / (3) ``Laplacian_matrix_form`` (``L_F = P^T P``), never formed.
     """
     return transpose_sum(layout, maps, residuals(layout, messages(layout, thetas, maps)), thetas)
 
@@ -195,7 +195,7 @@ def energy(layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Maps) -> t
     Returns:
         A float64 scalar.
     References:
-        Lemma 1; ``lam / 2`` times it is the coupling term of problem ``P2``.
+        Lemma 1; ``lam / 2`` times it is the coupling term of problem (8) ``P2``.
     """
     return energy_from_residuals(residuals(layout, messages(layout, thetas, maps)))
 

@@ -8,7 +8,7 @@ Both runtimes call this module; it decides nothing about an algorithm's mathemat
   whose message is rejected is treated as dropped for that exchange. On the CPU with nothing lost
   to the plan, one fused check per buffer comes first (:func:`intact_on_host`): when every buffer
   passes, they are handed on as they arrived with ``heard = None`` (the same numbers: an all-True
-  mask zeroes nothing), which costs ~1% of what the per-half-edge path costs.
+  mask zeroes nothing), far cheaper than the per-half-edge path (measured in benchmarks/README.md, School).
 - :class:`DropPlan` (config keys ``drop_prob``, ``link_drop_prob``): in round ``k`` client ``i`` sits
   out with probability ``drop_prob`` (it sends nothing, receives nothing and keeps its state, see
   :meth:`Faults.hold`), and each directed link (graph half-edge ``i -> j``) is down with probability
