@@ -237,7 +237,7 @@ class Federation:
         data: one entry per client, ``(x_train, y_train, x_test, y_test)`` (arrays or tensors) or
             ``(train_dataset, test_dataset)`` (``torch.utils.data.Dataset`` of ``(x, y)`` items,
             read once into memory); integer targets classify, float targets regress
-            (:mod:`sheaf_fmtl.data.objects`). ``None``: the config's ``dataset``.
+            (:mod:`sheaf_fmtl.data.user`). ``None``: the config's ``dataset``.
         model: a factory ``make_model(i) -> nn.Module`` (or with no argument), an ``nn.Module``
             class or instance, or a list with one per client (:mod:`sheaf_fmtl.models.user`);
             clients whose modules share class, ``repr`` and parameter shapes form one cohort,

@@ -2,7 +2,7 @@
 models, loss, metric, graph), turned into config keys: each object held under a placeholder
 (:mod:`sheaf_fmtl.plugins`), an importable function named ``module:function``, a graph checked
 first, each refusal in one line. The packages' own ``user`` modules read what these keys name
-(:mod:`sheaf_fmtl.data.objects`, :mod:`sheaf_fmtl.models.user`, :mod:`sheaf_fmtl.federation.user`).
+(:mod:`sheaf_fmtl.data.user`, :mod:`sheaf_fmtl.models.user`, :mod:`sheaf_fmtl.federation.user`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import networkx as nx
 import numpy as np
 import torch
 
-from .data.objects import from_objects
+from .data.user import from_objects
 from .plugins import Held, hold, spec_of
 from .sheaf.graph import ClientGraph, GraphError
 
