@@ -10,7 +10,7 @@ import torch
 
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
-from sheaf_fmtl.federation import Federation, build_federation
+from sheaf_fmtl.federation import Cohorts, build_federation
 from sheaf_fmtl.runtime.engine.simulate import Simulation, build_simulation
 from sheaf_fmtl.sheaf.graph import ClientGraph, make_graph
 
@@ -33,7 +33,7 @@ def regression_dataset(
     return FederatedDataset("toy-regression", "regression", 0, tuple(clients))
 
 
-def federation(dataset: FederatedDataset | None = None, l2: float = L2, model: str = "linear") -> Federation:
+def federation(dataset: FederatedDataset | None = None, l2: float = L2, model: str = "linear") -> Cohorts:
     return build_federation(dataset or regression_dataset(), model, l2=l2)
 
 
@@ -73,7 +73,7 @@ def config(algorithm: str, **overrides: object) -> RunConfig:
 
 
 def simulation(
-    algorithm: str, fed: Federation | None = None, graph: ClientGraph | None = None, **overrides: object
+    algorithm: str, fed: Cohorts | None = None, graph: ClientGraph | None = None, **overrides: object
 ) -> Simulation:
     fed = fed or federation()
     graph = graph or path_graph(fed.num_clients)

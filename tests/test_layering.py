@@ -37,6 +37,7 @@ RANK = {
     "scenarios": 7,
     "reference": 7,
     "api": 8,
+    "user": 8,
     "callbacks": 8,
     "cli_options": 8,
     "cli_data": 9,

@@ -32,27 +32,23 @@ run's ``config.yaml`` does not re-create it (``sheaf-fmtl run``, ``run --resume`
 in the process, and with the :class:`Federation`, that started it. Name such objects as
 ``module:function`` to lift all three limits.
 
-Why one module: :func:`run` and :class:`Federation` call each other (a run given objects goes
-through a Federation, whose ``run`` is :func:`run`); apart, they would import each other.
+:func:`run` and :class:`Federation` call each other (a run given objects goes through a Federation,
+whose ``run`` is :func:`run`), so they share this module; the objects are turned into config keys
+in :mod:`sheaf_fmtl.user`, which imports nothing of this one.
 """
 
 from __future__ import annotations
 
-import contextlib
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
-import numpy as np
 import torch
 
 from .config import ConfigError, RunConfig, load_config
-from .data.objects import from_objects
-from .plugins import Held, held_keys, hold, spec_of
-from .sheaf.graph import ClientGraph, GraphError
+from .plugins import held_keys
+from .user import UserObjects, has_objects
 
 if TYPE_CHECKING:
     import pandas
@@ -179,9 +175,8 @@ def run(
             refused before training, in one line.
         sheaf_fmtl.runtime.engine.simulate.DivergenceError: the loss became NaN or infinite.
     """
-    from .runtime.run.loop import execute
+    from .runtime.run.launch import dispatch
     from .runtime.run.resume import resume as resume_run
-    from .runtime.run.rundir import claim
     from .scenarios import build
 
     if has_objects(keys):
@@ -198,38 +193,14 @@ def run(
                 "resume= continues a run folder with its own config: give no config, out or overwrite"
             )
         outcome = resume_run(resume, keys=keys, progress=progress, build=build, callbacks=callbacks)
-        out = resume
-    else:
-        resolved = resolve_config(config, **keys)
-        if resolved.processes > 1:  # the command line's dispatch: K ranks on this machine
-            return _run_processes(resolved, out, overwrite=overwrite, progress=progress, callbacks=callbacks)
-        with claim(out, overwrite=overwrite) if out is not None else contextlib.nullcontext():
-            outcome = execute(
-                resolved, out, progress=progress, overwrite=overwrite, build=build, callbacks=callbacks
-            )
-    where = None if out is None else Path(out)
-    return RunResult(outcome.config, outcome.summary, outcome.rows, outcome.final, where)
-
-
-def _run_processes(
-    config: RunConfig, out: str | Path | None, *, overwrite: bool, progress: bool, callbacks: Sequence[Any]
-) -> RunResult:
-    """``processes = K > 1``: the ranks the command line starts (:func:`.runtime.launch.spawn`),
-    each its own process, which write the run folder ``out``; the result is read back from it."""
-    from .runtime.run.launch import spawn
-
-    if out is None:
-        raise ConfigError(
-            f"config key 'processes' = {config.processes}: the ranks hand their results over in the run "
-            "folder; give out=FOLDER (or run with processes=1)"
-        )
-    if callbacks:
-        raise ConfigError(
-            f"config key 'processes' = {config.processes}: callbacks run in this process, not in the ranks; "
-            "run with processes=1 to use them"
-        )
-    spawn(config, Path(out), progress=progress, overwrite=overwrite)
-    return read_result(out)
+        return RunResult(outcome.config, outcome.summary, outcome.rows, outcome.final, Path(resume))
+    resolved = resolve_config(config, **keys)
+    folder = None if out is None else Path(out)
+    ran = dispatch(resolved, folder, progress=progress, overwrite=overwrite, build=build, callbacks=callbacks)
+    if isinstance(ran, dict):  # K processes: rank 0's summary; the results are in the run folder
+        assert folder is not None  # (dispatch refuses K processes without one)
+        return read_result(folder)
+    return RunResult(ran.config, ran.summary, ran.rows, ran.final, folder)
 
 
 def read_result(out: str | Path) -> RunResult:
@@ -259,18 +230,6 @@ def _number(text: str) -> Any:  # noqa: ANN401 - a metrics.csv cell: int, float 
     return text
 
 
-#: The keywords of :func:`sheaf_fmtl.run` that may carry Python objects.
-OBJECT_KEYS = ("data", "dataset", "model", "loss", "metric", "graph")
-
-
-def has_objects(keys: Mapping[str, Any]) -> bool:
-    """Whether ``keys`` (:func:`sheaf_fmtl.run`'s) carry Python objects rather than config values."""
-    data = keys.get("data")
-    if data is not None and not isinstance(data, Mapping):
-        return True
-    return any(k in keys and not isinstance(keys[k], str) for k in OBJECT_KEYS if k != "data")
-
-
 class Federation:
     """Clients' own data, models, loss, metric and graph, read and checked once for many runs.
 
@@ -278,7 +237,7 @@ class Federation:
         data: one entry per client, ``(x_train, y_train, x_test, y_test)`` (arrays or tensors) or
             ``(train_dataset, test_dataset)`` (``torch.utils.data.Dataset`` of ``(x, y)`` items,
             read once into memory); integer targets classify, float targets regress
-            (:mod:`sheaf_fmtl.data.objects`). ``None``: the config's ``dataset``.
+            (:mod:`sheaf_fmtl.data.user`). ``None``: the config's ``dataset``.
         model: a factory ``make_model(i) -> nn.Module`` (or with no argument), an ``nn.Module``
             class or instance, or a list with one per client (:mod:`sheaf_fmtl.models.user`);
             clients whose modules share class, ``repr`` and parameter shapes form one cohort,
@@ -295,60 +254,19 @@ class Federation:
     def __init__(
         self, data: Any = None, model: Any = None, *, loss: Any = None, metric: Any = None, graph: Any = None
     ) -> None:
-        self._held: list[Held] = []  # keeps the placeholders' objects alive as long as this object
-        self.num_clients: int | None = None
-        self.keys = self._as_keys(data=data, model=model, loss=loss, metric=metric, graph=graph)
+        self._objects = UserObjects()  # keeps the placeholders' objects alive as long as this object
+        self.keys = self._objects.as_keys(data=data, model=model, loss=loss, metric=metric, graph=graph)
 
-    def _as_keys(self, **given: Any) -> dict[str, Any]:
-        """Config keys for ``given``: objects held (their placeholders), importable functions as
-        ``module:function``, strings and ``data`` options as they are; ``None`` left out."""
-        keys: dict[str, Any] = {}
-        data = given.pop("data", None)
-        if given.get("dataset") is not None and not isinstance(given["dataset"], str | Mapping):
-            if not callable(given["dataset"]):  # the clients' data itself
-                data = given.pop("dataset")
-        if data is not None and isinstance(data, Mapping):
-            keys["data"] = data
-        elif data is not None:
-            raw = from_objects(data)
-            self.num_clients = len(raw.clients)
-            keys["dataset"] = self._hold(raw, f"{self.num_clients} {raw.task} clients")
-        for key, obj in given.items():
-            if obj is None or isinstance(obj, str) or key not in OBJECT_KEYS:
-                if obj is not None:
-                    keys[key] = obj
-            elif key == "graph":
-                keys[key] = self._hold_graph(obj)
-            else:
-                keys[key] = spec_of(obj) or self._hold(obj, _label(obj))
-        return keys
-
-    def _hold(self, obj: Any, label: str) -> str:
-        held = hold(obj, label)
-        self._held.append(held)
-        return held.token
-
-    def _hold_graph(self, graph: Any) -> str:
-        try:
-            if isinstance(graph, nx.Graph):
-                g = _networkx(graph)
-            elif isinstance(graph, ClientGraph):
-                g = graph
-            else:
-                g = _edge_list(graph, self.num_clients)
-        except GraphError as e:  # the graph's own checks (repeated edges, self-loops, ...): name the key
-            raise GraphError(str(e) if str(e).startswith("graph") else f"graph: {e}") from None
-        if self.num_clients is not None and g.num_nodes != self.num_clients:
-            raise GraphError(f"the graph has {g.num_nodes} nodes but the data has {self.num_clients} clients")
-        if not g.is_connected():
-            raise GraphError(f"the graph on {g.num_nodes} clients is not connected")
-        return self._hold(g, f"{g.num_nodes} nodes {g.num_edges} edges")
+    @property
+    def num_clients(self) -> int | None:
+        """The number of clients of the data given as objects (``None``: the config's dataset)."""
+        return self._objects.num_clients
 
     def config(self, config: ConfigSource = None, **keys: Any) -> RunConfig:
         """The run's config: ``config`` and ``keys`` (as :func:`sheaf_fmtl.run` takes them; objects
         among them replace this federation's, e.g. ``model=`` another factory) on top of this
         federation's objects; :class:`ConfigError` as the command line checks it."""
-        resolved = resolve_config(config, **{**self.keys, **self._as_keys(**keys)})
+        resolved = resolve_config(config, **{**self.keys, **self._objects.as_keys(**keys)})
         held = held_keys(resolved.to_dict())
         if resolved.processes > 1 and held:
             raise ConfigError(
@@ -377,65 +295,3 @@ class Federation:
             return run(resume=resume, progress=progress, callbacks=callbacks, **keys)
         config = self.config(config, **keys)
         return run(config, out=out, overwrite=overwrite, progress=progress, callbacks=callbacks)
-
-
-def _label(obj: Any) -> str:
-    if isinstance(obj, Sequence):
-        return f"{len(obj)} models"
-    return str(getattr(obj, "__name__", None) or type(obj).__name__)
-
-
-def _node(v: Any, where: str) -> int:
-    """A node id: an integer (or an integral number), as the command line's edge-list reader takes."""
-    if isinstance(v, bool | np.bool_) or not isinstance(v, numbers.Real) or not float(v).is_integer():
-        raise GraphError(f"graph: {where} has node id {v!r}; node ids must be integers 0..N-1")
-    return int(float(v))
-
-
-def _weight(a: Any, where: str) -> float:
-    if isinstance(a, bool | np.bool_) or not isinstance(a, numbers.Real):
-        raise GraphError(f"graph: {where} has weight {a!r} ({type(a).__name__}); expected a positive number")
-    return float(a)
-
-
-def _networkx(g: nx.Graph) -> ClientGraph:
-    """:meth:`ClientGraph.from_networkx` after the checks that name what is wrong with ``g``."""
-    if g.is_directed():
-        raise GraphError(
-            f"graph: a directed {type(g).__name__}; the coupling is symmetric: give an undirected "
-            "networkx.Graph (G.to_undirected() keeps an edge given in either direction)"
-        )
-    if g.is_multigraph():
-        raise GraphError(
-            f"graph: a {type(g).__name__} (parallel edges); give a simple networkx.Graph, one edge per pair"
-        )
-    for v in g.nodes:
-        _node(v, f"node {v!r}")
-    for i, j, a in g.edges(data="weight", default=1.0):
-        _weight(a, f"edge ({i!r}, {j!r})")
-    return ClientGraph.from_networkx(g)
-
-
-def _edge_list(edges: Any, num_clients: int | None) -> ClientGraph:
-    """A :class:`ClientGraph` from ``[(i, j), ...]`` or ``[(i, j, weight), ...]``."""
-    shape = getattr(edges, "shape", None)
-    if shape is not None and len(shape) == 2 and shape[0] == shape[1] > 1:
-        a = np.asarray(edges.detach().cpu() if isinstance(edges, torch.Tensor) else edges)
-        if np.array_equal(a, a.T) and not np.any(np.diag(a)):
-            raise GraphError(
-                f"graph: a {shape[0]} x {shape[1]} symmetric array with zero diagonal, an adjacency matrix; "
-                "give networkx.from_numpy_array(A) or a list of (i, j[, weight]) edges"
-            )
-    try:
-        rows = [tuple(e) for e in edges]
-    except TypeError:
-        raise GraphError(
-            f"graph: a {type(edges).__name__}; expected a networkx.Graph or a list of (i, j[, weight]) edges"
-        ) from None
-    if not rows or any(len(r) not in (2, 3) for r in rows):
-        raise GraphError("graph: expected a non-empty list of (i, j) or (i, j, weight) edges")
-    rows = [tuple(x.item() if isinstance(x, torch.Tensor | np.generic) else x for x in r) for r in rows]
-    pairs = np.array([[_node(v, f"edge {k} {r!r}") for v in r[:2]] for k, r in enumerate(rows)], np.int64)
-    weights = np.array([_weight(r[2], f"edge {k} {r!r}") if len(r) == 3 else 1.0 for k, r in enumerate(rows)])
-    n = num_clients if num_clients is not None else int(pairs.max()) + 1
-    return ClientGraph(n, pairs, weights)

@@ -13,7 +13,7 @@ import torch
 from sheaf_fmtl.algorithms import ALGORITHMS
 from sheaf_fmtl.algorithms.base import State
 from sheaf_fmtl.config.registry import MAP_MODES
-from sheaf_fmtl.federation import Federation
+from sheaf_fmtl.federation import Cohorts
 
 from .._baselines_problems import federation, regression_dataset, simulation
 
@@ -32,7 +32,7 @@ PROBLEMS = {
 }
 
 
-def _fed(keys: dict[str, str]) -> Federation:
+def _fed(keys: dict[str, str]) -> Cohorts:
     return PROBLEMS.get(keys.get("maps", ""), FED)
 
 

@@ -97,7 +97,7 @@ def host_tensors(sim: Any) -> list[torch.Tensor]:
     return out
 
 
-# Known, to be fixed in the files named (then remove the entry): ``Federation.per_client`` builds its
+# Known, to be fixed in the files named (then remove the entry): ``Cohorts.per_client`` builds its
 # index with ``torch.as_tensor(cohort.clients)`` at every call (on CUDA: a blocking copy per round).
 KNOWN: set[tuple[str, str]] = set()
 # By design: on the CPU the server's weight check reads its flag (free there); on CUDA it is checked on

@@ -88,6 +88,34 @@ def test_out_writes_the_same_run_folder_as_the_cli(tmp_path):
     assert sheaf_fmtl.run(**TINY, out=tmp_path / "api", overwrite=True).final == result.final
 
 
+def test_the_api_and_the_command_line_dispatch_through_one_function(tmp_path, monkeypatch):
+    """``sheaf_fmtl.run`` and ``sheaf-fmtl run`` hand the same config to :func:`launch.dispatch`
+    (which starts ``processes = K`` ranks for both)."""
+    from sheaf_fmtl.runtime import launch
+
+    seen = []
+
+    def record(config, out, **options):  # noqa: ANN001, ANN003, ANN202
+        seen.append((config.to_dict(), out))
+        return {"status": "finished"}  # rank 0's summary after K processes
+
+    monkeypatch.setattr(launch, "dispatch", record)
+    monkeypatch.setattr("sheaf_fmtl.api.read_result", lambda out: out)
+    monkeypatch.setattr("sheaf_fmtl.cli._report", lambda summary, out: 0)
+    keys = {**TINY, "processes": 2}
+    out = tmp_path / "run"
+    sheaf_fmtl.run(**keys, out=out)
+    assert main(["run", "--set", *(f"{k}={v}" for k, v in keys.items()), "--quiet", "--out", str(out)]) == 0
+    assert len(seen) == 2 and seen[0] == seen[1] and seen[0][0]["processes"] == 2
+
+
+def test_python_objects_and_processes_are_refused_in_one_line(tmp_path):
+    data = [(torch.randn(8, 3), torch.randint(0, 2, (8,)), torch.randn(4, 3), torch.randint(0, 2, (4,)))] * 3
+    with pytest.raises(ConfigError, match="cannot re-create the Python objects given as dataset") as e:
+        sheaf_fmtl.run(data=data, graph="complete", rounds=1, processes=2, out=tmp_path / "run")
+    assert "\n" not in str(e.value) and not (tmp_path / "run").exists()
+
+
 BAD = [("lam", -1), ("alpha", float("nan")), ("eval_every", 0), ("bogus", 1)]
 
 

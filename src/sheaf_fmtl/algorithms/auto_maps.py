@@ -21,7 +21,7 @@ from torch import nn
 from ..config import ConfigError, RunConfig
 from ..config.registry import algorithm_spec
 from ..config.schema import default_lam
-from ..federation import Federation
+from ..federation import Cohorts
 from ..sheaf.graph import ClientGraph
 
 
@@ -31,7 +31,7 @@ def _tabular(module: nn.Module) -> bool:
     return len(held) == 1 and isinstance(held[0], nn.Linear)
 
 
-def choose_maps(fed: Federation, graph: ClientGraph) -> tuple[str, str]:
+def choose_maps(fed: Cohorts, graph: ClientGraph) -> tuple[str, str]:
     """``(mode, why)`` for ``maps = auto`` (module docstring); the same in every process (it reads
     every client's model size and architecture, held here or not)."""
     dims = fed.node_dims()
@@ -45,7 +45,7 @@ def choose_maps(fed: Federation, graph: ClientGraph) -> tuple[str, str]:
     return "learned", "models of different sizes with no feature ids to relate"
 
 
-def resolve_coupling(config: RunConfig, fed: Federation, graph: ClientGraph) -> tuple[RunConfig, str | None]:
+def resolve_coupling(config: RunConfig, fed: Cohorts, graph: ClientGraph) -> tuple[RunConfig, str | None]:
     """``config`` as it runs: ``maps = auto`` replaced by the chosen mode (``sheaf-fmtl``) and
     ``lam = null`` by the default of the coupling that runs (algorithms that do not read ``lam``
     keep it null); with the reason for the choice."""

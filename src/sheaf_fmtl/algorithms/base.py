@@ -21,7 +21,7 @@ from .snapshot import data_fields, host_copy, load_fields, to_device
 
 if TYPE_CHECKING:
     from ..config import RunConfig
-    from ..federation import Federation
+    from ..federation import Cohorts
     from ..sheaf.graph import ClientGraph
     from ..streams import ClientStreams
 
@@ -71,7 +71,7 @@ class Context:
     otherwise each is a fresh random mini-batch. :meth:`local_steps` says how many steps a round's
     local phase takes."""
 
-    fed: Federation
+    fed: Cohorts
     graph: ClientGraph
     config: RunConfig
     init_gen: torch.Generator = field(default_factory=torch.Generator)

@@ -37,7 +37,7 @@ from torch import nn
 
 from ..config import ConfigError, RunConfig
 from ..config.registry import MapModeSpec
-from ..federation import Batch, Cohort, Federation
+from ..federation import Batch, Cohort, Cohorts
 from ..federation.cohort import draw_initial
 from ..messages import Payload
 from ..models import MODELS, build_model, default_model
@@ -88,7 +88,7 @@ class ProxyState(State):
         super().restore(rest, device)
 
 
-def proxy_name(config: RunConfig, fed: Federation) -> str:
+def proxy_name(config: RunConfig, fed: Cohorts) -> str:
     """``proxy_model``, or the run's built-in architecture with the fewest parameters (``model``'s
     names are assigned round-robin, so name ``k`` is client ``k``'s)."""
     allowed = ", ".join(sorted(MODELS))

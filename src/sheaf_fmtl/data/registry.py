@@ -12,9 +12,8 @@ import functools
 from ..plugins import call_with, first_line, is_held, is_spec, resolve
 from . import har, images, mocha, school, synthetic  # noqa: F401  (each registers its datasets)
 from .base import READERS, DataRequest, DatasetError, FederatedDataset, RawFederated
-from .objects import from_objects
 from .protocol import ProtocolOptions, apply_protocol
-from .user import load_user
+from .user import from_objects, load_user
 
 __all__ = ["DataRequest", "dataset_files", "dataset_names", "load", "load_raw"]
 

@@ -6,12 +6,12 @@ computed for all ``C`` clients at once, never client by client.
 - :mod:`.stacked`: a cohort's padded, stacked data, its mini-batches (random and epoch-wise,
   :class:`Batch`, :class:`EpochPlan`) and the fixed evaluation subsample;
 - :mod:`.cohort`: :class:`Cohort`, the batched losses, gradients, evaluation and initial models;
-- :mod:`.build`: :class:`Federation` (all clients, or a shard) and :func:`build_federation`.
+- :mod:`.build`: :class:`Cohorts` (all clients, or a shard) and :func:`build_federation`.
 """
 
 from __future__ import annotations
 
-from .build import Federation, build_federation, count_parameters
+from .build import Cohorts, build_federation, count_parameters
 from .cohort import CUDA_PREDICT_GROUP, EVAL_CHUNK, GROUP_CLIENTS, Cohort
 from .stacked import EVAL_SUBSAMPLE_SEED, EVAL_TRAIN_SAMPLES, Batch, EpochPlan, StackedClients
 
@@ -23,8 +23,8 @@ __all__ = [
     "GROUP_CLIENTS",
     "Batch",
     "Cohort",
+    "Cohorts",
     "EpochPlan",
-    "Federation",
     "StackedClients",
     "build_federation",
     "count_parameters",

@@ -38,8 +38,9 @@ class Architecture:
 
 
 @dataclass(eq=False)
-class Federation:
-    """All clients: cohorts plus where each client sits (``cohort_of``, ``position``)."""
+class Cohorts:
+    """All clients (or a shard of them) grouped into cohorts, each one architecture's clients stacked,
+    plus where each client sits (``cohort_of``, ``position``)."""
 
     dataset: FederatedDataset
     cohorts: list[Cohort]
@@ -55,7 +56,7 @@ class Federation:
     _largest: int = field(init=False, default=-1, repr=False)  # max n_i, once asked (steps_per_epoch)
     _single: bool | None = field(init=False, default=None, repr=False)  # one cohort, client order
 
-    def with_streams(self, seed: int) -> Federation:
+    def with_streams(self, seed: int) -> Cohorts:
         """This federation (the same cohorts and data, not copied) with its own random streams: every
         client held here gets a mini-batch stream from ``seed`` and its id. Two runs built on one
         federation thus never share a stream."""
@@ -154,7 +155,7 @@ def build_federation(
     l2: float = 0.0,
     device: str | torch.device = "cpu",
     clients: Sequence[int] | None = None,
-) -> Federation:
+) -> Cohorts:
     """Group clients by (model, input shape). ``model``: a name, ``auto`` (the paper's tabular
     default for the task), user code (``module:function`` or a held object's placeholder,
     :mod:`.user`: grouped also by architecture), or a comma-separated list of these assigned
@@ -212,7 +213,7 @@ def build_federation(
     sizes = np.array([len(c.y_train) for c in dataset.clients], np.int64)
     kept = dataset if held.all() else _only(dataset, held)
     metric_name = None if metric is None else metric.name
-    return Federation(
+    return Cohorts(
         kept,
         cohorts,
         cohort_of,

@@ -44,7 +44,7 @@ from ..models.linear import linear_shape
 
 if TYPE_CHECKING:
     from ..config import RunConfig
-    from ..federation import Federation
+    from ..federation import Cohorts
     from ..sheaf.graph import ClientGraph
 
 
@@ -102,7 +102,7 @@ class SampleCounter:
     sync in a round) until :meth:`samples` reads them.
     """
 
-    def __init__(self, fed: Federation) -> None:
+    def __init__(self, fed: Cohorts) -> None:
         self.fed = fed
         self.counts = [torch.zeros((), dtype=torch.int64, device=c.x_train.device) for c in fed.cohorts]
         for k, cohort in enumerate(fed.cohorts):
@@ -125,7 +125,7 @@ class SampleCounter:
         return [int(c) for c in self.counts]
 
 
-def local_flops(fed: Federation, samples: list[int]) -> int:
+def local_flops(fed: Cohorts, samples: list[int]) -> int:
     """``sum_c per_sample_flops(cohort c) * samples[c]`` (see :func:`per_sample_flops`)."""
     total = 0
     for cohort, n in zip(fed.cohorts, samples, strict=True):
@@ -182,7 +182,7 @@ def aggregation_flops(config: RunConfig, dim: int, graph: ClientGraph, rounds: i
 
 
 def run_flops(
-    config: RunConfig, fed: Federation, graph: ClientGraph, state: Any, samples: list[int], rounds: int
+    config: RunConfig, fed: Cohorts, graph: ClientGraph, state: Any, samples: list[int], rounds: int
 ) -> dict[str, int]:
     """The summary's FLOP fields for ``rounds`` completed rounds.
 
@@ -206,7 +206,7 @@ def run_flops(
     return {"flops": total, "flops_local": local, "flops_sheaf": sheaf, "flops_aggregation": agg}
 
 
-def proxy_local_flops(fed: Federation, state: ProxyState) -> int:
+def proxy_local_flops(fed: Cohorts, state: ProxyState) -> int:
     """``maps=proxy``: one forward and backward pass of the private model and of the proxy per sample
     the joint gradients used (the distillation terms are elementwise)."""
     assert state.proxy_module is not None
@@ -219,7 +219,7 @@ def proxy_local_flops(fed: Federation, state: ProxyState) -> int:
     return total
 
 
-def functional_flops(config: RunConfig, fed: Federation, state: FunctionalState, rounds: int) -> int:
+def functional_flops(config: RunConfig, fed: Cohorts, state: FunctionalState, rounds: int) -> int:
     """``maps=functional``: per held half-edge and coupling step, one forward and backward pass of
     its source's model on each of the ``probe_size`` probe inputs (the message's forward is the
     one the step differentiates; the energy reported at evaluations is not training)."""

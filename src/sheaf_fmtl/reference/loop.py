@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from ..federation import Federation
+from ..federation import Cohorts
 from ..runtime.engine.simulate import Simulation
 
 Edge = tuple[int, int]
@@ -88,7 +88,7 @@ def from_simulation(sim: Simulation, edges: Iterable[int] | None = None) -> Refe
 
 
 def client_gradient(
-    fed: Federation, i: int, theta: torch.Tensor, batch: torch.Tensor | None = None
+    fed: Cohorts, i: int, theta: torch.Tensor, batch: torch.Tensor | None = None
 ) -> torch.Tensor:
     """``grad f_i(theta)`` by plain autograd on client ``i`` alone: mean per-sample loss over its
     training rows (``batch``: row indices; default all) plus ``l2/2 ||theta||^2``."""
@@ -116,11 +116,11 @@ def _host_counts(cohort: Any) -> torch.Tensor:
     return host if isinstance(host, torch.Tensor) else cohort.n_train.cpu()
 
 
-def full_batch_gradients(fed: Federation) -> GradientFn:
+def full_batch_gradients(fed: Cohorts) -> GradientFn:
     return lambda i, theta: client_gradient(fed, i, theta)
 
 
-def minibatch_gradients(fed: Federation, batch_size: int, seed: int = 0) -> GradientFn:
+def minibatch_gradients(fed: Cohorts, batch_size: int, seed: int = 0) -> GradientFn:
     """Per-client autograd gradients on ``batch_size`` random rows (for timing: not the library's batches)."""
     gen = torch.Generator().manual_seed(seed)
     counts = [_host_counts(c).tolist() for c in fed.cohorts]  # once: no device read per client

@@ -28,7 +28,7 @@ TOPOLOGIES = {
 
 def build_topology(config: RunConfig) -> Simulation:
     """The simulation of ``config.topology`` (one of :data:`TOPOLOGIES`); run it with
-    ``runtime.loop.run(sim.config, out, sim=sim)``. Raises :class:`ConfigError` when the config
+    ``runtime.run.loop.run(sim.config, out, sim=sim)``. Raises :class:`ConfigError` when the config
     does not fit the special case."""
     name = config.topology
     if name not in TOPOLOGIES:

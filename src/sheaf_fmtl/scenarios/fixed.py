@@ -19,7 +19,7 @@ import torch
 
 from ..algorithms.sheaf_fmtl import SheafFMTL, SheafState
 from ..config import RunConfig
-from ..federation import Federation
+from ..federation import Cohorts
 from ..runtime.engine.simulate import Simulation, build_simulation
 from ..sheaf.graph import ClientGraph
 from ..sheaf.layout import build_layout
@@ -77,7 +77,7 @@ def set_fixed_maps(sim: Simulation, edge_dims: np.ndarray, map_of: MapOf) -> Non
 
 
 def with_fixed_maps(
-    config: RunConfig, fed: Federation, graph: ClientGraph, edge_dims: np.ndarray, map_of: MapOf
+    config: RunConfig, fed: Cohorts, graph: ClientGraph, edge_dims: np.ndarray, map_of: MapOf
 ) -> Simulation:
     """A ``sheaf-fmtl`` simulation of ``config`` (``eta`` must be 0) on ``fed`` and ``graph`` whose
     maps are ``map_of`` (:func:`set_fixed_maps`); the stability check runs on these maps only (not
@@ -89,7 +89,7 @@ def with_fixed_maps(
     return sim
 
 
-def weighted_fmtl(config: RunConfig, fed: Federation, graph: ClientGraph) -> Simulation:
+def weighted_fmtl(config: RunConfig, fed: Cohorts, graph: ClientGraph) -> Simulation:
     """Sheaf-FMTL with fixed ``P_ij = I_d``, ``d_ij = d``, on ``graph`` whose weights ``a_ij`` (1
     where unweighted) scale each edge's terms (maps acting as ``sqrt(a_ij) I_d``): the conventional
     FMTL objective ``sum_i f_i + lam/2 sum_{e={i,j}} a_ij ||theta_i - theta_j||^2`` (paper eq. (9),

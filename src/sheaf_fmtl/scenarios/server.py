@@ -23,7 +23,7 @@ import torch
 
 from ..config import RunConfig
 from ..data.base import ClientSplit, FederatedDataset
-from ..federation import Federation, build_federation
+from ..federation import Cohorts, build_federation
 from ..runtime.engine.simulate import Simulation
 from ..sheaf.graph import ClientGraph, make_graph
 from .fixed import conventional_fmtl, linear_selection, weighted_fmtl, with_fixed_maps
@@ -90,7 +90,7 @@ def hybrid_fl(
     return with_fixed_maps(conventional_fmtl(config), fed, star(fed.num_clients), edge_dims, map_of)
 
 
-def _check_hybrid(fed: Federation, selections: list[np.ndarray]) -> None:
+def _check_hybrid(fed: Cohorts, selections: list[np.ndarray]) -> None:
     if any(c.model_name not in ("linear", "logistic") for c in fed.cohorts):
         raise ValueError("hybrid_fl builds selection matrices for linear and logistic models only")
     dims = fed.node_dims()

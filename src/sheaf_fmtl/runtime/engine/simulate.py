@@ -21,7 +21,7 @@ from ...config import ConfigError, RunConfig
 from ...data.base import FederatedDataset
 from ...data.protocol import ProtocolOptions
 from ...data.registry import DataRequest, load
-from ...federation import Federation, build_federation
+from ...federation import Cohorts, build_federation
 from ...metrics.flops import run_flops
 from ...plugins import is_held, resolve
 from ...sheaf.graph import ClientGraph, GraphError, make_graph
@@ -203,7 +203,7 @@ def resolve_device(name: str) -> str:
 
 def build_simulation(
     config: RunConfig,
-    fed: Federation | None = None,
+    fed: Cohorts | None = None,
     graph: ClientGraph | None = None,
     *,
     rank_world: tuple[int, int] | None = None,

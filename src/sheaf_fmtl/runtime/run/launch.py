@@ -34,20 +34,23 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 import yaml
 
-from ...config import RunConfig
+from ...config import ConfigError, RunConfig
 from . import interrupt
 from .precheck import check_processes
 from .rankenv import LAUNCHER, STORE_FILE, rank_world, watch_launcher
 from .rundir import HELD_ENV, claim, held_lock
+
+if TYPE_CHECKING:
+    from .loop import RunOutcome
 
 STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)  # a rank's exit status after a clean stop
 
@@ -281,16 +284,46 @@ def _poll(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> list[int]:
 def run_any(
     config: RunConfig, out: Path, *, progress: bool, overwrite: bool, build: Callable[..., Any] | None = None
 ) -> dict[str, Any] | None:
-    """The ``run`` command's dispatch: a rank (torchrun or :func:`spawn`'s child), ``K`` local
-    processes, or one process; the summary to print (``None`` on ranks other than 0)."""
-    from .loop import run
-
+    """The ``run`` command's dispatch: a rank (torchrun or :func:`spawn`'s child), else
+    :func:`dispatch`; the summary to print (``None`` on ranks other than 0)."""
     if rank_world() is not None:
         return run_rank(config, out, progress=progress, overwrite=overwrite, build=build)
+    ran = dispatch(config, out, progress=progress, overwrite=overwrite, build=build)
+    return ran if isinstance(ran, dict) else ran.summary
+
+
+def dispatch(
+    config: RunConfig,
+    out: Path | None,
+    *,
+    progress: bool,
+    overwrite: bool,
+    build: Callable[..., Any] | None = None,
+    callbacks: Sequence[Any] = (),
+) -> RunOutcome | dict[str, Any]:
+    """One run of ``config``, for ``sheaf-fmtl run`` and :func:`sheaf_fmtl.run` alike: ``processes =
+    K > 1`` starts ``K`` ranks on this machine (:func:`spawn`), which write the run folder ``out``,
+    and returns rank 0's summary; else runs in this process (into ``out``, or in memory when
+    ``None``) and returns its :class:`.loop.RunOutcome`. ``K`` ranks are refused in one line
+    (:class:`ConfigError`) without a run folder, where they hand their results over, and with
+    ``callbacks``, which would run in this process, not in the ranks."""
+    from .loop import execute
+
     if config.processes > 1:
+        if out is None:
+            raise ConfigError(
+                f"config key 'processes' = {config.processes}: the ranks hand their results over in the run "
+                "folder; give out=FOLDER (or run with processes=1)"
+            )
+        if callbacks:
+            raise ConfigError(
+                f"config key 'processes' = {config.processes}: callbacks run in this process, not in the "
+                "ranks; run with processes=1 to use them"
+            )
         return spawn(config, out, progress=progress, overwrite=overwrite)
-    with claim(out, overwrite=overwrite), interrupt.leave_summary(out):
-        return run(config, out, progress=progress, overwrite=overwrite, build=build)
+    owned = claim(out, overwrite=overwrite) if out is not None else contextlib.nullcontext()
+    with owned, interrupt.leave_summary(out):
+        return execute(config, out, progress=progress, overwrite=overwrite, build=build, callbacks=callbacks)
 
 
 def resume_any(

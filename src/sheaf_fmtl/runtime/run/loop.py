@@ -48,7 +48,7 @@ from .gather import final_state
 from .interrupt import StopRequest
 from .recorder import Recorder
 from .rundir import check_out_dir, prepare_out_dir
-from .summary import resolved, summarize
+from .summary import config_with_clients, summarize
 
 
 @dataclass
@@ -222,7 +222,9 @@ def _prepare(
     if world > 1 and out_dir is not None:  # which ranks write into this rank's --out (own disks?)
         writer.ranks = folder_ranks(Path(out_dir), comm, rank, world)
         if fresh:
-            adopt_folder(Path(out_dir), resolved(config, fed), overwrite, writer.rank, writer.leads, agree)
+            adopt_folder(
+                Path(out_dir), config_with_clients(config, fed), overwrite, writer.rank, writer.leads, agree
+            )
         elif resume_from is not None:
             resume_from = common_checkpoint(resume_from, Path(out_dir), comm)
     if resume_from is None:
@@ -230,7 +232,7 @@ def _prepare(
             preprocessing.write(folder, fed.dataset)  # what sheaf_fmtl.load applies to raw data
         if rank == 0 and (unused := unused_warning(config)):  # keys from a file, maybe shared across modes
             warnings.warn(unused, UnusedKeysWarning, stacklevel=2)
-        recorder = Recorder(folder, resolved(config, fed), metric_name)
+        recorder = Recorder(folder, config_with_clients(config, fed), metric_name)
         state = _RunState(config, sim, folder, recorder, counter, writer, agreement, t0, 0, {})
         state.last = _record(sim, recorder, 0, t0)
         state.warn()
@@ -259,7 +261,7 @@ def _restored(
             f"{resume_from} was written by {len(manifest['shards'])} process(es); resume it with as many"
         )
     restore(sim, counter, shard)
-    recorder = Recorder(folder, resolved(config, fed), metric_name, rows=manifest["rows"])
+    recorder = Recorder(folder, config_with_clients(config, fed), metric_name, rows=manifest["rows"])
     if folder is not None:
         (folder / "summary.json").unlink(missing_ok=True)
     t0 -= float(manifest["wall_seconds"])

@@ -1,4 +1,5 @@
-"""``summary.json``'s fields (:func:`summarize`) and the config as a run records it (:func:`resolved`)."""
+"""``summary.json``'s fields (:func:`summarize`) and the config as a run records it, its ``clients``
+counted (:func:`config_with_clients`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import torch
 
 from ...config import RunConfig
-from ...federation import Federation
+from ...federation import Cohorts
 from ...metrics.flops import SampleCounter
 from ...metrics.memory import peak_memory
 from ...plugins import higher_is_better
@@ -62,7 +63,7 @@ def summarize(
     return summary
 
 
-def resolved(config: RunConfig, fed: Federation) -> RunConfig:
+def config_with_clients(config: RunConfig, fed: Cohorts) -> RunConfig:
     """``config`` as run: ``clients`` = the number of clients with training data (the dataset's
     own number when the config left it open; a data-less server node is not counted)."""
     if config.clients is not None:
