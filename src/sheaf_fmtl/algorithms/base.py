@@ -54,7 +54,17 @@ class State:
         under an earlier name (:attr:`saved_names`) are read under their name now."""
         load_fields(self, {self.saved_names.get(k, k): v for k, v in saved.items()}, device)
 
+    def flop_terms(
+        self, config: RunConfig, fed: Cohorts, samples: list[int], rounds: int, per_sample: PerSampleFlops
+    ) -> tuple[int | None, int | None]:
+        """``(local training, coupling)`` FLOPs over ``rounds`` rounds that this state counts itself;
+        ``None`` each: the default count (``metrics.flops.run_flops``). ``per_sample``: one sample's
+        forward and backward pass of a module (``metrics.flops.per_sample_flops``)."""
+        return None, None
 
+
+#: ``(module, one sample's input shape, task, loss or None) -> FLOPs`` of its forward and backward pass.
+PerSampleFlops = Callable[[torch.nn.Module, tuple[int, ...], str, Any], int]
 # ``thetas -> (gradients per cohort, batch losses [N])``, the signature of Context.stochastic_gradients.
 GradientSource = Callable[[list[torch.Tensor]], tuple[list[torch.Tensor], torch.Tensor]]
 

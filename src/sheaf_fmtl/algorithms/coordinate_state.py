@@ -10,11 +10,12 @@ import numpy as np
 import torch
 
 from ..config import ConfigError, RunConfig
+from ..federation import Cohorts
 from ..messages import Comm, EdgeTensor
 from ..sheaf.layout import SheafLayout
 from ..sheaf.selection import SelectionDraws, Support
 from ..sheaf.supports import aligned_support, feature_support
-from .base import Context, State
+from .base import Context, PerSampleFlops, State
 
 
 @dataclass
@@ -47,6 +48,12 @@ class CoordinateState(State):
         stored)."""
         kept = (self.estimates or []) + (self.own_copies or [])
         return sum(e.numel() * e.element_size() for e in kept)
+
+    def flop_terms(
+        self, config: RunConfig, fed: Cohorts, samples: list[int], rounds: int, per_sample: PerSampleFlops
+    ) -> tuple[int | None, int | None]:
+        """The coupling's count, :func:`coupling_flops`; local training's is the default."""
+        return None, coupling_flops(config, self, rounds)
 
 
 def flat_index(

@@ -31,10 +31,11 @@ import torch
 
 from ..config import ConfigError, RunConfig
 from ..config.registry import MapModeSpec
+from ..federation import Cohorts
 from ..messages import EdgeTensor, Payload
 from ..sheaf.layout import SheafLayout, build_layout
 from ..sheaf.probes import noise_probes, pool_rows
-from .base import Algorithm, Context, State, register_maps
+from .base import Algorithm, Context, PerSampleFlops, State, register_maps
 from .steps import coupled_step
 
 NOT_DATA = ("leaves", "outputs", "weights", "columns", "pool")
@@ -57,6 +58,21 @@ class FunctionalState(State):
     def checkpoint(self) -> dict[str, Any]:
         """The data fields but the round's forward passes and what ``init`` rebuilds."""
         return {k: v for k, v in super().checkpoint().items() if k not in NOT_DATA}
+
+    def flop_terms(
+        self, config: RunConfig, fed: Cohorts, samples: list[int], rounds: int, per_sample: PerSampleFlops
+    ) -> tuple[int | None, int | None]:
+        """The coupling: per held half-edge and coupling step, one forward and backward pass of its
+        source's model on each of the ``probe_size`` probe inputs (the message's forward is the one
+        the step differentiates; the energy reported at evaluations is not training)."""
+        assert self.layout is not None
+        steps = 1 if config.local_epochs > 0 else config.local_steps
+        total = 0
+        for b in self.layout.buckets:
+            cohort = fed.cohorts[b.cohort]
+            per = per_sample(cohort.module, tuple(cohort.x_train.shape[2:]), cohort.task, cohort.loss_fn)
+            total += b.size * config.probe_size * per
+        return None, total * steps * rounds
 
 
 def probe_shape(ctx: Context) -> tuple[tuple[int, ...], list[np.ndarray] | None]:

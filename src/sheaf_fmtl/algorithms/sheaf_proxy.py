@@ -41,7 +41,7 @@ from ..federation import Batch, Cohort, Cohorts
 from ..federation.cohort import draw_initial
 from ..messages import Payload
 from ..models import MODELS, build_model, default_model
-from .base import Algorithm, Context, State, register_maps
+from .base import Algorithm, Context, PerSampleFlops, State, register_maps
 from .coordinate_state import CoordinateState
 from .sheaf_coordinates import CoordinateSheaf
 
@@ -66,6 +66,21 @@ class ProxyState(State):
     @property
     def coupling_state_bytes(self) -> int:
         return 0 if self.coupling is None else self.coupling.coupling_state_bytes
+
+    def flop_terms(
+        self, config: RunConfig, fed: Cohorts, samples: list[int], rounds: int, per_sample: PerSampleFlops
+    ) -> tuple[int | None, int | None]:
+        """Local training: one forward and backward pass of the private model and of the proxy per
+        sample the joint gradients used (the distillation terms are elementwise); the coupling: the
+        proxies' (their coordinate coupling's count)."""
+        assert self.proxy_module is not None and self.coupling is not None
+        local = 0
+        for cohort, n in zip(fed.cohorts, self.samples, strict=True):
+            shape = tuple(cohort.x_train.shape[2:])
+            per = per_sample(cohort.module, shape, cohort.task, cohort.loss_fn)
+            per += per_sample(self.proxy_module, shape, cohort.task, cohort.loss_fn)
+            local += per * int(n)
+        return local, self.coupling.flop_terms(config, fed, samples, rounds, per_sample)[1]
 
     @property
     def proxies(self) -> list[torch.Tensor]:

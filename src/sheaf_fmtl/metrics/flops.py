@@ -36,9 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..algorithms.coordinate_state import CoordinateState, coupling_flops
-from ..algorithms.sheaf_functional import FunctionalState
-from ..algorithms.sheaf_proxy import ProxyState
+from ..algorithms.base import State
 from ..config.registry import algorithm_spec
 from ..models.linear import linear_shape
 
@@ -189,45 +187,17 @@ def run_flops(
     Returns:
         ``flops`` (the sum), ``flops_local``, ``flops_sheaf``, ``flops_aggregation``.
     """
+    own_local, own_sheaf = (
+        state.flop_terms(config, fed, samples, rounds, per_sample_flops)
+        if isinstance(state, State)
+        else (None, None)
+    )
+    local = own_local if own_local is not None else local_flops(fed, samples)
     layout = getattr(state, "layout", None)
-    local = local_flops(fed, samples)
-    if isinstance(state, ProxyState):  # maps=proxy: both models' passes; the proxies' coupling
-        local = proxy_local_flops(fed, state)
-        state = state.coupling
-        layout = getattr(state, "layout", None)
-    if isinstance(state, FunctionalState):  # maps=functional: J^T r through the probes
-        sheaf = functional_flops(config, fed, state, rounds)
-    elif isinstance(state, CoordinateState):  # maps that select coordinates (maps=redrawn, ...)
-        sheaf = coupling_flops(config, state, rounds)
+    if own_sheaf is not None:  # a state that counts its coupling itself (maps=redrawn, proxy, ...)
+        sheaf = own_sheaf
     else:
         sheaf = sheaf_flops(config, layout, rounds) if layout is not None else 0
-    agg = aggregation_flops(config, fed.cohorts[0].dim, graph, rounds) if layout is None else 0
+    agg = aggregation_flops(config, fed.cohorts[0].dim, graph, rounds)
     total = local + sheaf + agg
     return {"flops": total, "flops_local": local, "flops_sheaf": sheaf, "flops_aggregation": agg}
-
-
-def proxy_local_flops(fed: Cohorts, state: ProxyState) -> int:
-    """``maps=proxy``: one forward and backward pass of the private model and of the proxy per sample
-    the joint gradients used (the distillation terms are elementwise)."""
-    assert state.proxy_module is not None
-    total = 0
-    for cohort, n in zip(fed.cohorts, state.samples, strict=True):
-        shape = tuple(cohort.x_train.shape[2:])
-        per = per_sample_flops(cohort.module, shape, cohort.task, cohort.loss_fn)
-        per += per_sample_flops(state.proxy_module, shape, cohort.task, cohort.loss_fn)
-        total += per * int(n)
-    return total
-
-
-def functional_flops(config: RunConfig, fed: Cohorts, state: FunctionalState, rounds: int) -> int:
-    """``maps=functional``: per held half-edge and coupling step, one forward and backward pass of
-    its source's model on each of the ``probe_size`` probe inputs (the message's forward is the
-    one the step differentiates; the energy reported at evaluations is not training)."""
-    assert state.layout is not None
-    steps = 1 if config.local_epochs > 0 else config.local_steps
-    total = 0
-    for b in state.layout.buckets:
-        cohort = fed.cohorts[b.cohort]
-        per = per_sample_flops(cohort.module, tuple(cohort.x_train.shape[2:]), cohort.task, cohort.loss_fn)
-        total += b.size * config.probe_size * per
-    return total * steps * rounds
