@@ -39,9 +39,9 @@ _REFUSED_ELSEWHERE = ("estimates", "map_kind")
 def read_by() -> dict[str, tuple[str, tuple[str, ...]]]:
     """key -> (selector, the selector's values that read the key): the map modes' and algorithms'
     keys as their registry entries list them (:mod:`.registry`), then graph kinds and protocols."""
+    registry.algorithm_names()  # the registries filled (the algorithms package imported)
     out: dict[str, tuple[str, tuple[str, ...]]] = {}
     for selector, specs in (("maps", registry.MAP_MODES), ("algorithm", registry.ALGORITHMS)):
-        registry.algorithm_names()  # (the registries filled)
         for spec in specs.values():
             for key in spec.reads:
                 if key not in _REFUSED_ELSEWHERE:
