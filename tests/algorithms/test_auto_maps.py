@@ -45,23 +45,54 @@ def test_auto_picks_the_mode_for_the_built_in_problems_and_the_run_records_it(tm
     assert config.maps == "auto" and config.lam is None
     out = execute(config, tmp_path / "run")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["maps"] == mode and summary["lam"] == map_mode_spec(mode).default_lam
-    assert summary["maps_auto"]  # why auto chose it
+    assert summary["maps"] == mode and summary["lam"] == pytest.approx(_lam_by_hand(config, mode), rel=1e-3)
+    assert summary["maps_auto"] and summary["lam_rule"].startswith("lam = min(pull/q")  # why, and how
     assert out.config.maps == mode and out.config.lam == summary["lam"]  # config.yaml: what ran
     named = execute(config.replace(maps=mode), None).summary
     assert named["maps_auto"] is None and named["final"] == summary["final"]  # the same run
 
 
-def test_auto_picks_aligned_for_networks_and_learned_without_anything_to_relate() -> None:
+def _lam_by_hand(config: RunConfig, mode: str) -> float:
+    """``min(pull / q, 1 / (alpha lambda_S))`` from a dense Laplacian and the model's size."""
+    sim = build_simulation(config.replace(maps=mode, lam=0.0))
+    graph, d = sim.ctx.graph, int(sim.ctx.fed.node_dims()[0])
+    lap = np.diag(graph.degrees().astype(float))
+    lap[graph.edges[:, 0], graph.edges[:, 1]] = lap[graph.edges[:, 1], graph.edges[:, 0]] = -1.0
+    lmax = float(np.linalg.eigvalsh(lap).max())
+    q = max(1, int(np.floor(config.gamma * d))) / d if mode == "redrawn" else 1.0
+    pull = {"redrawn": 0.1, "features": 0.1}[mode]
+    return min(pull / q, 1.0 / (config.alpha * (2 * (1 - q) + q * lmax)))
+
+
+def test_the_default_lam_keeps_the_pull_at_every_compression_and_stops_at_averaging() -> None:
+    """``lam q`` stays 0.1 from ``gamma`` 0.3 down to where exact averaging caps it."""
+    base = RunConfig(dataset="synthetic", clients=12, graph="erdos-renyi", graph_p=0.4, rounds=1)
+    pulls = []
+    for gamma in (0.3, 0.1, 0.03, 0.005):
+        sim = build_simulation(base.replace(gamma=gamma))
+        d = int(sim.ctx.fed.node_dims()[0])
+        q = max(1, int(gamma * d)) / d
+        assert sim.config.lam == pytest.approx(_lam_by_hand(base.replace(gamma=gamma), "redrawn"), rel=1e-3)
+        pulls.append(sim.config.lam * q)
+    assert pulls[:2] == pytest.approx([0.1, 0.1], rel=1e-3)
+    assert pulls[-1] < 0.1  # capped: alpha lam lambda_S = 1 at gamma 0.005
+    assert "exact averaging" not in sim.lam_rule and "lambda_S" in sim.lam_rule
+
+
+def test_auto_picks_proxies_for_networks_and_learned_without_anything_to_relate() -> None:
     cnns = build_simulation(RunConfig(model="cnn-small,cnn-medium", clients=4), dataset=image_dataset(4))
-    assert cnns.config.maps == "aligned" and choose_maps(cnns.ctx.fed, cnns.ctx.graph)[0] == "aligned"
+    assert (
+        cnns.config.maps == "proxy" and choose_maps(cnns.ctx.fed, cnns.ctx.graph, cnns.config)[0] == "proxy"
+    )
+    assert "exact averaging" in cnns.lam_rule  # the proxies' default: ProxyFL's averaging step
+    assert choose_maps(cnns.ctx.fed, cnns.ctx.graph)[0] == "aligned"  # where no proxy is considered
     tabular = build_simulation(RunConfig(clients=4, graph="complete"), dataset=_tabular_without_feature_ids())
     assert tabular.config.maps == "learned" and tabular.config.lam == 0.01
 
 
 def test_lam_left_open_takes_each_algorithms_default_and_a_given_lam_is_kept() -> None:
     assert default_lam(RunConfig(algorithm="dfedu")) == 0.01
-    assert default_lam(RunConfig(maps="redrawn")) == map_mode_spec("redrawn").default_lam
+    assert default_lam(RunConfig(maps="learned")) == map_mode_spec("learned").default_lam
     sim = build_simulation(RunConfig(dataset="synthetic", clients=6, lam=0.7))
     assert sim.config.maps == "redrawn" and sim.config.lam == 0.7
     local = build_simulation(RunConfig(dataset="synthetic", clients=6, algorithm="local"))

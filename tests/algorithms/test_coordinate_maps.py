@@ -20,9 +20,7 @@ from sheaf_fmtl.runtime.run.loop import execute
 from sheaf_fmtl.scenarios import shared_feature_maps
 from sheaf_fmtl.sheaf.graph import ClientGraph
 from sheaf_fmtl.sheaf.selection import (
-    SelectionDraws,
     dense_maps,
-    selection_laplacian_bound,
     selection_positions,
 )
 from sheaf_fmtl.sheaf.supports import aligned_support, feature_support
@@ -41,6 +39,7 @@ HOMOGENEOUS = {
     "gamma": 0.2,
     "maps": "redrawn",
     "init": "per-client",
+    "edge_weights": "graph",  # the coupling itself (learned weights: test_edge_weights.py)
 }
 
 
@@ -262,7 +261,14 @@ def test_feature_maps_equal_the_dense_feature_maps_scenario() -> None:
     """``maps = features`` (coordinates, never stored) against ``shared_feature_maps`` (dense fixed
     maps through Algorithm 1 with eta = 0): the same iterates and bits."""
     cfg = RunConfig(
-        dataset="synthetic-clusters", clients=6, graph="complete", eta=0.0, lam=0.3, alpha=0.1, rounds=3
+        dataset="synthetic-clusters",
+        clients=6,
+        graph="complete",
+        eta=0.0,
+        lam=0.3,
+        alpha=0.1,
+        rounds=3,
+        edge_weights="graph",
     )
     dense = shared_feature_maps(cfg, load_dataset(cfg), clusters_feature_sets(cfg.data, cfg.seed, 6))
     coords = build_simulation(cfg.replace(maps="features"))
@@ -369,43 +375,54 @@ def test_redrawn_run_records_bits_flops_and_the_estimates_memory(tmp_path) -> No
     assert s["coupling_state_bytes"] == 2 * half_edges * d * 4  # both copies of every edge, at each end
 
 
-def test_selection_laplacian_bound_holds_for_every_drawn_round_and_by_hand() -> None:
-    # a path 0-1-2-3 with every coordinate selected: each coordinate couples the whole path, and
-    # max (deg u + deg v) = 4 (lambda_max of the path is 2 + sqrt 2)
-    path = np.array([[0, 1], [1, 2], [2, 3]])
-    assert selection_laplacian_bound(0, path, 5, np.full(3, 5), rounds=3) == 4.0
-    assert selection_laplacian_bound(0, path, 5, np.full(3, 5), rounds=3, budget=44) is None
-    # few coordinates per edge: the dense sheaf Laplacian of every drawn round lies below the bound,
-    # and the bound well below the graph Laplacian's lambda_max
-    graph = nx.erdos_renyi_graph(10, 0.6, seed=1)
-    edges, d, de, rounds = np.array(graph.edges()), 60, 2, 30
-    bound = selection_laplacian_bound(3, edges, d, np.full(len(edges), de), rounds)
-    draws = SelectionDraws(3, np.arange(len(edges)), np.full(len(edges), d), np.full(len(edges), de), "cpu")
-    worst = 0.0
-    for t in range(rounds):
-        lap = np.zeros((10 * d, 10 * d))
-        for (u, v), ks in zip(edges, draws.positions(t).view(len(edges), de).numpy(), strict=True):
-            for k in ks:
-                a, b = u * d + k, v * d + k
-                lap[[a, b], [a, b]] += 1.0
-                lap[[a, b], [b, a]] -= 1.0
-        worst = max(worst, float(np.linalg.eigvalsh(lap).max()))
-    assert bound is not None
-    assert worst <= bound + 1e-9 and bound < 0.7 * nx.laplacian_spectrum(graph).max()
-
-
-def test_the_stability_check_of_redrawn_selections_uses_the_drawn_maps() -> None:
-    """Accepted just below ``2 / (alpha bound)``, refused above it, naming the bound; the graph
-    Laplacian's bound alone would refuse both."""
-    cfg = RunConfig(
-        dataset="synthetic", maps="redrawn", gamma=0.02, clients=8, graph="complete", rounds=5, alpha=0.1
+def _disagreement_growth(cfg: RunConfig, rounds: int) -> float:
+    """``||x(T) - mean|| / ||x(0) - mean||`` of the coupling alone (zero gradients) from random models."""
+    sim = build_simulation(cfg.replace(stability_check=False))
+    gen = torch.Generator().manual_seed(5)
+    sim.state.thetas = [torch.randn(t.shape, generator=gen, dtype=t.dtype) for t in sim.state.thetas]
+    sim.ctx.gradient_source = lambda t: (
+        [torch.zeros_like(x) for x in t],
+        torch.zeros(sim.ctx.fed.num_clients),
     )
-    sim = build_simulation(cfg.replace(lam=0.0))
-    state = sim.state
-    graph = sim.ctx.graph
-    d = int(state.layout.node_dims[0])
-    bound = selection_laplacian_bound(0, graph.edges, d, state.layout.edge_dims, 5)
-    assert bound is not None and bound < 8  # the complete graph's lambda_max is 8
-    build_simulation(cfg.replace(lam=0.99 * 2 / (0.1 * bound)))
-    with pytest.raises(ConfigError, match="bound over the run's drawn selections"):
-        build_simulation(cfg.replace(lam=1.01 * 2 / (0.1 * bound)))
+
+    def spread() -> float:
+        x = torch.cat(sim.state.thetas)
+        return float((x - x.mean(0)).norm())
+
+    start = spread()
+    for _ in range(rounds):
+        sim.step()
+    return spread() / start
+
+
+@pytest.mark.parametrize("gamma", [0.02, 0.3])
+def test_the_stability_check_of_redrawn_maps_refuses_where_the_coupling_grows(gamma: float) -> None:
+    """The mean-square limit ``alpha lam lambda_S < 2``, ``lambda_S = 2 (1 - q) + q lambda_max(L)``
+    (a dense numpy eigendecomposition gives ``lambda_max``): accepted at 0.9 of it, where the
+    coupling alone shrinks the models' disagreement, refused at 1.3, where it grows; the graph
+    Laplacian's worst case would refuse both at small ``gamma``."""
+    cfg = RunConfig(
+        dataset="synthetic",
+        maps="redrawn",
+        gamma=gamma,
+        clients=12,
+        graph="erdos-renyi",
+        graph_p=0.4,
+        alpha=0.1,
+        rounds=400,
+        edge_weights="graph",
+    )
+    probe = build_simulation(cfg.replace(lam=0.0))
+    graph, d = probe.ctx.graph, int(probe.state.layout.node_dims[0])
+    lap = np.diag(graph.degrees().astype(float))
+    lap[graph.edges[:, 0], graph.edges[:, 1]] = lap[graph.edges[:, 1], graph.edges[:, 0]] = -1.0
+    lmax, q = float(np.linalg.eigvalsh(lap).max()), max(1, int(gamma * d)) / d
+    limit = 2.0 / (cfg.alpha * (2 * (1 - q) + q * lmax))
+    accepted = build_simulation(cfg.replace(lam=0.9 * limit))
+    assert accepted.state.lambda_max == pytest.approx(2 * (1 - q) + q * lmax)
+    with pytest.raises(ConfigError, match="mean-square bound"):
+        build_simulation(cfg.replace(lam=1.3 * limit))
+    if gamma < 0.1:
+        assert 0.9 * limit * cfg.alpha * lmax > 2  # the worst case would refuse the stable one
+    assert _disagreement_growth(cfg.replace(lam=0.9 * limit), 300) < 0.5
+    assert _disagreement_growth(cfg.replace(lam=1.3 * limit), 300) > 10.0

@@ -49,6 +49,7 @@ BASE = {
     "local_epochs": 1,
     "l2": 0.01,
     "distill": 0.7,
+    "edge_weights": "graph",  # the proxies' coupling itself (learned weights: test_edge_weights.py)
 }
 
 

@@ -167,7 +167,7 @@ def test_epoch_mode_compact_and_literal_messages_give_the_same_iterates(defer):
 def test_epoch_mode_identity_maps_equal_dfedu():
     dataset = _unequal()
     base = dict(local_epochs=1, batch_size=4, lam=0.3, alpha=0.1)
-    sheaf = _sim(RunConfig(gamma=1.0, eta=0.0, map_init="identity", **base), dataset)
+    sheaf = _sim(RunConfig(gamma=1.0, eta=0.0, map_init="identity", edge_weights="graph", **base), dataset)
     dfedu = _sim(RunConfig(algorithm="dfedu", **base), dataset)
     for _ in range(3):
         sheaf.step()

@@ -7,9 +7,14 @@ the coupling that runs. The run records what ran (``config.yaml``; ``summary.jso
   dFedU's accuracy at ``gamma`` times its bits where the models are related);
 - the built-in linear/logistic models of clients that see different features (the dataset names
   each client's feature columns): ``features``;
-- networks (and the user's own models) of different sizes: ``aligned`` (the parameter slices the
-  architectures share);
+- networks (and the user's own models) of different sizes on one input shape: ``proxy`` (each client
+  also trains a proxy of one common built-in architecture, and only the proxies are coupled);
+  where no proxy can run (several input shapes, no built-in model to take as the proxy):
+  ``aligned`` (the parameter slices the architectures share);
 - otherwise (tabular models of different sizes without feature ids): the paper's ``learned`` maps.
+
+``lam = null`` takes the mode's rule (:mod:`.coupling_strength`: the same pull at every
+compression, capped by exact averaging); the run records how (``summary.json``'s ``lam_rule``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from ..config.registry import algorithm_spec
 from ..config.schema import default_lam
 from ..federation import Cohorts
 from ..sheaf.graph import ClientGraph
+from .coupling_strength import default_strength
+from .sheaf_proxy import proxy_dim
 
 
 def _tabular(module: nn.Module) -> bool:
@@ -31,9 +38,10 @@ def _tabular(module: nn.Module) -> bool:
     return len(held) == 1 and isinstance(held[0], nn.Linear)
 
 
-def choose_maps(fed: Cohorts, graph: ClientGraph) -> tuple[str, str]:
+def choose_maps(fed: Cohorts, graph: ClientGraph, config: RunConfig | None = None) -> tuple[str, str]:
     """``(mode, why)`` for ``maps = auto`` (module docstring); the same in every process (it reads
-    every client's model size and architecture, held here or not)."""
+    every client's model size and architecture, held here or not). Without ``config`` no proxy is
+    considered."""
     dims = fed.node_dims()
     if graph.num_edges == 0 or bool(np.all(dims[graph.edges[:, 0]] == dims[graph.edges[:, 1]])):
         return "redrawn", "neighbouring models have the same size"
@@ -41,17 +49,22 @@ def choose_maps(fed: Cohorts, graph: ClientGraph) -> tuple[str, str]:
     if all(tabular) and fed.dataset.features is not None:
         return "features", "linear/logistic clients see different features"
     if not any(tabular):
+        if config is not None and proxy_dim(config, fed) is not None:
+            return "proxy", "networks of different sizes on one input shape train proxies of one architecture"
         return "aligned", "networks of different sizes share parameter slices"
     return "learned", "models of different sizes with no feature ids to relate"
 
 
-def resolve_coupling(config: RunConfig, fed: Cohorts, graph: ClientGraph) -> tuple[RunConfig, str | None]:
+def resolve_coupling(
+    config: RunConfig, fed: Cohorts, graph: ClientGraph
+) -> tuple[RunConfig, str | None, str | None]:
     """``config`` as it runs: ``maps = auto`` replaced by the chosen mode (``sheaf-fmtl``) and
     ``lam = null`` by the default of the coupling that runs (algorithms that do not read ``lam``
-    keep it null); with the reason for the choice."""
-    why = None
+    keep it null); with the reason for the choice and how ``lam`` was derived (``None``: not
+    resolved here)."""
+    why = rule = None
     if config.algorithm == "sheaf-fmtl" and config.maps == "auto":
-        mode, why = choose_maps(fed, graph)
+        mode, why = choose_maps(fed, graph, config)
         try:
             config = config.replace(maps=mode)
         except ConfigError as e:
@@ -59,10 +72,23 @@ def resolve_coupling(config: RunConfig, fed: Cohorts, graph: ClientGraph) -> tup
     if config.lam is None and "lam" in getattr(
         algorithm_spec(config.algorithm), "reads", ()
     ):  # (others leave lam unread, null)
-        lmax = refresh = None
-        if config.algorithm == "sheaf-fmtl" and config.estimates and graph.num_edges:
-            lmax = float(nx.laplacian_spectrum(graph.to_networkx()).max())
-            dims = fed.node_dims()[graph.edges[:, 0]]
-            refresh = float((np.maximum(1, np.floor(config.gamma * dims)) / dims).min())
-        config = config.replace(lam=default_lam(config, lmax, refresh))
-    return config, why
+        derived = None
+        if config.algorithm == "sheaf-fmtl":
+            dims = fed.node_dims()
+            if config.maps == "proxy":
+                dims = np.full(len(dims), proxy_dim(config, fed) or 1, np.int64)
+            derived = default_strength(config, dims, graph)
+        if derived is not None:
+            lam, rule = derived
+            config = config.replace(lam=lam)
+        else:
+            lmax = refresh = None
+            if config.algorithm == "sheaf-fmtl" and config.estimates and graph.num_edges:
+                lmax = float(nx.laplacian_spectrum(graph.to_networkx()).max())
+                dims = fed.node_dims()[graph.edges[:, 0]]
+                refresh = float((np.maximum(1, np.floor(config.gamma * dims)) / dims).min())
+            config = config.replace(lam=default_lam(config, lmax, refresh))
+            if lmax is not None:  # (a fixed default, the mode's or the algorithm's, needs no reason)
+                limit = "p / ((2 - p) alpha lambda_max)"
+                rule = f"half the estimates' consensus-step limit, {limit} = {config.lam:.4g}"
+    return config, why, rule

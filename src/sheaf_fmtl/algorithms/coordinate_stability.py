@@ -3,40 +3,37 @@ step's stability, and with ``estimates`` the consensus step against the copies' 
 
 from __future__ import annotations
 
-import networkx as nx
 import numpy as np
 
 from ..config import ConfigError
-from ..sheaf.selection import selection_laplacian_bound
 from .base import Context
 from .coordinate_state import CoordinateState
 from .coupling import require_stable_coupling
+from .coupling_strength import coupled_fraction, graph_lambda_max, mean_square_lambda
 
 
 def check_coordinate_coupling(state: CoordinateState, ctx: Context, kind: str, estimates: bool) -> str | None:
-    """``alpha lam lambda_max >= 2`` refused: every round's sheaf Laplacian is at most the graph
-    Laplacian (gaussian rows: times ``(1 + sqrt(d_e/d))^2``); selections without estimates take the
-    smaller bound over the run's drawn maps
-    (:func:`~sheaf_fmtl.sheaf.selection.selection_laplacian_bound`). Sets ``state.lambda_max``;
-    returns a note for the user, or ``None``."""
+    """Refuse a coupling step that is not mean-square stable, ``alpha lam lambda_S >= 2``.
+
+    Maps redrawn each round (``redrawn``, the proxies' coupling): ``lambda_S = 2 a_max (m2/q - q) + q
+    lambda_max(L)``, the mean-square largest eigenvalue of a round's sheaf Laplacian
+    (:func:`~.coupling_strength.mean_square_lambda`; a coordinate drawn by several edges in one round
+    can exceed it in that round, and the next rounds' draws take it back). Fixed supports
+    (``features``, ``aligned``) and the estimates' copies: the graph Laplacian's ``lambda_max``, which
+    bounds every round's. Sets ``state.lambda_max``; returns a note for the user, or ``None``."""
     cfg, graph, layout = ctx.config, ctx.graph, state.layout
     assert layout is not None and cfg.lam is not None
-    lmax = float(nx.laplacian_spectrum(graph.to_networkx()).max())
+    lmax = graph_lambda_max(graph)
     operator = "graph Laplacian bound"
-    redrawn = state.constant_coords is None and not estimates  # maps drawn afresh each round
-    if redrawn and kind == "gaussian":
-        dims = layout.node_dims[graph.edges[:, 0]]
-        lmax *= float(np.max((1.0 + np.sqrt(layout.edge_dims / dims)) ** 2))
-    elif redrawn and kind == "selection" and not graph.weighted:
-        drawn = selection_laplacian_bound(
-            cfg.seed, graph.edges, int(layout.node_dims[0]), layout.edge_dims, cfg.rounds
-        )
-        if drawn is not None and drawn < lmax:
-            lmax, operator = drawn, "bound over the run's drawn selections"
+    if state.constant_coords is None and not estimates:  # maps drawn afresh each round
+        coupled = coupled_fraction(cfg.replace(maps="redrawn", map_kind=kind), layout.node_dims, graph)
+        a_max = float(np.max(graph.half_edge_weights())) if graph.weighted else 1.0
+        lmax = mean_square_lambda(coupled, lmax, a_max)
+        operator = f"mean-square bound over the maps drawn each round, q = {coupled.q:.3g}"
     state.lambda_max = lmax
     note = require_stable_coupling(cfg.alpha, cfg.lam, lmax, operator, maps=False)
     if estimates:
-        check_refresh_rate(state, ctx, float(nx.laplacian_spectrum(graph.to_networkx()).max()))
+        check_refresh_rate(state, ctx, graph_lambda_max(graph))
     return note
 
 

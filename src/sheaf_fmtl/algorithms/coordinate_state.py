@@ -36,11 +36,19 @@ class CoordinateState(State):
     weights: list[torch.Tensor] | None = field(default=None, repr=False)  # per bucket [H_b] a_ij, weighted
     maps_now: tuple[list[torch.Tensor], list[torch.Tensor] | None] | None = field(default=None, repr=False)
     draws: SelectionDraws | None = field(default=None, repr=False)  # maps=redrawn, map_kind=selection
+    # edge_weights = relatedness (algorithms/edge_weights.py): per bucket [H_b, 2] the averaged signals
+    # (n, r) of each half-edge, per bucket [H_b] this round's weights a_e, and the weights over rounds
+    relatedness: list[torch.Tensor] | None = None
+    learned_weights: list[torch.Tensor] | None = None
+    weight_trace: list[torch.Tensor] = field(default_factory=list)  # [H] a_e at each traced round
+    trace_rounds: list[int] = field(default_factory=list)
+    initial: list[torch.Tensor] | None = field(default=None, repr=False)  # per cohort the initial thetas
 
     def checkpoint(self) -> dict[str, Any]:
-        """The data fields but ``constant_coords`` and ``weights``, which ``init`` rebuilds (the supports'
-        coordinates are as large as the shared parameters with ``maps=aligned``)."""
-        return {k: v for k, v in super().checkpoint().items() if k not in ("constant_coords", "weights")}
+        """The data fields but ``constant_coords``, ``weights`` and ``initial``, which ``init`` rebuilds
+        (the supports' coordinates are as large as the shared parameters with ``maps=aligned``)."""
+        rebuilt = ("constant_coords", "weights", "initial")
+        return {k: v for k, v in super().checkpoint().items() if k not in rebuilt}
 
     @property
     def coupling_state_bytes(self) -> int:

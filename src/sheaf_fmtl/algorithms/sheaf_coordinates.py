@@ -63,10 +63,12 @@ import torch
 
 from ..config import ConfigError, RunConfig
 from ..config.registry import MapModeSpec
-from ..messages import EdgeTensor, Payload
+from ..federation import Cohort
+from ..messages import EdgeLayout, EdgeTensor, Payload
 from ..sheaf.layout import SheafLayout, build_layout
 from ..sheaf.selection import SelectionDraws, Support, dense_maps
 from ..sheaf.supports import align_initial_models
+from . import edge_weights as relate
 from .base import Algorithm, Context, register_maps
 from .coordinate_stability import check_coordinate_coupling
 from .coordinate_state import (
@@ -84,9 +86,15 @@ from .steps import coupled_step, sgd_step
 
 
 @register_maps(
-    MapModeSpec("redrawn", "maps redrawn each round", 0.3, reads=("gamma", "map_kind", "estimates")),
-    MapModeSpec("features", "feature maps", 0.1),
-    MapModeSpec("aligned", "aligned maps", 0.3),
+    MapModeSpec(
+        "redrawn",
+        "maps redrawn each round",
+        0.3,
+        reads=("gamma", "map_kind", "estimates", "edge_weights"),
+        pull=0.1,
+    ),
+    MapModeSpec("features", "feature maps", 0.1, reads=("edge_weights",), pull=0.1),
+    MapModeSpec("aligned", "aligned maps", 0.3, reads=("edge_weights",), pull=0.3),
 )
 class CoordinateSheaf(Algorithm[CoordinateState]):
     """``algorithm = sheaf-fmtl`` with ``maps`` a key of :data:`COUPLED` (see the module docstring)."""
@@ -99,6 +107,10 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         self.local_steps = config.local_steps
         self.use_estimates = config.estimates
         self.notes: list[str] = []
+        self.relate = config.edge_weights == "relatedness" and self.lam > 0
+        self.trace_every = max(1, config.rounds // 50)
+        self.models: list[Cohort] | None = None  # whose losses the relatedness probes (None: the clients')
+        self.pair_layout: EdgeLayout | None = None
 
     # -- start-up ---------------------------------------------------------------------------------
     def init(self, ctx: Context) -> CoordinateState:
@@ -114,6 +126,16 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
             a, buckets = graph.half_edge_weights(), layout.buckets
             dtype, dev = thetas[0].dtype, thetas[0].device
             state.weights = [torch.as_tensor(a[h.half_edges], dtype=dtype, device=dev) for h in buckets]
+        if self.relate and self.mode == "redrawn" and self.kind != "selection":
+            self.relate = False
+            self.notes.append(
+                f"edge_weights=relatedness reads coordinates, which map_kind={self.kind} does not select; "
+                "the run uses the graph's weights"
+            )
+        if self.relate:  # the initial models, and the layout of the two numbers sent per half-edge
+            state.initial = [t.clone() for t in state.thetas]
+            twos = np.full(len(layout.messages.sizes), 2, np.int64)
+            self.pair_layout = layout.messages.with_sizes(twos, twos)
         if ctx.config.stability_check and self.lam > 0:
             note = check_coordinate_coupling(state, ctx, self.kind, self.use_estimates)
             if note:
@@ -191,7 +213,14 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         assert state.layout is not None
         state.own = self._messages(state)
         flat = torch.cat([m.reshape(-1) for m in state.own]) if state.own else state.thetas[0].new_zeros(0)
-        return {"msg": EdgeTensor(flat, state.layout.messages)}
+        payload: Payload = {"msg": EdgeTensor(flat, state.layout.messages)}
+        if self.relate and state.round % relate.EVERY == 0:  # this end's averages (N, R) of each edge
+            assert self.pair_layout is not None
+            buckets = state.layout.buckets
+            mine = state.relatedness or [b.sources(state.thetas).new_zeros(b.size, 2) for b in buckets]
+            pairs = torch.cat(mine) if mine else flat.new_zeros(0, 2)
+            payload["relatedness"] = EdgeTensor(pairs.reshape(-1), self.pair_layout)
+        return payload
 
     def receive(self, state: CoordinateState, incoming: Payload, phase: int, ctx: Context) -> CoordinateState:
         layout, own = state.layout, state.own
@@ -204,6 +233,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         held = None if msg.heard is None else self._per_bucket(layout, msg.heard)
         if state.estimates is not None:
             refresh_copies(state, self._maps(state), own, theirs, held, self.kind)
+        weights = self._edge_weights(state, ctx, incoming, theirs, heard_b) if self.relate else state.weights
         grads = state.grads
         for step in range(1 if grads is None else self.local_steps):
             if step > 0:  # further local steps: fresh gradients, own messages from the current theta
@@ -212,7 +242,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
                     state.thetas = sgd_step(state.thetas, grads, self.alpha)
                     continue
                 own = self._messages(state)
-            pull = self._pull(state, own, theirs, heard_b, held)
+            pull = self._pull(state, own, theirs, heard_b, held, weights)
             state.thetas = coupled_step(state.thetas, grads, pull, self.alpha, self.lam)
         state.own = state.grads = None
         state.round += 1
@@ -223,6 +253,58 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
     def _per_bucket(layout: SheafLayout, per_half_edge: torch.Tensor) -> list[torch.Tensor]:
         return [per_half_edge[b.first : b.first + b.size] for b in layout.buckets]
 
+    def _edge_weights(
+        self,
+        state: CoordinateState,
+        ctx: Context,
+        incoming: Payload,
+        theirs: list[torch.Tensor],
+        heard: list[torch.Tensor] | None,
+    ) -> list[torch.Tensor]:
+        """This round's weights per bucket ``[H_b]``: ``a_e`` (:mod:`.edge_weights`; 1 until both ends
+        have averages), times the graph's own; every ``EVERY`` rounds recomputed from the averages
+        both ends sent, and this round's probes folded into the averages."""
+        if state.round % relate.EVERY == 0:
+            self._exchange_round(state, ctx, incoming, theirs, heard)
+        learned = state.learned_weights
+        assert learned is not None
+        if state.round % self.trace_every == 0:
+            state.weight_trace.append(torch.cat(learned).detach())  # on the device: no host sync
+            state.trace_rounds.append(state.round)
+        if state.weights is None:
+            return learned
+        return [a * w for a, w in zip(learned, state.weights, strict=True)]
+
+    def _exchange_round(
+        self,
+        state: CoordinateState,
+        ctx: Context,
+        incoming: Payload,
+        theirs: list[torch.Tensor],
+        heard: list[torch.Tensor] | None,
+    ) -> None:
+        """New weights from both ends' averages, and this round's probes averaged in; an edge whose
+        message did not arrive keeps its weight and its average."""
+        layout = state.layout
+        assert layout is not None and state.initial is not None
+        got = incoming["relatedness"]
+        assert isinstance(got, EdgeTensor)
+        flat = got.data.view(-1, 2)
+        received = [flat[b.first : b.first + b.size] for b in layout.buckets]
+        before, weights = state.relatedness, state.learned_weights
+        if before is None:
+            learned = [r.new_ones(len(r)) for r in received]
+        else:
+            learned = [relate.weights(m, r) for m, r in zip(before, received, strict=True)]
+        models = self.models if self.models is not None else ctx.fed.cohorts
+        now = relate.signals(models, layout, state.thetas, state.initial, self._maps(state)[0], theirs)
+        updated = now if before is None else [relate.averaged(p, n) for p, n in zip(before, now, strict=True)]
+        if heard is not None and before is not None and weights is not None:
+            rows = [h.view(len(w), -1)[:, 0] for h, w in zip(heard, weights, strict=True)]
+            learned = [torch.where(r, n, o) for r, n, o in zip(rows, learned, weights, strict=True)]
+            updated = [torch.where(r[:, None], n, o) for r, n, o in zip(rows, updated, before, strict=True)]
+        state.learned_weights, state.relatedness = learned, updated
+
     def _pull(
         self,
         state: CoordinateState,
@@ -230,15 +312,16 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         theirs: list[torch.Tensor],
         heard: list[torch.Tensor] | None,
         held: list[torch.Tensor] | None,
+        weights: list[torch.Tensor] | None,
     ) -> list[torch.Tensor]:
         """The coupling term per cohort: ``sum_j a_ij S^T (S theta_i - S theta_j)``, or with
-        estimates ``sum_j a_ij (xhat_(i|e) - xhat_(j|e))``, over the neighbours heard (``a_ij = 1``
-        unweighted)."""
+        estimates ``sum_j a_ij (xhat_(i|e) - xhat_(j|e))``, over the neighbours heard (``a_ij``:
+        ``weights`` per bucket, the graph's and the learned ones; ``None``: 1)."""
         assert state.layout is not None
         if state.estimates is None:
             r = [o - t for o, t in zip(own, theirs, strict=True)]
-            if state.weights is not None:
-                r = [x * w[:, None] for x, w in zip(r, state.weights, strict=True)]
+            if weights is not None:
+                r = [x * w[:, None] for x, w in zip(r, weights, strict=True)]
             if heard is not None:
                 r = [torch.where(h.view_as(x), x, x.new_zeros(())) for h, x in zip(heard, r, strict=True)]
             return self._spread(state, r)
@@ -247,8 +330,8 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         pairs = zip(state.layout.buckets, state.own_copies, state.estimates, strict=True)
         for k, (b, mine, est) in enumerate(pairs):
             diff = mine - est
-            if state.weights is not None:
-                diff = diff * state.weights[k][:, None]
+            if weights is not None:
+                diff = diff * weights[k][:, None]
             if held is not None:
                 diff = torch.where(held[k][:, None], diff, diff.new_zeros(()))
             out[b.cohort].index_add_(0, b.src_pos_on(diff.device), diff)
@@ -266,7 +349,9 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
     def checkpoint(self, state: CoordinateState, ctx: Context) -> dict[str, Any]:
         """``shared_parameters``: ``[N, N]`` support size ``m_e`` of each held half-edge (zero
         off-graph), and ``map_norms``: ``||P_ij||_F = sqrt(a_ij d_e)`` (selections, orthonormal
-        rows; the expected norm for gaussian rows)."""
+        rows; the expected norm for gaussian rows; ``a_ij`` with the learned weights). With
+        ``edge_weights = relatedness``: ``edge_weights`` ``[N, N]`` (the last round's ``a_e``),
+        ``edge_weight_history`` ``[K, N, N]`` at rounds ``edge_weight_rounds`` ``[K]`` (about 50)."""
         layout = state.layout
         assert layout is not None and state.support is not None
         n, g = layout.num_clients, layout.graph
@@ -275,8 +360,19 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         src, dst = g.src[layout.order], g.dst[layout.order]
         shared[src, dst] = torch.as_tensor(state.support.m, dtype=torch.float64)
         a = g.half_edge_weights()[layout.order]
+        out = {"shared_parameters": shared, "map_norms": norms}
+        if state.learned_weights is not None:  # edge_weights = relatedness: the last round's, and over rounds
+            learned = torch.cat(state.learned_weights).detach().cpu().double()
+            a = a * learned.numpy()
+            out["edge_weights"] = torch.zeros(n, n, dtype=torch.float64)
+            out["edge_weights"][src, dst] = learned
+            history = torch.zeros(len(state.trace_rounds), n, n, dtype=torch.float64)
+            for k, w in enumerate(state.weight_trace):
+                history[k, src, dst] = w.detach().cpu().double()
+            out["edge_weight_history"] = history
+            out["edge_weight_rounds"] = torch.as_tensor(state.trace_rounds, dtype=torch.int64)
         norms[src, dst] = torch.as_tensor(np.sqrt(a * layout.messages.sizes), dtype=torch.float64)
-        return {"shared_parameters": shared, "map_norms": norms}
+        return out
 
 
 def whole_models(ctx: Context, thetas: list[torch.Tensor]) -> CoordinateState:

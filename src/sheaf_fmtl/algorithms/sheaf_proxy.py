@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -124,6 +125,21 @@ def proxy_name(config: RunConfig, fed: Cohorts) -> str:
     return sizes[0][1]
 
 
+def proxy_dim(config: RunConfig, fed: Cohorts) -> int | None:
+    """Parameters of the proxy on the clients' one input shape, or ``None`` where no proxy can run
+    (several input shapes, no built-in architecture to take, or one that does not fit the inputs)."""
+    shapes = {tuple(fed.dataset.feature_shape(i)) for i in range(fed.num_clients)}
+    if len(shapes) != 1:
+        return None
+    try:
+        name = proxy_name(config, fed)
+        outputs = fed.dataset.num_classes if fed.task == "classification" else 1
+        module = build_model(name, shapes.pop(), outputs)
+    except (ConfigError, ValueError, RuntimeError, TypeError):
+        return None
+    return sum(p.numel() for p in module.parameters())
+
+
 @dataclass(eq=False)
 class _ProxyContext(Context):
     """The context the coordinate coupling is built in: the proxies are its models."""
@@ -134,7 +150,15 @@ class _ProxyContext(Context):
         return [p.clone() for p in self.proxies]
 
 
-@register_maps(MapModeSpec("proxy", "proxy models", 1.0, reads=("proxy_model", "proxy_gamma", "distill")))
+@register_maps(
+    MapModeSpec(
+        "proxy",
+        "proxy models",
+        1.0,
+        reads=("proxy_model", "proxy_gamma", "distill", "edge_weights"),
+        pull=math.inf,
+    )
+)
 class ProxySheaf(Algorithm[ProxyState]):
     """``algorithm = sheaf-fmtl`` with ``maps = proxy`` (see the module docstring)."""
 
@@ -176,6 +200,7 @@ class ProxySheaf(Algorithm[ProxyState]):
         view = copy.copy(fed)
         view.all_dims = np.full(fed.num_clients, dims.pop(), np.int64)
         inner_ctx = _ProxyContext(fed=view, graph=ctx.graph, config=self.inner_config, proxies=proxies)
+        self.coupler.models = self.proxy_cohorts  # the relatedness of two clients: their proxies' losses
         coupling = self.coupler.init(inner_ctx)
         samples = [torch.zeros((), dtype=torch.int64, device=t.device) for t in proxies]
         module = next(iter(modules.values()))

@@ -51,7 +51,10 @@ class MapModeSpec:
     Attributes:
         name: the ``maps`` key's value.
         label: its words in figure legends.
-        default_lam: ``lam`` when the config leaves it open (``null``).
+        default_lam: ``lam`` when the config leaves it open (``null``) and the mode has no ``pull``.
+        pull: the mode's default strength as dFedU's would be, ``lam q`` (``q``: the fraction of the
+            support a round couples); ``lam = null`` then resolves to ``min(pull / q, 1 / (alpha
+            lambda_S))`` (``algorithms/coupling_strength.py``; ``inf``: that averaging step).
         reads: the keys only some modes read that this one does (``gamma``, ``map_kind`` and
             ``estimates`` are named in its label).
         builds_maps: it builds its own maps (no special case's fixed maps: ``topology = none``).
@@ -61,6 +64,7 @@ class MapModeSpec:
     label: str
     default_lam: float
     reads: tuple[str, ...] = field(default=())
+    pull: float | None = None
     builds_maps: bool = True
 
 

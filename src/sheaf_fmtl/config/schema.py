@@ -148,6 +148,14 @@ class RunConfig:
         "also trains a proxy of one common architecture, the only part that is coupled), `functional` (the "
         "models' outputs on probe inputs both ends draw from the seed). See the maps page.",
     )
+    edge_weights: str = _key(
+        "relatedness",
+        "Weights of the edges of Sheaf-FMTL's coordinate maps (`redrawn`, `features`, `aligned`, `proxy`): "
+        "`relatedness` (learned from what neighbours exchange: how much a neighbour's values of the "
+        "coupled coordinates cost a client on its own training samples, against forgetting them; two "
+        "numbers per half-edge and round, counted in the bits) or `graph` (the graph's weights, 1 "
+        "unless an edge list gives them). See the maps page.",
+    )
     proxy_model: str = _key(
         "",
         "`maps=proxy`: the proxy's architecture, a built-in model name; empty: the run's model with the "
@@ -338,6 +346,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "message_mode": ("compact", "literal"),
     "dpsgd_order": ("lian", "atc"),
     "init": ("common", "per-client"),
+    "edge_weights": ("relatedness", "graph"),
     "map_draw": ("host", "device"),
     "partition": ("contiguous", "community"),
     "topology": ("none", "conventional-fmtl", "personalised-fl", "hybrid-fl"),

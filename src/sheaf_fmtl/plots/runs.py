@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .curves import metric_figure
+from .edge_weights import client_groups, edge_weight_figure, load_edge_weights
 from .heatmap import load_map_norms, map_norm_figure
 from .labels import describe, legend_keys, object_name, title
 from .records import load_run
@@ -17,7 +18,9 @@ def plot_runs(
     run_dirs: Sequence[str | Path], out_dir: str | Path | None = None, formats: Sequence[str] = FORMATS
 ) -> list[Path]:
     """Draw ``metric_vs_rounds_and_bits`` (all runs; see :func:`.curves.metric_figure`) and one
-    ``map_norms_RUN`` heatmap per run with restriction maps, each in every format of ``formats``.
+    ``map_norms_RUN`` heatmap per run with restriction maps, and an ``edge_weights_RUN`` figure per
+    run that learned its edge weights (:func:`.edge_weights.edge_weight_figure`), each in every
+    format of ``formats``.
 
     Args:
         run_dirs: run folders.
@@ -56,4 +59,10 @@ def plot_runs(
             about = title(describe(record.config, keys))
             heading = f"{object_name(record.dataset)}: " + r"$\|P_{ij}\|_F$" + f"\n{about}"
             written += save_figure(map_norm_figure(*maps, heading), out / f"map_norms_{name}", formats)
+            weights = load_edge_weights(record.path)
+            if weights is not None:
+                groups = client_groups(record.config, weights["final"].shape[0])
+                heading = f"{object_name(record.dataset)}: learned edge weights\n{about}"
+                figure = edge_weight_figure(weights, groups, heading)
+                written += save_figure(figure, out / f"edge_weights_{name}", formats)
     return written

@@ -148,31 +148,3 @@ def dense_maps(
     q = q * torch.sign(torch.diagonal(r, dim1=1, dim2=2)).unsqueeze(1)
     rows: torch.Tensor = q.transpose(1, 2).float()
     return rows
-
-
-def selection_laplacian_bound(
-    seed: int, edges: np.ndarray, dim: int, edge_dims: np.ndarray, rounds: int, budget: int = 200_000_000
-) -> float | None:
-    """An upper bound on ``lambda_max`` of every round's sheaf Laplacian under redrawn selections
-    of whole models (``P_ij = P_ji = S_(e,t)``, ``edges [E, 2]``, ``edge_dims [E]``), for rounds
-    ``0..rounds-1``; ``None`` when that would draw more than ``budget`` positions.
-
-    A round's Laplacian splits by coordinate: coordinate ``k`` couples the graph ``G_(k,t)`` of the
-    edges that selected it, so ``lambda_max(L_t) = max_k lambda_max(L(G_(k,t)))``, and the
-    Anderson-Morley bound ``lambda_max(L(G)) <= max_(u,v) in G (deg u + deg v)`` is taken over
-    every selected (edge, coordinate) of every round: the round's maps are drawn as the run will
-    draw them. With few coordinates per edge most coordinates are chosen by one edge (bound 2),
-    far below the graph Laplacian's ``lambda_max``, which bounds it regardless of the draws."""
-    if rounds * int(edge_dims.sum()) > budget or not len(edges):
-        return None
-    draws = SelectionDraws(seed, np.arange(len(edges)), np.full(len(edges), dim), edge_dims, "cpu")
-    u = torch.as_tensor(np.repeat(edges[:, 0], edge_dims), dtype=torch.long) * dim
-    v = torch.as_tensor(np.repeat(edges[:, 1], edge_dims), dtype=torch.long) * dim
-    worst = 0
-    for t in range(rounds):
-        pos = draws.positions(t)
-        ends = torch.cat([u + pos, v + pos])  # (node, coordinate) of both ends of every selection
-        _, where, count = torch.unique(ends, return_inverse=True, return_counts=True)
-        per_end = count[where]  # deg_k of each end in G_(k,t)
-        worst = max(worst, int((per_end[: len(pos)] + per_end[len(pos) :]).max()))
-    return float(worst)

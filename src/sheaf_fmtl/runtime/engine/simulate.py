@@ -48,6 +48,7 @@ class Simulation(Generic[S]):
     state: S
     transport: Transport
     maps_chosen: str | None = None  # maps = auto: why the mode in config.maps was chosen
+    lam_rule: str | None = None  # lam = null: how the default lam that runs was derived
 
     def theta(self, i: int) -> torch.Tensor:
         """Client ``i``'s flat parameter vector ``theta_i [d_i]`` (a view into the stacked state)."""
@@ -242,14 +243,15 @@ def build_simulation(
         raise ValueError(
             f"graph has {graph.num_nodes} nodes but the federation has {fed.num_clients} clients"
         )
-    config, chosen = resolve_coupling(config, fed, graph)  # maps = auto, lam = null: what runs
+    config, chosen, lam_rule = resolve_coupling(config, fed, graph)  # maps = auto, lam = null: what runs
     init_gen = torch.Generator().manual_seed(_derive(config.seed, 1))
     fed = fed.with_streams(config.seed)  # each client's own mini-batch stream (sheaf_fmtl.streams)
     ctx = Context(fed, graph, config, init_gen)
     if not isinstance(transport, InProcessTransport):
         ctx.comm = transport  # type: ignore[assignment]  # DistributedTransport is a Comm
     algorithm = make_algorithm(config)
-    return Simulation(config, ctx, algorithm, algorithm.init(ctx), transport, maps_chosen=chosen)
+    state = algorithm.init(ctx)
+    return Simulation(config, ctx, algorithm, state, transport, maps_chosen=chosen, lam_rule=lam_rule)
 
 
 def _derive(seed: int, stream: int) -> int:

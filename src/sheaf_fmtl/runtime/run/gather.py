@@ -4,7 +4,8 @@ gathered on rank 0 (:func:`gather_final_state`).
 Rank 0 receives every rank's thetas (by client id) and, for Sheaf-FMTL with ``save_maps``, every
 map ``P_ij`` (by half-edge); ``map_norms`` (``[N, N]``, zero off each rank's half-edges) is summed.
 The payload has the one-process keys, except that the maps are ``maps_by_half_edge`` (one ``[d_ij,
-d_i]`` tensor per graph half-edge ``h = src[h] -> dst[h]``, in half-edge order) instead of per bucket.
+d_i]`` tensor per graph half-edge ``h = src[h] -> dst[h]``, in half-edge order) instead of per bucket;
+``shared_parameters`` and the learned ``edge_weights`` (and their history) are summed like the norms.
 The other ranks return their own part (they write nothing).
 """
 
@@ -44,8 +45,9 @@ def gather_final_state(sim: Simulation[Any]) -> dict[str, Any]:
     parts: list[Any] = [None] * dist.get_world_size() if dist.get_rank() == 0 else []
     dist.gather_object((mine, my_maps), parts if dist.get_rank() == 0 else None, dst=0)
     out: dict[str, Any] = {k: v for k, v in local.items() if k not in ("maps", "bucket_half_edges")}
-    if "map_norms" in local:
-        out["map_norms"] = comm.all_sum(local["map_norms"])
+    for key in ("map_norms", "shared_parameters", "edge_weights", "edge_weight_history"):
+        if key in local:  # [N, N] (or [K, N, N]), zero off this rank's half-edges
+            out[key] = comm.all_sum(local[key])
     if dist.get_rank() != 0:
         return {"thetas": list(mine.values()), "edges": torch.as_tensor(graph.edges), **out}
     thetas: dict[int, torch.Tensor] = {}

@@ -166,6 +166,7 @@ class _RunState:
         rows_so_far = self.recorder.rows[:rows]
         manifest = {"rows": rows_so_far, "last": last, "notes": list(self.notes), "wall_seconds": elapsed}
         manifest["maps_auto"] = self.sim.maps_chosen  # config.yaml holds the chosen mode, not why
+        manifest["lam_rule"] = self.sim.lam_rule  # nor how its lam was derived
         self.writer.save(k, snapshot(self.sim, self.counter, guard=self.writer.join), manifest, wait=wait)
 
 
@@ -270,6 +271,7 @@ def _restored(
     )
     state.last, state.notes = manifest["last"], manifest["notes"]
     sim.maps_chosen = manifest.get("maps_auto", sim.maps_chosen)  # maps = auto: the stopped run's choice
+    sim.lam_rule = manifest.get("lam_rule", sim.lam_rule)
     return state
 
 

@@ -38,7 +38,7 @@ HELD_ENV = "SHEAF_FMTL_HELD_FOLDER"
 #: What the library writes into a run folder (a run, a cell, plots, ``run --seeds``, the demo).
 OWNED = re.compile(
     r"config\.yaml|metrics\.csv|summary\.json|checkpoint\.pt|preprocessing\.json|cell\.json|aggregate\.(json|md)"
-    r"|demo\.(json|png|pdf|svg)|(metric_vs_rounds_and_bits|map_norms_.*)\.(png|pdf|svg)"
+    r"|demo\.(json|png|pdf|svg)|(metric_vs_rounds_and_bits|map_norms_.*|edge_weights_.*)\.(png|pdf|svg)"
     r"|\.(config\.yaml|metrics\.csv|summary\.json|checkpoint\.pt|preprocessing\.json)\.tmp.*"
 )
 CHECKPOINTS = "checkpoints"

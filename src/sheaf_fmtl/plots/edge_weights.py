@@ -1,0 +1,92 @@
+"""The edge weights a run learned (``edge_weights = relatedness``): a heatmap of the last round's
+``a_ij`` and their curves over rounds. Where the clients' groups are known (``synthetic-clusters``:
+contiguous blocks of clients), the heatmap draws the blocks and the curves split the edges into
+those within a group and those between groups."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+
+from ..data.synthetic import CLUSTERS_DEFAULTS, clusters_groups
+from .heatmap import MAX_LABELLED_IDS, adjacency
+from .style import NON_EDGE_HATCH, integer_ticks
+
+
+def load_edge_weights(run_dir: str | Path) -> dict[str, np.ndarray] | None:
+    """``{"final": [N, N], "history": [K, N, N], "rounds": [K], "edges": [E, 2]}`` from
+    ``RUN/checkpoint.pt``, or ``None`` when the run learned no edge weights."""
+    path = Path(run_dir) / "checkpoint.pt"
+    if not path.is_file():
+        return None
+    ckpt = torch.load(path, weights_only=True, map_location="cpu")
+    if not isinstance(ckpt, dict) or ckpt.get("edge_weights") is None:
+        return None
+    return {
+        "final": np.asarray(ckpt["edge_weights"], dtype=float),
+        "history": np.asarray(ckpt["edge_weight_history"], dtype=float),
+        "rounds": np.asarray(ckpt["edge_weight_rounds"], dtype=int),
+        "edges": np.asarray(ckpt["edges"]).reshape(-1, 2),
+    }
+
+
+def client_groups(config: dict[str, Any], n: int) -> np.ndarray | None:
+    """Each client's group where the problem defines one (``synthetic-clusters``), else ``None``."""
+    if config.get("dataset") != "synthetic-clusters":
+        return None
+    groups = int((config.get("data") or {}).get("groups", CLUSTERS_DEFAULTS["groups"]))
+    return np.asarray(clusters_groups(n, groups))
+
+
+def edge_weight_figure(weights: dict[str, np.ndarray], groups: np.ndarray | None, title: str) -> Figure:
+    """Left: ``a_ij`` of the last round per pair (non-edges hatched; group blocks outlined).
+    Right: the weights over rounds (mean within groups and between them, or the mean and the
+    10-90% band of every edge)."""
+    final, edges = weights["final"], weights["edges"]
+    n = final.shape[0]
+    edge = adjacency(edges, n)
+    fig, (ax, cx) = plt.subplots(1, 2, figsize=(11, 4.8), gridspec_kw={"width_ratios": [1.1, 1]})
+    cells = np.arange(n + 1) - 0.5
+    ax.add_patch(Rectangle((-0.5, -0.5), n, n, lw=0, zorder=0, **NON_EDGE_HATCH))
+    mesh = ax.pcolormesh(cells, cells, np.ma.masked_array(final, mask=~edge), cmap="viridis", vmin=0, vmax=1)
+    fig.colorbar(mesh, ax=ax, label=r"edge weight $a_{ij}$")
+    ax.set(xlim=(-0.5, n - 0.5), ylim=(n - 0.5, -0.5), aspect="equal", xlabel="client j", ylabel="client i")
+    ax.grid(False)
+    if groups is not None:
+        for g in np.unique(groups):
+            members = np.flatnonzero(groups == g)
+            lo, size = members.min() - 0.5, len(members)
+            ax.add_patch(Rectangle((lo, lo), size, size, fill=False, ec="white", lw=1.5, zorder=3))
+    if n <= MAX_LABELLED_IDS:
+        ax.set_xticks(range(n))
+        ax.set_yticks(range(n))
+        ax.tick_params(labelsize=7 if n > 15 else 9)
+    else:
+        integer_ticks(ax, "x")
+        integer_ticks(ax, "y")
+    handles = [Patch(label="no edge", **NON_EDGE_HATCH)]
+    if groups is not None:
+        handles.append(Patch(fill=False, ec="black", label="a group of related clients"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False, ncol=2)
+    rounds, history = weights["rounds"], weights["history"]
+    per_edge = history[:, edges[:, 0], edges[:, 1]]  # [K, E]
+    if groups is not None:
+        same = groups[edges[:, 0]] == groups[edges[:, 1]]
+        for mask, label in ((same, "within a group"), (~same, "between groups")):
+            if mask.any():
+                cx.plot(rounds, per_edge[:, mask].mean(1), label=f"{label} ({int(mask.sum())} edges)")
+    else:
+        cx.plot(rounds, per_edge.mean(1), label=f"mean over {per_edge.shape[1]} edges")
+        low, high = np.quantile(per_edge, [0.1, 0.9], axis=1)
+        cx.fill_between(rounds, low, high, alpha=0.25, label="10-90% of the edges")
+    cx.set(xlabel="round", ylabel=r"edge weight $a_{ij}$", ylim=(-0.02, 1.02), title="over rounds")
+    cx.legend(frameon=False)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
