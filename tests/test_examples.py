@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from sheaf_fmtl.algorithms.edge_weights import EVERY
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
@@ -30,9 +32,13 @@ def test_mlp_silos_compares_two_widths_with_local_training_and_dfedu(
     assert len(sheaf.summary["model_dims"]) == len(aligned.summary["model_dims"]) == 2
     assert len(dfedu.summary["model_dims"]) == len(redrawn.summary["model_dims"]) == 1
     assert sheaf.summary["transmitted_bits"] > 0 == local.summary["transmitted_bits"]
-    # redrawn maps send gamma = 0.1 of what dFedU sends (d_e = floor(0.1 d) of d coordinates)
-    d = redrawn.summary["model_dims"][0]
-    assert redrawn.summary["transmitted_bits"] * d == dfedu.summary["transmitted_bits"] * (d // 10)
+    # redrawn maps send gamma = 0.1 of what dFedU sends (d_e = floor(0.1 d) of d coordinates), and the
+    # edge weights' two numbers per half-edge every EVERY rounds
+    d, rounds = redrawn.summary["model_dims"][0], redrawn.summary["rounds"]
+    weights = 2 * redrawn.summary["num_edges"] * 2 * 32 * math.ceil(rounds / EVERY)
+    assert (redrawn.summary["transmitted_bits"] - weights) * d == dfedu.summary["transmitted_bits"] * (
+        d // 10
+    )
     assert all(math.isfinite(r.final or math.nan) for r in results.values())
     assert "sheaf-fmtl (8 + 32 units)" in capsys.readouterr().out
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
+from sheaf_fmtl.algorithms.edge_weights import EVERY
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.data.base import DatasetError
 from sheaf_fmtl.data.registry import DataRequest, load, load_raw
@@ -94,7 +96,10 @@ def test_demo_runs_end_to_end_and_writes_its_plot(tmp_path, capsys):
     assert hom["dfedu"]["model_dims"] == [50]
     versus = summary["comparisons"]["homogeneous/sheaf-fmtl-redrawn-vs-dfedu"]
     ratio = hom["dfedu"]["transmitted_bits"] / hom["sheaf-fmtl-redrawn"]["transmitted_bits"]
-    assert versus["bits_ratio"] == pytest.approx(ratio) == 12.5  # d_e = 4 of 50 coordinates
+    # d_e = 4 of 50 coordinates a round, and the edge weights' two numbers every EVERY rounds
+    rounds = hom["dfedu"]["rounds"]
+    sent = rounds * 4 + 2 * math.ceil(rounds / EVERY)
+    assert versus["bits_ratio"] == pytest.approx(ratio) == pytest.approx(rounds * 50 / sent)
     feature = summary["comparisons"]["heterogeneous/sheaf-fmtl-features-vs-local"]
     diff = 100 * (het["sheaf-fmtl-features"]["final"] - het["local"]["final"])
     assert feature["difference"] == pytest.approx(diff) and feature["bits_ratio"] is None

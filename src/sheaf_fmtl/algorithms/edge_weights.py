@@ -33,11 +33,15 @@ lost on an exchange round leaves that end's weight and average as they were unti
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 import torch
 
 from ..federation import Cohort
+from ..messages import EdgeTensor, Payload
 from ..sheaf.layout import SheafLayout
+from .coordinate_state import CoordinateState
 
 #: Rounds between two exchanges of the averages (and two probes): the weights change every EVERY rounds.
 EVERY = 5
@@ -79,8 +83,12 @@ def signals(
             start = initial[b.cohort].index_select(0, pos)
             neighbour = rows.scatter(1, local, v.to(rows.dtype))
             forgotten = rows.scatter(1, local, start.gather(1, local))
-            f = probe_losses(models[b.cohort], torch.cat([rows, neighbour, forgotten]), pos.repeat(3))
-            own, nb, fg = f.view(3, -1)
+            every = torch.arange(len(theta), device=theta.device)  # each client's own loss, once
+            f = probe_losses(
+                models[b.cohort], torch.cat([theta, neighbour, forgotten]), torch.cat([every, pos, pos])
+            )
+            own = f[: len(theta)].index_select(0, pos)
+            nb, fg = f[len(theta) :].view(2, -1)
             out.append(torch.stack([nb - own, fg - own], 1))
     return out
 
@@ -98,3 +106,95 @@ def weights(mine: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
     ratio = total[:, 0] / total[:, 1].clamp(min=torch.finfo(total.dtype).tiny)
     a = (2.0 * (1.0 - ratio)).clamp(0.0, 1.0)
     return torch.where(total[:, 1] > 0, a, torch.zeros_like(a))
+
+
+class Relatedness:
+    """The learned weights of one run's coordinate coupling: what is sent, the weights of a round,
+    and what ``checkpoint.pt`` records (the weights every ``trace_every`` rounds, about 50 in all)."""
+
+    def __init__(self, rounds: int) -> None:
+        self.trace_every = max(1, rounds // 50)
+        self.pair_layout: Any = None
+
+    def start(self, state: CoordinateState) -> None:
+        """The initial models (what forgetting returns to) and the layout of two numbers a half-edge."""
+        assert state.layout is not None
+        state.initial = [t.clone() for t in state.thetas]
+        twos = np.full(len(state.layout.messages.sizes), 2, np.int64)
+        self.pair_layout = state.layout.messages.with_sizes(twos, twos)
+
+    def payload(self, state: CoordinateState) -> EdgeTensor:
+        """This end's averages ``(N, R)`` of each half-edge (zeros before the first probe)."""
+        assert state.layout is not None
+        buckets = state.layout.buckets
+        mine = state.relatedness or [b.sources(state.thetas).new_zeros(b.size, 2) for b in buckets]
+        pairs = torch.cat(mine) if mine else state.thetas[0].new_zeros(0, 2)
+        return EdgeTensor(pairs.reshape(-1), self.pair_layout)
+
+    def weights(
+        self,
+        state: CoordinateState,
+        models: Sequence[Cohort],
+        coords: list[torch.Tensor],
+        incoming: Payload,
+        theirs: list[torch.Tensor],
+        heard: list[torch.Tensor] | None,
+    ) -> list[torch.Tensor]:
+        """This round's weights per bucket ``[H_b]``: ``a_e`` (1 until both ends have averages) times
+        the graph's own; every :data:`EVERY` rounds recomputed from the averages both ends sent, and
+        this round's probes folded into the averages."""
+        if state.round % EVERY == 0:
+            self._exchange_round(state, models, coords, incoming, theirs, heard)
+        learned = state.learned_weights
+        assert learned is not None
+        if state.round % self.trace_every == 0:
+            state.weight_trace.append(torch.cat(learned).detach())  # on the device: no host sync
+        if state.weights is None:
+            return learned
+        return [a * w for a, w in zip(learned, state.weights, strict=True)]
+
+    @staticmethod
+    def _exchange_round(
+        state: CoordinateState,
+        models: Sequence[Cohort],
+        coords: list[torch.Tensor],
+        incoming: Payload,
+        theirs: list[torch.Tensor],
+        heard: list[torch.Tensor] | None,
+    ) -> None:
+        """New weights from both ends' averages, and this round's probes averaged in; an edge whose
+        message did not arrive keeps its weight and its average."""
+        layout = state.layout
+        assert layout is not None and state.initial is not None
+        got = incoming["relatedness"]
+        assert isinstance(got, EdgeTensor)
+        flat = got.data.view(-1, 2)
+        received = [flat[b.first : b.first + b.size] for b in layout.buckets]
+        before, kept = state.relatedness, state.learned_weights
+        if before is None:
+            learned = [r.new_ones(len(r)) for r in received]
+        else:
+            learned = [weights(m, r) for m, r in zip(before, received, strict=True)]
+        now = signals(models, layout, state.thetas, state.initial, coords, theirs)
+        updated = now if before is None else [averaged(p, n) for p, n in zip(before, now, strict=True)]
+        if heard is not None and before is not None and kept is not None:
+            rows = [h.view(len(w), -1)[:, 0] for h, w in zip(heard, kept, strict=True)]
+            learned = [torch.where(r, n, o) for r, n, o in zip(rows, learned, kept, strict=True)]
+            updated = [torch.where(r[:, None], n, o) for r, n, o in zip(rows, updated, before, strict=True)]
+        state.learned_weights, state.relatedness = learned, updated
+
+    def saved(
+        self, state: CoordinateState, src: np.ndarray, dst: np.ndarray, n: int
+    ) -> dict[str, torch.Tensor]:
+        """``edge_weights [N, N]`` (the last round's), ``edge_weight_history [K, N, N]`` at rounds
+        ``edge_weight_rounds [K]``; zero off the half-edges ``src -> dst`` held here (1 on them before
+        the first round)."""
+        final = torch.zeros(n, n, dtype=torch.float64)
+        final[src, dst] = 1.0  # (before the first round)
+        if state.learned_weights is not None:
+            final[src, dst] = torch.cat(state.learned_weights).detach().cpu().double()
+        history = torch.zeros(len(state.weight_trace), n, n, dtype=torch.float64)
+        for k, w in enumerate(state.weight_trace):
+            history[k, src, dst] = w.detach().cpu().double()
+        rounds = torch.arange(len(state.weight_trace), dtype=torch.int64) * self.trace_every
+        return {"edge_weights": final, "edge_weight_history": history, "edge_weight_rounds": rounds}

@@ -17,14 +17,11 @@ Coupling step (eq. (18) ``thetaupdate`` with these maps; with ``local_epochs = E
 gradient, after ``E`` local passes, as in :mod:`.sheaf_fmtl`):
     ``theta_i <- theta_i - alpha (g_i + lam sum_j P_ij^T (P_ij theta_i - P_ji theta_j))``.
 For ``redrawn`` every kind has ``E[S^T S] = (d_e/d) I``, so in expectation the step is dFedU's
-with coupling ``lam d_e/d ~ lam gamma``: ``lam`` reads as ``1/gamma`` times dFedU's for the same
-expected pull. Each round's ``S^T S`` is a projection (selection, orthonormal), so the sheaf
-Laplacian of every round is at most the graph Laplacian and the start-up check refuses
-``alpha lam lambda_max(L_graph) >= 2`` (gaussian rows: times ``(1 + sqrt(d_e/d))^2``, the typical
-largest ``||S||^2``). Selections couple coordinate by coordinate, mostly one edge per coordinate
-and round when ``gamma`` is small, so the check takes the bound over the run's drawn maps when it
-is smaller (R-MNIST's graph at ``gamma = 0.01``, 200 rounds: 8 against 13.7; School's at 0.1,
-500 rounds: 18 against 41.9). The reported energy is the expected one,
+with coupling ``lam d_e/d ~ lam gamma``: ``lam = null`` keeps that pull at every ``gamma``
+(:mod:`.coupling_strength`), and the start-up check refuses a step that is not mean-square stable,
+``alpha lam lambda_S >= 2``, ``lambda_S = 2 (1 - q) + q lambda_max(L)`` (features, aligned: the graph
+Laplacian's ``lambda_max``). Edge weights learned from the exchange (``edge_weights =
+relatedness``, :mod:`.edge_weights`) scale each edge's terms. The reported energy is the expected one,
 ``sum_e (d_e/m_e) ||Pi_i theta_i - Pi_j theta_j||^2`` (exact for ``features``/``aligned``).
 
 ``estimates = true`` (``redrawn``; CHOCO-SGD, Koloskova, Stich and Jaggi 2019, Algorithm 2): every
@@ -64,7 +61,7 @@ import torch
 from ..config import ConfigError, RunConfig
 from ..config.registry import MapModeSpec
 from ..federation import Cohort
-from ..messages import EdgeLayout, EdgeTensor, Payload
+from ..messages import EdgeTensor, Payload
 from ..sheaf.layout import SheafLayout, build_layout
 from ..sheaf.selection import SelectionDraws, Support, dense_maps
 from ..sheaf.supports import align_initial_models
@@ -107,10 +104,9 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         self.local_steps = config.local_steps
         self.use_estimates = config.estimates
         self.notes: list[str] = []
-        self.relate = config.edge_weights == "relatedness" and self.lam > 0
-        self.trace_every = max(1, config.rounds // 50)
         self.models: list[Cohort] | None = None  # whose losses the relatedness probes (None: the clients')
-        self.pair_layout: EdgeLayout | None = None
+        learned = config.edge_weights == "relatedness" and self.lam > 0
+        self.relate = relate.Relatedness(config.rounds) if learned else None  # edge weights (edge_weights.py)
 
     # -- start-up ---------------------------------------------------------------------------------
     def init(self, ctx: Context) -> CoordinateState:
@@ -126,16 +122,14 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
             a, buckets = graph.half_edge_weights(), layout.buckets
             dtype, dev = thetas[0].dtype, thetas[0].device
             state.weights = [torch.as_tensor(a[h.half_edges], dtype=dtype, device=dev) for h in buckets]
-        if self.relate and self.mode == "redrawn" and self.kind != "selection":
-            self.relate = False
+        if self.relate is not None and self.mode == "redrawn" and self.kind != "selection":
+            self.relate = None
             self.notes.append(
                 f"edge_weights=relatedness reads coordinates, which map_kind={self.kind} does not select; "
                 "the run uses the graph's weights"
             )
-        if self.relate:  # the initial models, and the layout of the two numbers sent per half-edge
-            state.initial = [t.clone() for t in state.thetas]
-            twos = np.full(len(layout.messages.sizes), 2, np.int64)
-            self.pair_layout = layout.messages.with_sizes(twos, twos)
+        if self.relate is not None:
+            self.relate.start(state)
         if ctx.config.stability_check and self.lam > 0:
             note = check_coordinate_coupling(state, ctx, self.kind, self.use_estimates)
             if note:
@@ -214,12 +208,8 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         state.own = self._messages(state)
         flat = torch.cat([m.reshape(-1) for m in state.own]) if state.own else state.thetas[0].new_zeros(0)
         payload: Payload = {"msg": EdgeTensor(flat, state.layout.messages)}
-        if self.relate and state.round % relate.EVERY == 0:  # this end's averages (N, R) of each edge
-            assert self.pair_layout is not None
-            buckets = state.layout.buckets
-            mine = state.relatedness or [b.sources(state.thetas).new_zeros(b.size, 2) for b in buckets]
-            pairs = torch.cat(mine) if mine else flat.new_zeros(0, 2)
-            payload["relatedness"] = EdgeTensor(pairs.reshape(-1), self.pair_layout)
+        if self.relate is not None and state.round % relate.EVERY == 0:  # this end's averages (N, R)
+            payload["relatedness"] = self.relate.payload(state)
         return payload
 
     def receive(self, state: CoordinateState, incoming: Payload, phase: int, ctx: Context) -> CoordinateState:
@@ -233,7 +223,10 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         held = None if msg.heard is None else self._per_bucket(layout, msg.heard)
         if state.estimates is not None:
             refresh_copies(state, self._maps(state), own, theirs, held, self.kind)
-        weights = self._edge_weights(state, ctx, incoming, theirs, heard_b) if self.relate else state.weights
+        weights = state.weights
+        if self.relate is not None:
+            models = self.models if self.models is not None else ctx.fed.cohorts
+            weights = self.relate.weights(state, models, self._maps(state)[0], incoming, theirs, heard_b)
         grads = state.grads
         for step in range(1 if grads is None else self.local_steps):
             if step > 0:  # further local steps: fresh gradients, own messages from the current theta
@@ -252,58 +245,6 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
     @staticmethod
     def _per_bucket(layout: SheafLayout, per_half_edge: torch.Tensor) -> list[torch.Tensor]:
         return [per_half_edge[b.first : b.first + b.size] for b in layout.buckets]
-
-    def _edge_weights(
-        self,
-        state: CoordinateState,
-        ctx: Context,
-        incoming: Payload,
-        theirs: list[torch.Tensor],
-        heard: list[torch.Tensor] | None,
-    ) -> list[torch.Tensor]:
-        """This round's weights per bucket ``[H_b]``: ``a_e`` (:mod:`.edge_weights`; 1 until both ends
-        have averages), times the graph's own; every ``EVERY`` rounds recomputed from the averages
-        both ends sent, and this round's probes folded into the averages."""
-        if state.round % relate.EVERY == 0:
-            self._exchange_round(state, ctx, incoming, theirs, heard)
-        learned = state.learned_weights
-        assert learned is not None
-        if state.round % self.trace_every == 0:
-            state.weight_trace.append(torch.cat(learned).detach())  # on the device: no host sync
-            state.trace_rounds.append(state.round)
-        if state.weights is None:
-            return learned
-        return [a * w for a, w in zip(learned, state.weights, strict=True)]
-
-    def _exchange_round(
-        self,
-        state: CoordinateState,
-        ctx: Context,
-        incoming: Payload,
-        theirs: list[torch.Tensor],
-        heard: list[torch.Tensor] | None,
-    ) -> None:
-        """New weights from both ends' averages, and this round's probes averaged in; an edge whose
-        message did not arrive keeps its weight and its average."""
-        layout = state.layout
-        assert layout is not None and state.initial is not None
-        got = incoming["relatedness"]
-        assert isinstance(got, EdgeTensor)
-        flat = got.data.view(-1, 2)
-        received = [flat[b.first : b.first + b.size] for b in layout.buckets]
-        before, weights = state.relatedness, state.learned_weights
-        if before is None:
-            learned = [r.new_ones(len(r)) for r in received]
-        else:
-            learned = [relate.weights(m, r) for m, r in zip(before, received, strict=True)]
-        models = self.models if self.models is not None else ctx.fed.cohorts
-        now = relate.signals(models, layout, state.thetas, state.initial, self._maps(state)[0], theirs)
-        updated = now if before is None else [relate.averaged(p, n) for p, n in zip(before, now, strict=True)]
-        if heard is not None and before is not None and weights is not None:
-            rows = [h.view(len(w), -1)[:, 0] for h, w in zip(heard, weights, strict=True)]
-            learned = [torch.where(r, n, o) for r, n, o in zip(rows, learned, weights, strict=True)]
-            updated = [torch.where(r[:, None], n, o) for r, n, o in zip(rows, updated, before, strict=True)]
-        state.learned_weights, state.relatedness = learned, updated
 
     def _pull(
         self,
@@ -361,16 +302,10 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         shared[src, dst] = torch.as_tensor(state.support.m, dtype=torch.float64)
         a = g.half_edge_weights()[layout.order]
         out = {"shared_parameters": shared, "map_norms": norms}
-        if state.learned_weights is not None:  # edge_weights = relatedness: the last round's, and over rounds
-            learned = torch.cat(state.learned_weights).detach().cpu().double()
-            a = a * learned.numpy()
-            out["edge_weights"] = torch.zeros(n, n, dtype=torch.float64)
-            out["edge_weights"][src, dst] = learned
-            history = torch.zeros(len(state.trace_rounds), n, n, dtype=torch.float64)
-            for k, w in enumerate(state.weight_trace):
-                history[k, src, dst] = w.detach().cpu().double()
-            out["edge_weight_history"] = history
-            out["edge_weight_rounds"] = torch.as_tensor(state.trace_rounds, dtype=torch.int64)
+        if self.relate is not None:  # the learned weights: the last round's, and over rounds
+            learned = self.relate.saved(state, src, dst, n)
+            a = a * learned["edge_weights"][src, dst].numpy()
+            out.update(learned)
         norms[src, dst] = torch.as_tensor(np.sqrt(a * layout.messages.sizes), dtype=torch.float64)
         return out
 

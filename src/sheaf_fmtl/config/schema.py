@@ -24,8 +24,9 @@ from ..sheaf.selection import MAP_KINDS
 from . import registry
 
 #: ``lam`` when the config leaves it open (``null``) and the algorithm is not ``sheaf-fmtl`` (each map mode
-#: has its own: :attr:`.registry.MapModeSpec.default_lam`); ``redrawn`` with ``estimates`` half its
-#: stability limit (:func:`default_lam`; ``algorithms/coordinate_stability.py``).
+#: has its own: :attr:`.registry.MapModeSpec.default_lam`, or the rule of its ``pull``,
+#: ``algorithms/coupling_strength.py``); ``redrawn`` with ``estimates`` half its stability limit
+#: (:func:`default_lam`; ``algorithms/coordinate_stability.py``).
 LAM_DEFAULT = 0.01
 
 
@@ -125,10 +126,12 @@ class RunConfig:
         None,
         "Strength `lambda` of the coupling between neighbours (0: local training). `null`: the default of "
         "the coupling that runs: 0.01 for the baselines and the paper's learned or fixed maps; for "
-        "Sheaf-FMTL's other maps `redrawn` 0.3, `features` 0.1, `aligned` 0.3, `proxy` and `functional` 1, "
-        "and for `redrawn` with "
-        "`estimates` half the consensus step's stability limit, `p / ((2 - p) alpha lambda_max)` "
-        "(`p = d_ij/d`, the copies' refresh rate; `lambda_max` of the graph Laplacian).",
+        "Sheaf-FMTL's coordinate maps `min(pull / q, 1 / (alpha lambda_S))`, which keeps the mode's "
+        "dFedU-equivalent pull `lam q` (`redrawn` and `features` 0.1, `aligned` 0.3; `proxy`: exact "
+        "averaging) at every compression `q = d_ij/d`, with `lambda_S = 2 (1 - q) + q lambda_max` the "
+        "mean-square bound of a round's Laplacian; `functional` 1; `redrawn` with `estimates` half the "
+        "consensus step's stability limit, `p / ((2 - p) alpha lambda_max)`. summary.json's `lam_rule` "
+        "says how it was derived. See the maps page.",
     )
     alpha: float = _key(0.05, "Step size of the model updates.")
     eta: float = _key(0.01, "Step size of the restriction-map updates (0: fixed maps).")

@@ -1,0 +1,140 @@
+"""The defaults table: `sheaf-fmtl run --set dataset=NAME` with every other key at its default,
+against local training with the same keys and dFedU at its best `lam` (chosen on a validation
+split, never on test data), over seeds; paired differences against local training.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/defaults_table.py --out benchmarks/results/defaults
+    # real data: SHEAF_FMTL_DATA=DIR (school, vehicle); --problems to choose; --seeds 0 1 2
+
+Writes `defaults.json` (every run's final metric, mode, lam, bits) and `defaults.md` (the table) into
+`--out`, and keeps going from what `defaults.json` already holds (resumable: run it in the background).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import sheaf_fmtl
+
+#: name -> (keys, whether dFedU can run: one model size on every client)
+PROBLEMS: dict[str, tuple[dict[str, Any], bool]] = {
+    "synthetic-clusters": ({"dataset": "synthetic-clusters"}, False),
+    "synthetic-clusters homogeneous": ({"dataset": "synthetic-clusters", "data": {"homogeneous": True}}, True),
+    "synthetic-clusters homogeneous, gamma 0.1": (
+        {"dataset": "synthetic-clusters", "data": {"homogeneous": True}, "gamma": 0.1},
+        True,
+    ),
+    "synthetic-clusters homogeneous, gamma 0.02": (
+        {"dataset": "synthetic-clusters", "data": {"homogeneous": True}, "gamma": 0.02},
+        True,
+    ),
+    "synthetic-hetero": ({"dataset": "synthetic-hetero"}, False),
+    "synthetic": ({"dataset": "synthetic"}, True),
+    "vehicle": ({"dataset": "vehicle"}, True),
+    "school": ({"dataset": "school"}, True),
+}
+DFEDU_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)
+VALIDATION = 0.2
+
+
+def one(keys: dict[str, Any]) -> dict[str, Any]:
+    """One run's final metric and what ran."""
+    result = sheaf_fmtl.run(**keys)
+    s = result.summary
+    return {
+        "final": s["final"],
+        "higher_is_better": s["higher_is_better"],
+        "maps": s.get("maps"),
+        "lam": s.get("lam"),
+        "bits": s["transmitted_bits"],
+    }
+
+
+def best_dfedu_lam(keys: dict[str, Any], done: dict[str, Any]) -> float:
+    """dFedU's `lam` with the best validation metric (seed 0, `validation` of the training data)."""
+    scores = {}
+    for lam in DFEDU_GRID:
+        tag = f"dfedu-validation-lam{lam}"
+        if tag not in done:
+            done[tag] = one({**keys, "algorithm": "dfedu", "lam": lam, "validation": VALIDATION, "seed": 0})
+        scores[lam] = done[tag]["final"] * (1 if done[tag]["higher_is_better"] else -1)
+    return max(scores, key=lambda k: scores[k])
+
+
+def mean_se(values: list[float]) -> tuple[float, float]:
+    m = sum(values) / len(values)
+    if len(values) < 2:
+        return m, float("nan")
+    return m, math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1) / len(values))
+
+
+def table(results: dict[str, dict[str, Any]], seeds: list[int]) -> str:
+    """The markdown table of :data:`PROBLEMS` that have every run."""
+    head = (
+        "| problem | the defaults ran | defaults | local training | difference (paired) | dFedU (best lam) | "
+        "defaults - dFedU | bits, defaults / dFedU |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n"
+    )
+    rows = []
+    for name, done in results.items():
+        if not all(f"{a}-{s}" in done for a in ("default", "local") for s in seeds):
+            continue
+        default = [done[f"default-{s}"] for s in seeds]
+        local = [done[f"local-{s}"] for s in seeds]
+        scale = 100.0 if default[0]["higher_is_better"] else 1.0
+        d, lo = mean_se([r["final"] * scale for r in default]), mean_se([r["final"] * scale for r in local])
+        diff = mean_se([(a["final"] - b["final"]) * scale for a, b in zip(default, local, strict=True)])
+        ran = f"{default[0]['maps']}, lam {default[0]['lam']:.4g}"
+        dfedu = [done.get(f"dfedu-{s}") for s in seeds]
+        if all(dfedu):
+            du = mean_se([r["final"] * scale for r in dfedu])  # type: ignore[index]
+            gap = mean_se([(a["final"] - b["final"]) * scale for a, b in zip(default, dfedu, strict=True)])  # type: ignore[index]
+            bits = sum(r["bits"] for r in default) / max(1, sum(r["bits"] for r in dfedu))  # type: ignore[index]
+            extra = f"{du[0]:.2f} ± {du[1]:.2f} (lam {done['dfedu-lam']:g}) | {gap[0]:+.2f} | {bits:.3f}"
+        else:
+            extra = "- | - | -"
+        rows.append(
+            f"| {name} | {ran} | {d[0]:.2f} ± {d[1]:.2f} | {lo[0]:.2f} ± {lo[1]:.2f} | {diff[0]:+.2f} ± {diff[1]:.2f} "
+            f"| {extra} |"
+        )
+    return head + "\n".join(rows) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="runs/defaults-table")
+    parser.add_argument("--problems", nargs="*", default=list(PROBLEMS))
+    parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    store = out / "defaults.json"
+    results: dict[str, dict[str, Any]] = json.loads(store.read_text())["runs"] if store.is_file() else {}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    for name in args.problems:
+        keys, dfedu = PROBLEMS[name]
+        done = results.setdefault(name, {})
+        for seed in args.seeds:
+            for tag, extra in (("default", {}), ("local", {"algorithm": "local"})):
+                if f"{tag}-{seed}" not in done:
+                    done[f"{tag}-{seed}"] = one({**keys, **extra, "seed": seed})
+            if dfedu:
+                if "dfedu-lam" not in done:
+                    done["dfedu-lam"] = best_dfedu_lam(keys, done)
+                if f"dfedu-{seed}" not in done:
+                    done[f"dfedu-{seed}"] = one({**keys, "algorithm": "dfedu", "lam": done["dfedu-lam"], "seed": seed})
+            store.write_text(json.dumps({"commit": commit, "seeds": args.seeds, "runs": results}, indent=1))
+            print(f"{name} seed {seed}: done", file=sys.stderr, flush=True)
+    text = table(results, args.seeds)
+    about = f"Seeds {args.seeds}; commit {commit}; {os.cpu_count()} CPUs.\n\n"
+    (out / "defaults.md").write_text(about + text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
