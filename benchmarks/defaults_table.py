@@ -62,8 +62,12 @@ def best_dfedu_lam(keys: dict[str, Any], done: dict[str, Any]) -> float:
     for lam in DFEDU_GRID:
         tag = f"dfedu-validation-lam{lam}"
         if tag not in done:
-            done[tag] = one({**keys, "algorithm": "dfedu", "lam": lam, "validation": VALIDATION, "seed": 0})
-        scores[lam] = done[tag]["final"] * (1 if done[tag]["higher_is_better"] else -1)
+            try:
+                done[tag] = one({**keys, "algorithm": "dfedu", "lam": lam, "validation": VALIDATION, "seed": 0})
+            except sheaf_fmtl.ConfigError as err:  # refused at start-up (unstable): not a candidate
+                done[tag] = {"refused": str(err)}
+        if "final" in done[tag]:
+            scores[lam] = done[tag]["final"] * (1 if done[tag]["higher_is_better"] else -1)
     return max(scores, key=lambda k: scores[k])
 
 
