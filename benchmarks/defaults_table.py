@@ -25,7 +25,10 @@ import sheaf_fmtl
 #: name -> (keys, whether dFedU can run: one model size on every client)
 PROBLEMS: dict[str, tuple[dict[str, Any], bool]] = {
     "synthetic-clusters": ({"dataset": "synthetic-clusters"}, False),
-    "synthetic-clusters homogeneous": ({"dataset": "synthetic-clusters", "data": {"homogeneous": True}}, True),
+    "synthetic-clusters homogeneous": (
+        {"dataset": "synthetic-clusters", "data": {"homogeneous": True}},
+        True,
+    ),
     "synthetic-clusters homogeneous, gamma 0.1": (
         {"dataset": "synthetic-clusters", "data": {"homogeneous": True}, "gamma": 0.1},
         True,
@@ -63,7 +66,9 @@ def best_dfedu_lam(keys: dict[str, Any], done: dict[str, Any]) -> float:
         tag = f"dfedu-validation-lam{lam}"
         if tag not in done:
             try:
-                done[tag] = one({**keys, "algorithm": "dfedu", "lam": lam, "validation": VALIDATION, "seed": 0})
+                done[tag] = one(
+                    {**keys, "algorithm": "dfedu", "lam": lam, "validation": VALIDATION, "seed": 0}
+                )
             except sheaf_fmtl.ConfigError as err:  # refused at start-up (unstable): not a candidate
                 done[tag] = {"refused": str(err)}
         if "final" in done[tag]:
@@ -94,18 +99,16 @@ def table(results: dict[str, dict[str, Any]], seeds: list[int]) -> str:
         d, lo = mean_se([r["final"] * scale for r in default]), mean_se([r["final"] * scale for r in local])
         diff = mean_se([(a["final"] - b["final"]) * scale for a, b in zip(default, local, strict=True)])
         ran = f"{default[0]['maps']}, lam {default[0]['lam']:.4g}"
-        dfedu = [done.get(f"dfedu-{s}") for s in seeds]
-        if all(dfedu):
-            du = mean_se([r["final"] * scale for r in dfedu])  # type: ignore[index]
-            gap = mean_se([(a["final"] - b["final"]) * scale for a, b in zip(default, dfedu, strict=True)])  # type: ignore[index]
-            bits = sum(r["bits"] for r in default) / max(1, sum(r["bits"] for r in dfedu))  # type: ignore[index]
+        dfedu = [done[f"dfedu-{s}"] for s in seeds if f"dfedu-{s}" in done]
+        if len(dfedu) == len(seeds):
+            du = mean_se([r["final"] * scale for r in dfedu])
+            gap = mean_se([(a["final"] - b["final"]) * scale for a, b in zip(default, dfedu, strict=True)])
+            bits = sum(r["bits"] for r in default) / max(1, sum(r["bits"] for r in dfedu))
             extra = f"{du[0]:.2f} ± {du[1]:.2f} (lam {done['dfedu-lam']:g}) | {gap[0]:+.2f} | {bits:.3f}"
         else:
             extra = "- | - | -"
-        rows.append(
-            f"| {name} | {ran} | {d[0]:.2f} ± {d[1]:.2f} | {lo[0]:.2f} ± {lo[1]:.2f} | {diff[0]:+.2f} ± {diff[1]:.2f} "
-            f"| {extra} |"
-        )
+        measured = f"{d[0]:.2f} ± {d[1]:.2f} | {lo[0]:.2f} ± {lo[1]:.2f} | {diff[0]:+.2f} ± {diff[1]:.2f}"
+        rows.append(f"| {name} | {ran} | {measured} | {extra} |")
     return head + "\n".join(rows) + "\n"
 
 
@@ -119,7 +122,9 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     store = out / "defaults.json"
     results: dict[str, dict[str, Any]] = json.loads(store.read_text())["runs"] if store.is_file() else {}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     for name in args.problems:
         keys, dfedu = PROBLEMS[name]
         done = results.setdefault(name, {})
@@ -131,7 +136,9 @@ def main() -> None:
                 if "dfedu-lam" not in done:
                     done["dfedu-lam"] = best_dfedu_lam(keys, done)
                 if f"dfedu-{seed}" not in done:
-                    done[f"dfedu-{seed}"] = one({**keys, "algorithm": "dfedu", "lam": done["dfedu-lam"], "seed": seed})
+                    done[f"dfedu-{seed}"] = one(
+                        {**keys, "algorithm": "dfedu", "lam": done["dfedu-lam"], "seed": seed}
+                    )
             store.write_text(json.dumps({"commit": commit, "seeds": args.seeds, "runs": results}, indent=1))
             print(f"{name} seed {seed}: done", file=sys.stderr, flush=True)
     text = table(results, args.seeds)
