@@ -147,4 +147,11 @@ def test_related_neighbours_weigh_more_than_unrelated_ones() -> None:
     assert a[same].mean() > a[~same].mean() + 0.2
     saved = sim.algorithm.checkpoint(state, sim.ctx)
     assert saved["edge_weights"][src, dst].numpy() == pytest.approx(a)
-    assert saved["edge_weight_history"].shape[0] == len(saved["edge_weight_rounds"]) == 50
+    rounds = saved["edge_weight_rounds"].tolist()
+    assert rounds == list(range(0, 100, EVERY)) and saved["edge_weight_history"].shape == (
+        len(rounds),
+        len(src) // 2,
+    )
+    last = saved["edge_weight_history"][-1].double()  # the last exchange's weights, per graph edge
+    edge_of = layout.order // 2
+    assert last[edge_of].numpy() == pytest.approx(a, abs=1e-6)

@@ -40,7 +40,7 @@ class CoordinateState(State):
     # (n, r) of each half-edge, per bucket [H_b] this round's weights a_e, and the weights over rounds
     relatedness: list[torch.Tensor] | None = None
     learned_weights: list[torch.Tensor] | None = None
-    weight_trace: list[torch.Tensor] = field(default_factory=list)  # [H] a_e every trace_every rounds from 0
+    weight_trace: list[torch.Tensor] = field(default_factory=list)  # [H] a_e of each exchange round
     initial: list[torch.Tensor] | None = field(default=None, repr=False)  # per cohort the initial thetas
 
     def checkpoint(self) -> dict[str, Any]:

@@ -114,10 +114,9 @@ def weights(mine: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
 
 class Relatedness:
     """The learned weights of one run's coordinate coupling: what is sent, the weights of a round,
-    and what ``checkpoint.pt`` records (the weights every ``trace_every`` rounds, about 50 in all)."""
+    and what ``checkpoint.pt`` records (the weights of every exchange round, ``EVERY`` apart)."""
 
-    def __init__(self, rounds: int) -> None:
-        self.trace_every = max(1, rounds // 50)
+    def __init__(self) -> None:
         self.pair_layout: Any = None
 
     def start(self, state: CoordinateState) -> None:
@@ -149,10 +148,10 @@ class Relatedness:
         this round's probes folded into the averages."""
         if state.round % EVERY == 0:
             self._exchange_round(state, models, coords, incoming, theirs, heard)
+            assert state.learned_weights is not None
+            state.weight_trace.append(torch.cat(state.learned_weights).detach())  # on the device: no sync
         learned = state.learned_weights
         assert learned is not None
-        if state.round % self.trace_every == 0:
-            state.weight_trace.append(torch.cat(learned).detach())  # on the device: no host sync
         if state.weights is None:
             return learned
         return [a * w for a, w in zip(learned, state.weights, strict=True)]
@@ -187,18 +186,21 @@ class Relatedness:
             updated = [torch.where(r[:, None], n, o) for r, n, o in zip(rows, updated, before, strict=True)]
         state.learned_weights, state.relatedness = learned, updated
 
-    def saved(
-        self, state: CoordinateState, src: np.ndarray, dst: np.ndarray, n: int
-    ) -> dict[str, torch.Tensor]:
-        """``edge_weights [N, N]`` (the last round's), ``edge_weight_history [K, N, N]`` at rounds
-        ``edge_weight_rounds [K]``; zero off the half-edges ``src -> dst`` held here (1 on them before
-        the first round)."""
+    def saved(self, state: CoordinateState, layout: SheafLayout) -> dict[str, torch.Tensor]:
+        """``edge_weights [N, N]`` (the last round's; 1 before the first round) on the half-edges
+        held here, zero elsewhere; ``edge_weight_history [K, E]`` (float32), each graph edge's weight
+        at the exchange rounds ``edge_weight_rounds [K]`` (``0, EVERY, 2 EVERY, ...``), filled by the
+        process holding the edge's first half-edge (zero elsewhere)."""
+        graph, n = layout.graph, layout.num_clients
+        src, dst = graph.src[layout.order], graph.dst[layout.order]
         final = torch.zeros(n, n, dtype=torch.float64)
-        final[src, dst] = 1.0  # (before the first round)
+        final[src, dst] = 1.0
         if state.learned_weights is not None:
             final[src, dst] = torch.cat(state.learned_weights).detach().cpu().double()
-        history = torch.zeros(len(state.weight_trace), n, n, dtype=torch.float64)
+        first = torch.as_tensor(layout.order % 2 == 0)  # each edge once: its half-edge i -> j, i < j
+        edges = torch.as_tensor(layout.order // 2)[first]
+        history = torch.zeros(len(state.weight_trace), graph.num_edges, dtype=torch.float32)
         for k, w in enumerate(state.weight_trace):
-            history[k, src, dst] = w.detach().cpu().double()
-        rounds = torch.arange(len(state.weight_trace), dtype=torch.int64) * self.trace_every
+            history[k, edges] = w.detach().cpu().float()[first]
+        rounds = torch.arange(len(state.weight_trace), dtype=torch.int64) * EVERY
         return {"edge_weights": final, "edge_weight_history": history, "edge_weight_rounds": rounds}

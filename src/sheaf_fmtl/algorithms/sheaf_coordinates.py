@@ -106,7 +106,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         self.notes: list[str] = []
         self.models: list[Cohort] | None = None  # whose losses the relatedness probes (None: the clients')
         learned = config.edge_weights == "relatedness" and self.lam > 0
-        self.relate = relate.Relatedness(config.rounds) if learned else None  # edge weights (edge_weights.py)
+        self.relate = relate.Relatedness() if learned else None  # edge weights (edge_weights.py)
 
     # -- start-up ---------------------------------------------------------------------------------
     def init(self, ctx: Context) -> CoordinateState:
@@ -292,7 +292,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         off-graph), and ``map_norms``: ``||P_ij||_F = sqrt(a_ij d_e)`` (selections, orthonormal
         rows; the expected norm for gaussian rows; ``a_ij`` with the learned weights). With
         ``edge_weights = relatedness``: ``edge_weights`` ``[N, N]`` (the last round's ``a_e``),
-        ``edge_weight_history`` ``[K, N, N]`` at rounds ``edge_weight_rounds`` ``[K]`` (about 50)."""
+        ``edge_weight_history`` ``[K, E]`` per graph edge at the exchange rounds ``edge_weight_rounds``."""
         layout = state.layout
         assert layout is not None and state.support is not None
         n, g = layout.num_clients, layout.graph
@@ -303,7 +303,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         a = g.half_edge_weights()[layout.order]
         out = {"shared_parameters": shared, "map_norms": norms}
         if self.relate is not None:  # the learned weights: the last round's, and over rounds
-            learned = self.relate.saved(state, src, dst, n)
+            learned = self.relate.saved(state, layout)
             a = a * learned["edge_weights"][src, dst].numpy()
             out.update(learned)
         norms[src, dst] = torch.as_tensor(np.sqrt(a * layout.messages.sizes), dtype=torch.float64)

@@ -15,12 +15,12 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from ..data.synthetic import CLUSTERS_DEFAULTS, clusters_groups
-from .heatmap import MAX_LABELLED_IDS, adjacency
-from .style import NON_EDGE_HATCH, integer_ticks
+from .heatmap import adjacency, client_ticks
+from .style import NON_EDGE_HATCH
 
 
 def load_edge_weights(run_dir: str | Path) -> dict[str, np.ndarray] | None:
-    """``{"final": [N, N], "history": [K, N, N], "rounds": [K], "edges": [E, 2]}`` from
+    """``{"final": [N, N], "history": [K, E], "rounds": [K], "edges": [E, 2]}`` from
     ``RUN/checkpoint.pt``, or ``None`` when the run learned no edge weights."""
     path = Path(run_dir) / "checkpoint.pt"
     if not path.is_file():
@@ -63,19 +63,12 @@ def edge_weight_figure(weights: dict[str, np.ndarray], groups: np.ndarray | None
             members = np.flatnonzero(groups == g)
             lo, size = members.min() - 0.5, len(members)
             ax.add_patch(Rectangle((lo, lo), size, size, fill=False, ec="white", lw=1.5, zorder=3))
-    if n <= MAX_LABELLED_IDS:
-        ax.set_xticks(range(n))
-        ax.set_yticks(range(n))
-        ax.tick_params(labelsize=7 if n > 15 else 9)
-    else:
-        integer_ticks(ax, "x")
-        integer_ticks(ax, "y")
+    client_ticks(ax, n)
     handles = [Patch(label="no edge", **NON_EDGE_HATCH)]
     if groups is not None:
         handles.append(Patch(fill=False, ec="black", label="a group of related clients"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False, ncol=2)
-    rounds, history = weights["rounds"], weights["history"]
-    per_edge = history[:, edges[:, 0], edges[:, 1]]  # [K, E]
+    rounds, per_edge = weights["rounds"], weights["history"]  # [K, E], in the order of ``edges``
     if groups is not None:
         same = groups[edges[:, 0]] == groups[edges[:, 1]]
         for mask, label in ((same, "within a group"), (~same, "between groups")):

@@ -8,6 +8,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
@@ -43,6 +44,18 @@ def adjacency(edges: np.ndarray, n: int) -> np.ndarray:
     return adj
 
 
+def client_ticks(ax: Axes, n: int) -> None:
+    """Ticks at every client id on both axes of an ``n x n`` heatmap, or at round steps beyond
+    :data:`MAX_LABELLED_IDS` clients."""
+    if n <= MAX_LABELLED_IDS:
+        ax.set_xticks(range(n))
+        ax.set_yticks(range(n))
+        ax.tick_params(labelsize=7 if n > 15 else 9)
+    else:
+        integer_ticks(ax, "x")
+        integer_ticks(ax, "y")
+
+
 def map_norm_figure(norms: np.ndarray, edges: np.ndarray | None, title: str) -> Figure:
     """``||P_ij||_F`` per ordered pair, colour from 0 (a zero map) up; pairs that are not edges
     (the diagonal included) are masked and hatched. Without ``edges`` (old checkpoints), zero
@@ -64,13 +77,7 @@ def map_norm_figure(norms: np.ndarray, edges: np.ndarray | None, title: str) -> 
         title=title,
     )
     ax.grid(False)
-    if n <= MAX_LABELLED_IDS:
-        ax.set_xticks(range(n))
-        ax.set_yticks(range(n))
-        ax.tick_params(labelsize=7 if n > 15 else 9)
-    else:
-        integer_ticks(ax, "x")
-        integer_ticks(ax, "y")
+    client_ticks(ax, n)
     none = "no edge" if edges is not None else "zero norm (no edge list in checkpoint)"
     ax.legend(
         handles=[Patch(label=none, **NON_EDGE_HATCH)],

@@ -46,7 +46,7 @@ def gather_final_state(sim: Simulation[Any]) -> dict[str, Any]:
     dist.gather_object((mine, my_maps), parts if dist.get_rank() == 0 else None, dst=0)
     out: dict[str, Any] = {k: v for k, v in local.items() if k not in ("maps", "bucket_half_edges")}
     for key in ("map_norms", "shared_parameters", "edge_weights", "edge_weight_history"):
-        if key in local:  # [N, N] (or [K, N, N]), zero off this rank's half-edges
+        if key in local:  # [N, N] (or [K, E]), zero off this rank's half-edges
             out[key] = comm.all_sum(local[key])
     if dist.get_rank() != 0:
         return {"thetas": list(mine.values()), "edges": torch.as_tensor(graph.edges), **out}
