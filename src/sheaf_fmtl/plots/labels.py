@@ -7,6 +7,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import algorithms  # noqa: F401 - registers the entries that name each algorithm and map mode
 from ..config.registry import algorithm_spec, map_mode_spec
 from ..metrics.groups import differing_keys, run_keys
 
