@@ -5,12 +5,13 @@ default ``lam`` and label), kept with the one entry that registers it.
 Config sits below the algorithms in the package's layers, so it holds these facts as data that
 the algorithms package fills as it is imported (``algorithms.base.register`` and
 ``register_maps``, beside each implementation), and it reads them as they are: nothing in config
-imports the algorithms, by name or by string. Whoever reads a config fills them first by importing
-``sheaf_fmtl.algorithms``: the entry points (the package's public names, the command line once its
-arguments are parsed, the API) and the modules above the algorithms that read an entry (plots).
-Importing any module of the algorithms package registers every built-in entry, so the registries
-are either empty or hold every built-in algorithm and map mode, plus those a user registers; a
-lookup while they are empty raises (:data:`NOT_FILLED`) rather than finding no choices.
+imports the algorithms, by name or by string (``tests/test_layering.py`` reads both). Whoever
+reads a config fills them first by importing ``sheaf_fmtl.algorithms``: the entry points (the
+package's public names, the command line once its arguments are parsed, the API) and the modules
+above the algorithms that read an entry (plots). Importing any module of the algorithms package
+registers every built-in entry, so the registries are either empty or hold every built-in
+algorithm and map mode, plus those a user registers; a lookup while they are empty raises
+(:data:`NOT_FILLED`) rather than finding no choices.
 
 Why no list of the built-in names in a module without torch: no place needs the choices without
 it. ``sheaf-fmtl --help`` and each command's ``--help`` read no config, and reading a config
