@@ -107,3 +107,20 @@ def test_config_reads_the_registries_that_the_entry_points_fill() -> None:
 def test_the_command_line_lists_every_registered_choice() -> None:
     out = _fresh("from sheaf_fmtl.cli import main\nmain(['run', '--help-keys'])\n")
     assert all(name in out for name in (*registry.algorithm_names(), *registry.map_mode_names()))
+
+
+def test_labels_of_a_map_mode_come_from_its_entry() -> None:
+    """A run whose maps did not move is labelled as the mode its entry names (``idle_as``); a
+    recorded config without ``maps`` as the one mode marked ``unrecorded``."""
+    modes = [registry.map_mode_spec(m) for m in registry.map_mode_names() if m != registry.AUTO]
+    assert sum(spec.unrecorded for spec in modes if spec is not None) == 1
+    unrecorded = registry.unrecorded_map_mode()
+    assert unrecorded is not None
+    for spec in modes:
+        assert spec is not None and (spec.idle_as is None or spec.idle_as in registry.MAP_MODES)
+        idle = registry.map_mode_spec(spec.idle_as or spec.name)
+        assert idle is not None and idle.label in long_label(
+            {"algorithm": "sheaf-fmtl", "maps": spec.name, "eta": 0.0, "lam": 0.1}
+        )
+    spec = registry.map_mode_spec(unrecorded)
+    assert spec is not None and spec.label in long_label({"algorithm": "sheaf-fmtl", "eta": 0.1, "lam": 0.1})

@@ -67,6 +67,10 @@ class MapModeSpec:
         reads: the keys only some modes read that this one does (``gamma``, ``map_kind`` and
             ``estimates`` are named in its label).
         builds_maps: it builds its own maps (no special case's fixed maps: ``topology = none``).
+        idle_as: the mode it runs as when its maps do not move (``eta`` or ``lam`` is 0): figures
+            label such a run as that mode.
+        unrecorded: a recorded config without the ``maps`` key ran this mode (it was written
+            before the key existed).
     """
 
     name: str
@@ -75,6 +79,8 @@ class MapModeSpec:
     reads: tuple[str, ...] = field(default=())
     pull: float | None = None
     builds_maps: bool = True
+    idle_as: str | None = None
+    unrecorded: bool = False
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {}
@@ -125,3 +131,9 @@ def algorithm_spec(name: str) -> AlgorithmSpec | None:
 def map_mode_spec(name: str) -> MapModeSpec | None:
     _filled()
     return MAP_MODES.get(name)
+
+
+def unrecorded_map_mode() -> str | None:
+    """The mode a recorded config without the ``maps`` key ran (:attr:`MapModeSpec.unrecorded`)."""
+    _filled()
+    return next((spec.name for spec in MAP_MODES.values() if spec.unrecorded), None)
