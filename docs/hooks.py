@@ -91,6 +91,7 @@ COMMANDS = "<!-- generated: commands -->"
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any, **_: Any) -> str:
     if CONFIG_KEYS in markdown:
+        import sheaf_fmtl.algorithms  # noqa: F401 - registers the choices of 'algorithm' and 'maps'
         from sheaf_fmtl.config import reference
 
         markdown = markdown.replace(CONFIG_KEYS, reference.markdown())

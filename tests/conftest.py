@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+import sheaf_fmtl.algorithms  # noqa: F401 - the tests read configs directly: fill the registries as entry points do
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 
 torch.set_num_threads(min(2, torch.get_num_threads()))

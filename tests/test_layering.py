@@ -3,7 +3,9 @@ sheaf -> config -> algorithms -> metrics, plots -> runtime -> scenarios, referen
 experiments -> cli. A module
 named ``cli`` (a command-line entry point, e.g. ``bench/cli.py``) sits at the top, whatever its folder.
 A new top-level module or package must be given its floor in :data:`RANK` (the test says so), and
-no two top-level modules or packages import each other (a cycle within a floor).
+no two top-level modules or packages import each other (a cycle within a floor). A module named by a
+string (``importlib.import_module("sheaf_fmtl.x")``, ``__import__``) counts as imported: config, below
+the algorithms, reads their registries as the entry points filled them and names none of them.
 Inside ``runtime`` the round engine (``runtime/engine``) sits below the run (``runtime/run``): the
 engine imports nothing of the run.
 No module is over 400 lines unless its docstring says why (``Why one module ...``), and no function
@@ -64,12 +66,22 @@ def _rank(parts: list[str]) -> int | None:
     return RANK.get(parts[0]) if parts else None
 
 
-def _imports(path: Path) -> list[list[str]]:
-    """Package-relative module paths that ``path`` imports from ``sheaf_fmtl``."""
+def _imports(path: Path, text: str | None = None) -> list[list[str]]:
+    """Package-relative module paths that ``path`` (its source, or ``text`` in its place) imports
+    from ``sheaf_fmtl``: with ``import`` and ``from ... import`` statements, or named by a string
+    (:func:`_named_module`)."""
     rel = list(path.relative_to(ROOT).with_suffix("").parts)
     pkg = rel[:-1]
     out = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(path.read_text() if text is None else text)):
+        if isinstance(node, ast.Call):
+            named = _named_module(node, rel)
+            out.extend([named] if named is not None else [])
+            continue
+        if isinstance(node, ast.Import):
+            names = [a.name.split(".") for a in node.names]
+            out.extend(n[1:] for n in names if n[0] == "sheaf_fmtl" and len(n) > 1)
+            continue
         if not isinstance(node, ast.ImportFrom):
             continue
         if node.level:
@@ -83,6 +95,34 @@ def _imports(path: Path) -> list[list[str]]:
     return out
 
 
+def _named_module(node: ast.Call, rel: list[str]) -> list[str] | None:
+    """The package-relative module that a call ``import_module("...")`` (``importlib``'s) or
+    ``__import__("...")`` in module ``rel`` names by a string, or ``None`` (another call, a name
+    computed at run time, a module outside ``sheaf_fmtl``). A relative name is resolved against its
+    ``package`` argument: ``__package__``, ``__name__`` or a string."""
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    first = node.args[0] if node.args else None
+    if called not in ("import_module", "__import__") or not isinstance(first, ast.Constant):
+        return None
+    name = str(first.value)
+    if not name.startswith("."):
+        parts = name.split(".")
+        return parts[1:] if parts[0] == "sheaf_fmtl" else None
+    given = node.args[1] if len(node.args) > 1 and called == "import_module" else None
+    given = given or next((k.value for k in node.keywords if k.arg == "package"), None)
+    package = rel[:-1]
+    if isinstance(given, ast.Constant) and str(given.value).split(".")[0] == "sheaf_fmtl":
+        package = str(given.value).split(".")[1:]
+    elif isinstance(given, ast.Name) and given.id == "__name__" and rel[-1] != "__init__":
+        package = rel
+    elif not (isinstance(given, ast.Name) and given.id in ("__name__", "__package__")):
+        return None
+    level = len(name) - len(name.lstrip("."))
+    rest = name.lstrip(".")
+    return package[: len(package) - level + 1] + (rest.split(".") if rest else [])
+
+
 def test_every_top_level_module_has_a_floor() -> None:
     names = {
         p.stem if p.is_file() else p.name
@@ -93,15 +133,19 @@ def test_every_top_level_module_has_a_floor() -> None:
     assert not unplaced, f"give these modules a floor in RANK: {unplaced}"
 
 
+def _upward(path: Path, targets: list[list[str]]) -> list[str]:
+    """Those of ``targets`` (imported by ``path``) that sit on a floor above it."""
+    me = list(path.relative_to(ROOT).with_suffix("").parts)
+    mine = _rank(me[:-1] if me[-1] == "__init__" else me)
+    return [
+        f"{'/'.join(me)} imports {'.'.join(target)}"
+        for target in targets
+        if mine is not None and (theirs := _rank(target)) is not None and target[0] != me[0] and theirs > mine
+    ]
+
+
 def test_imports_point_down_only() -> None:
-    upward = []
-    for path in sorted(ROOT.rglob("*.py")):
-        me = list(path.relative_to(ROOT).with_suffix("").parts)
-        mine = _rank(me[:-1] if me[-1] == "__init__" else me)
-        for target in _imports(path):
-            theirs = _rank(target)
-            if mine is not None and theirs is not None and target[0] != me[0] and theirs > mine:
-                upward.append(f"{'/'.join(me)} imports {'.'.join(target)}")
+    upward = [line for path in sorted(ROOT.rglob("*.py")) for line in _upward(path, _imports(path))]
     assert not upward, "imports pointing up a layer:\n" + "\n".join(upward)
 
 
@@ -129,6 +173,48 @@ def test_the_check_sees_an_upward_import() -> None:
     assert ["sheaf", "graph"] in _imports(path)
     assert ["algorithms", "sheaf_fmtl"] in _imports(ROOT / "runtime" / "engine" / "simulate.py")
     assert _rank(["sheaf", "layout"]) < _rank(["runtime", "engine", "simulate"])  # type: ignore[operator]
+
+
+def test_the_check_sees_a_module_named_by_a_string() -> None:
+    """A module imported by name (``importlib.import_module``, ``__import__``) is an import: one of a
+    higher floor is refused like an ``import`` statement (also read); names computed at run time are
+    not read."""
+    path = ROOT / "config" / "registry.py"
+    snippet = (
+        "import importlib\n"
+        "from importlib import import_module\n"
+        "def fill(name):\n"
+        "    importlib.import_module('sheaf_fmtl.algorithms')\n"
+        "    import_module('..runtime.engine', __package__)\n"
+        "    import_module('.schema', __name__.rpartition('.')[0])\n"  # computed: not resolved
+        "    importlib.import_module('.plots.labels', package='sheaf_fmtl')\n"
+        "    __import__('sheaf_fmtl.metrics.flops')\n"
+        "    import_module('.files', __name__)\n"  # a module's __name__: relative to the module itself
+        "    importlib.import_module(name)\n"
+        "    importlib.import_module('numpy')\n"
+        "    import sheaf_fmtl.runtime.run.loop\n"
+    )
+    found = _imports(path, snippet)
+    assert sorted(found) == [
+        ["algorithms"],
+        ["config", "registry", "files"],
+        ["metrics", "flops"],
+        ["plots", "labels"],
+        ["runtime", "engine"],
+        ["runtime", "run", "loop"],
+    ]
+    assert sorted(_upward(path, found)) == [
+        "config/registry imports algorithms",
+        "config/registry imports metrics.flops",
+        "config/registry imports plots.labels",
+        "config/registry imports runtime.engine",
+        "config/registry imports runtime.run.loop",
+    ]
+    init = ROOT / "config" / "__init__.py"  # a package's __name__ is the package
+    assert _imports(init, "import importlib\nimportlib.import_module('.usage', __name__)\n") == [
+        ["config", "usage"]
+    ]
+    assert ["algorithms"] in _imports(ROOT / "__init__.py")  # the package's public names fill the registries
 
 
 def _too_long(text: str) -> bool:

@@ -12,7 +12,8 @@ For notebooks::
 (:func:`run`, :class:`Federation` for one's own data and models, :func:`load` for a run folder,
 :mod:`sheaf_fmtl.callbacks` for code run each round; the command line is ``sheaf-fmtl``.) The names
 below are imported when first used, so that the command line's ``--help`` starts without importing
-torch.
+torch. Each of them imports the algorithms package first: it registers every algorithm and map
+mode, the choices a config is checked against.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def __getattr__(name: str) -> Any:  # noqa: ANN401 - whatever the public name is
         return module
     if name not in _LAZY:
         raise AttributeError(f"module 'sheaf_fmtl' has no attribute {name!r}")
+    importlib.import_module(".algorithms", __name__)  # fills the registries a config is checked against
     value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     globals()[name] = value
     return value

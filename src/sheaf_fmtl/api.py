@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from . import algorithms  # noqa: F401 - registers what configs are checked against
 from .config import ConfigError, RunConfig, load_config
 from .plugins import held_keys
 from .user import UserObjects, has_objects

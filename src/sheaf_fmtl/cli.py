@@ -90,6 +90,7 @@ class _HelpKeys(argparse.Action):
     """``--help-keys``: print every config key (type, default, allowed values, doc) and exit."""
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any, **__: Any) -> None:
+        from . import algorithms  # noqa: F401 - registers the choices of 'algorithm' and 'maps'
         from .config import reference
 
         print(reference.text(), end="")
@@ -306,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         words = sys.argv[1:] if argv is None else list(argv)
         args = build_parser(_command(words)).parse_args(words)
         _config_from_sets(args)
+        from . import algorithms  # noqa: F401 - registers what configs are checked against (after --help)
+
         return int(args.func(args) or 0)
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else 0

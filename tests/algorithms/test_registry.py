@@ -1,10 +1,13 @@
 """The registries of algorithms and map modes (``config.registry``): config's choices are the
 registered entries, each entry's facts name real keys, an unknown name is refused when the config
-is read (before any data is loaded), and an algorithm a user registers becomes a choice."""
+is read (before any data is loaded), and an algorithm a user registers becomes a choice. Config
+reads the registries as the entry points filled them (it imports nothing of the algorithms))."""
 
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 
@@ -74,3 +77,50 @@ def test_an_algorithm_a_user_registers_is_a_choice() -> None:
 def test_every_coordinate_mode_has_an_initial_state() -> None:
     coordinate = {m for m, cls in MAP_MODE_IMPLEMENTATIONS.items() if cls is CoordinateSheaf}
     assert coordinate == set(COUPLED) and coordinate <= set(registry.MAP_MODES)
+
+
+def _fresh(code: str) -> str:
+    """``code`` run by a new interpreter (nothing imported yet); its output."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def test_config_reads_the_registries_that_the_entry_points_fill() -> None:
+    """Config imports nothing of the algorithms: read before any entry point has imported them, a
+    config is refused with the one message saying so; the package's public names fill them."""
+    out = _fresh(
+        "import sys\n"
+        "from sheaf_fmtl.config import RunConfig, registry\n"
+        "assert 'sheaf_fmtl.algorithms' not in sys.modules\n"
+        "try:\n"
+        "    RunConfig()\n"
+        "    raise SystemExit('a config was read with empty registries')\n"
+        "except RuntimeError as e:\n"
+        "    assert str(e) == registry.NOT_FILLED, e\n"
+        "import sheaf_fmtl\n"
+        "print(sheaf_fmtl.RunConfig(algorithm='dfedu', maps='learned').algorithm)\n"
+        "print(sheaf_fmtl.load_config(None, ['maps=redrawn']).maps)\n"
+    )
+    assert out.split() == ["dfedu", "redrawn"]
+
+
+def test_the_command_line_lists_every_registered_choice() -> None:
+    out = _fresh("from sheaf_fmtl.cli import main\nmain(['run', '--help-keys'])\n")
+    assert all(name in out for name in (*registry.algorithm_names(), *registry.map_mode_names()))
+
+
+def test_labels_of_a_map_mode_come_from_its_entry() -> None:
+    """A run whose maps did not move is labelled as the mode its entry names (``idle_as``); a
+    recorded config without ``maps`` as the one mode marked ``unrecorded``."""
+    modes = [registry.map_mode_spec(m) for m in registry.map_mode_names() if m != registry.AUTO]
+    assert sum(spec.unrecorded for spec in modes if spec is not None) == 1
+    unrecorded = registry.unrecorded_map_mode()
+    assert unrecorded is not None
+    for spec in modes:
+        assert spec is not None and (spec.idle_as is None or spec.idle_as in registry.MAP_MODES)
+        idle = registry.map_mode_spec(spec.idle_as or spec.name)
+        assert idle is not None and idle.label in long_label(
+            {"algorithm": "sheaf-fmtl", "maps": spec.name, "eta": 0.0, "lam": 0.1}
+        )
+    spec = registry.map_mode_spec(unrecorded)
+    assert spec is not None and spec.label in long_label({"algorithm": "sheaf-fmtl", "eta": 0.1, "lam": 0.1})

@@ -97,6 +97,8 @@ _STORED_MAPS = ("map_init", "map_scale", "map_dtype", "shared_maps", "map_draw",
         LAM_DEFAULT,
         reads=("eta", "message_mode", "map_defer", *_STORED_MAPS),
         builds_maps=False,
+        idle_as="fixed",
+        unrecorded=True,
     ),
     MapModeSpec("fixed", "fixed maps", LAM_DEFAULT, reads=_STORED_MAPS, builds_maps=False),
 )

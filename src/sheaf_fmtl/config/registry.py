@@ -4,14 +4,23 @@ default ``lam`` and label), kept with the one entry that registers it.
 
 Config sits below the algorithms in the package's layers, so it holds these facts as data that
 the algorithms package fills as it is imported (``algorithms.base.register`` and
-``register_maps``, beside each implementation). A lookup imports that package first
-(:func:`_filled`), so a config names only registered algorithms and modes wherever it is read,
-before any data is loaded.
+``register_maps``, beside each implementation), and it reads them as they are: nothing in config
+imports the algorithms, by name or by string (``tests/test_layering.py`` reads both). Whoever
+reads a config fills them first by importing ``sheaf_fmtl.algorithms``: the entry points (the
+package's public names, the command line once its arguments are parsed, the API) and the modules
+above the algorithms that read an entry (plots). Importing any module of the algorithms package
+registers every built-in entry, so the registries are either empty or hold every built-in
+algorithm and map mode, plus those a user registers; a lookup while they are empty raises
+(:data:`NOT_FILLED`) rather than finding no choices.
+
+Why no list of the built-in names in a module without torch: no place needs the choices without
+it. ``sheaf-fmtl --help`` and each command's ``--help`` read no config, and reading a config
+imports torch anyway (``sheaf.maps``). Such a list would be a second copy of the entries' names and
+one more file to edit for a new algorithm or map mode.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +67,10 @@ class MapModeSpec:
         reads: the keys only some modes read that this one does (``gamma``, ``map_kind`` and
             ``estimates`` are named in its label).
         builds_maps: it builds its own maps (no special case's fixed maps: ``topology = none``).
+        idle_as: the mode it runs as when its maps do not move (``eta`` or ``lam`` is 0): figures
+            label such a run as that mode.
+        unrecorded: a recorded config without the ``maps`` key ran this mode (it was written
+            before the key existed).
     """
 
     name: str
@@ -66,6 +79,8 @@ class MapModeSpec:
     reads: tuple[str, ...] = field(default=())
     pull: float | None = None
     builds_maps: bool = True
+    idle_as: str | None = None
+    unrecorded: bool = False
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {}
@@ -84,10 +99,17 @@ def add_map_mode(spec: MapModeSpec) -> None:
     MAP_MODES[spec.name] = spec
 
 
+#: Why a lookup finds nothing: no module has imported the algorithms package yet.
+NOT_FILLED = (
+    "no algorithm is registered: import sheaf_fmtl.algorithms before reading a config "
+    "(sheaf_fmtl.RunConfig, sheaf_fmtl.load_config, sheaf_fmtl.run and the command line do)"
+)
+
+
 def _filled() -> None:
-    """Import the algorithms package (which registers every built-in entry) on a first lookup."""
+    """Raise unless the algorithms package has filled the registries (:data:`NOT_FILLED`)."""
     if not ALGORITHMS:
-        importlib.import_module("sheaf_fmtl.algorithms")
+        raise RuntimeError(NOT_FILLED)
 
 
 def algorithm_names() -> tuple[str, ...]:
@@ -109,3 +131,9 @@ def algorithm_spec(name: str) -> AlgorithmSpec | None:
 def map_mode_spec(name: str) -> MapModeSpec | None:
     _filled()
     return MAP_MODES.get(name)
+
+
+def unrecorded_map_mode() -> str | None:
+    """The mode a recorded config without the ``maps`` key ran (:attr:`MapModeSpec.unrecorded`)."""
+    _filled()
+    return next((spec.name for spec in MAP_MODES.values() if spec.unrecorded), None)

@@ -39,7 +39,7 @@ _REFUSED_ELSEWHERE = ("estimates", "map_kind")
 def read_by() -> dict[str, tuple[str, tuple[str, ...]]]:
     """key -> (selector, the selector's values that read the key): the map modes' and algorithms'
     keys as their registry entries list them (:mod:`.registry`), then graph kinds and protocols."""
-    registry.algorithm_names()  # the registries filled (the algorithms package imported)
+    registry.algorithm_names()  # raises while the registries are empty (the algorithms not imported)
     out: dict[str, tuple[str, tuple[str, ...]]] = {}
     for selector, specs in (("maps", registry.MAP_MODES), ("algorithm", registry.ALGORITHMS)):
         for spec in specs.values():

@@ -7,7 +7,8 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..config.registry import algorithm_spec, map_mode_spec
+from .. import algorithms  # noqa: F401 - registers the entries that name each algorithm and map mode
+from ..config.registry import MapModeSpec, algorithm_spec, map_mode_spec, unrecorded_map_mode
 from ..metrics.groups import differing_keys, run_keys
 
 # Named first when they differ (then any other differing key, in config order).
@@ -101,10 +102,7 @@ def long_label(config: Mapping[str, Any]) -> str:
     name = algorithm_name(config)
     if config.get("algorithm") != "sheaf-fmtl":
         return name
-    mode = str(config.get("maps", "learned"))
-    if mode == "learned" and not (config.get("eta", 0) > 0 and config.get("lam", 0) > 0):
-        mode = "fixed"
-    spec = map_mode_spec(mode)
+    mode, spec = _map_mode(config)
     reads = spec.reads if spec is not None else ()
     parts = [spec.label if spec is not None else mode]
     if "gamma" in reads:
@@ -114,3 +112,14 @@ def long_label(config: Mapping[str, Any]) -> str:
     if "estimates" in reads and config.get("estimates"):
         parts.append("estimates")
     return f"{name} ({', '.join(parts)})"
+
+
+def _map_mode(config: Mapping[str, Any]) -> tuple[str, MapModeSpec | None]:
+    """The map mode a recorded config ran and its registry entry: without the ``maps`` key the mode
+    written before the key existed; a mode whose maps did not move (``eta`` or ``lam`` 0) as the
+    mode its entry then runs as (:attr:`~sheaf_fmtl.config.registry.MapModeSpec.idle_as`)."""
+    mode = str(config.get("maps", unrecorded_map_mode()))
+    spec = map_mode_spec(mode)
+    if spec is not None and spec.idle_as and not (config.get("eta", 0) > 0 and config.get("lam", 0) > 0):
+        return spec.idle_as, map_mode_spec(spec.idle_as)
+    return mode, spec

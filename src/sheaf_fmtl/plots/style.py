@@ -18,6 +18,7 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from .. import algorithms  # noqa: E402, F401 - registers the entries that give each algorithm its colour
 from ..config.files import replace_file  # noqa: E402
 from ..config.registry import algorithm_spec  # noqa: E402
 
