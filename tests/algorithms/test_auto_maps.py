@@ -90,6 +90,27 @@ def test_auto_picks_proxies_for_networks_and_learned_without_anything_to_relate(
     assert tabular.config.maps == "learned" and tabular.config.lam == 0.01
 
 
+def test_edge_weights_auto_learn_relatedness_except_between_proxies_and_the_run_records_them() -> None:
+    """``edge_weights = auto``: learned weights for the coordinate modes, the graph's for proxies
+    (the run's config says which ran, and the coupler learns weights exactly when it says so)."""
+    cnns = build_simulation(RunConfig(model="cnn-small,cnn-medium", clients=4), dataset=image_dataset(4))
+    assert cnns.config.maps == "proxy" and cnns.config.edge_weights == "graph"
+    assert cnns.algorithm.coupler.relate is None  # type: ignore[attr-defined]
+    asked = build_simulation(
+        RunConfig(model="cnn-small,cnn-medium", clients=4, edge_weights="relatedness"), dataset=image_dataset(4)
+    )
+    assert asked.config.edge_weights == "relatedness" and asked.algorithm.coupler.relate is not None  # type: ignore[attr-defined]
+    for keys, weights in (
+        ({"dataset": "synthetic"}, "relatedness"),
+        ({"dataset": "synthetic", "map_kind": "gaussian"}, "graph"),  # (relatedness reads selections)
+        ({"dataset": "synthetic", "edge_weights": "graph"}, "graph"),
+    ):
+        sim = build_simulation(RunConfig(clients=6, **keys))  # type: ignore[arg-type]
+        assert sim.config.edge_weights == weights
+        assert (sim.algorithm.relate is not None) == (weights == "relatedness")  # type: ignore[attr-defined]
+        assert not any("edge_weights" in n for n in sim.algorithm.notes)  # type: ignore[attr-defined]
+
+
 def test_lam_left_open_takes_each_algorithms_default_and_a_given_lam_is_kept() -> None:
     assert default_lam(RunConfig(algorithm="dfedu")) == 0.01
     assert default_lam(RunConfig(maps="learned")) == map_mode_spec("learned").default_lam

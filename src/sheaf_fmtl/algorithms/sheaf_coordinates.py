@@ -59,7 +59,7 @@ import numpy as np
 import torch
 
 from ..config import ConfigError, RunConfig
-from ..config.registry import MapModeSpec
+from ..config.registry import MapModeSpec, edge_weights_of
 from ..federation import Cohort
 from ..messages import EdgeTensor, Payload
 from ..sheaf.layout import SheafLayout, build_layout
@@ -105,7 +105,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         self.use_estimates = config.estimates
         self.notes: list[str] = []
         self.models: list[Cohort] | None = None  # whose losses the relatedness probes (None: the clients')
-        learned = config.edge_weights == "relatedness" and self.lam > 0
+        learned = edge_weights_of(config.maps, config.edge_weights) == "relatedness" and self.lam > 0
         self.relate = relate.Relatedness() if learned else None  # edge weights (edge_weights.py)
 
     # -- start-up ---------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ConfigError, RunConfig
-from ..config.registry import MapModeSpec
+from ..config.registry import MapModeSpec, edge_weights_of
 from ..federation import Batch, Cohort, Cohorts
 from ..federation.cohort import draw_initial
 from ..messages import Payload
@@ -157,6 +157,7 @@ class _ProxyContext(Context):
         1.0,
         reads=("proxy_model", "proxy_gamma", "distill", "edge_weights"),
         pull=math.inf,
+        learns_weights=False,  # a proxy of another task costs more than a fresh one, yet averaging helps
     )
 )
 class ProxySheaf(Algorithm[ProxyState]):
@@ -167,7 +168,12 @@ class ProxySheaf(Algorithm[ProxyState]):
     def __init__(self, config: RunConfig) -> None:
         self.alpha, self.lam, self.distill = config.alpha, config.lam_value, config.distill
         self.local_steps = config.local_steps
-        self.inner_config = config.replace(maps="redrawn", map_kind="selection", gamma=config.proxy_gamma)
+        self.inner_config = config.replace(
+            maps="redrawn",
+            map_kind="selection",
+            gamma=config.proxy_gamma,
+            edge_weights=edge_weights_of(config.maps, config.edge_weights),
+        )
         self.coupler = CoordinateSheaf(self.inner_config)
         self.proxy_cohorts: list[Cohort] = []
 

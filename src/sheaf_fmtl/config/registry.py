@@ -71,6 +71,8 @@ class MapModeSpec:
             label such a run as that mode.
         unrecorded: a recorded config without the ``maps`` key ran this mode (it was written
             before the key existed).
+        learns_weights: ``edge_weights = auto`` learns each edge's weight from the exchange
+            (``relatedness``) rather than taking the graph's.
     """
 
     name: str
@@ -81,6 +83,7 @@ class MapModeSpec:
     builds_maps: bool = True
     idle_as: str | None = None
     unrecorded: bool = False
+    learns_weights: bool = True
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {}
@@ -137,3 +140,12 @@ def unrecorded_map_mode() -> str | None:
     """The mode a recorded config without the ``maps`` key ran (:attr:`MapModeSpec.unrecorded`)."""
     _filled()
     return next((spec.name for spec in MAP_MODES.values() if spec.unrecorded), None)
+
+
+def edge_weights_of(maps: str, edge_weights: str) -> str:
+    """The ``edge_weights`` a coupling of mode ``maps`` runs with: ``auto`` reads the mode's entry
+    (:attr:`MapModeSpec.learns_weights`: ``relatedness``, else ``graph``); others as given."""
+    if edge_weights != AUTO:
+        return edge_weights
+    spec = map_mode_spec(maps)
+    return "relatedness" if spec is None or spec.learns_weights else "graph"

@@ -152,12 +152,14 @@ class RunConfig:
         "models' outputs on probe inputs both ends draw from the seed). See the maps page.",
     )
     edge_weights: str = _key(
-        "relatedness",
+        "auto",
         "Weights of the edges of Sheaf-FMTL's coordinate maps (`redrawn`, `features`, `aligned`, `proxy`): "
         "`relatedness` (learned from what neighbours exchange: how much a neighbour's values of the "
         "coupled coordinates cost a client on its own training samples, against forgetting them; two "
-        "numbers per half-edge and round, counted in the bits) or `graph` (the graph's weights, 1 "
-        "unless an edge list gives them). See the maps page.",
+        "numbers per half-edge every five rounds, counted in the bits), `graph` (the graph's weights, 1 "
+        "unless an edge list gives them) or `auto` (`relatedness`, except `graph` for `proxy`: a proxy "
+        "trained on another client's task can cost more than a fresh one on this client's samples and "
+        "still share what averaging helps). The run records the weights that ran. See the maps page.",
     )
     proxy_model: str = _key(
         "",
@@ -349,7 +351,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "message_mode": ("compact", "literal"),
     "dpsgd_order": ("lian", "atc"),
     "init": ("common", "per-client"),
-    "edge_weights": ("relatedness", "graph"),
+    "edge_weights": ("auto", "relatedness", "graph"),
     "map_draw": ("host", "device"),
     "partition": ("contiguous", "community"),
     "topology": ("none", "conventional-fmtl", "personalised-fl", "hybrid-fl"),

@@ -54,6 +54,7 @@ def summarize(
     }
     if config.algorithm == "sheaf-fmtl":  # the coupling that ran (maps = auto: and why)
         summary.update(maps=config.maps, lam=config.lam, maps_auto=sim.maps_chosen, lam_rule=sim.lam_rule)
+        summary["edge_weights"] = config.edge_weights
     lambda_max = getattr(sim.state, "lambda_max", None)
     if lambda_max is not None:
         summary["laplacian_lambda_max"] = lambda_max
