@@ -96,10 +96,10 @@ def test_edge_weights_auto_learn_relatedness_except_between_proxies_and_the_run_
     cnns = build_simulation(RunConfig(model="cnn-small,cnn-medium", clients=4), dataset=image_dataset(4))
     assert cnns.config.maps == "proxy" and cnns.config.edge_weights == "graph"
     assert cnns.algorithm.coupler.relate is None  # type: ignore[attr-defined]
-    asked = build_simulation(
-        RunConfig(model="cnn-small,cnn-medium", clients=4, edge_weights="relatedness"), dataset=image_dataset(4)
-    )
-    assert asked.config.edge_weights == "relatedness" and asked.algorithm.coupler.relate is not None  # type: ignore[attr-defined]
+    named = RunConfig(model="cnn-small,cnn-medium", clients=4, edge_weights="relatedness")
+    asked = build_simulation(named, dataset=image_dataset(4))
+    assert asked.config.edge_weights == "relatedness"
+    assert asked.algorithm.coupler.relate is not None  # type: ignore[attr-defined]
     for keys, weights in (
         ({"dataset": "synthetic"}, "relatedness"),
         ({"dataset": "synthetic", "map_kind": "gaussian"}, "graph"),  # (relatedness reads selections)
