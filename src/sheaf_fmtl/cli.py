@@ -32,8 +32,7 @@ def _default_out(algorithm: str, dataset: str) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .config import load_config, parse_overrides
-    from .config.usage import refuse_unused
+    from .config import load_config
     from .experiments import cli as experiments_cli
     from .runtime.run.launch import run_any
     from .scenarios import build
@@ -44,7 +43,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         resumed = _resume(args, build)
         return 0 if resumed is None else _report(resumed, Path(args.resume))  # None: a rank other than 0
     config = load_config(args.config, args.set, config_keys(args))
-    refuse_unused(config, [*parse_overrides(args.set or []), *config_keys(args)])  # typed here: refused
     out = Path(args.out) if args.out else _default_out(config.algorithm, config.dataset)
     if args.seeds:
         seeds = experiments_cli.parse_seeds(args.seeds)
