@@ -173,7 +173,7 @@ def add_plot_parser(subparsers: Any) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from .export import export
 
-    for path in export(args.run, args.out, model=args.model):
+    for path in export(args.run, args.out, model=args.model, round=args.round):
         print(f"export: {path}")
     return 0
 
@@ -189,6 +189,13 @@ def add_export_parser(subparsers: Any) -> None:
         default=None,
         metavar="MODULE:FUNCTION",
         help="the run's own model, named again (a run folder's code is imported only when named here)",
+    )
+    p.add_argument(
+        "--round",
+        choices=("final", "best"),
+        default="final",
+        help="final: the last checkpoint; best: the best validation evaluation's models (kept by early "
+        "stopping)",
     )
     p.set_defaults(func=cmd_export)
 

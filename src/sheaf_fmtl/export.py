@@ -2,7 +2,8 @@
 export``.
 
 ``load(run).client(i)`` is client ``i``'s ``torch.nn.Module`` with its final parameters
-(``checkpoint.pt``), wrapped with the preprocessing the data pipeline applied to its features
+(``checkpoint.pt``; ``load(run, round="best")``: the best validation evaluation's, ``best.pt``, which
+early stopping keeps), wrapped with the preprocessing the data pipeline applied to its features
 (``preprocessing.json``: the standardisation with its training data's mean and std), so that it
 takes raw features: ``load(run).client(i)(x_raw)`` gives the outputs the run evaluated.
 
@@ -32,6 +33,8 @@ from .models import build_model, default_model
 from .plugins import hold
 
 EXPORT_FORMAT = 1
+#: What ``load(run, round=...)`` reads: the final checkpoint, or the best validation evaluation's models.
+ROUNDS = {"final": "checkpoint.pt", "best": "best.pt"}
 
 
 class Preprocessed(nn.Module):
@@ -70,6 +73,7 @@ class TrainedRun:
         summary: ``summary.json``.
         preprocessing: ``preprocessing.json`` (:mod:`sheaf_fmtl.data.preprocessing`).
         out: the run folder.
+        round: the round the models are from (``None``: the final checkpoint).
     """
 
     config: dict[str, Any]
@@ -78,6 +82,7 @@ class TrainedRun:
     out: Path
     thetas: list[torch.Tensor] = field(repr=False)
     modules: list[nn.Module] = field(repr=False)
+    round: int | None = None
 
     @property
     def num_clients(self) -> int:
@@ -104,7 +109,7 @@ class TrainedRun:
             raise IndexError(f"client {i}: the run has clients 0 .. {self.num_clients - 1}")
 
 
-def load(run_dir: str | Path, *, model: Any = None) -> TrainedRun:  # noqa: ANN401 - a spec or the user's object
+def load(run_dir: str | Path, *, model: Any = None, round: str = "final") -> TrainedRun:  # noqa: ANN401 - a spec or the user's object
     """A finished run folder's config, summary and per-client trained models (see the module docstring).
 
     Args:
@@ -113,15 +118,23 @@ def load(run_dir: str | Path, *, model: Any = None) -> TrainedRun:  # noqa: ANN4
         model: only for a run whose ``model`` names user code: that ``module:function`` again (it is
             then imported), or the object itself (a factory ``i -> nn.Module``, a class, a module or
             a list of modules, as :class:`sheaf_fmtl.Federation` takes).
+        round: ``final`` (``checkpoint.pt``) or ``best``: the models of the best validation
+            evaluation (``best.pt``, kept by early stopping or :class:`~sheaf_fmtl.callbacks.BestCheckpoint`).
     Raises:
         ConfigError: the config names user code and ``model`` does not name or give it.
         DatasetError: a file of the folder is missing or cannot be read (one line naming it).
     """
+    if round not in ROUNDS:
+        raise ValueError(f"load(round={round!r}): allowed: {', '.join(ROUNDS)}")
     folder = Path(run_dir)
     config = read_config_file(folder / "config.yaml")
     summary = _read_json(folder / "summary.json")
     record = preprocessing.read(folder)
-    path = folder / "checkpoint.pt"
+    path = folder / ROUNDS[round]
+    if round == "best" and not path.is_file():
+        raise DatasetError(
+            f"{path} is missing: the run kept no best round (early_stop_patience > 0 keeps one)"
+        )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
@@ -141,7 +154,8 @@ def load(run_dir: str | Path, *, model: Any = None) -> TrainedRun:  # noqa: ANN4
             raise DatasetError(f"{path}: client {i} has {theta.numel()} parameters, its model {count}")
         torch.nn.utils.vector_to_parameters(theta.to(torch.float32), module.parameters())
         module.eval()
-    return TrainedRun(config, summary, record, folder, thetas, modules)
+    best = int(state["round"]) if round == "best" else None
+    return TrainedRun(config, summary, record, folder, thetas, modules, best)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -201,11 +215,12 @@ def _shapes_only(record: dict[str, Any], shapes: list[tuple[int, ...]]) -> Feder
     return FederatedDataset(str(record.get("dataset", "")), task, int(record["num_classes"]), tuple(splits))
 
 
-def export(run_dir: str | Path, out: str | Path, *, model: Any = None) -> list[Path]:  # noqa: ANN401
+def export(run_dir: str | Path, out: str | Path, *, model: Any = None, round: str = "final") -> list[Path]:  # noqa: ANN401
     """Write client ``i``'s trained ``state_dict`` to ``out/client-IIIII.pt`` (``torch.save``; read it
     back with ``torch.load(..., weights_only=True)``) and ``out/preprocessing.json`` (the run's, each
-    client with its ``file`` and ``model``); ``out`` must be new or empty. Returns the paths written."""
-    trained = load(run_dir, model=model)
+    client with its ``file`` and ``model``); ``out`` must be new or empty; ``round`` as :func:`load`
+    takes it. Returns the paths written."""
+    trained = load(run_dir, model=model, round=round)
     target = Path(out)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise DatasetError(f"export folder {target} exists and is not an empty folder; choose another --out")
@@ -222,5 +237,7 @@ def export(run_dir: str | Path, out: str | Path, *, model: Any = None) -> list[P
         written.append(target / name)
     record["export_format"] = EXPORT_FORMAT
     record["metric"] = trained.metric
+    if trained.round is not None:
+        record["round"] = trained.round
     (target / preprocessing.FILE).write_text(json.dumps(record) + "\n")
     return [*written, target / preprocessing.FILE]
