@@ -166,7 +166,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def add_plot_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("plot", help="plot recorded runs")
     p.add_argument("runs", nargs="+", help="run folders")
-    p.add_argument("--out", help="folder for the figures (default: the first run folder)")
+    p.add_argument("--out", help="folder for the figures (default, for a single run: its folder)")
     p.set_defaults(func=cmd_plot)
 
 

@@ -10,9 +10,10 @@ once it is resolved (:func:`unused_keys` on the config the run was built with).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import fields
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 from . import registry
 from .schema import RunConfig, shown
@@ -67,6 +68,22 @@ def unused_keys(config: RunConfig) -> list[str]:
         if value != "auto" and value not in readers and getattr(config, key) != _DEFAULTS[key]:
             out.append(key)
     return out
+
+
+def reads(config: Mapping[str, Any], key: str) -> bool:
+    """Whether a run of ``config`` (a saved ``config.yaml``, as a mapping) reads ``key``: the keys of
+    :func:`read_by` as their selectors say, ``maps`` with ``sheaf-fmtl`` only, any other key yes."""
+    if config.get("topology", "none") != "none":
+        return True  # a special case sets the maps' keys itself
+    if key == "maps":
+        return config.get("algorithm", _DEFAULTS["algorithm"]) == "sheaf-fmtl"
+    table = read_by()
+    if key not in table:
+        return True
+    selector, readers = table[key]
+    view = cast(RunConfig, SimpleNamespace(**{**_DEFAULTS, **config}))
+    value = SELECTORS[selector](view)
+    return value == "auto" or value in readers
 
 
 def describe(config: RunConfig, keys: list[str]) -> str:

@@ -13,7 +13,7 @@ from ..config import ConfigError, RunConfig, read_config_file
 from ..metrics.aggregate import read_summary, write_aggregate
 from ..runtime.run.interrupt import StopRequest, stopped_status
 from .paper import EXPERIMENTS
-from .table import group_runs, render, table_spec
+from .table import compose, group_runs, render, table_spec
 
 #: The most seeds ``--seeds`` takes (each is a whole run).
 MAX_SEEDS = 1000
@@ -100,7 +100,17 @@ def cmd_table(args: argparse.Namespace) -> int:
     if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith("."):
         shown = name if len(name) <= 80 else name[:77] + "..."
         raise ConfigError(f"--name {shown!r}: give a file name stem without folders (it is written in --out)")
-    md, csv = render(group_runs(args.runs), table_spec(args.title), Path(args.out) / name)
+    rows, spec = group_runs(args.runs), table_spec(args.title)
+    if args.out is None:  # printed only: files are written where --out says
+        print(compose(rows, spec)[0], end="")
+        return 0
+    stem = Path(args.out) / name
+    there = [p for p in (stem.with_suffix(".md"), stem.with_suffix(".csv")) if p.exists()]
+    if there and not args.overwrite:
+        raise ConfigError(
+            f"{there[0]} exists; add --overwrite to replace it, or give another --out or --name"
+        )
+    md, csv = render(rows, spec, stem)
     print(md.read_text(), end="")
     print(f"wrote {md} and {csv}")
     return 0
@@ -134,7 +144,12 @@ def add_parser(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private ty
     p.set_defaults(func=cmd_reproduce, out="runs/reproduce")
     t = subparsers.add_parser("table", help="Markdown/CSV table of run folders (seeds grouped)")
     t.add_argument("runs", nargs="+", help="run folders")
-    t.add_argument("--out", default=".", help="folder of NAME.md and NAME.csv (default: here)")
+    t.add_argument(
+        "--out", default=None, help="write NAME.md and NAME.csv into this folder (default: print only)"
+    )
     t.add_argument("--name", default="table", help="file name stem (default: table)")
+    t.add_argument(
+        "--overwrite", action="store_true", help="replace NAME.md and NAME.csv when --out holds them"
+    )
     t.add_argument("--title", default="Runs", help="table title")
     t.set_defaults(func=cmd_table)
