@@ -219,9 +219,9 @@ def _add_experiments_parsers(subparsers: Any) -> None:
 
 
 def _add_sweep_parser(subparsers: Any) -> None:
-    from .experiments import sweep
+    from .experiments import sweep_cli
 
-    sweep.add_parser(subparsers)
+    sweep_cli.add_parser(subparsers)
 
 
 #: Every subcommand, as a function adding its parser (``add_parser(subparsers)``), in help order.
