@@ -256,3 +256,14 @@ def test_best_checkpoint_keeps_the_thetas_of_the_best_evaluation(tmp_path):
 def test_an_object_without_hooks_is_refused():
     with pytest.raises(TypeError, match="neither on_round_end"):
         sheaf_fmtl.run(RunConfig(**{**BASE, "rounds": 1}), callbacks=[object()])
+
+
+def test_overwrite_removes_the_previous_runs_best_round(tmp_path):
+    out = tmp_path / "run"
+    keys = ["dataset=synthetic", "clients=4", "rounds=2", "eval_every=1", "validation=0.3"]
+    assert main(["run", "--out", str(out), "--quiet", "--set", *keys, "early_stop_patience=5"]) == 0
+    assert (out / "best.pt").is_file()
+    assert main(["run", "--out", str(out), "--quiet", "--overwrite", "--set", *keys]) == 0
+    assert not (out / "best.pt").exists()  # the new run kept none: never the old run's models
+    with pytest.raises(DatasetError, match="best.pt is missing"):
+        sheaf_fmtl.load(out, round="best")
