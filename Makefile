@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 OUT ?= runs/demo
 
-.PHONY: demo test test-all lint docs bench clean
+.PHONY: demo test test-slow test-all lint docs bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -m ''

@@ -1,6 +1,8 @@
 """The built documentation site works offline and reads as the project's: no page loads a script,
 a style sheet, a font or an image from another host (MathJax and its fonts are served by the site),
-docstrings' Sphinx roles are rendered as code, and no page speaks of the people who wrote it."""
+opened from disk (``file://``) every link reaches a page, not a folder, and every page is reached
+from the navigation, search needs no server, docstrings' Sphinx roles are rendered as code, and no
+page speaks of the people who wrote it."""
 
 from __future__ import annotations
 
@@ -9,9 +11,13 @@ import re
 import shutil
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import unquote, urljoin, urlsplit
+from urllib.request import url2pathname
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).parents[1]
 #: A tag that makes the browser fetch something: a script, a style sheet, a font, an image, a frame.
@@ -56,14 +62,14 @@ def test_no_page_loads_anything_from_another_host(site: Path) -> None:
 
 
 def test_formulas_are_typeset_by_the_sites_own_mathjax(site: Path) -> None:
-    page = (site / "concepts/sheaf/index.html").read_text()
-    assert "arithmatex" in page and 'src="../../javascripts/mathjax/tex-mml-chtml.js"' in page
+    page = (site / "concepts/sheaf.html").read_text()
+    assert "arithmatex" in page and 'src="../javascripts/mathjax/tex-mml-chtml.js"' in page
     assert (site / "javascripts/mathjax/tex-mml-chtml.js").stat().st_size > 100_000
     assert len(list((site / "javascripts/mathjax/output/chtml/fonts/woff-v2").glob("*.woff"))) > 10
 
 
 def test_the_api_page_lists_federation_and_load_and_no_role_shows_as_text(site: Path) -> None:
-    api = (site / "reference/api/index.html").read_text()
+    api = (site / "reference/api.html").read_text()
     for name in ("sheaf_fmtl.api.Federation", "sheaf_fmtl.export.load", "sheaf_fmtl.export.TrainedRun"):
         assert f'id="{name}"' in api, name
     shown = [p.relative_to(site) for p in site.rglob("*.html") if ROLE.search(p.read_text())]
@@ -91,3 +97,81 @@ def test_the_results_page_answers_which_coupling_on_its_first_screen() -> None:
     assert all("seeds" in h and "where measured" in h and "bits" in h and "memory" in h for h in headers)
     assert "measured\non an NVIDIA H100 at commit 7aa3fbc" in "\n".join(top)
     assert any("NVIDIA H100, commit 7aa3fbc" in line and "92.62" in line for line in top)  # dFedU, 3 seeds
+
+
+class _Page(HTMLParser):
+    """A page's links (``a``, ``link``, ``script``, ``img``) and the ids it defines."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if found.get("id"):
+            self.ids.add(str(found["id"]))
+        key = {"a": "href", "link": "href", "script": "src", "img": "src"}.get(tag)
+        if key and found.get(key):
+            self.links.append(str(found[key]))
+
+
+def _parse(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text())
+    return page
+
+
+def crawl(start: Path) -> tuple[set[Path], list[str]]:
+    """From ``start``, follow every link as a browser does from ``file://``: the pages reached, and
+    the links that reach no file (a folder shows a listing there) or an anchor the page lacks."""
+    seen: set[Path] = set()
+    broken: list[str] = []
+    queue = [start.resolve()]
+    pages: dict[Path, _Page] = {}
+    while queue:
+        page = queue.pop()
+        if page in seen:
+            continue
+        seen.add(page)
+        pages[page] = pages.get(page) or _parse(page)
+        for link in pages[page].links:
+            url = urljoin(page.as_uri(), link)
+            parts = urlsplit(url)
+            if parts.scheme != "file":
+                continue  # another host: the test above refuses those that load anything
+            target = Path(url2pathname(unquote(parts.path)))
+            if not target.is_file():
+                broken.append(f"{page.name}: {link} ({'a folder' if target.is_dir() else 'missing'})")
+                continue
+            if target.suffix == ".html":
+                if parts.fragment:
+                    pages[target] = pages.get(target) or _parse(target)
+                    if unquote(parts.fragment) not in pages[target].ids:
+                        broken.append(f"{page.name}: {link} (no such anchor)")
+                queue.append(target)
+    return seen, broken
+
+
+def test_from_disk_every_link_reaches_a_page_and_the_navigation_reaches_every_page(site: Path) -> None:
+    seen, broken = crawl(site / "index.html")
+    assert not broken, broken[:10]
+    pages = {p.resolve() for p in site.rglob("*.html") if p.name != "404.html"}
+    assert pages - seen == set(), sorted(str(p.relative_to(site)) for p in pages - seen)[:10]
+    nav = _nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])
+    assert len(seen) == len(nav) and all((site / p).with_suffix(".html").resolve() in seen for p in nav)
+
+
+def _nav_pages(entry: object) -> list[str]:
+    """The ``.md`` files ``mkdocs.yml``'s ``nav`` names."""
+    if isinstance(entry, str):
+        return [entry] if entry.endswith(".md") else []
+    items = entry.values() if isinstance(entry, dict) else entry if isinstance(entry, list) else []
+    return [p for item in items for p in _nav_pages(item)]
+
+
+def test_search_works_from_disk_and_the_build_files_are_not_published(site: Path) -> None:
+    index = (site / "search" / "search_index.js").read_text()
+    assert index.startswith("var __index = {") and '"location":"guide/running.html' in index
+    assert 'src="javascripts/iframe-worker/shim.js"' in (site / "index.html").read_text()
+    assert not (site / "hooks.py").exists() and not list(site.rglob("aggregate.md"))

@@ -1,4 +1,5 @@
-"""The scripts of ``examples/`` run (on their ``--quick`` settings) and compare what they say."""
+"""The scripts of ``examples/`` run (on their ``--quick`` settings) and compare what they say; they
+set no key a run does not read (a warning would fail them)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from pathlib import Path
 import pytest
 
 from sheaf_fmtl.algorithms.edge_weights import EVERY
+from sheaf_fmtl.config.usage import UnusedKeysWarning
+
+pytestmark = pytest.mark.filterwarnings(f"error::{UnusedKeysWarning.__module__}.UnusedKeysWarning")
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

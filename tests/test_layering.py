@@ -29,6 +29,7 @@ RANK = {
     "streams": 0,
     "plugins": 0,
     "progress": 0,
+    "warn": 0,
     "federation": 1,
     "sheaf": 2,
     "config": 3,

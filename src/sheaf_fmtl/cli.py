@@ -32,8 +32,7 @@ def _default_out(algorithm: str, dataset: str) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .config import load_config, parse_overrides
-    from .config.usage import refuse_unused
+    from .config import load_config
     from .experiments import cli as experiments_cli
     from .runtime.run.launch import run_any
     from .scenarios import build
@@ -44,7 +43,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         resumed = _resume(args, build)
         return 0 if resumed is None else _report(resumed, Path(args.resume))  # None: a rank other than 0
     config = load_config(args.config, args.set, config_keys(args))
-    refuse_unused(config, [*parse_overrides(args.set or []), *config_keys(args)])  # typed here: refused
     out = Path(args.out) if args.out else _default_out(config.algorithm, config.dataset)
     if args.seeds:
         seeds = experiments_cli.parse_seeds(args.seeds)
@@ -169,14 +167,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def add_plot_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("plot", help="plot recorded runs")
     p.add_argument("runs", nargs="+", help="run folders")
-    p.add_argument("--out", help="folder for the figures (default: the first run folder)")
+    p.add_argument("--out", help="folder for the figures (default, for a single run: its folder)")
     p.set_defaults(func=cmd_plot)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from .export import export
 
-    for path in export(args.run, args.out, model=args.model):
+    for path in export(args.run, args.out, model=args.model, round=args.round, programs=not args.no_programs):
         print(f"export: {path}")
     return 0
 
@@ -185,13 +183,26 @@ def add_export_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("export", help="write a finished run's client models and their preprocessing")
     p.add_argument("run", metavar="RUN_DIR", help="a finished run folder")
     p.add_argument(
-        "--out", required=True, help="a new or empty folder for client-IIIII.pt and preprocessing.json"
+        "--out", required=True, help="a new or empty folder for client-IIIII.pt(2) and preprocessing.json"
     )
     p.add_argument(
         "--model",
         default=None,
         metavar="MODULE:FUNCTION",
         help="the run's own model, named again (a run folder's code is imported only when named here)",
+    )
+    p.add_argument(
+        "--round",
+        choices=("final", "best"),
+        default="final",
+        help="final: the last checkpoint; best: the best validation evaluation's models (kept by early "
+        "stopping)",
+    )
+    p.add_argument(
+        "--no-programs",
+        action="store_true",
+        help="write the state_dicts only, not the client-IIIII.pt2 programs (torch.export, preprocessing "
+        "folded in) that load without the model's code",
     )
     p.set_defaults(func=cmd_export)
 
@@ -215,9 +226,9 @@ def _add_experiments_parsers(subparsers: Any) -> None:
 
 
 def _add_sweep_parser(subparsers: Any) -> None:
-    from .experiments import sweep
+    from .experiments import sweep_cli
 
-    sweep.add_parser(subparsers)
+    sweep_cli.add_parser(subparsers)
 
 
 #: Every subcommand, as a function adding its parser (``add_parser(subparsers)``), in help order.

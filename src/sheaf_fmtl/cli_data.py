@@ -20,6 +20,7 @@ import numpy as np
 from .cli_options import PROG, Parser, UsageError, add_config_options, config_keys, error_line
 from .config import ConfigError, RunConfig, load_config
 from .data.base import DatasetError, FederatedDataset
+from .data.cards import CARDS
 from .data.fetch import SOURCES, fetch
 from .data.files import ENV_VAR, search_dirs, try_find, user_data_dir
 from .data.protocol import apply_protocol
@@ -118,7 +119,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
         data_search=args.data_search,
         options=args.options,
     )
-    raw = load_raw(args.name, req)
+    try:
+        raw = load_raw(args.name, req)
+    except DatasetError:
+        if args.name not in CARDS or try_find(DATASET_FILES[args.name], args.data_dir, args.data_search):
+            raise  # the files are there, but cannot be read: the reader's message
+        return _card(args.name, args.data_dir, args.data_search)
     ds = apply_protocol(raw, args.seed)
     s = summarize(ds)
     sizes = [len(c.y) + (0 if c.y_test is None else len(c.y_test)) for c in raw.clients]
@@ -142,6 +148,23 @@ def cmd_describe(args: argparse.Namespace) -> int:
             f"{s['client_mean_std']:.3f}, range {lo:.3f}..{hi:.3f}"
         )
     print("per-client n_train: " + " ".join(str(len(c.y_train)) for c in ds.clients))
+    return 0
+
+
+def _card(name: str, data_dir: Path | None, search: bool) -> int:
+    """What ``describe`` prints of a paper dataset whose files are missing: :data:`.data.cards.CARDS`,
+    the files, the folders searched and how to get it."""
+    card = CARDS[name]
+    print(f"{name}: {card.what}")
+    print(f"source: {card.source}")
+    print(f"licence: {card.licence}")
+    print(f"size: {card.size}")
+    print(f"files: {' or '.join(DATASET_FILES[name])} (not found here)")
+    print("put them in: " + ", or ".join(str(d) for d in search_dirs(data_dir, search)))
+    if any(s.url for s in SOURCES.get(name, [])):
+        print(f"get it: sheaf-fmtl data fetch {name}")
+    else:
+        print(f"get it: sheaf-fmtl data fetch {name} --url URL (no public address is known)")
     return 0
 
 

@@ -4,17 +4,22 @@
 On the heterogeneous problem (clients see different feature subsets, so model sizes differ): the
 default maps (``maps=auto``, which picks feature maps there), the paper's learned maps and local
 training. On its homogeneous variant: the default maps (``maps=auto``: redrawn each round from a
-shared seed), the paper's learned maps, dFedU and local training."""
+shared seed), the paper's learned maps, dFedU and local training.
+
+Every run reads the one config, so a key only some of them read (``eta``: the learned maps) is not
+warned about per run; a key none of them reads is, once (each run's ``config.yaml`` lists its own)."""
 
 from __future__ import annotations
 
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .config import RunConfig, load_config
 from .config.files import replace_file
+from .config.usage import UnusedKeysWarning
 from .metrics.results import format_summary, interrupted_line, interrupted_status
 
 
@@ -84,7 +89,16 @@ def _demo_run(
 
     sets = [*spec.defaults, *overrides, *extra, *spec.forced, f"algorithm={spec.algorithm}"]
     config = load_config(config_path, sets, flags)
-    return config, loop.run(config, run_dir, progress=not quiet)
+    with warnings.catch_warnings():  # keys other runs of the demo read: see run_demo
+        warnings.simplefilter("ignore", UnusedKeysWarning)
+        return config, loop.run(config, run_dir, progress=not quiet)
+
+
+def _unused(run_dir: Path) -> set[str]:
+    """The keys the run in ``run_dir`` did not read (its ``config.yaml``'s ``unused``)."""
+    import yaml
+
+    return set(yaml.safe_load((run_dir / "config.yaml").read_text()).get("unused") or ())
 
 
 def run_demo(
@@ -112,12 +126,14 @@ def run_demo(
     problems = DEMO_PROBLEMS if clusters else DEMO_PROBLEMS[:1]
     finals: dict[str, dict[str, dict]] = {}
     panels = []
+    unread: set[str] | None = None  # keys no run of the demo reads
     for problem, extra, specs in problems:
         curves = []
         for spec in specs:
             run_dir = out / problem / spec.key
             config, summary = _demo_run(config_path, overrides, quiet, extra, spec, run_dir, flags)
             print(format_summary(summary, run_dir))
+            unread = _unused(run_dir) if unread is None else unread & _unused(run_dir)
             if summary["status"] == "interrupted":
                 print(interrupted_line(summary, run_dir), file=sys.stderr)
                 return interrupted_status(summary)
@@ -129,6 +145,9 @@ def run_demo(
             finals.setdefault(problem, {})[spec.key] = {"label": label, **{k: summary[k] for k in keys}}
             curves.append((run_dir, label))
         panels.append((problem, curves))
+    if unread:
+        named = f"key{'s' if len(unread) > 1 else ''} {', '.join(sorted(unread))}"
+        warnings.warn(f"config {named}: read by no run of the demo", UnusedKeysWarning, stacklevel=2)
     title = f"{base.dataset}"
     if clusters:
         from .data.synthetic import describe_clusters

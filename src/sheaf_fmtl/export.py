@@ -2,7 +2,8 @@
 export``.
 
 ``load(run).client(i)`` is client ``i``'s ``torch.nn.Module`` with its final parameters
-(``checkpoint.pt``), wrapped with the preprocessing the data pipeline applied to its features
+(``checkpoint.pt``; ``load(run, round="best")``: the best validation evaluation's, ``best.pt``, which
+early stopping keeps), wrapped with the preprocessing the data pipeline applied to its features
 (``preprocessing.json``: the standardisation with its training data's mean and std), so that it
 takes raw features: ``load(run).client(i)(x_raw)`` gives the outputs the run evaluated.
 
@@ -29,9 +30,11 @@ from .data import preprocessing
 from .data.base import ClientSplit, DatasetError, FederatedDataset, Task
 from .federation.user import UserModels, is_user_model
 from .models import build_model, default_model
-from .plugins import hold
+from .plugins import hold, is_held, is_spec
 
 EXPORT_FORMAT = 1
+#: What ``load(run, round=...)`` reads: the final checkpoint, or the best validation evaluation's models.
+ROUNDS = {"final": "checkpoint.pt", "best": "best.pt"}
 
 
 class Preprocessed(nn.Module):
@@ -70,6 +73,7 @@ class TrainedRun:
         summary: ``summary.json``.
         preprocessing: ``preprocessing.json`` (:mod:`sheaf_fmtl.data.preprocessing`).
         out: the run folder.
+        round: the round the models are from (``None``: the final checkpoint).
     """
 
     config: dict[str, Any]
@@ -78,6 +82,7 @@ class TrainedRun:
     out: Path
     thetas: list[torch.Tensor] = field(repr=False)
     modules: list[nn.Module] = field(repr=False)
+    round: int | None = None
 
     @property
     def num_clients(self) -> int:
@@ -104,7 +109,7 @@ class TrainedRun:
             raise IndexError(f"client {i}: the run has clients 0 .. {self.num_clients - 1}")
 
 
-def load(run_dir: str | Path, *, model: Any = None) -> TrainedRun:  # noqa: ANN401 - a spec or the user's object
+def load(run_dir: str | Path, *, model: Any = None, round: str = "final") -> TrainedRun:  # noqa: ANN401 - a spec or the user's object
     """A finished run folder's config, summary and per-client trained models (see the module docstring).
 
     Args:
@@ -113,15 +118,23 @@ def load(run_dir: str | Path, *, model: Any = None) -> TrainedRun:  # noqa: ANN4
         model: only for a run whose ``model`` names user code: that ``module:function`` again (it is
             then imported), or the object itself (a factory ``i -> nn.Module``, a class, a module or
             a list of modules, as :class:`sheaf_fmtl.Federation` takes).
+        round: ``final`` (``checkpoint.pt``) or ``best``: the models of the best validation
+            evaluation (``best.pt``, kept by early stopping or :class:`~sheaf_fmtl.callbacks.BestCheckpoint`).
     Raises:
         ConfigError: the config names user code and ``model`` does not name or give it.
         DatasetError: a file of the folder is missing or cannot be read (one line naming it).
     """
+    if round not in ROUNDS:
+        raise ValueError(f"load(round={round!r}): allowed: {', '.join(ROUNDS)}")
     folder = Path(run_dir)
     config = read_config_file(folder / "config.yaml")
     summary = _read_json(folder / "summary.json")
     record = preprocessing.read(folder)
-    path = folder / "checkpoint.pt"
+    path = folder / ROUNDS[round]
+    if round == "best" and not path.is_file():
+        raise DatasetError(
+            f"{path} is missing: the run kept no best round (early_stop_patience > 0 keeps one)"
+        )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
@@ -141,7 +154,8 @@ def load(run_dir: str | Path, *, model: Any = None) -> TrainedRun:  # noqa: ANN4
             raise DatasetError(f"{path}: client {i} has {theta.numel()} parameters, its model {count}")
         torch.nn.utils.vector_to_parameters(theta.to(torch.float32), module.parameters())
         module.eval()
-    return TrainedRun(config, summary, record, folder, thetas, modules)
+    best = int(state["round"]) if round == "best" else None
+    return TrainedRun(config, summary, record, folder, thetas, modules, best)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -164,14 +178,13 @@ def _modules(config: dict[str, Any], record: dict[str, Any], model: Any) -> list
     parts = [default_model(task) if m.strip() == "auto" else m.strip() for m in spelled.split(",")]
     user = sorted({p for p in parts if is_user_model(p)})
     held = None
+    objects = all(is_held(p) for p in user)  # Python objects of the script that ran: no name to import
     if user:
         if model is None:
-            raise ConfigError(
-                f"config key 'model' = '{spelled}' names user code, which load() never imports by "
-                f"itself: name it again, load(run, model='{user[0]}'), or give the object, "
-                "load(run, model=make_model)"
-            )
-        if isinstance(model, str):
+            raise ConfigError(_unnamed(spelled, user[0], objects))
+        if isinstance(model, str) and objects and len(user) == 1 and is_spec(model):
+            parts = [model if p in user else p for p in parts]  # the user's word: code building it
+        elif isinstance(model, str):
             if model not in (spelled, *user) or (model != spelled and len(user) > 1):
                 raise ConfigError(
                     f"load(model='{model}'): the run's config key 'model' is '{spelled}'; name that code"
@@ -190,6 +203,44 @@ def _modules(config: dict[str, Any], record: dict[str, Any], model: Any) -> list
     return out
 
 
+def _program(trained: TrainedRun, i: int, path: Path) -> Path | None:
+    """Client ``i``'s model behind its preprocessing as a ``torch.export`` program with a dynamic
+    batch size, saved to ``path``; ``None`` (and a warning naming the client) when ``torch.export``
+    cannot trace the model (data-dependent control flow, ...): its state_dict is still written."""
+    import warnings
+
+    shape = trained.preprocessing["clients"][i]["feature_shape"]
+    example = torch.zeros(2, *shape)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.export's notes on weights it packs
+            program = torch.export.export(
+                trained.client(i), (example,), dynamic_shapes=({0: torch.export.Dim.AUTO},)
+            )
+            torch.export.save(program, path)
+    except Exception as e:  # noqa: BLE001 - whatever torch.export refuses, the state_dict stays
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        warnings.warn(f"client {i}: no {path.name} (torch.export: {first})", stacklevel=3)
+        path.unlink(missing_ok=True)
+        return None
+    return path
+
+
+def _unnamed(spelled: str, first: str, objects: bool) -> str:
+    """The refusal of a run whose model is user code that ``load`` was not given."""
+    if not objects:
+        return (
+            f"config key 'model' = '{spelled}' names user code, which load() never imports by itself: "
+            f"name it again, sheaf-fmtl export RUN --model {first} (or load(run, model='{first}'))"
+        )
+    return (
+        f"config key 'model' = '{spelled}' was a Python object of the script that ran it, which no file "
+        "holds: give a function i -> nn.Module that builds it, in a module importable from here, as "
+        "sheaf-fmtl export RUN --model MODULE:FUNCTION (or load(run, model='MODULE:FUNCTION')), or the "
+        "object itself, load(run, model=make_model)"
+    )
+
+
 def _shapes_only(record: dict[str, Any], shapes: list[tuple[int, ...]]) -> FederatedDataset:
     """A dataset without samples, of the clients' feature shapes (what builds their models)."""
     task: Task = "classification" if record["task"] == "classification" else "regression"
@@ -201,11 +252,21 @@ def _shapes_only(record: dict[str, Any], shapes: list[tuple[int, ...]]) -> Feder
     return FederatedDataset(str(record.get("dataset", "")), task, int(record["num_classes"]), tuple(splits))
 
 
-def export(run_dir: str | Path, out: str | Path, *, model: Any = None) -> list[Path]:  # noqa: ANN401
+def export(
+    run_dir: str | Path,
+    out: str | Path,
+    *,
+    model: Any = None,  # noqa: ANN401 - a spec or the user's object
+    round: str = "final",
+    programs: bool = True,
+) -> list[Path]:
     """Write client ``i``'s trained ``state_dict`` to ``out/client-IIIII.pt`` (``torch.save``; read it
-    back with ``torch.load(..., weights_only=True)``) and ``out/preprocessing.json`` (the run's, each
-    client with its ``file`` and ``model``); ``out`` must be new or empty. Returns the paths written."""
-    trained = load(run_dir, model=model)
+    back with ``torch.load(..., weights_only=True)``), with ``programs`` its model behind its
+    preprocessing as a ``torch.export`` program, ``out/client-IIIII.pt2``, which loads without the
+    code that defined the model (``torch.export.load(path).module()(x_raw)``, any batch size), and
+    ``out/preprocessing.json`` (the run's, each client with its ``file``, ``program`` and ``model``);
+    ``out`` must be new or empty; ``round`` as :func:`load` takes it. Returns the paths written."""
+    trained = load(run_dir, model=model, round=round)
     target = Path(out)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise DatasetError(f"export folder {target} exists and is not an empty folder; choose another --out")
@@ -220,7 +281,13 @@ def export(run_dir: str | Path, out: str | Path, *, model: Any = None) -> list[P
         torch.save(trained.modules[i].state_dict(), target / name)
         record["clients"][i].update(file=name, model=parts[i % len(parts)])
         written.append(target / name)
+        if programs:
+            program = _program(trained, i, target / f"client-{i:05d}.pt2")
+            record["clients"][i]["program"] = None if program is None else program.name
+            written += [] if program is None else [program]
     record["export_format"] = EXPORT_FORMAT
     record["metric"] = trained.metric
+    if trained.round is not None:
+        record["round"] = trained.round
     (target / preprocessing.FILE).write_text(json.dumps(record) + "\n")
     return [*written, target / preprocessing.FILE]

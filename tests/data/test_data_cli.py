@@ -276,3 +276,29 @@ def test_fetch_without_network_leaves_no_folder_it_made(tmp_path, capsys):
     dest = tmp_path / "new" / "data"
     assert run(["fetch", "school", "--dest", str(dest), "--url", "http://127.0.0.1:9/school.mat"]) == 2
     assert "download" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_every_file_dataset_has_a_card() -> None:
+    from sheaf_fmtl.cli_data import DATASET_FILES
+    from sheaf_fmtl.data.cards import CARDS
+
+    assert set(CARDS) == set(DATASET_FILES)
+
+
+@pytest.mark.parametrize("name", ["rmnist", "gleam"])
+def test_describe_without_the_files_says_what_it_is_and_where_to_put_it(tmp_path, capsys, name):
+    empty = tmp_path / "data"
+    empty.mkdir()
+    assert run(["describe", name, "--data-dir", str(empty)]) == 0
+    out = capsys.readouterr().out
+    heads = [line.split(":")[0] for line in out.splitlines()]
+    assert heads == [name, "source", "licence", "size", "files", "put them in", "get it"], out
+    assert f"put them in: {empty}\n" in out and "(not found here)" in out
+    assert f"sheaf-fmtl data fetch {name}" in out
+    assert ("--url URL" in out) == (SOURCES[name][0].url is None)
+
+
+def test_describe_of_a_damaged_file_is_still_the_readers_error(tmp_path, capsys):
+    (tmp_path / "school.mat").write_bytes(b"not a mat file")
+    assert run(["describe", "school", "--data-dir", str(tmp_path)]) == 2
+    assert "school.mat" in capsys.readouterr().err

@@ -16,6 +16,7 @@ from sheaf_fmtl.data.base import RawClient, RawFederated
 from sheaf_fmtl.data.protocol import ProtocolOptions, apply_protocol
 from sheaf_fmtl.experiments import grid as gr
 from sheaf_fmtl.experiments import sweep as sw
+from sheaf_fmtl.experiments import sweep_cli
 
 TINY = ["rounds=4", "eval_every=2", "graph=complete", "batch_size=8", "stability_check=true"]
 
@@ -117,7 +118,7 @@ def test_sweep_never_reads_the_test_split(tmp_path):
 
 def _cli(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
-    sw.add_parser(parser.add_subparsers(dest="command", required=True))
+    sweep_cli.add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return int(args.func(args))
 

@@ -20,7 +20,7 @@ from sheaf_fmtl.plots import plot_demo, plot_runs
 from sheaf_fmtl.plots.curves import metric_figure
 from sheaf_fmtl.plots.heatmap import map_norm_figure
 from sheaf_fmtl.plots.records import load_run
-from sheaf_fmtl.plots.style import PALETTE
+from sheaf_fmtl.plots.style import PALETTE, paper_style
 
 BASE = {
     "algorithm": "sheaf-fmtl",
@@ -277,3 +277,29 @@ def test_labels_name_the_map_mode_and_keep_it_out_of_other_algorithms() -> None:
     keys = legend_keys(configs)
     assert keys[:2] == ["maps", "estimates"]
     assert describe(configs[1], keys) == "dFedU"
+
+
+def _crowded(boxes: list) -> bool:  # noqa: ANN001
+    """Two neighbouring labels closer than a label's height (about a character's width)."""
+    boxes = sorted(boxes, key=lambda b: b.x0)
+    return any(b.x0 - a.x1 < a.height for a, b in zip(boxes, boxes[1:], strict=False))
+
+
+@pytest.mark.parametrize("bits", [[20_000, 200_000], [30_000, 60_000], [1_000, 10**9]])
+def test_the_bits_axis_labels_never_overlap(tmp_path, bits):
+    """Drawn as ``plot`` draws it, the bits axis's visible tick labels keep apart, and some are shown."""
+    run = make_run(tmp_path, "a", [0.5, 0.6], bits=bits)
+    with paper_style():
+        fig = figure_of(run)
+    fig.canvas.draw()
+    ax_b = fig.axes[1]
+    lo, hi = ax_b.get_xlim()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    ticks = [*ax_b.xaxis.get_major_ticks(), *ax_b.xaxis.get_minor_ticks()]
+    shown = [
+        t.label1.get_window_extent(renderer)
+        for t in ticks
+        if t.label1.get_visible() and t.label1.get_text() and lo <= t.get_loc() <= hi
+    ]
+    assert len(shown) >= 2 and not _crowded(shown), [(b.x0, b.x1) for b in shown]
+    plt.close(fig)

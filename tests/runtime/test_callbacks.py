@@ -16,6 +16,7 @@ import sheaf_fmtl
 from sheaf_fmtl.callbacks import BestCheckpoint, CSVLogger, EarlyStopping, RunView, Stop, TensorBoardLogger
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import ConfigError, RunConfig
+from sheaf_fmtl.data.base import DatasetError
 
 pytestmark = pytest.mark.filterwarnings("ignore:synthetic.*one class:UserWarning")
 
@@ -149,8 +150,16 @@ def test_the_cli_keys_log_to_tensorboard_and_stop_early(tmp_path, capsys):
 
     out, tb = tmp_path / "run", tmp_path / "tb"
     # lam = 0 and alpha tiny: the accuracy barely moves, so patience 1 stops at the first evaluation
-    # that does not beat round 0's
-    keys = ["dataset=synthetic", "clients=4", "rounds=40", "eval_every=2", "alpha=1e-9", "lam=0"]
+    # that does not beat round 0's; the rows are the validation split's
+    keys = [
+        "dataset=synthetic",
+        "clients=4",
+        "rounds=40",
+        "eval_every=2",
+        "alpha=1e-9",
+        "lam=0",
+        "validation=0.3",
+    ]
     code = main(
         [
             "run",
@@ -171,10 +180,21 @@ def test_the_cli_keys_log_to_tensorboard_and_stop_early(tmp_path, capsys):
     first_bad = next(i for i in range(1, len(metric)) if not metric[i] > max(metric[:i]))
     assert summary["rounds_done"] == int(rows[first_bad]["round"]) == int(rows[-1]["round"])
     assert "stopped by EarlyStopping" in capsys.readouterr().out
-    # the keys leave the mathematics alone: a resume without early stopping runs to the end
-    assert main(["run", "--resume", str(out), "--quiet", "--set", "early_stop_patience=0"]) == 0
+    best = metric.index(max(metric))  # the first best evaluation: what best.pt holds
+    assert sheaf_fmtl.load(out, round="best").round == int(rows[best]["round"])
+    # the keys leave the mathematics alone: a resume with a longer patience runs to the end, and its
+    # best round is the best of both parts (best.pt read back, not replaced by a worse evaluation)
+    assert main(["run", "--resume", str(out), "--quiet", "--set", "early_stop_patience=100"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "ok" and [int(r["round"]) for r in _rows(out)] == list(range(0, 41, 2))
+    metric = [float(r["test_accuracy"]) for r in _rows(out)]
+    best_round = int(_rows(out)[metric.index(max(metric))]["round"])
+    saved = torch.load(out / "best.pt", weights_only=True)
+    assert saved["round"] == best_round and saved["value"] == max(metric)
+    loaded = sheaf_fmtl.load(out, round="best")
+    assert loaded.round == best_round and all(
+        torch.equal(a, b) for a, b in zip(loaded.thetas, saved["thetas"], strict=True)
+    )
     events = EventAccumulator(str(tb))  # both runs' event files: every round once
     events.Reload()
     assert [e.step for e in events.Scalars("test_accuracy")] == list(range(0, 41, 2))
@@ -182,8 +202,22 @@ def test_the_cli_keys_log_to_tensorboard_and_stop_early(tmp_path, capsys):
         RunConfig(early_stop_patience=-1)
 
 
+def test_early_stopping_never_watches_the_test_split(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"validation = 0 holds none out .* add validation=0.2"):
+        RunConfig(early_stop_patience=3)
+    assert RunConfig(early_stop_patience=3, validation=0.2).early_stop_patience == 3
+    config = RunConfig(**{**BASE, "rounds": 2})
+    with pytest.raises(ValueError, match="EarlyStopping watches the validation split"):
+        sheaf_fmtl.run(config, callbacks=[EarlyStopping(2)])
+    sheaf_fmtl.run(config, out=tmp_path / "r")
+    with pytest.raises(DatasetError, match="best.pt is missing"):
+        sheaf_fmtl.load(tmp_path / "r", round="best")
+    assert sheaf_fmtl.load(tmp_path / "r").round is None
+
+
 class _View:
     metric, metric_column, higher_is_better = "mse", "test_mse", False
+    config = RunConfig(validation=0.2)
 
 
 @pytest.mark.parametrize(
@@ -222,3 +256,14 @@ def test_best_checkpoint_keeps_the_thetas_of_the_best_evaluation(tmp_path):
 def test_an_object_without_hooks_is_refused():
     with pytest.raises(TypeError, match="neither on_round_end"):
         sheaf_fmtl.run(RunConfig(**{**BASE, "rounds": 1}), callbacks=[object()])
+
+
+def test_overwrite_removes_the_previous_runs_best_round(tmp_path):
+    out = tmp_path / "run"
+    keys = ["dataset=synthetic", "clients=4", "rounds=2", "eval_every=1", "validation=0.3"]
+    assert main(["run", "--out", str(out), "--quiet", "--set", *keys, "early_stop_patience=5"]) == 0
+    assert (out / "best.pt").is_file()
+    assert main(["run", "--out", str(out), "--quiet", "--overwrite", "--set", *keys]) == 0
+    assert not (out / "best.pt").exists()  # the new run kept none: never the old run's models
+    with pytest.raises(DatasetError, match="best.pt is missing"):
+        sheaf_fmtl.load(out, round="best")

@@ -29,6 +29,7 @@ import torch
 from ..config import RunConfig
 from ..messages import Payload
 from ..sheaf.graph import ClientGraph
+from ..warn import user_stacklevel
 from .base import Algorithm, Context, register
 from .gossip import GossipState, gossip_init
 from .optim import local_steps
@@ -64,7 +65,7 @@ class DPSGD(Algorithm[GossipState]):
                 "dpsgd ignores the graph's edge weights a_ij: it mixes with Metropolis-Hastings weights "
                 "from the degrees (dfedu uses a_ij as its coupling weights)",
                 UserWarning,
-                stacklevel=2,
+                stacklevel=user_stacklevel(),
             )
         w, self_w = metropolis_weights(ctx.graph)
         assert state.gossip is not None

@@ -20,10 +20,13 @@ def require_single_cohort(ctx: Context, name: str) -> None:
     fed = ctx.fed
     if len(fed.cohorts) != 1 or len(set(fed.node_dims().tolist())) != 1:  # also clients held elsewhere
         dims = sorted(set(fed.node_dims().tolist()) | {c.dim for c in fed.cohorts})
+        fix = "or a dataset where all clients share the input shape (e.g. synthetic)"
+        if ctx.config.dataset == "synthetic-clusters":  # its clients see different features
+            fix = "or add data.homogeneous=true (the same clients and labels, every feature seen by all)"
         raise ValueError(
             f"algorithm {name!r} needs every client to have the same model, but this federation has "
             f"{len(fed.cohorts)} model groups (parameter counts {dims}); use sheaf-fmtl or local for "
-            "heterogeneous models, or a dataset where all clients share the input shape (e.g. synthetic)"
+            f"heterogeneous models, {fix}"
         )
     held = fed.position[fed.cohort_of >= 0]
     if not np.array_equal(held, np.arange(len(held))):  # pragma: no cover - by construction

@@ -307,8 +307,9 @@ class RunConfig:
     )
     early_stop_patience: int = _key(
         0,
-        "`N > 0`: stop when the evaluated metric (the validation split with `validation > 0`) has not "
-        "improved for `N` evaluations in a row (`status: stopped`, resumable); 0: never.",
+        "`N > 0`: stop when the metric on the validation split (it needs `validation > 0`: the test split "
+        "never chooses) has not improved for `N` evaluations in a row (`status: stopped`, resumable), and "
+        "keep the best evaluation's models in `best.pt` (`sheaf_fmtl.load(run, round='best')`); 0: never.",
     )
     early_stop_min_delta: float = _key(0.0, "What counts as an improvement for `early_stop_patience`.")
 
@@ -515,6 +516,12 @@ def _check_together(config: RunConfig) -> None:
         raise ConfigError(
             f"config key 'map_scale' = 0 gives zero maps with map_init={config.map_init}; "
             "zero restriction maps never learn (allowed: map_scale > 0)"
+        )
+    if config.early_stop_patience > 0 and config.validation == 0:
+        raise ConfigError(
+            f"config key 'early_stop_patience' = {config.early_stop_patience} watches the validation split, "
+            "and validation = 0 holds none out (stopping on the test split would choose by test data); "
+            "add validation=0.2 (a fraction of each client's training data)"
         )
     _check_maps(config)
     _check_optimizer(config)

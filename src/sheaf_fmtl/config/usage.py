@@ -1,9 +1,8 @@
 """Which keys a run reads: the keys that only some algorithms, map modes, graph kinds or training
 protocols use, as data (:func:`read_by`), and the one rule for a key set to a non-default value that
-the run ignores: refused where the user typed it for this one run (``sheaf-fmtl run --set``, a
-flag), a warning naming it where it comes from what may be shared across modes (a config file, a
-:class:`RunConfig`, Python keywords in a loop over algorithms, sweep grids), and listed under
-``unused:`` in the saved ``config.yaml`` (which reading ignores).
+the run ignores, wherever it comes from (``--set``, a flag, a config file, a :class:`RunConfig`,
+Python keywords): one warning line naming it (a loop over algorithms with common keys runs), and
+the key listed under ``unused:`` in the saved ``config.yaml`` (which reading ignores).
 
 A selector still ``auto`` (a value resolved at start-up) decides nothing here: its keys are checked
 once it is resolved (:func:`unused_keys` on the config the run was built with).
@@ -11,12 +10,13 @@ once it is resolved (:func:`unused_keys` on the config the run was built with).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from dataclasses import fields
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 from . import registry
-from .schema import ConfigError, RunConfig, shown
+from .schema import RunConfig, shown
 
 # What selects whether a key is read, from a config: a name, and the config's value of it.
 SELECTORS: dict[str, Callable[[RunConfig], str]] = {
@@ -70,6 +70,22 @@ def unused_keys(config: RunConfig) -> list[str]:
     return out
 
 
+def reads(config: Mapping[str, Any], key: str) -> bool:
+    """Whether a run of ``config`` (a saved ``config.yaml``, as a mapping) reads ``key``: the keys of
+    :func:`read_by` as their selectors say, ``maps`` with ``sheaf-fmtl`` only, any other key yes."""
+    if config.get("topology", "none") != "none":
+        return True  # a special case sets the maps' keys itself
+    if key == "maps":
+        return config.get("algorithm", _DEFAULTS["algorithm"]) == "sheaf-fmtl"
+    table = read_by()
+    if key not in table:
+        return True
+    selector, readers = table[key]
+    view = cast(RunConfig, SimpleNamespace(**{**_DEFAULTS, **config}))
+    value = SELECTORS[selector](view)
+    return value == "auto" or value in readers
+
+
 def describe(config: RunConfig, keys: list[str]) -> str:
     """``eta = 0.5 (read by maps=learned only)``, for the first of ``keys``, and the others named."""
     key = keys[0]
@@ -81,18 +97,8 @@ def describe(config: RunConfig, keys: list[str]) -> str:
     return text + (f"; also unused: {', '.join(keys[1:])}" if len(keys) > 1 else "")
 
 
-def refuse_unused(config: RunConfig, given: Iterable[str]) -> None:
-    """Refuse (one line) the keys in ``given`` (typed by the user) that ``config``'s run ignores."""
-    typed = set(given)
-    keys = [k for k in unused_keys(config) if k in typed]
-    if keys:
-        them = "them" if len(keys) > 1 else "it"
-        raise ConfigError(f"config key {describe(config, keys)}; drop {them}, or pick a run reading {them}")
-
-
 def unused_warning(config: RunConfig) -> str | None:
-    """The warning for a run whose config (a file or object, maybe shared across modes) sets keys
-    the run ignores; ``None`` when it sets none."""
+    """The warning for a run whose config sets keys the run ignores; ``None`` when it sets none."""
     keys = unused_keys(config)
     if not keys:
         return None

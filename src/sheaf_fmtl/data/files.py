@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import numbers
 import os
-import sys
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import platformdirs
 
 from .base import DatasetError
 
@@ -41,16 +41,8 @@ HOW_TO_GET: dict[str, str] = {
 def user_data_dir() -> Path:
     """The per-user data folder: ``$XDG_DATA_HOME/sheaf-fmtl`` (default ``~/.local/share/sheaf-fmtl``)
     on Linux, ``~/Library/Application Support/sheaf-fmtl`` on macOS, ``%LOCALAPPDATA%\\sheaf-fmtl``
-    on Windows. ``sheaf-fmtl data fetch`` stores downloads there."""
-    home = Path.home()
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA") or home / "AppData" / "Local")
-    elif sys.platform == "darwin":
-        base = home / "Library" / "Application Support"
-    else:
-        xdg = os.environ.get("XDG_DATA_HOME", "")
-        base = Path(xdg) if os.path.isabs(xdg) else home / ".local" / "share"
-    return base / APP_DIR
+    on Windows (``platformdirs``' rules). ``sheaf-fmtl data fetch`` stores downloads there."""
+    return Path(platformdirs.user_data_dir(APP_DIR, appauthor=False))
 
 
 def search_dirs(data_dir: Path | str | None = None, search: bool = False) -> list[Path]:

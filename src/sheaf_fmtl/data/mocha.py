@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import scipy.io
 
+from ..warn import user_stacklevel
 from .base import DataRequest, DatasetError, RawClient, RawFederated, register
 from .files import as_features, as_targets, check_options, find_file, map_labels, mat_cells, read_npz_clients
 
@@ -71,7 +72,7 @@ def vehicle(request: DataRequest) -> RawFederated:
     warnings.warn(
         f"vehicle: vehicle.mat not found; using {path}, a small pre-standardised subset (1,860 of "
         "~43,700 rows) -- fine for smoke tests, not for reproducing the paper's Vehicle numbers",
-        stacklevel=3,
+        stacklevel=user_stacklevel(),
     )
     return RawFederated("vehicle", "classification", 2, subset)
 

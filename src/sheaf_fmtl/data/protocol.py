@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..warn import user_stacklevel
 from .base import ClientSplit, DatasetError, FederatedDataset, RawClient, RawFederated
 
 
@@ -131,7 +132,7 @@ def _warn_single_class(name: str, clients: list[ClientSplit]) -> None:
             f"{name}: the training labels of client(s) {ids} are all one class (legal, but such "
             "a client's own data cannot teach its model to tell the classes apart)",
             UserWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ..warn import user_stacklevel
 from .base import DataRequest, DatasetError, RawClient, RawFederated, Task
 from .files import as_features, as_targets, check_options, read_npz_clients
 
@@ -304,7 +305,7 @@ def from_objects(entries: Sequence[Any], name: str = "python") -> RawFederated:
             f"data of {which}: no test samples, left out of the mean test metric (over "
             f"{len(clients) - len(untested)} of {len(clients)} clients)",
             UserWarning,
-            stacklevel=2,
+            stacklevel=user_stacklevel(),
         )
     if len(kinds) > 1:
         raise DatasetError(

@@ -45,7 +45,8 @@ class Experiment:
     """One table or figure of the paper.
 
     ``paper[(dataset, slug)][column]`` is the paper's text for a cell; ``percent`` shows accuracy
-    in percent (as the paper's table does); ``bits_unit`` is ``(name, bits per unit)``.
+    in percent (as the paper's table does); ``bits_unit`` is ``(name, bits per unit)``;
+    ``flops_unit`` ``(name, FLOPs per unit)``, ``None``: the SI prefix that fits the largest value.
     """
 
     name: str
@@ -57,6 +58,7 @@ class Experiment:
     paper: Mapping[tuple[str, str], Mapping[str, str]]
     percent: bool = True
     bits_unit: tuple[str, float] = ("MB", 8e6)
+    flops_unit: tuple[str, float] | None = ("1e12", 1e12)
     quick: Mapping[str, Any] = field(default_factory=dict)  # extra ``--quick`` keys
     figures: bool = False
     heatmaps: bool = False

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from ..cli_options import add_config_options, config_keys
+from ..cli_options import config_keys
 from ..config import ConfigError, RunConfig, load_config
 from ..config.files import replace_file
 from ..config.usage import UnusedKeysWarning
@@ -271,22 +271,3 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(f"best: {best} (validation {result.metric} {result.ranked[0].value:.4f})")
     print(f"best config: {result.best_path} (sheaf-fmtl run {result.best_path}); ranking: {out}/sweep.csv")
     return 0
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("sweep", help="grid search on a validation split; writes the best config")
-    p.add_argument(
-        "--grid",
-        action="append",
-        default=[],
-        metavar="KEY=VALUES",
-        help="a:b:logN, a:b:linN or a comma list (e.g. lam=1e-5:10:log7, alpha=0.01,0.05)",
-    )
-    p.add_argument(
-        "--validation",
-        type=float,
-        default=None,
-        help="fraction of each client's training data held out (default: the config's, else 0.2)",
-    )
-    add_config_options(p, out="sweep folder (default runs/sweep/DATASET-ALGORITHM)", overwrite=False)
-    p.set_defaults(func=cmd_sweep)

@@ -7,6 +7,7 @@ Used by ``reproduce`` (rows = the experiment's settings, paper column filled) an
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.files import replace_file
+from ..config.usage import reads
 from ..metrics.aggregate import SeedStats, aggregate_runs, format_pm, read_summary
 from ..metrics.groups import differing_keys, group_by_config
 from .paper import Experiment
@@ -40,7 +42,9 @@ def _header(col: str, spec: Experiment, metric: str) -> str:
         return f"test {metric}" + (" (%)" if spec.percent and metric == "accuracy" else "")
     if col == "bits":
         return f"transmitted bits ({spec.bits_unit[0]})"
-    return {"flops": "FLOPs (1e12)", "memory": "peak memory (MB)"}[col]
+    if col == "flops":
+        return f"FLOPs ({(spec.flops_unit or FLOPS_UNITS[0])[0]})"
+    return {"memory": "peak memory (MB)", "time": "wall time (s)"}[col]
 
 
 def _ours(col: str, agg: Mapping[str, Any], spec: Experiment) -> tuple[SeedStats, float, str]:
@@ -51,8 +55,20 @@ def _ours(col: str, agg: Mapping[str, Any], spec: Experiment) -> tuple[SeedStats
     if col == "bits":
         return agg["transmitted_bits"], 1.0 / spec.bits_unit[1], ".4g"
     if col == "flops":
-        return agg["flops"], 1e-12, ".4g"
+        return agg["flops"], 1.0 / (spec.flops_unit or FLOPS_UNITS[0])[1], ".4g"
+    if col == "time":
+        return agg["wall_seconds"], 1.0, ".3g"
     return agg["peak_rss_bytes"], 1e-6, ".1f"
+
+
+#: FLOPs units for a table that picks its own (``Experiment.flops_unit = None``), largest first.
+FLOPS_UNITS = (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3), ("FLOP", 1.0))
+
+
+def _flops_unit(aggs: Sequence[Mapping[str, Any] | None]) -> tuple[str, float]:
+    """The largest unit of :data:`FLOPS_UNITS` that leaves the largest mean at least 1."""
+    top = max((a["flops"].mean or 0.0 for a in aggs if a), default=0.0)
+    return next((u for u in FLOPS_UNITS if top >= u[1]), FLOPS_UNITS[-1])
 
 
 def _cell_text(col: str, agg: Mapping[str, Any], spec: Experiment) -> str:
@@ -82,7 +98,20 @@ def _status(row: Row, agg: Mapping[str, Any] | None) -> str:
 
 def render(rows: Sequence[Row], spec: Experiment, out_stem: str | Path) -> tuple[Path, Path]:
     """Write ``OUT_STEM.md`` and ``OUT_STEM.csv``; returns their paths."""
+    md, text = compose(rows, spec)
+    stem = Path(out_stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    md_path, csv_path = stem.with_suffix(".md"), stem.with_suffix(".csv")
+    replace_file(md_path, md)
+    replace_file(csv_path, text)
+    return md_path, csv_path
+
+
+def compose(rows: Sequence[Row], spec: Experiment) -> tuple[str, str]:
+    """The table as Markdown and as CSV text."""
     aggs = [aggregate_runs(r.runs) if r.runs else None for r in rows]
+    if spec.flops_unit is None:
+        spec = dataclasses.replace(spec, flops_unit=_flops_unit(aggs))
     metric = next((a["metric"] for a in aggs if a and a["metric"] != "metric"), "accuracy")
     heads = [_header(c, spec, metric) for c in spec.columns]
     md = [f"# {spec.title}", "", f"Paper: {spec.reference}. Ours: mean ± standard error over seeds.", ""]
@@ -114,21 +143,17 @@ def render(rows: Sequence[Row], spec: Experiment, out_stem: str | Path) -> tuple
             rec[f"paper_{col}"] = paper
         md.append("| " + " | ".join([*cells, status]).replace("\n", " ") + " |")
         csv_rows.append(rec)
-    stem = Path(out_stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    md_path, csv_path = stem.with_suffix(".md"), stem.with_suffix(".csv")
-    replace_file(md_path, "\n".join(md) + "\n")
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=list(csv_rows[0]) if csv_rows else ["experiment"])
     writer.writeheader()
     writer.writerows(csv_rows)
-    replace_file(csv_path, text.getvalue())
-    return md_path, csv_path
+    return "\n".join(md) + "\n", text.getvalue()
 
 
 def group_runs(run_dirs: Sequence[str | Path]) -> list[Row]:
     """Rows of run folders whose configs differ only in the seed (and bookkeeping keys, see
-    :func:`sheaf_fmtl.metrics.groups.group_by_config`), labelled by the keys that differ between rows.
+    :func:`sheaf_fmtl.metrics.groups.group_by_config`), labelled by the keys that differ between rows
+    and that the row's runs read (no ``lam`` for local training, no ``gamma`` for dFedU).
 
     Raises:
         FileNotFoundError: a path is not a run folder with a ``summary.json``.
@@ -144,20 +169,23 @@ def group_runs(run_dirs: Sequence[str | Path]) -> list[Row]:
     ]
     rows = []
     for g in groups:
-        label = ", ".join(f"{k}={g.config.get(k)}" for k in keys) or str(g.config.get("algorithm"))
+        label = ", ".join(f"{k}={g.config.get(k)}" for k in keys if reads(g.config, k))
+        label = label or str(g.config.get("algorithm"))
         rows.append(Row(str(g.config.get("dataset")), label, label, runs=list(g.runs)))
     return rows
 
 
 def table_spec(title: str = "Runs") -> Experiment:
-    """The column layout of ``sheaf-fmtl table``: every column, accuracy as a fraction, bits in MB."""
+    """The column layout of ``sheaf-fmtl table``: every column, accuracy as a fraction, bits in MB,
+    FLOPs in the unit that fits them."""
     return Experiment(
         name="table",
         title=title,
         reference="none (any run folders)",
         datasets=(),
         settings=(),
-        columns=("metric", "bits", "flops", "memory"),
+        columns=("metric", "bits", "flops", "memory", "time"),
         paper={},
         percent=False,
+        flops_unit=None,
     )

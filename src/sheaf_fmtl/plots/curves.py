@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter
 
 from ..metrics.groups import RunGroup, group_by_config
 from .labels import describe, legend_keys, object_name, title
@@ -111,6 +112,19 @@ def _draw(ax_r: Axes, ax_b: Axes, curve: Curve, label: str, i: int, dashed: bool
         )
 
 
+def _bits_ticks(ax: Axes) -> None:
+    """Labels on the log bits axis that never overlap: a few round values within one decade, 1, 2 and
+    5 times the powers of ten over less than two, the powers alone beyond; the minor ticks unlabelled
+    (matplotlib labels them over a short range, and ``3x10^4`` ran into ``4x10^4``)."""
+    lo, hi = ax.get_xlim()
+    decades = np.log10(hi / lo) if lo > 0 else np.inf
+    if decades < 1:
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
+    else:
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if decades < 2 else (1.0,)))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def metric_figure(records: Sequence[RunRecord]) -> Figure:
     """One row per metric (``accuracy``, ``mse``, ...): test metric vs communication rounds
     (left) and vs bits transmitted by the whole network (right, log scale; a run that sends
@@ -140,6 +154,7 @@ def metric_figure(records: Sequence[RunRecord]) -> Figure:
             title=title(f"{names}: {ylabel} vs transmitted bits"),
         )
         ax_b.set_xscale("log")
+        _bits_ticks(ax_b)
         integer_ticks(ax_r)
         # One legend per row (both panels draw the same curves), outside the axes: it never hides one.
         ax_b.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)

@@ -24,7 +24,8 @@ def plot_runs(
 
     Args:
         run_dirs: run folders.
-        out_dir: where the figures go (default: the first run folder).
+        out_dir: where the figures go (default: the run folder of a single run; several runs need
+            it, so that a comparison never lands inside one of them).
         formats: file formats (``png``, ``pdf`` (vector), ``svg``).
 
     Returns:
@@ -32,11 +33,16 @@ def plot_runs(
 
     Raises:
         FileNotFoundError: a path is not a run folder.
-        ValueError: a run has no evaluated round ("nothing to plot: ..."), no run was given, or an
-            unknown format.
+        ValueError: a run has no evaluated round ("nothing to plot: ..."), no run was given, several
+            without ``out_dir``, or an unknown format.
     """
     if not run_dirs:
         raise ValueError("nothing to plot: no run folder given")
+    if out_dir is None and len(run_dirs) > 1:
+        raise ValueError(
+            f"plot: {len(run_dirs)} runs compared; give --out DIR for the figures (a single run's go into "
+            "its own folder)"
+        )
     check_formats(formats)
     records = [load_run(r) for r in run_dirs]  # every run checked before anything is written
     out = Path(out_dir) if out_dir is not None else records[0].path

@@ -4,10 +4,10 @@ that round with a resumable checkpoint (``summary.json``: ``status = stopped``, 
 ``--resume`` / ``resume=`` continues it to the end, to the uninterrupted run's numbers.
 
 Shipped: :class:`CSVLogger` (the rows of ``metrics.csv``), :class:`TensorBoardLogger`,
-:class:`EarlyStopping` (on the evaluated metric: the validation split with ``validation > 0``)
-and :class:`BestCheckpoint` (the thetas of the best evaluation). The config keys
-``log_tensorboard`` and ``early_stop_patience`` add the second and third to any run
-(:func:`from_config`).
+:class:`EarlyStopping` (on the validation split: it refuses a run with ``validation = 0``, whose
+evaluations are on the test split) and :class:`BestCheckpoint` (the thetas of the best evaluation).
+The config key ``log_tensorboard`` adds the second to any run, ``early_stop_patience`` the third
+and the fourth (:func:`from_config`).
 """
 
 from __future__ import annotations
@@ -227,6 +227,11 @@ class EarlyStopping:
     def on_round_end(self, round: int, metrics: dict[str, Any] | None, view: RunView) -> Stop | None:
         if metrics is None:
             return None
+        if view.config.validation == 0:
+            raise ValueError(
+                "EarlyStopping watches the validation split, and this run has validation = 0 (its "
+                "evaluations are on the test split, which must not choose when to stop); set validation=0.2"
+            )
         value = float(metrics[view.metric_column])
         higher = _higher(self.goal, view)
         if _improves(value, self.best, higher, self.min_delta):
@@ -254,7 +259,8 @@ def _higher(goal: str, view: RunView) -> bool:
 class BestCheckpoint:
     """The thetas of the best evaluation so far, kept in :attr:`thetas` and, for a run with a
     folder, saved to ``RUN_DIR/best.pt`` (``{"round", "metric", "value", "thetas"}``, ``thetas``
-    a list in client order) each time the evaluated metric improves."""
+    a list in client order) each time the evaluated metric improves. A resumed run starts from the
+    ``best.pt`` its folder holds (``sheaf_fmtl.load(run, round="best")`` reads it)."""
 
     def __init__(self, goal: str = "auto", filename: str = "best.pt") -> None:
         self.goal, self.filename = goal, filename
@@ -265,6 +271,11 @@ class BestCheckpoint:
     def on_round_end(self, round: int, metrics: dict[str, Any] | None, view: RunView) -> None:
         if metrics is None:
             return
+        if self.best is None and view.out is not None and (view.out / self.filename).is_file():
+            saved = torch.load(view.out / self.filename, map_location="cpu", weights_only=True)
+            if int(saved["round"]) < round:  # kept before a stop: the best so far
+                self.best, self.round = float(saved["value"]), int(saved["round"])
+                self.thetas = dict(enumerate(saved["thetas"]))
         value = float(metrics[view.metric_column])
         if not _improves(value, self.best, _higher(self.goal, view), 0.0):
             return
@@ -299,4 +310,5 @@ def from_config(config: RunConfig) -> list[Any]:
             ) from None
     if config.early_stop_patience > 0:
         out.append(EarlyStopping(config.early_stop_patience, config.early_stop_min_delta))
+        out.append(BestCheckpoint())
     return out

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import signal
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from ...config.usage import UnusedKeysWarning, unused_warning
 from ...data import preprocessing
 from ...metrics.flops import SampleCounter
 from ...metrics.memory import reset_peak_memory
+from ...warn import warn
 from ..engine.divergence import divergence_message
 from ..engine.simulate import DivergenceError, Simulation, build_simulation
 from .agreement import RoundAgreement
@@ -231,8 +231,8 @@ def _prepare(
     if resume_from is None:
         if fresh and folder is not None:
             preprocessing.write(folder, fed.dataset)  # what sheaf_fmtl.load applies to raw data
-        if rank == 0 and (unused := unused_warning(config)):  # keys from a file, maybe shared across modes
-            warnings.warn(unused, UnusedKeysWarning, stacklevel=2)
+        if rank == 0 and (unused := unused_warning(config)):  # any source: --set, a file, Python keywords
+            warn(unused, UnusedKeysWarning)
         recorder = Recorder(folder, config_with_clients(config, fed), metric_name)
         state = _RunState(config, sim, folder, recorder, counter, writer, agreement, t0, 0, {})
         state.last = _record(sim, recorder, 0, t0)
