@@ -10,7 +10,7 @@ import pytest
 
 from sheaf_fmtl.algorithms.auto_maps import choose_maps
 from sheaf_fmtl.config import ConfigError, RunConfig
-from sheaf_fmtl.config.registry import map_mode_spec
+from sheaf_fmtl.config.registry import edge_weights_of, map_mode_spec
 from sheaf_fmtl.config.schema import default_lam
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 from sheaf_fmtl.runtime.engine.simulate import build_simulation
@@ -92,13 +92,13 @@ def test_auto_picks_proxies_for_networks_and_learned_without_anything_to_relate(
 
 def test_edge_weights_auto_learn_relatedness_except_between_proxies_and_the_run_records_them() -> None:
     """``edge_weights = auto``: learned weights for the coordinate modes, the graph's for proxies
-    (the run's config says which ran, and the coupler learns weights exactly when it says so)."""
+    (``edge_weights_of`` says which ran, and the coupler learns weights exactly when it says so)."""
     cnns = build_simulation(RunConfig(model="cnn-small,cnn-medium", clients=4), dataset=image_dataset(4))
-    assert cnns.config.maps == "proxy" and cnns.config.edge_weights == "graph"
+    assert cnns.config.maps == "proxy" and edge_weights_of(cnns.config) == "graph"
     assert cnns.algorithm.coupler.relate is None  # type: ignore[attr-defined]
     named = RunConfig(model="cnn-small,cnn-medium", clients=4, edge_weights="relatedness")
     asked = build_simulation(named, dataset=image_dataset(4))
-    assert asked.config.edge_weights == "relatedness"
+    assert edge_weights_of(asked.config) == "relatedness"
     assert asked.algorithm.coupler.relate is not None  # type: ignore[attr-defined]
     for keys, weights in (
         ({"dataset": "synthetic"}, "relatedness"),
@@ -106,7 +106,9 @@ def test_edge_weights_auto_learn_relatedness_except_between_proxies_and_the_run_
         ({"dataset": "synthetic", "edge_weights": "graph"}, "graph"),
     ):
         sim = build_simulation(RunConfig(clients=6, **keys))  # type: ignore[arg-type]
-        assert sim.config.edge_weights == weights
+        assert edge_weights_of(sim.config) == weights and sim.config.edge_weights == keys.get(
+            "edge_weights", "auto"
+        )
         assert (sim.algorithm.relate is not None) == (weights == "relatedness")  # type: ignore[attr-defined]
         assert not any("edge_weights" in n for n in sim.algorithm.notes)  # type: ignore[attr-defined]
 

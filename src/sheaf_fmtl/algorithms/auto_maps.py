@@ -13,7 +13,8 @@ the coupling that runs. The run records what ran (``config.yaml``; ``summary.jso
   ``aligned`` (the parameter slices the architectures share);
 - otherwise (tabular models of different sizes without feature ids): the paper's ``learned`` maps.
 
-``edge_weights = auto`` becomes the mode's (``relatedness``; ``graph`` for ``proxy``).
+``edge_weights = auto`` takes the mode's (``relatedness``; ``graph`` for ``proxy``), recorded in
+``summary.json`` (the config keeps ``auto``, so runs group and resume as given).
 ``lam = null`` takes the mode's rule (:mod:`.coupling_strength`: the same pull at every
 compression, capped by exact averaging); the run records how (``summary.json``'s ``lam_rule``).
 """
@@ -25,7 +26,7 @@ import numpy as np
 from torch import nn
 
 from ..config import ConfigError, RunConfig
-from ..config.registry import algorithm_spec, edge_weights_of, map_mode_spec
+from ..config.registry import algorithm_spec
 from ..config.schema import default_lam
 from ..federation import Cohorts
 from ..sheaf.graph import ClientGraph
@@ -70,12 +71,6 @@ def resolve_coupling(
             config = config.replace(maps=mode)
         except ConfigError as e:
             raise ConfigError(f"maps=auto chose maps={mode} ({why}), but {e}") from None
-    spec = map_mode_spec(config.maps) if config.algorithm == "sheaf-fmtl" else None
-    if spec is not None and "edge_weights" in spec.reads:  # edge_weights = auto: what runs
-        weights = edge_weights_of(config.maps, config.edge_weights)
-        if config.edge_weights == "auto" and config.maps == "redrawn" and config.map_kind != "selection":
-            weights = "graph"  # (relatedness reads selected coordinates)
-        config = config.replace(edge_weights=weights)
     if config.lam is None and "lam" in getattr(
         algorithm_spec(config.algorithm), "reads", ()
     ):  # (others leave lam unread, null)

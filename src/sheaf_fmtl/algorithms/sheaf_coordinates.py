@@ -105,7 +105,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         self.use_estimates = config.estimates
         self.notes: list[str] = []
         self.models: list[Cohort] | None = None  # whose losses the relatedness probes (None: the clients')
-        learned = edge_weights_of(config.maps, config.edge_weights) == "relatedness" and self.lam > 0
+        learned = edge_weights_of(config) == "relatedness" and self.lam > 0
         self.relate = relate.Relatedness() if learned else None  # edge weights (edge_weights.py)
 
     # -- start-up ---------------------------------------------------------------------------------

@@ -172,7 +172,7 @@ class ProxySheaf(Algorithm[ProxyState]):
             maps="redrawn",
             map_kind="selection",
             gamma=config.proxy_gamma,
-            edge_weights=edge_weights_of(config.maps, config.edge_weights),
+            edge_weights=edge_weights_of(config),
         )
         self.coupler = CoordinateSheaf(self.inner_config)
         self.proxy_cohorts: list[Cohort] = []

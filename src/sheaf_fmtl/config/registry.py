@@ -142,10 +142,14 @@ def unrecorded_map_mode() -> str | None:
     return next((spec.name for spec in MAP_MODES.values() if spec.unrecorded), None)
 
 
-def edge_weights_of(maps: str, edge_weights: str) -> str:
-    """The ``edge_weights`` a coupling of mode ``maps`` runs with: ``auto`` reads the mode's entry
-    (:attr:`MapModeSpec.learns_weights`: ``relatedness``, else ``graph``); others as given."""
-    if edge_weights != AUTO:
-        return edge_weights
-    spec = map_mode_spec(maps)
-    return "relatedness" if spec is None or spec.learns_weights else "graph"
+def edge_weights_of(config: Any) -> str:
+    """The ``edge_weights`` a run of ``config`` (a ``RunConfig``) couples with: ``auto`` reads its
+    map mode's entry (:attr:`MapModeSpec.learns_weights`: ``relatedness``, else ``graph``; ``graph``
+    for a mode that reads no edge weights, and for redrawn maps that select no coordinates,
+    ``map_kind`` other than ``selection``); a named value as given."""
+    if config.edge_weights != AUTO:
+        return str(config.edge_weights)
+    spec = map_mode_spec(config.maps)
+    if spec is None or not spec.learns_weights or "edge_weights" not in spec.reads:
+        return "graph"
+    return "graph" if config.maps == "redrawn" and config.map_kind != "selection" else "relatedness"

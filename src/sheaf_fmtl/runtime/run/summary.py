@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ...config import RunConfig
+from ...config.registry import edge_weights_of
 from ...federation import Cohorts
 from ...metrics.flops import SampleCounter
 from ...metrics.memory import peak_memory
@@ -54,7 +55,7 @@ def summarize(
     }
     if config.algorithm == "sheaf-fmtl":  # the coupling that ran (maps = auto: and why)
         summary.update(maps=config.maps, lam=config.lam, maps_auto=sim.maps_chosen, lam_rule=sim.lam_rule)
-        summary["edge_weights"] = config.edge_weights
+        summary["edge_weights"] = edge_weights_of(config)  # (auto: the mode's)
     lambda_max = getattr(sim.state, "lambda_max", None)
     if lambda_max is not None:
         summary["laplacian_lambda_max"] = lambda_max
