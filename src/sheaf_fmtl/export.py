@@ -28,6 +28,7 @@ from .config import ConfigError, read_config_file
 from .data import preprocessing
 from .data.base import ClientSplit, DatasetError, FederatedDataset, Task
 from .federation.user import UserModels, is_user_model
+from .metrics.final import FINAL, read_final, read_summary
 from .models import build_model, default_model
 from .plugins import hold
 
@@ -115,20 +116,15 @@ def load(run_dir: str | Path, *, model: Any = None) -> TrainedRun:  # noqa: ANN4
             a list of modules, as :class:`sheaf_fmtl.Federation` takes).
     Raises:
         ConfigError: the config names user code and ``model`` does not name or give it.
-        DatasetError: a file of the folder is missing or cannot be read (one line naming it).
+        DatasetError: a file of the folder is missing or cannot be read, ``checkpoint.pt`` differs
+            from what ``summary.json`` recorded of it, or the run did not finish (one line naming it).
     """
     folder = Path(run_dir)
     config = read_config_file(folder / "config.yaml")
-    summary = _read_json(folder / "summary.json")
+    summary = read_summary(folder)
     record = preprocessing.read(folder)
-    path = folder / "checkpoint.pt"
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise DatasetError(f"{path} is missing: the run did not finish (resume it first)") from None
-    except Exception as e:  # noqa: BLE001 - unpickling, zip and truncation errors alike
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
-        raise DatasetError(f"{path} cannot be read with weights_only=True ({first})") from None
+    path = folder / FINAL
+    state = read_final(folder)  # checked against summary.json; a run that did not finish is refused
     thetas = list(state["thetas"]) if isinstance(state, dict) and "thetas" in state else None
     if thetas is None or len(thetas) != len(record["clients"]):
         raise DatasetError(
@@ -142,18 +138,6 @@ def load(run_dir: str | Path, *, model: Any = None) -> TrainedRun:  # noqa: ANN4
         torch.nn.utils.vector_to_parameters(theta.to(torch.float32), module.parameters())
         module.eval()
     return TrainedRun(config, summary, record, folder, thetas, modules)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        body = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DatasetError(f"{path} is missing: not a finished run folder") from None
-    except (OSError, ValueError) as e:
-        raise DatasetError(f"{path} cannot be read ({type(e).__name__}: {str(e)[:120]})") from None
-    if not isinstance(body, dict):
-        raise DatasetError(f"{path} does not hold a JSON object")
-    return body
 
 
 def _modules(config: dict[str, Any], record: dict[str, Any], model: Any) -> list[nn.Module]:  # noqa: ANN401

@@ -361,7 +361,9 @@ def _finish(state: _RunState, ending: _Ending, *, resumed: bool) -> RunOutcome:
         recorder.summary(summary)
         raise DivergenceError(summary["message"])
     final = final_state(sim)
-    recorder.checkpoint(final)
+    digest = recorder.checkpoint(final)
+    if digest is not None:  # what a reader of checkpoint.pt checks it against
+        summary["checkpoint"] = digest
     recorder.summary(summary)
     if status == "ok" and state.writer.dir is not None and state.writer.leads:
         remove_checkpoints(state.writer.dir)  # checkpoint.pt (rank 0's folder) holds the final state

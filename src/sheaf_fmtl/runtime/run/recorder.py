@@ -15,6 +15,7 @@ import torch
 from ..._version import __version__
 from ...config import RunConfig, save_config
 from ...config.files import replace_file
+from ...metrics.final import FINAL, file_digest
 from ...metrics.results import LEGACY_METRIC_COLUMN, METRIC_COLUMNS, metric_column
 
 
@@ -68,9 +69,13 @@ class Recorder:
             self._csv.writerow(self._cells(named))
             self._file.flush()
 
-    def checkpoint(self, payload: dict[str, Any]) -> None:
-        if self.dir is not None:
-            replace_file(self.dir / "checkpoint.pt", lambda f: torch.save(payload, f))
+    def checkpoint(self, payload: dict[str, Any]) -> dict[str, Any] | None:
+        """Write ``checkpoint.pt``; its size and SHA-256 (``summary.json`` records them, and every
+        reader checks them: :mod:`sheaf_fmtl.metrics.final`), ``None`` without a folder."""
+        if self.dir is None:
+            return None
+        replace_file(self.dir / FINAL, lambda f: torch.save(payload, f))
+        return file_digest(self.dir / FINAL)
 
     def summary(self, payload: dict[str, Any]) -> None:
         """Write ``summary.json`` whole or not at all (a temporary file renamed onto it)."""
