@@ -12,6 +12,8 @@ from ..cli_options import add_config_options, config_keys
 from ..config import ConfigError, RunConfig, read_config_file
 from ..metrics.aggregate import read_summary, write_aggregate
 from ..runtime.run.interrupt import StopRequest, stopped_status
+from ..runtime.run.ledger import record_owned
+from ..runtime.run.rundir import check_replaceable
 from .paper import EXPERIMENTS
 from .table import group_runs, render, table_spec
 
@@ -100,7 +102,10 @@ def cmd_table(args: argparse.Namespace) -> int:
     if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith("."):
         shown = name if len(name) <= 80 else name[:77] + "..."
         raise ConfigError(f"--name {shown!r}: give a file name stem without folders (it is written in --out)")
+    files = [f"{name}.md", f"{name}.csv"]
+    check_replaceable(args.out, files, "--out or --name")  # a file of yours is never replaced
     md, csv = render(group_runs(args.runs), table_spec(args.title), Path(args.out) / name)
+    record_owned(args.out, files)
     print(md.read_text(), end="")
     print(f"wrote {md} and {csv}")
     return 0

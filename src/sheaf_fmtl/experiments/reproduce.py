@@ -21,6 +21,7 @@ from ..data.files import HOW_TO_GET, try_find
 from ..data.registry import dataset_files
 from ..progress import bar
 from ..runtime.run.interrupt import signalled
+from ..runtime.run.ledger import record_owned
 from ..runtime.run.rundir import claim
 from .cells import DONE, Cell, cell_config, is_done, run_cell
 from .paper import EXPERIMENTS, QUICK_SEEDS, Experiment, experiment
@@ -173,6 +174,8 @@ def reproduce(
                 exp, cells, missing, Path(out), progress=progress, estimate=estimate, figures=figures
             )
             written += paths
+            top = Path(out)  # (its tables and figures: --overwrite of the folder clears them)
+            record_owned(top, {q.relative_to(top).parts[0] for q in paths if q.is_relative_to(top)})
             if stopped:
                 break
         return written

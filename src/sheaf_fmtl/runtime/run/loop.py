@@ -46,8 +46,9 @@ from .checkpoint import (
 from .disks import adopt_folder, common_checkpoint, folder_ranks
 from .gather import final_state
 from .interrupt import StopRequest
+from .ledger import entry_names
 from .recorder import Recorder
-from .rundir import check_out_dir, prepare_out_dir
+from .rundir import check_out_dir, prepare_out_dir, record_written
 from .summary import config_with_clients, summarize
 
 
@@ -128,12 +129,22 @@ def execute(
     """
     hooks = Hooks([*from_config(config), *callbacks])
     state = _prepare(config, out_dir, resume_from, agreement, sim=sim, overwrite=overwrite, build=build)
+    before = entry_names(state.folder)  # what appears in the folder from now on is the run's
+    try:
+        return _run(state, progress, hooks, resumed=resume_from is not None)
+    finally:
+        if state.folder is not None:  # (a callback's files, a TensorBoard folder: --overwrite clears them)
+            record_written(state.folder, before)
+
+
+def _run(state: _RunState, progress: bool, hooks: Hooks, *, resumed: bool) -> RunOutcome:
+    """The round loop, the summary and final checkpoint, then the callbacks' ``on_run_end``."""
     try:
         ending = _loop(state, progress, hooks)
     finally:
         state.counter.detach()
         state.recorder.close()
-    outcome = _finish(state, ending, resumed=resume_from is not None)
+    outcome = _finish(state, ending, resumed=resumed)
     hooks.run_end(outcome.summary)
     return outcome
 
