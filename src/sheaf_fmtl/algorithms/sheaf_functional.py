@@ -114,7 +114,17 @@ def load_pool(path: str, shape: tuple[int, ...], device: torch.device | str) -> 
             f"config key 'probe_data' = {path} holds inputs of shape {tuple(array.shape)}; the models take "
             f"[P, {', '.join(map(str, shape))}] (P >= 1 rows of one sample's shape)"
         )
-    return torch.as_tensor(np.asarray(array, np.float32), device=device)
+    if not np.issubdtype(array.dtype, np.number) or np.issubdtype(array.dtype, np.complexfloating):
+        raise ConfigError(f"config key 'probe_data' = {path} holds {array.dtype} values; give real numbers")
+    with np.errstate(over="ignore"):  # (a value beyond float32 becomes inf: refused below)
+        pool = np.asarray(array, np.float32)
+    if not np.isfinite(pool).all():  # (would surface rounds later as a divergence blamed on step sizes)
+        bad = int(np.flatnonzero(~np.isfinite(pool).reshape(len(pool), -1).all(axis=1))[0])
+        raise ConfigError(
+            f"config key 'probe_data' = {path}: row {bad} holds a NaN or infinite value (or one beyond "
+            "float32); give finite inputs"
+        )
+    return torch.as_tensor(pool, device=device)
 
 
 @register_maps(MapModeSpec("functional", "functional maps", 1.0, reads=("probe_size", "probe_data")))

@@ -34,7 +34,7 @@ from ...metrics.memory import reset_peak_memory
 from ..engine.divergence import divergence_message
 from ..engine.simulate import DivergenceError, Simulation, build_simulation
 from .agreement import RoundAgreement
-from .callbacks import Hooks, RunView, agreed, from_config
+from .callbacks import Hooks, RunView, agreed, checked, from_config
 from .checkpoint import (
     CheckpointWriter,
     rank_and_world,
@@ -127,7 +127,7 @@ def execute(
             the last good evaluation, the last checkpoint, and a summary with ``status = diverged``
             and no final metric.
     """
-    hooks = Hooks([*from_config(config), *callbacks])
+    hooks = Hooks([*from_config(config), *checked(callbacks)])
     state = _prepare(config, out_dir, resume_from, agreement, sim=sim, overwrite=overwrite, build=build)
     before = entry_names(state.folder)  # what appears in the folder from now on is the run's
     try:
