@@ -151,14 +151,15 @@ def _modules(config: dict[str, Any], record: dict[str, Any], model: Any) -> list
     if user:
         if model is None:
             raise ConfigError(
-                f"config key 'model' = '{spelled}' names user code, which load() never imports by "
-                f"itself: name it again, load(run, model='{user[0]}'), or give the object, "
-                "load(run, model=make_model)"
+                f"config key 'model' = '{spelled}' names user code, which export and load never import "
+                f"by themselves: name it again, --model {user[0]} (Python: load(run, model='{user[0]}'), "
+                "or the object: load(run, model=make_model))"
             )
         if isinstance(model, str):
             if model not in (spelled, *user) or (model != spelled and len(user) > 1):
                 raise ConfigError(
-                    f"load(model='{model}'): the run's config key 'model' is '{spelled}'; name that code"
+                    f"--model {model} (Python: load(model='{model}')): the run's config key 'model' is "
+                    f"'{spelled}'; name that code"
                 )
         else:
             held = hold(model, "model")  # kept referenced while the modules are built

@@ -102,7 +102,7 @@ def test_own_model_and_data_load_only_with_the_model_given(tmp_path):
 
     data = _own_data()
     result = sheaf_fmtl.run(data=data, model=make, algorithm="sheaf-fmtl", rounds=4, out=tmp_path / "run")
-    with pytest.raises(ConfigError, match="names user code, which load\\(\\) never imports by itself"):
+    with pytest.raises(ConfigError, match="names user code, which export and load never import"):
         sheaf_fmtl.load(tmp_path / "run")
     trained = sheaf_fmtl.load(tmp_path / "run", model=make)
     for i, (_, _, x_test, y_test) in enumerate(data):
@@ -111,7 +111,7 @@ def test_own_model_and_data_load_only_with_the_model_given(tmp_path):
         assert acc == pytest.approx(result.summary["per_client"][i], abs=1e-6)
 
 
-def test_a_module_function_model_is_imported_only_when_named(tmp_path, monkeypatch):
+def test_a_module_function_model_is_imported_only_when_named(tmp_path, monkeypatch, capsys):
     package = tmp_path / "pkg"
     package.mkdir()
     marker = tmp_path / "imported"
@@ -127,6 +127,10 @@ def test_a_module_function_model_is_imported_only_when_named(tmp_path, monkeypat
     with pytest.raises(ConfigError, match="load\\(run, model='netmod:make'\\)"):
         sheaf_fmtl.load(tmp_path / "run")
     assert not marker.exists()  # refused without importing
+    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "exp")]) == 2
+    err = capsys.readouterr().err.strip()  # the command line's message speaks its flag first
+    assert len(err.splitlines()) == 1 and "name it again, --model netmod:make (Python: load(" in err, err
+    assert not marker.exists() and not (tmp_path / "exp").exists()
     with pytest.raises(ConfigError, match="name that code"):
         sheaf_fmtl.load(tmp_path / "run", model="othermod:make")
     assert not marker.exists()

@@ -63,7 +63,9 @@ def resume_config(
         spec, key = next(iter(untrusted.items()))
         raise ConfigError(
             f"--resume {run_dir}: its config.yaml names code ({key} = {spec}), and a run folder never runs "
-            f"its own code; if you trust it, name it again (--set {key}={spec}) or pass --trust-plugins"
+            f"its own code; if you trust it, name it again (--set {key}={spec}; Python: "
+            f"sheaf_fmtl.run(resume=..., {key}='{spec}')) or pass --trust-plugins (Python: resume(..., "
+            "trust=True))"
         )
     saved = load_config(path)
     config = load_config(path, overrides, keys)
