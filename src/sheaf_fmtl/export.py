@@ -16,6 +16,9 @@ or hands the object over, ``load(run, model=make_model)``.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,12 +192,33 @@ def _shapes_only(record: dict[str, Any], shapes: list[tuple[int, ...]]) -> Feder
 def export(run_dir: str | Path, out: str | Path, *, model: Any = None) -> list[Path]:  # noqa: ANN401
     """Write client ``i``'s trained ``state_dict`` to ``out/client-IIIII.pt`` (``torch.save``; read it
     back with ``torch.load(..., weights_only=True)``) and ``out/preprocessing.json`` (the run's, each
-    client with its ``file`` and ``model``); ``out`` must be new or empty. Returns the paths written."""
+    client with its ``file`` and ``model``); ``out`` must be new or empty. Everything is written into
+    a temporary folder beside ``out``, renamed onto it once whole: a failed write (a full disk) leaves
+    no part of an export, and is refused in one line naming the folder. Returns the paths written."""
     trained = load(run_dir, model=model)
     target = Path(out)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise DatasetError(f"export folder {target} exists and is not an empty folder; choose another --out")
-    target.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        names = _write_export(trained, tmp)
+        if target.exists():
+            target.rmdir()  # (new or empty, checked above)
+        os.replace(tmp, target)
+    except (OSError, RuntimeError) as e:  # (torch.save reports a full disk as a RuntimeError)
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).strip().split("\n")[0][:120]
+        raise OSError(
+            f"export to {target} failed ({why}); nothing of it was kept (the run folder is unchanged): "
+            "free space or choose another --out"
+        ) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # (gone once renamed)
+    return [target / name for name in names]
+
+
+def _write_export(trained: TrainedRun, folder: Path) -> list[str]:
+    """The client files and ``preprocessing.json`` of :func:`export`, into ``folder``; their names."""
     spelled = str(trained.config.get("model", "auto"))
     task = str(trained.preprocessing["task"])
     parts = [default_model(task) if m.strip() == "auto" else m.strip() for m in spelled.split(",")]
@@ -202,10 +226,16 @@ def export(run_dir: str | Path, out: str | Path, *, model: Any = None) -> list[P
     written = []
     for i in range(trained.num_clients):
         name = f"client-{i:05d}.pt"
-        torch.save(trained.modules[i].state_dict(), target / name)
+        with open(folder / name, "wb") as f:
+            torch.save(trained.modules[i].state_dict(), f)
+            f.flush()
+            os.fsync(f.fileno())
         record["clients"][i].update(file=name, model=parts[i % len(parts)])
-        written.append(target / name)
+        written.append(name)
     record["export_format"] = EXPORT_FORMAT
     record["metric"] = trained.metric
-    (target / preprocessing.FILE).write_text(json.dumps(record) + "\n")
-    return [*written, target / preprocessing.FILE]
+    with open(folder / preprocessing.FILE, "w") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return [*written, preprocessing.FILE]

@@ -124,3 +124,26 @@ def test_an_interrupted_run_is_not_exported_as_if_finished(tmp_path, monkeypatch
     assert main(["run", "--resume", str(run), "--quiet"]) == 0  # resumed, it exports
     assert main(["export", str(run), "--out", str(tmp_path / "exp")]) == 0
     assert torch.load(tmp_path / "exp" / "client-00000.pt", weights_only=True)
+
+
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"), RuntimeError("writer failed")])
+def test_an_export_cut_short_by_a_full_disk_leaves_nothing(finished, tmp_path, monkeypatch, capsys, error):
+    import sheaf_fmtl.export as export_module
+
+    save, calls = torch.save, [0]
+
+    def save_then_fail(obj, f):  # noqa: ANN001, ANN202 - the second client's file fills the disk
+        calls[0] += 1
+        if calls[0] == 2:
+            f.write(b"part of a file")
+            raise error
+        return save(obj, f)
+
+    monkeypatch.setattr(export_module.torch, "save", save_then_fail)
+    before = _files(finished / "a")
+    assert main(["export", str(finished / "a"), "--out", str(tmp_path / "exp")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"export to {tmp_path / 'exp'} failed" in err, err
+    assert str(error.args[-1]) in err and "nothing of it was kept" in err
+    assert list(tmp_path.iterdir()) == []  # no folder, no temporary one
+    assert _files(finished / "a") == before
