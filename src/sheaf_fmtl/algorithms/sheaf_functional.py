@@ -31,6 +31,8 @@ import torch
 
 from ..config import ConfigError, RunConfig
 from ..config.registry import MapModeSpec
+from ..data.base import DatasetError
+from ..data.sizes import check_fits, stored_bytes
 from ..federation import Cohorts
 from ..messages import EdgeTensor, Payload
 from ..sheaf.layout import SheafLayout, build_layout
@@ -102,6 +104,16 @@ def load_pool(path: str, shape: tuple[int, ...], device: torch.device | str) -> 
         raise ConfigError(
             f"config key 'probe_data' = {path}: no such file (expected a .npy or .npz of inputs)"
         )
+    try:
+        need = stored_bytes(file) * 2  # (and its float32 copy): from the headers, before any data
+    except DatasetError as e:
+        raise ConfigError(
+            f"config key 'probe_data' = {path}: not a .npy array or .npz with x ({e})"
+        ) from None
+    try:
+        check_fits(need, f"config key 'probe_data' = {path}", "give a smaller pool")
+    except DatasetError as e:
+        raise ConfigError(str(e)) from None
     try:
         loaded = np.load(file, allow_pickle=False)
         array = loaded["x"] if isinstance(loaded, np.lib.npyio.NpzFile) else loaded
