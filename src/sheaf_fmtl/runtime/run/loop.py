@@ -44,6 +44,7 @@ from .checkpoint import (
     snapshot,
 )
 from .disks import adopt_folder, common_checkpoint, folder_ranks
+from .full import DISK_FULL, disk_full
 from .gather import final_state
 from .interrupt import StopRequest
 from .ledger import entry_names
@@ -132,6 +133,10 @@ def execute(
     before = entry_names(state.folder)  # what appears in the folder from now on is the run's
     try:
         return _run(state, progress, hooks, resumed=resume_from is not None)
+    except OSError as e:
+        if state.folder is None or e.errno not in DISK_FULL:
+            raise
+        raise disk_full(state.folder, state.recorder.rows, e) from None
     finally:
         if state.folder is not None:  # (a callback's files, a TensorBoard folder: --overwrite clears them)
             record_written(state.folder, before)
