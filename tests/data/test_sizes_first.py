@@ -119,3 +119,15 @@ def test_the_estimate_grows_with_what_the_config_asks():
     small = generated_bytes("synthetic", 10, {})
     assert small is not None and generated_bytes("synthetic", 20, {}) == 2 * small
     assert generated_bytes("school", 10, {}) is None  # read from files: their headers are checked
+
+
+def test_under_processes_every_rank_holding_the_data_counts(tmp_path, capsys, monkeypatch):
+    """Data that one process could hold, four cannot: refused once, before any rank starts."""
+    one = generated_bytes("synthetic", 8, {})
+    assert one is not None
+    monkeypatch.setattr(sizes, "memory_left", lambda: (2 * one, "a test's limit"))
+    sets = ["dataset=synthetic", "clients=8", "rounds=1", "processes=4"]
+    assert main(["run", "--quiet", "--set", *sets, "--out", str(tmp_path / "run")]) == 2
+    err = _one_line(capsys)
+    assert "4 processes, each with dataset synthetic needs about" in err and "lower processes" in err
+    assert not (tmp_path / "run").exists()
