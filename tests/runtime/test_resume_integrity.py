@@ -225,3 +225,19 @@ def test_a_resume_may_not_change_rounds_of_a_schedule_that_spans_them(tmp_path, 
     path.write_text(path.read_text().replace("rounds: 8", "rounds: 6"))
     assert main(["run", "--resume", str(cosine), "--set", "eval_every=3", "--quiet"]) == 0
     assert json.loads((cosine / "summary.json").read_text())["rounds"] == 6
+
+
+def test_a_resume_on_other_data_is_refused(stopped, capsys):
+    """``data_dir`` may change on resume only to where the same data lie: data that give another
+    preprocessing.json than the run wrote (here the record edited, as other files would give it)
+    are refused in one line, nothing changed."""
+    out, _ = stopped
+    record = json.loads((out / "preprocessing.json").read_text())
+    record["clients"][2]["standardize"]["mean"][0] += 1.0
+    (out / "preprocessing.json").write_text(json.dumps(record))
+    before = _files(out)
+    assert main(["run", "--resume", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "the data read now differ from the data the run" in err, err
+    assert "client 2's features or their standardisation" in err and "give the data_dir it used" in err
+    assert _files(out) == before

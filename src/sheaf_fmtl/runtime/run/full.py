@@ -15,8 +15,11 @@ from .integrity import CheckpointError, find_checkpoint
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
-def disk_full(folder: Path, rows: list[dict[str, Any]], error: OSError) -> OSError:
-    """The one-line error of a run in ``folder`` whose write failed with ``error`` (a full disk)."""
+def disk_full(folder: Path | None, rows: list[dict[str, Any]], error: OSError) -> OSError:
+    """The one-line error of a run in ``folder`` whose write failed with ``error`` when the disk is
+    full; ``error`` itself otherwise (or without a folder)."""
+    if folder is None or error.errno not in DISK_FULL:
+        return error
     kept = [f"metrics.csv to round {rows[-1]['round']}" if rows else "no evaluated round"]
     try:
         checkpoint = find_checkpoint(folder)[0]

@@ -44,7 +44,7 @@ from .checkpoint import (
     snapshot,
 )
 from .disks import adopt_folder, common_checkpoint, folder_ranks
-from .full import DISK_FULL, disk_full
+from .full import disk_full
 from .gather import final_state
 from .interrupt import StopRequest
 from .ledger import entry_names
@@ -133,9 +133,7 @@ def execute(
     before = entry_names(state.folder)  # what appears in the folder from now on is the run's
     try:
         return _run(state, progress, hooks, resumed=resume_from is not None)
-    except OSError as e:
-        if state.folder is None or e.errno not in DISK_FULL:
-            raise
+    except OSError as e:  # a full disk: one line naming the folder and what it kept
         raise disk_full(state.folder, state.recorder.rows, e) from None
     finally:
         if state.folder is not None:  # (a callback's files, a TensorBoard folder: --overwrite clears them)
@@ -277,6 +275,8 @@ def _restored(
         raise ConfigError(
             f"{resume_from} was written by {len(manifest['shards'])} process(es); resume it with as many"
         )
+    if folder is not None:  # (data_dir may change: to where the same data lie)
+        preprocessing.check_same(folder, fed.dataset)
     restore(sim, counter, shard)
     recorder = Recorder(folder, config_with_clients(config, fed), metric_name, rows=manifest["rows"])
     if folder is not None:
