@@ -137,3 +137,19 @@ def test_the_environment_never_lifts_a_live_runs_lock(tmp_path, monkeypatch):
     finally:
         os.close(other)
         os.close(holder)
+
+
+def test_plot_never_replaces_a_users_figure_but_its_own(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["run", *SETS, "--quiet", "--out", str(run)]) == 0
+    user = tmp_path / "figures"
+    user.mkdir()
+    (user / "metric_vs_rounds_and_bits.png").write_bytes(b"my figure")
+    assert main(["plot", str(run), "--out", str(user)]) == 2
+    assert "metric_vs_rounds_and_bits.png exists and was not written by sheaf-fmtl" in _one_line(capsys)
+    assert _files(user) == {"metric_vs_rounds_and_bits.png": b"my figure"}
+    mine = tmp_path / "mine"
+    assert main(["plot", str(run), "--out", str(mine)]) == 0
+    assert main(["plot", str(run), "--out", str(mine)]) == 0  # its own figures: replaced
+    assert "metric_vs_rounds_and_bits.png" in owned_names(mine)
+    capsys.readouterr()
