@@ -208,17 +208,16 @@ def read_result(out: str | Path) -> RunResult:
     """The :class:`RunResult` of a finished run folder ``out`` (``config.yaml``, ``summary.json``,
     ``metrics.csv``, ``checkpoint.pt`` read back)."""
     import csv
-    import json
 
-    import torch
+    from .metrics.final import read_final, read_summary
 
     folder = Path(out)
     rows = []
     with open(folder / "metrics.csv", newline="") as f:
         for row in csv.DictReader(f):
             rows.append({k: _number(v) for k, v in row.items()})
-    summary = json.loads((folder / "summary.json").read_text())
-    state = torch.load(folder / "checkpoint.pt", map_location="cpu", weights_only=True)
+    summary = read_summary(folder)
+    state = read_final(folder, finished=False)  # checked against summary.json's record of it
     return RunResult(load_config(folder / "config.yaml"), summary, rows, state, folder)
 
 

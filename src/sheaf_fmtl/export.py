@@ -17,6 +17,9 @@ or hands the object over, ``load(run, model=make_model)``.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,12 +32,13 @@ from .config import ConfigError, read_config_file
 from .data import preprocessing
 from .data.base import ClientSplit, DatasetError, FederatedDataset, Task
 from .federation.user import UserModels, is_user_model
+from .metrics.final import FINAL, read_final, read_summary
 from .models import build_model, default_model
 from .plugins import hold, is_held, is_spec
 
 EXPORT_FORMAT = 1
 #: What ``load(run, round=...)`` reads: the final checkpoint, or the best validation evaluation's models.
-ROUNDS = {"final": "checkpoint.pt", "best": "best.pt"}
+ROUNDS = {"final": FINAL, "best": "best.pt"}
 
 
 class Preprocessed(nn.Module):
@@ -122,26 +126,28 @@ def load(run_dir: str | Path, *, model: Any = None, round: str = "final") -> Tra
             evaluation (``best.pt``, kept by early stopping or :class:`~sheaf_fmtl.callbacks.BestCheckpoint`).
     Raises:
         ConfigError: the config names user code and ``model`` does not name or give it.
-        DatasetError: a file of the folder is missing or cannot be read (one line naming it).
+        DatasetError: a file of the folder is missing or cannot be read, ``checkpoint.pt`` differs
+            from what ``summary.json`` recorded of it, or the run did not finish (one line naming it).
     """
     if round not in ROUNDS:
         raise ValueError(f"load(round={round!r}): allowed: {', '.join(ROUNDS)}")
     folder = Path(run_dir)
     config = read_config_file(folder / "config.yaml")
-    summary = _read_json(folder / "summary.json")
+    summary = read_summary(folder)
     record = preprocessing.read(folder)
     path = folder / ROUNDS[round]
-    if round == "best" and not path.is_file():
+    if round == "final":
+        state = read_final(folder)  # checked against summary.json; a run that did not finish is refused
+    elif not path.is_file():
         raise DatasetError(
             f"{path} is missing: the run kept no best round (early_stop_patience > 0 keeps one)"
         )
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise DatasetError(f"{path} is missing: the run did not finish (resume it first)") from None
-    except Exception as e:  # noqa: BLE001 - unpickling, zip and truncation errors alike
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
-        raise DatasetError(f"{path} cannot be read with weights_only=True ({first})") from None
+    else:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - unpickling, zip and truncation errors alike
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+            raise DatasetError(f"{path} cannot be read with weights_only=True ({first})") from None
     thetas = list(state["thetas"]) if isinstance(state, dict) and "thetas" in state else None
     if thetas is None or len(thetas) != len(record["clients"]):
         raise DatasetError(
@@ -156,18 +162,6 @@ def load(run_dir: str | Path, *, model: Any = None, round: str = "final") -> Tra
         module.eval()
     best = int(state["round"]) if round == "best" else None
     return TrainedRun(config, summary, record, folder, thetas, modules, best)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        body = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DatasetError(f"{path} is missing: not a finished run folder") from None
-    except (OSError, ValueError) as e:
-        raise DatasetError(f"{path} cannot be read ({type(e).__name__}: {str(e)[:120]})") from None
-    if not isinstance(body, dict):
-        raise DatasetError(f"{path} does not hold a JSON object")
-    return body
 
 
 def _modules(config: dict[str, Any], record: dict[str, Any], model: Any) -> list[nn.Module]:  # noqa: ANN401
@@ -187,7 +181,8 @@ def _modules(config: dict[str, Any], record: dict[str, Any], model: Any) -> list
         elif isinstance(model, str):
             if model not in (spelled, *user) or (model != spelled and len(user) > 1):
                 raise ConfigError(
-                    f"load(model='{model}'): the run's config key 'model' is '{spelled}'; name that code"
+                    f"--model {model} (Python: load(model='{model}')): the run's config key 'model' is "
+                    f"'{spelled}'; name that code"
                 )
         else:
             held = hold(model, "model")  # kept referenced while the modules are built
@@ -265,12 +260,33 @@ def export(
     preprocessing as a ``torch.export`` program, ``out/client-IIIII.pt2``, which loads without the
     code that defined the model (``torch.export.load(path).module()(x_raw)``, any batch size), and
     ``out/preprocessing.json`` (the run's, each client with its ``file``, ``program`` and ``model``);
-    ``out`` must be new or empty; ``round`` as :func:`load` takes it. Returns the paths written."""
+    ``out`` must be new or empty; ``round`` as :func:`load` takes it. Everything is written into a
+    temporary folder beside ``out``, renamed onto it once whole: a failed write (a full disk) leaves
+    no part of an export, and is refused in one line naming the folder. Returns the paths written."""
     trained = load(run_dir, model=model, round=round)
     target = Path(out)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise DatasetError(f"export folder {target} exists and is not an empty folder; choose another --out")
-    target.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        names = _write_export(trained, tmp, programs)
+        if target.exists():
+            target.rmdir()  # (new or empty, checked above)
+        os.replace(tmp, target)
+    except (OSError, RuntimeError) as e:  # (torch.save reports a full disk as a RuntimeError)
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).strip().split("\n")[0][:120]
+        raise OSError(
+            f"export to {target} failed ({why}); nothing of it was kept (the run folder is unchanged): "
+            "free space or choose another --out"
+        ) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # (gone once renamed)
+    return [target / name for name in names]
+
+
+def _write_export(trained: TrainedRun, folder: Path, programs: bool) -> list[str]:
+    """The client files and ``preprocessing.json`` of :func:`export`, into ``folder``; their names."""
     spelled = str(trained.config.get("model", "auto"))
     task = str(trained.preprocessing["task"])
     parts = [default_model(task) if m.strip() == "auto" else m.strip() for m in spelled.split(",")]
@@ -278,16 +294,22 @@ def export(
     written = []
     for i in range(trained.num_clients):
         name = f"client-{i:05d}.pt"
-        torch.save(trained.modules[i].state_dict(), target / name)
+        with open(folder / name, "wb") as f:
+            torch.save(trained.modules[i].state_dict(), f)
+            f.flush()
+            os.fsync(f.fileno())
         record["clients"][i].update(file=name, model=parts[i % len(parts)])
-        written.append(target / name)
+        written.append(name)
         if programs:
-            program = _program(trained, i, target / f"client-{i:05d}.pt2")
+            program = _program(trained, i, folder / f"client-{i:05d}.pt2")
             record["clients"][i]["program"] = None if program is None else program.name
-            written += [] if program is None else [program]
+            written += [] if program is None else [program.name]
     record["export_format"] = EXPORT_FORMAT
     record["metric"] = trained.metric
     if trained.round is not None:
         record["round"] = trained.round
-    (target / preprocessing.FILE).write_text(json.dumps(record) + "\n")
-    return [*written, target / preprocessing.FILE]
+    with open(folder / preprocessing.FILE, "w") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return [*written, preprocessing.FILE]

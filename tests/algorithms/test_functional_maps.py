@@ -187,7 +187,15 @@ def _two_shapes() -> FederatedDataset:
 def test_probe_data_and_input_shapes_that_do_not_fit_are_refused_in_one_line(tmp_path) -> None:
     np.save(tmp_path / "wide.npy", np.zeros((9, 30), np.float32))
     np.save(tmp_path / "pool.npy", np.zeros((9, 24), np.float32))
+    nan = np.zeros((9, 24))
+    nan[4, 7] = np.nan
+    np.save(tmp_path / "nan.npy", nan)
+    np.save(tmp_path / "huge.npy", np.full((9, 24), 1e300))  # finite, but not in float32
+    np.save(tmp_path / "text.npy", np.full((9, 24), "a"))
     cases = [
+        ({"probe_data": str(tmp_path / "nan.npy")}, "nan.npy: row 4 holds a NaN or infinite value"),
+        ({"probe_data": str(tmp_path / "huge.npy")}, "huge.npy: row 0 holds a NaN or infinite value"),
+        ({"probe_data": str(tmp_path / "text.npy")}, "text.npy holds <U1 values; give real numbers"),
         (
             {"probe_data": str(tmp_path / "wide.npy")},
             "holds inputs of shape (9, 30); the models take [P, 24]",

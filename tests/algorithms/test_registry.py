@@ -6,6 +6,7 @@ reads the registries as the entry points filled them (it imports nothing of the 
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 
@@ -13,11 +14,14 @@ import pytest
 
 import sheaf_fmtl
 from sheaf_fmtl.algorithms import ALGORITHMS, register
-from sheaf_fmtl.algorithms.base import MAP_MODE_IMPLEMENTATIONS
+from sheaf_fmtl.algorithms.base import MAP_MODE_IMPLEMENTATIONS, register_maps
 from sheaf_fmtl.algorithms.local import Local
 from sheaf_fmtl.algorithms.sheaf_coordinates import COUPLED, CoordinateSheaf
 from sheaf_fmtl.config import ConfigError, RunConfig, registry
+from sheaf_fmtl.config.registry import MapModeSpec
 from sheaf_fmtl.config.schema import choices
+from sheaf_fmtl.data.base import READERS
+from sheaf_fmtl.data.base import register as register_dataset
 from sheaf_fmtl.plots.labels import algorithm_name, long_label
 from sheaf_fmtl.plots.style import PALETTE
 
@@ -124,3 +128,35 @@ def test_labels_of_a_map_mode_come_from_its_entry() -> None:
         )
     spec = registry.map_mode_spec(unrecorded)
     assert spec is not None and spec.label in long_label({"algorithm": "sheaf-fmtl", "eta": 0.1, "lam": 0.1})
+
+
+def _local_class() -> type:
+    return type("Another", (Local,), {})
+
+
+@pytest.mark.parametrize(
+    "add, message",
+    [
+        (lambda: register("local")(_local_class()), "algorithm 'local' is registered already"),
+        (lambda: register("two words")(_local_class()), "algorithm name 'two words'"),
+        (lambda: register("fine", step_keys="alpha")(_local_class()), "step_keys = 'alpha'; give a tuple"),
+        (lambda: register("fine", color="red")(_local_class()), "color = 'red'"),
+        (
+            lambda: register("fine")(lambda config: Local(config)),
+            "register a class over the Algorithm protocol",
+        ),
+        (lambda: register("fine")(type("Bare", (), {})), "Bare has no init, local, send, receive"),
+        (lambda: register_maps(MapModeSpec("redrawn", "x", 1.0))(_local_class()), "'redrawn' is registered"),
+        (lambda: register_maps(MapModeSpec("auto", "x", 1.0))(_local_class()), "'auto' is registered"),
+        (lambda: register_maps(MapModeSpec("new", "x", -1.0))(_local_class()), "default_lam = -1.0"),
+        (lambda: register_maps("new")(_local_class()), "with a MapModeSpec, not str"),
+        (lambda: register_dataset("school")(lambda request: None), "dataset 'school' is registered already"),
+        (lambda: register_dataset("mine", files="x.csv")(lambda request: None), "give a tuple of paths"),
+        (lambda: register_dataset("mine")(_local_class()), "register a function request -> data"),
+    ],
+)
+def test_a_registry_refuses_a_duplicate_a_bad_spec_and_a_function_for_a_class(add, message) -> None:
+    before = (dict(ALGORITHMS), dict(registry.ALGORITHMS), dict(registry.MAP_MODES), dict(READERS))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        add()
+    assert (dict(ALGORITHMS), dict(registry.ALGORITHMS), dict(registry.MAP_MODES), dict(READERS)) == before

@@ -113,7 +113,7 @@ def test_own_model_and_data_load_only_with_the_model_given(tmp_path):
         assert acc == pytest.approx(result.summary["per_client"][i], abs=1e-6)
 
 
-def test_a_module_function_model_is_imported_only_when_named(tmp_path, monkeypatch):
+def test_a_module_function_model_is_imported_only_when_named(tmp_path, monkeypatch, capsys):
     package = tmp_path / "pkg"
     package.mkdir()
     marker = tmp_path / "imported"
@@ -129,6 +129,13 @@ def test_a_module_function_model_is_imported_only_when_named(tmp_path, monkeypat
     with pytest.raises(ConfigError, match="--model netmod:make \\(or load\\(run, model='netmod:make'\\)\\)"):
         sheaf_fmtl.load(tmp_path / "run")
     assert not marker.exists()  # refused without importing
+    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "exp")]) == 2
+    err = capsys.readouterr().err.strip()  # the command line's message speaks its flag first
+    assert (
+        len(err.splitlines()) == 1
+        and "name it again, sheaf-fmtl export RUN --model netmod:make (or load(" in err
+    ), err
+    assert not marker.exists() and not (tmp_path / "exp").exists()
     with pytest.raises(ConfigError, match="name that code"):
         sheaf_fmtl.load(tmp_path / "run", model="othermod:make")
     assert not marker.exists()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import sheaf_fmtl
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.runtime.run.resume import resume
 
@@ -87,6 +88,10 @@ def test_resume_of_a_folder_naming_code_imports_nothing(sent, capsys, monkeypatc
     assert "model = hostile_mod:make" in err
     assert not (sent / "IMPORTED").exists() and "hostile_mod" not in sys.modules
     assert _listing(sent) == before
+    with pytest.raises(ValueError, match="never runs its own code") as refused:  # the Python API
+        sheaf_fmtl.run(resume=target)
+    assert "Python: sheaf_fmtl.run(resume=..., model='hostile_mod:make')" in str(refused.value)
+    assert "Python: resume(..., trust=True)" in str(refused.value) and _listing(sent) == before
 
 
 def test_python_resume_imports_nothing_either(sent):

@@ -15,6 +15,7 @@ import torch
 import yaml
 
 from sheaf_fmtl.cli import main
+from sheaf_fmtl.metrics.final import file_digest
 from sheaf_fmtl.metrics.groups import differing_keys, group_by_config
 from sheaf_fmtl.plots import plot_demo, plot_runs
 from sheaf_fmtl.plots.curves import metric_figure
@@ -205,6 +206,8 @@ def test_heatmap_masks_non_edges_apart_from_zero_norms():
 def test_plot_runs_writes_png_and_vector_pdf(tmp_path):
     a = make_run(tmp_path, "a", [0.5, 0.6])
     torch.save({"map_norms": torch.ones(3, 3), "edges": torch.tensor([[0, 1], [1, 2]])}, a / "checkpoint.pt")
+    summary = json.loads((a / "summary.json").read_text())  # what the run records of its final state
+    (a / "summary.json").write_text(json.dumps({**summary, "checkpoint": file_digest(a / "checkpoint.pt")}))
     b = make_run(tmp_path, "b", [0.5, 0.55], algorithm="local", bits=[0, 0])
     written = plot_runs([a, b], tmp_path / "out")
     stems = ("map_norms_a", "metric_vs_rounds_and_bits")

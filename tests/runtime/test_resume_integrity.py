@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -65,6 +66,11 @@ def _manifest(folder: Path, change: dict) -> None:
     (folder / MANIFEST).write_text(json.dumps({**m, **change}))
 
 
+def _strip(folder: Path, *keys: str) -> None:
+    m = json.loads((folder / MANIFEST).read_text())
+    (folder / MANIFEST).write_text(json.dumps({k: v for k, v in m.items() if k not in keys}))
+
+
 def _flip(path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -96,9 +102,21 @@ DAMAGE = {
         "shard-00000.pt has 100 bytes",
     ),
     "shard-altered": (lambda o, f: _flip(f / "shard-00000.pt"), "differs from the checksum"),
-    "shard-garbage-old-manifest": (
-        lambda o, f: (_manifest(f, {"files": {}}), (f / "shard-00000.pt").write_bytes(b"not a torch file")),
-        "shard-00000.pt cannot be read",
+    "manifest-without-files": (
+        lambda o, f: _manifest(f, {"files": {}}),
+        "records no size and SHA-256 of shard-00000.pt",
+    ),
+    "manifest-files-stripped": (
+        lambda o, f: _strip(f, "files"),
+        "records no size and SHA-256 of shard-00000.pt",
+    ),
+    "manifest-config-digest-stripped": (
+        lambda o, f: (_strip(f, "config", "config_sha256"), _edit_config(o, f)),
+        "records no digest of the config it was written with",
+    ),
+    "manifest-without-config-digest": (
+        lambda o, f: _strip(f, "config_sha256"),
+        "records no digest of the config it was written with",
     ),
     "checkpoints-link": (
         lambda o, f: (
@@ -149,3 +167,77 @@ def test_the_manifest_records_what_it_vouches_for(stopped):
     assert m["files"]["shard-00000.pt"]["bytes"] == shard.stat().st_size
     assert len(m["files"]["shard-00000.pt"]["sha256"]) == 64 and len(m["config_sha256"]) == 64
     assert m["config"]["lam"] == 0.01 and "rounds" not in m["config"]  # a resume may change rounds
+
+
+def _stop_after(out: Path, extra: list[str], at: int, monkeypatch) -> None:  # noqa: ANN001
+    """Run ``ARGV`` + ``extra`` into ``out``, stopped by SIGTERM after round ``at``."""
+    step, count = simulate.Simulation.step, [0]
+
+    def step_then_signal(self):  # noqa: ANN001, ANN202
+        step(self)
+        count[0] += 1
+        if count[0] == at:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(simulate.Simulation, "step", step_then_signal)
+    assert main(["run", *ARGV[:-1], *extra, "--quiet", "--out", str(out)]) == 143
+    monkeypatch.setattr(simulate.Simulation, "step", step)
+
+
+def test_a_shard_of_another_run_is_refused_with_or_without_its_record(stopped, tmp_path, monkeypatch, capsys):
+    """Another run's shard (another seed, same round) copied over this one's: refused whether the
+    manifest's record of the shard is kept (the digest differs) or stripped (nothing vouches)."""
+    out, folder = stopped
+    _stop_after(tmp_path / "other", ["seed=1"], 3, monkeypatch)
+    capsys.readouterr()
+    theirs = tmp_path / "other" / "checkpoints" / folder.name / "shard-00000.pt"
+    (folder / "shard-00000.pt").write_bytes(theirs.read_bytes())
+    for strip, refusal in [
+        (False, r"shard-00000\.pt (has \d+ bytes|differs from the checksum)"),
+        (True, "records no size and SHA-256"),
+    ]:
+        if strip:
+            _strip(folder, "files")
+        before = _files(out)
+        assert main(["run", "--resume", str(out), "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and re.search(refusal, err) and "nothing was changed" in err, err
+        assert _files(out) == before
+
+
+def test_a_resume_may_not_change_rounds_of_a_schedule_that_spans_them(tmp_path, monkeypatch, capsys):
+    """``rounds`` is resumable, but not under ``lr_schedule = cosine``: neither given again nor
+    edited into config.yaml; ``eval_every`` still may change."""
+    cosine = tmp_path / "cos"
+    _stop_after(cosine, ["lr_schedule=cosine"], 3, monkeypatch)
+    capsys.readouterr()
+    before = _files(cosine)
+    assert main(["run", "--resume", str(cosine), "--set", "rounds=8", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'rounds' = 8 differs from the run's 6" in err, err
+    assert "lr_schedule = cosine anneals the step size over rounds" in err and "only eval_every" in err
+    assert _files(cosine) == before
+    path = cosine / "config.yaml"
+    path.write_text(path.read_text().replace("rounds: 6", "rounds: 8"))
+    assert main(["run", "--resume", str(cosine), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "differs from the config its checkpoint was written with (key 'rounds')" in err, err
+    path.write_text(path.read_text().replace("rounds: 8", "rounds: 6"))
+    assert main(["run", "--resume", str(cosine), "--set", "eval_every=3", "--quiet"]) == 0
+    assert json.loads((cosine / "summary.json").read_text())["rounds"] == 6
+
+
+def test_a_resume_on_other_data_is_refused(stopped, capsys):
+    """``data_dir`` may change on resume only to where the same data lie: data that give another
+    preprocessing.json than the run wrote (here the record edited, as other files would give it)
+    are refused in one line, nothing changed."""
+    out, _ = stopped
+    record = json.loads((out / "preprocessing.json").read_text())
+    record["clients"][2]["standardize"]["mean"][0] += 1.0
+    (out / "preprocessing.json").write_text(json.dumps(record))
+    before = _files(out)
+    assert main(["run", "--resume", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "the data read now differ from the data the run" in err, err
+    assert "client 2's features or their standardisation" in err and "give the data_dir it used" in err
+    assert _files(out) == before

@@ -242,8 +242,9 @@ def register(name: str | AlgorithmSpec, **facts: Any) -> Callable[[type[A]], typ
     )
 
     def deco(cls: type[A]) -> type[A]:
+        _check_class(cls, f"algorithm '{spec.name}'")
+        registry.add_algorithm(spec)  # (refuses a name registered already)
         ALGORITHMS[spec.name] = cls
-        registry.add_algorithm(spec)
         return cls
 
     return deco
@@ -254,12 +255,22 @@ def register_maps(*modes: MapModeSpec) -> Callable[[type[A]], type[A]]:
     ``maps`` one of ``modes`` (their registry entries)."""
 
     def deco(cls: type[A]) -> type[A]:
+        _check_class(cls, "map modes " + ", ".join(repr(getattr(m, "name", m)) for m in modes))
         for mode in modes:
+            registry.add_map_mode(mode)  # (refuses a name registered already)
             MAP_MODE_IMPLEMENTATIONS[mode.name] = cls
-            registry.add_map_mode(mode)
         return cls
 
     return deco
+
+
+def _check_class(cls: object, what: str) -> None:
+    """``cls`` is a class with the methods of :class:`Algorithm` (ValueError naming ``what``)."""
+    if not isinstance(cls, type):
+        raise ValueError(f"{what}: register a class over the Algorithm protocol, not {type(cls).__name__}")
+    missing = [m for m in ("init", "local", "send", "receive") if not callable(getattr(cls, m, None))]
+    if missing:
+        raise ValueError(f"{what}: {cls.__name__} has no {', '.join(missing)} (the Algorithm protocol)")
 
 
 def make_algorithm(config: RunConfig) -> Algorithm[Any]:

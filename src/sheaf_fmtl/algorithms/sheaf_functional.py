@@ -31,6 +31,8 @@ import torch
 
 from ..config import ConfigError, RunConfig
 from ..config.registry import MapModeSpec
+from ..data.base import DatasetError
+from ..data.sizes import check_fits, stored_bytes
 from ..federation import Cohorts
 from ..messages import EdgeTensor, Payload
 from ..sheaf.layout import SheafLayout, build_layout
@@ -103,6 +105,16 @@ def load_pool(path: str, shape: tuple[int, ...], device: torch.device | str) -> 
             f"config key 'probe_data' = {path}: no such file (expected a .npy or .npz of inputs)"
         )
     try:
+        need = stored_bytes(file) * 2  # (and its float32 copy): from the headers, before any data
+    except DatasetError as e:
+        raise ConfigError(
+            f"config key 'probe_data' = {path}: not a .npy array or .npz with x ({e})"
+        ) from None
+    try:
+        check_fits(need, f"config key 'probe_data' = {path}", "give a smaller pool")
+    except DatasetError as e:
+        raise ConfigError(str(e)) from None
+    try:
         loaded = np.load(file, allow_pickle=False)
         array = loaded["x"] if isinstance(loaded, np.lib.npyio.NpzFile) else loaded
     except (ValueError, KeyError, OSError) as err:
@@ -114,7 +126,17 @@ def load_pool(path: str, shape: tuple[int, ...], device: torch.device | str) -> 
             f"config key 'probe_data' = {path} holds inputs of shape {tuple(array.shape)}; the models take "
             f"[P, {', '.join(map(str, shape))}] (P >= 1 rows of one sample's shape)"
         )
-    return torch.as_tensor(np.asarray(array, np.float32), device=device)
+    if not np.issubdtype(array.dtype, np.number) or np.issubdtype(array.dtype, np.complexfloating):
+        raise ConfigError(f"config key 'probe_data' = {path} holds {array.dtype} values; give real numbers")
+    with np.errstate(over="ignore"):  # (a value beyond float32 becomes inf: refused below)
+        pool = np.asarray(array, np.float32)
+    if not np.isfinite(pool).all():  # (would surface rounds later as a divergence blamed on step sizes)
+        bad = int(np.flatnonzero(~np.isfinite(pool).reshape(len(pool), -1).all(axis=1))[0])
+        raise ConfigError(
+            f"config key 'probe_data' = {path}: row {bad} holds a NaN or infinite value (or one beyond "
+            "float32); give finite inputs"
+        )
+    return torch.as_tensor(pool, device=device)
 
 
 @register_maps(MapModeSpec("functional", "functional maps", 1.0, reads=("probe_size", "probe_data")))

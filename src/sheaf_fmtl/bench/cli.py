@@ -7,7 +7,11 @@ from pathlib import Path
 
 from ..cli_options import add_config_options
 from ..config import ConfigError, RunConfig
-from ..runtime.run.rundir import check_path
+from ..runtime.run.ledger import record_owned
+from ..runtime.run.rundir import check_path, check_replaceable
+
+#: What ``bench`` writes into ``--out``.
+OUTPUTS = ("bench.json", "ratios.json", "scaling.png")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -18,6 +22,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise ConfigError(f"bench --threads {args.threads}: give a number of threads >= 1 (or leave it out)")
     args.device = _checked_device(args.device or "cpu")
     check_path(args.out)  # a folder of bench results (its files rewritten), not a file
+    check_replaceable(args.out, OUTPUTS)  # ... but never a file of yours
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    record_owned(args.out, OUTPUTS)  # (before the first write: a stopped bench's files are its own)
     setting_list = [LARGEST] if args.largest else None
     if args.settings:
         setting_list = [setting_named(name.strip()) for name in args.settings.split(",") if name.strip()]

@@ -93,12 +93,28 @@ AUTO = "auto"
 
 
 def add_algorithm(spec: AlgorithmSpec) -> None:
-    """Register ``spec`` (the algorithms package does, beside the implementation)."""
+    """Register ``spec`` (the algorithms package does, beside the implementation); ValueError naming
+    the entry for a spec of the wrong type or fields, or a name registered already."""
+    _check_spec(spec, AlgorithmSpec, ALGORITHMS, "algorithm")
+    _check_fields(spec, display=str, step_keys=tuple, reads=tuple, divergence_hint=str)
+    if spec.color is not None and type(spec.color) is not int:
+        raise ValueError(f"algorithm '{spec.name}': color = {spec.color!r}; give a palette index or None")
+    if spec.aggregation is not None and not callable(spec.aggregation):
+        raise ValueError(f"algorithm '{spec.name}': aggregation must be a function or None")
     ALGORITHMS[spec.name] = spec
 
 
 def add_map_mode(spec: MapModeSpec) -> None:
-    """Register ``spec`` (the algorithms package does, beside the implementation)."""
+    """Register ``spec`` (the algorithms package does, beside the implementation); ValueError as
+    :func:`add_algorithm` (``auto`` is taken: it picks among the modes)."""
+    _check_spec(spec, MapModeSpec, {**MAP_MODES, AUTO: None}, "map mode")
+    _check_fields(spec, label=str, reads=tuple, builds_maps=bool)
+    for key in ("default_lam", "pull"):
+        value = getattr(spec, key)
+        if (value is not None or key == "default_lam") and not (
+            isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+        ):
+            raise ValueError(f"map mode '{spec.name}': {key} = {value!r}; give a number >= 0")
     MAP_MODES[spec.name] = spec
 
 
@@ -107,6 +123,28 @@ NOT_FILLED = (
     "no algorithm is registered: import sheaf_fmtl.algorithms before reading a config "
     "(sheaf_fmtl.RunConfig, sheaf_fmtl.load_config, sheaf_fmtl.run and the command line do)"
 )
+
+
+def _check_spec(spec: object, kind: type, taken: dict[str, Any], what: str) -> None:
+    if not isinstance(spec, kind):
+        raise ValueError(f"register a {what} with a {kind.__name__}, not {type(spec).__name__}")
+    name = getattr(spec, "name", None)
+    if not isinstance(name, str) or not name or any(c.isspace() or c in ",=:" for c in name):
+        raise ValueError(f"{what} name {name!r}: give a non-empty name without spaces, ',', '=' or ':'")
+    if name in taken:
+        raise ValueError(f"{what} '{name}' is registered already; give another name")
+
+
+def _check_fields(spec: Any, **types: type) -> None:  # noqa: ANN401 - a spec dataclass
+    for key, kind in types.items():
+        value = getattr(spec, key)
+        if kind is tuple:
+            ok = isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+        else:
+            ok = isinstance(value, kind)
+        if not ok:
+            shown = "a tuple of key names" if kind is tuple else kind.__name__
+            raise ValueError(f"{spec.name}: {key} = {value!r:.60}; give {shown}")
 
 
 def _filled() -> None:

@@ -120,7 +120,16 @@ def register(name: str, files: tuple[str, ...] = ()) -> Callable[[Builder], Buil
             (what ``sheaf-fmtl data list`` looks for); none for generated data.
     """
 
+    if not isinstance(name, str) or not name or any(c.isspace() or c in ",=" for c in name):
+        raise ValueError(f"dataset name {name!r}: give a non-empty name without spaces, ',' or '='")
+    if name in READERS:
+        raise ValueError(f"dataset '{name}' is registered already; give another name")
+    if isinstance(files, str) or not all(isinstance(f, str) for f in files):
+        raise ValueError(f"dataset '{name}': files = {files!r:.60}; give a tuple of paths")
+
     def deco(fn: Builder) -> Builder:
+        if not callable(fn) or isinstance(fn, type):
+            raise ValueError(f"dataset '{name}': register a function request -> data, not {fn!r:.60}")
         READERS[name] = Reader(fn, tuple(files))
         return fn
 

@@ -23,6 +23,7 @@ import numpy as np
 import platformdirs
 
 from .base import DatasetError
+from .sizes import check_fits, stored_bytes
 
 ENV_VAR = "SHEAF_FMTL_DATA"
 APP_DIR = "sheaf-fmtl"
@@ -201,6 +202,7 @@ def read_npz_clients(path: Path) -> list[dict[str, np.ndarray]]:
     Everything is read eagerly so a truncated member fails here, with the file named. Clients stored
     beyond ``num_clients`` are an error (they would be ignored silently)."""
     _check_zip(path)
+    check_fits(2 * stored_bytes(path), f"{path}", "give a smaller file")  # its headers, before any data
     try:
         with np.load(path, allow_pickle=False) as z:
             keys = set(z.files)

@@ -64,6 +64,26 @@ def write(folder: Path, dataset: FederatedDataset) -> Path:
     return path
 
 
+def check_same(folder: Path, dataset: FederatedDataset) -> None:
+    """A resumed run reads the data its run started on: ``dataset`` (read again now, e.g. from
+    another ``data_dir``) gives the ``preprocessing.json`` the run wrote (DatasetError naming the
+    first difference otherwise; nothing to compare when the run wrote none)."""
+    if not (folder / FILE).is_file():
+        return
+    saved, now = read(folder), json.loads(json.dumps(describe(dataset)))
+    if saved == now:
+        return
+    keys = [k for k in now if saved.get(k) != now[k]]
+    which = keys[0] if keys else "format"
+    if which == "clients" and len(saved["clients"]) == len(now["clients"]):
+        i = next(i for i, (a, b) in enumerate(zip(saved["clients"], now["clients"], strict=True)) if a != b)
+        which = f"client {i}'s features or their standardisation"
+    raise DatasetError(
+        f"the data read now differ from the data the run of {folder} started on ({which}, recorded in "
+        f"{folder / FILE}); a resume continues on the same data: give the data_dir it used"
+    )
+
+
 def read(folder: str | Path) -> dict[str, Any]:
     """``folder/preprocessing.json``, checked (:class:`DatasetError` naming the file otherwise)."""
     path = Path(folder) / FILE

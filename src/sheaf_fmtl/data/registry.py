@@ -13,6 +13,7 @@ from ..plugins import call_with, first_line, is_held, is_spec, resolve
 from . import har, images, mocha, school, synthetic  # noqa: F401  (each registers its datasets)
 from .base import READERS, DataRequest, DatasetError, FederatedDataset, RawFederated
 from .protocol import ProtocolOptions, apply_protocol
+from .sizes import check_generated
 from .user import from_objects, load_user
 
 __all__ = ["DataRequest", "dataset_files", "dataset_names", "load", "load_raw"]
@@ -40,6 +41,7 @@ def load_raw(name: str, request: DataRequest) -> RawFederated:
     if name not in READERS:
         known = ", ".join([*sorted(READERS), f"{USER_PREFIX}PATH"])
         raise DatasetError(f"unknown dataset {name!r}; known: {known}")
+    check_generated(name, request.clients, dict(request.options))  # sizes first: a refusal in a second
     return _take_clients(name, READERS[name].build(request), request)
 
 

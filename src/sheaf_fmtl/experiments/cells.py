@@ -128,13 +128,15 @@ def run_folder(
 
 def _stopped_run_of(config: RunConfig, folder: Path) -> bool:
     """``folder`` holds a run of ``config`` stopped by a signal (it can be resumed)."""
-    from ..runtime.run.integrity import RESUMABLE_KEYS, run_config
+    from ..runtime.run.integrity import resumable_keys, run_config
 
     summary = read_summary(folder) or {}
     if summary.get("status") != "interrupted":
         return False
     saved = run_config(folder)
-    want = {k: v for k, v in _key(config).items() if k not in RESUMABLE_KEYS}
+    keys = _key(config)
+    may = resumable_keys(keys)  # (run_config leaves out the same keys)
+    want = {k: v for k, v in keys.items() if k not in may}
     if saved is not None and config.clients is None:
         saved["clients"] = None  # (config.yaml records the dataset's own number)
     # config.yaml records the coupling that ran: maps = auto and lam = null as they were resolved

@@ -21,12 +21,15 @@ from ..data.files import HOW_TO_GET, try_find
 from ..data.registry import dataset_files
 from ..progress import bar
 from ..runtime.run.interrupt import signalled
+from ..runtime.run.ledger import record_owned
 from ..runtime.run.rundir import claim
 from .cells import DONE, Cell, cell_config, is_done, run_cell
 from .paper import EXPERIMENTS, QUICK_SEEDS, Experiment, experiment
 from .table import Row, render
 
 DEFAULT_SEEDS = 5
+#: The most seeds a reproduction takes (as ``run --seeds``): the cells are planned before any runs.
+MAX_SEEDS = 1000
 
 
 def data_present(dataset: str, data_dir: str = "") -> bool:
@@ -147,8 +150,8 @@ def reproduce(
     """
     names = list(EXPERIMENTS) if name == "all" else [experiment(name).name]
     n_seeds = seeds if seeds is not None else (QUICK_SEEDS if quick else DEFAULT_SEEDS)
-    if n_seeds < 1:
-        raise ValueError(f"--seeds must be >= 1, got {n_seeds}")
+    if not 1 <= n_seeds <= MAX_SEEDS:  # (checked before any cell is planned)
+        raise ValueError(f"--seeds must be between 1 and {MAX_SEEDS}, got {n_seeds}")
     known = {d for n in names for d in EXPERIMENTS[n].datasets}
     if datasets and name == "all" and not set(datasets) <= known:
         bad = sorted(set(datasets) - known)[0]
@@ -173,6 +176,8 @@ def reproduce(
                 exp, cells, missing, Path(out), progress=progress, estimate=estimate, figures=figures
             )
             written += paths
+            top = Path(out)  # (its tables and figures: --overwrite of the folder clears them)
+            record_owned(top, {q.relative_to(top).parts[0] for q in paths if q.is_relative_to(top)})
             if stopped:
                 break
         return written

@@ -35,6 +35,7 @@ from ..config.files import replace_file
 from ..config.usage import UnusedKeysWarning
 from ..plugins import higher_is_better
 from ..runtime.run.interrupt import StopRequest, signalled, stopped_status
+from ..runtime.run.ledger import record_owned
 from ..runtime.run.rundir import claim
 from .cells import finished, run_folder
 from .grid import apply_point, cell_name, grid_points, parse_grid
@@ -143,6 +144,7 @@ def sweep(
         if higher is None:  # cells of a version before the key: the built-in metrics
             higher = metric == "accuracy"
         ranked = rank([c for c in cells if c.summary.get("status") != "interrupted"], higher)
+        record_owned(out, ["sweep.csv", "best.yaml"])  # the sweep's: --overwrite of the folder clears them
         _write_csv(out / "sweep.csv", ranked, list(grid), metric)
         best, best_path = _best(base, grid, ranked, out, metric, validation) if not stopped else (None, None)
     return SweepResult(ranked, metric, best, best_path, stopped)

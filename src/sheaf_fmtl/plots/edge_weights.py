@@ -10,11 +10,11 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
-import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from ..data.synthetic import CLUSTERS_DEFAULTS, clusters_groups
+from ..metrics.final import FINAL, read_final
 from .heatmap import adjacency, client_ticks
 from .style import NON_EDGE_HATCH
 
@@ -22,11 +22,11 @@ from .style import NON_EDGE_HATCH
 def load_edge_weights(run_dir: str | Path) -> dict[str, np.ndarray] | None:
     """``{"final": [N, N], "history": [K, E], "rounds": [K], "edges": [E, 2]}`` from
     ``RUN/checkpoint.pt``, or ``None`` when the run learned no edge weights."""
-    path = Path(run_dir) / "checkpoint.pt"
+    path = Path(run_dir) / FINAL
     if not path.is_file():
         return None
-    ckpt = torch.load(path, weights_only=True, map_location="cpu")
-    if not isinstance(ckpt, dict) or ckpt.get("edge_weights") is None:
+    ckpt = read_final(run_dir, finished=False)  # checked against summary.json's record of it
+    if ckpt.get("edge_weights") is None:
         return None
     return {
         "final": np.asarray(ckpt["edge_weights"], dtype=float),

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
-import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
+from ..metrics.final import FINAL, read_final
 from .style import NON_EDGE_HATCH, integer_ticks
 
 MAX_LABELLED_IDS = 30  # beyond this, client-id ticks at round steps only
@@ -20,15 +20,10 @@ MAX_LABELLED_IDS = 30  # beyond this, client-id ticks at round steps only
 def load_map_norms(run_dir: str | Path) -> tuple[np.ndarray, np.ndarray | None] | None:
     """``(norms [N, N], edges [E, 2] or None)`` from ``RUN/checkpoint.pt``; None when the run has
     no checkpoint or no maps (algorithms other than Sheaf-FMTL)."""
-    path = Path(run_dir) / "checkpoint.pt"
+    path = Path(run_dir) / FINAL
     if not path.is_file():
         return None
-    try:
-        ckpt = torch.load(path, weights_only=True, map_location="cpu")
-    except Exception as e:  # noqa: BLE001 - unpickling, zip and truncation errors alike
-        raise ValueError(f"{path} cannot be read as a run's final checkpoint ({type(e).__name__})") from None
-    if not isinstance(ckpt, dict):
-        raise ValueError(f"{path} does not hold a run's final checkpoint")
+    ckpt = read_final(run_dir, finished=False)  # checked against summary.json's record of it
     norms = ckpt.get("map_norms")
     if norms is None:
         return None

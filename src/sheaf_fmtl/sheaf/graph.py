@@ -15,6 +15,9 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 
+from ..data.base import DatasetError
+from ..data.sizes import check_fits
+
 GRAPH_KINDS = ("erdos-renyi", "watts-strogatz", "barabasi-albert", "complete", "star", "file")
 
 
@@ -113,6 +116,16 @@ class ClientGraph:
         return cls(len(nodes), edges, weights)
 
 
+#: Bytes a NetworkX edge takes (two adjacency entries and their attribute dicts), and a node.
+EDGE_BYTES, NODE_BYTES = 600, 400
+
+
+def expected_edges(kind: str, n: int, p: float, k: int, m: int) -> float:
+    """How many edges the graph ``kind`` on ``n`` clients has (expected, for ``erdos-renyi``)."""
+    pairs = n * (n - 1) / 2
+    return {"erdos-renyi": p * pairs, "complete": pairs, "watts-strogatz": n * k / 2}.get(kind, float(n * m))
+
+
 def _draw(kind: str, n: int, p: float, k: int, m: int, seed: int) -> nx.Graph:
     if kind == "erdos-renyi":
         return nx.erdos_renyi_graph(n, p, seed=seed)
@@ -137,6 +150,7 @@ def make_graph(
     seed: int = 0,
     path: str | Path | None = None,
     max_tries: int = 100,
+    edge_bytes: float = 0.0,
 ) -> ClientGraph:
     """A connected client graph; a disconnected random draw is redrawn with a derived seed.
 
@@ -150,6 +164,8 @@ def make_graph(
         seed: the first draw's seed; redraws derive theirs from it.
         path: the edge list when ``kind == "file"``.
         max_tries: draws before :class:`GraphError`.
+        edge_bytes: what the run will hold per edge besides the graph (maps, messages): with the
+            graph's own bytes, checked against what this process may use before any draw.
     Returns:
         The connected client graph (paper Section 5: Erdos-Renyi, small-world, scale-free, complete).
     """
@@ -161,6 +177,12 @@ def make_graph(
         raise GraphError(f"watts-strogatz needs 2 <= k < clients, got k={k} with {num_nodes} clients")
     if kind == "barabasi-albert" and not 1 <= m < num_nodes:
         raise GraphError(f"barabasi-albert needs 1 <= m < clients, got m={m} with {num_nodes} clients")
+    need = expected_edges(kind, num_nodes, p, k, m) * (EDGE_BYTES + edge_bytes) + num_nodes * NODE_BYTES
+    try:  # sizes first: a graph (and its maps) that cannot be held is refused before it is drawn
+        what = f"the {kind} graph on {num_nodes} clients with its per-edge state"
+        check_fits(need, what, "lower clients, choose a sparser graph, or lower gamma")
+    except DatasetError as e:
+        raise GraphError(str(e)) from None
     for attempt in range(max_tries):
         derived = seed if attempt == 0 else int(np.random.SeedSequence([seed, attempt]).generate_state(1)[0])
         graph = ClientGraph.from_networkx(_draw(kind, num_nodes, p, k, m, derived))

@@ -172,8 +172,19 @@ def load_dataset(config: RunConfig) -> FederatedDataset:
     return dataclasses.replace(dataset, loss=config.loss, metric=config.metric)
 
 
-def build_graph(config: RunConfig, num_clients: int) -> ClientGraph:
-    """The config's graph; a graph handed to :func:`sheaf_fmtl.run` (a placeholder) as given."""
+def edge_state_bytes(config: RunConfig, dataset: FederatedDataset) -> float:
+    """A lower bound of the bytes a run holds per edge: both ends' maps ``[gamma d, d]`` with their
+    pending updates (learned maps), else a few model-sized messages and copies; ``d`` the largest
+    linear model of the clients' features (a network has more parameters)."""
+    outputs = dataset.num_classes if dataset.task == "classification" else 1
+    d = max(math.prod(dataset.feature_shape(i)) + 1 for i in range(dataset.num_clients)) * outputs
+    learned = config.algorithm == "sheaf-fmtl" and config.maps == "learned"
+    return 2 * 4 * (2 * max(1.0, config.gamma * d) * d if learned else 4 * d)
+
+
+def build_graph(config: RunConfig, num_clients: int, edge_bytes: float = 0.0) -> ClientGraph:
+    """The config's graph; a graph handed to :func:`sheaf_fmtl.run` (a placeholder) as given.
+    ``edge_bytes``: what the run holds per edge, checked with the graph before it is drawn."""
     if is_held(config.graph):
         graph = resolve("graph", config.graph)
         if graph.num_nodes != num_clients:
@@ -187,6 +198,7 @@ def build_graph(config: RunConfig, num_clients: int) -> ClientGraph:
         m=config.graph_m,
         seed=config.seed,
         path=config.graph_file or None,
+        edge_bytes=edge_bytes,
     )
 
 
@@ -221,7 +233,7 @@ def build_simulation(
     if dataset is None:
         dataset = fed.dataset if fed is not None else load_dataset(config)
     if graph is None:
-        graph = build_graph(config, dataset.num_clients)
+        graph = build_graph(config, dataset.num_clients, edge_state_bytes(config, dataset))
     faults = Faults(DropPlan.from_config(config), graph)
     transport: Transport = InProcessTransport(faults)
     if rank_world is not None and rank_world[1] > 1:

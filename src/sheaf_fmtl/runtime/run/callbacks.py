@@ -15,10 +15,12 @@ from __future__ import annotations
 import copy
 import csv
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -45,8 +47,8 @@ class Callback(Protocol):
     models, in a run that is not resumed); ``metrics`` is the round's row of ``metrics.csv``
     (``round``, ``test_accuracy`` or ``test_mse``, ``train_loss``, ...) when the round was
     evaluated, else ``None``; ``view`` reads the clients' models (:class:`RunView`). Return a
-    :class:`Stop` (or ``True``) to end the run after this round (from round 1 on); anything else
-    goes on.
+    :class:`Stop` (or ``True``, also a NumPy or one-element torch boolean) to end the run after this
+    round (from round 1 on); ``None`` or ``False`` goes on; anything else is refused.
     ``on_run_end(summary)``: once, with what ``summary.json`` holds (not for a diverged run).
     """
 
@@ -98,23 +100,46 @@ class RunView:
         return module
 
 
-def _asks_stop(answer: object) -> bool:
-    return isinstance(answer, Stop) or answer is True
+def _asks_stop(cb: object, answer: object) -> bool:
+    """Whether ``cb``'s ``on_round_end`` answer asks to stop: a :class:`Stop`, or a boolean (Python,
+    NumPy or a one-element torch tensor); ``None`` goes on; anything else is refused, naming it."""
+    if answer is None or isinstance(answer, Stop | bool):
+        return answer is not None and answer is not False
+    if isinstance(answer, np.bool_):
+        return bool(answer)
+    if isinstance(answer, torch.Tensor) and answer.dtype == torch.bool and answer.numel() == 1:
+        return bool(answer.item())
+    shown = repr(answer)[:60]
+    raise TypeError(
+        f"callbacks: {type(cb).__name__}.on_round_end returned {shown} ({type(answer).__name__}); "
+        "return a Stop, True / False, or None"
+    )
+
+
+def checked(callbacks: object) -> list[Any]:
+    """The ``callbacks`` argument as a list, each a callback object (TypeError naming the argument:
+    one object instead of a list, a class instead of an instance, an object with neither method)."""
+    if not isinstance(callbacks, list | tuple):
+        name = type(callbacks).__name__
+        raise TypeError(f"callbacks takes a list of callback objects, not one {name}: give callbacks=[...]")
+    for cb in callbacks:
+        if isinstance(cb, type):
+            raise TypeError(
+                f"callbacks: {cb.__name__} is a class; give an instance, callbacks=[{cb.__name__}(...)]"
+            )
+        if not callable(getattr(cb, "on_round_end", None)) and not callable(getattr(cb, "on_run_end", None)):
+            raise TypeError(
+                f"callbacks: {type(cb).__name__} has neither on_round_end(round, metrics, view) nor "
+                "on_run_end(summary)"
+            )
+    return list(callbacks)
 
 
 class Hooks:
     """The callbacks of one run, called in order; :meth:`round_end` says which one asked to stop."""
 
     def __init__(self, callbacks: list[Any]) -> None:
-        for cb in callbacks:
-            if not callable(getattr(cb, "on_round_end", None)) and not callable(
-                getattr(cb, "on_run_end", None)
-            ):
-                raise TypeError(
-                    f"callbacks: {type(cb).__name__} has neither on_round_end(round, metrics, view) nor "
-                    "on_run_end(summary)"
-                )
-        self.callbacks = list(callbacks)
+        self.callbacks = checked(callbacks)
 
     def __bool__(self) -> bool:
         return bool(self.callbacks)
@@ -128,7 +153,7 @@ class Hooks:
             if fn is None:
                 continue
             answer = fn(k, None if metrics is None else dict(metrics), view)
-            if asked is None and _asks_stop(answer):
+            if _asks_stop(cb, answer) and asked is None:
                 asked = (type(cb).__name__, answer.reason if isinstance(answer, Stop) else "")
         return asked
 
@@ -297,10 +322,29 @@ def agreed(sim: Simulation[Any], asked: tuple[str, str] | None) -> tuple[str, st
     return asked or (("callback on another process", "") if anyone else None)
 
 
+def _unwritable(folder: Path) -> str | None:
+    """Why ``folder`` cannot be created or written (its nearest existing part is a file or a folder
+    this process may not write), ``None`` when it can."""
+    for part in (folder, *folder.parents):
+        if part.exists() or part.is_symlink():
+            if not part.is_dir():
+                return f"{part} is a file, not a folder"
+            if not os.access(part, os.W_OK | os.X_OK):
+                return f"{part} is a folder this process may not write"
+            return None
+    return None
+
+
 def from_config(config: RunConfig) -> list[Any]:
     """The callbacks the config keys ask for: ``log_tensorboard`` and ``early_stop_patience``."""
     out: list[Any] = []
     if config.log_tensorboard:
+        problem = _unwritable(Path(config.log_tensorboard).expanduser())
+        if problem is not None:  # checked before the run folder is touched
+            raise ConfigError(
+                f"config key 'log_tensorboard' = {config.log_tensorboard}: {problem}; give a folder "
+                "TensorBoard can write (nothing was written)"
+            )
         try:
             out.append(TensorBoardLogger(config.log_tensorboard))
         except ImportError:

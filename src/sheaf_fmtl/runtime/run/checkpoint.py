@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ...algorithms.snapshot import host_copy, to_device
+from ...metrics.final import file_digest
 from .integrity import (
     FORMAT,
     MANIFEST,
@@ -44,7 +45,6 @@ from .integrity import (
     CheckpointError,
     check_manifest,
     config_digest,
-    file_digest,
     find_checkpoint,
     run_config,
     sidecar,

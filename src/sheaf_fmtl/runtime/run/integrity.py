@@ -3,11 +3,13 @@
 A checkpoint's ``manifest.json`` records the size and SHA-256 of every shard its folder holds (each
 rank writes them beside its shard, ``shard-RRRRR.json``, and the manifest gathers them; ``held``
 lists them when a machine's own ``--out`` holds only its ranks' shards) and a digest of
-the run's ``config.yaml`` as resolved (the keys a resume may change, :data:`RESUMABLE_KEYS`, left
-out). A resume refuses, in one line naming the file and changing nothing, a manifest that cannot be
-read, names a path outside its folder or a shard that is missing, truncated or altered, and a
-``config.yaml`` edited since. A checkpoint folder without a manifest is a write cut short: the
-previous complete checkpoint is used, and the resume says so.
+the run's ``config.yaml`` as resolved (the keys a resume of that run may change,
+:func:`resumable_keys`, left out). A resume refuses, in one line naming the file and changing
+nothing, a manifest that cannot be read, names a path outside its folder, lacks the size and digest
+of a shard it holds or the config's digest (a check that cannot be made is a refusal), or names a
+shard that is missing, truncated or altered, and a ``config.yaml`` edited since. A checkpoint
+folder without a manifest is a write cut short: the previous complete checkpoint is used, and the
+resume says so.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ...config import PROVENANCE_KEYS, ConfigError, read_config_file
+from ...metrics.final import file_digest
 from .rundir import CHECKPOINTS
 
 #: Config keys a resumed run may change: none of them enters an iterate (``device`` changes the
@@ -36,30 +40,41 @@ RESUMABLE_KEYS = (
     "early_stop_patience",
     "early_stop_min_delta",
 )
+#: Keys of :data:`RESUMABLE_KEYS` that a run's own config pins, with the reason a resume says: a
+#: step-size schedule that anneals over ``rounds`` follows another curve once ``rounds`` changes.
+PINNED: dict[str, tuple[Callable[[Mapping[str, Any]], bool], str]] = {
+    "rounds": (
+        lambda c: c.get("lr_schedule") == "cosine",
+        "lr_schedule = cosine anneals the step size over rounds, so the rounds still to run would follow "
+        "another curve",
+    ),
+}
 MANIFEST = "manifest.json"
 FORMAT = 1
 SHARD = re.compile(r"shard-(\d{5})\.pt")
 ROUND_DIR = re.compile(r"round-(\d+)")
-_CHUNK = 1 << 20
 
 
 class CheckpointError(ValueError):
     """A checkpoint or run folder a resume cannot trust (one line naming the file)."""
 
 
-def file_digest(path: Path) -> dict[str, Any]:
-    """``{"bytes": size, "sha256": hex digest}`` of the file ``path``."""
-    h, size = hashlib.sha256(), 0
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-            size += len(chunk)
-    return {"bytes": size, "sha256": h.hexdigest()}
-
-
 def sidecar(shard: Path) -> Path:
     """Where a rank records its shard's digest: ``shard-RRRRR.json`` beside ``shard-RRRRR.pt``."""
     return shard.with_suffix(".json")
+
+
+def pinned(key: str, config: Mapping[str, Any]) -> str | None:
+    """Why the run of ``config`` (a mapping of its keys) may not change ``key`` on resume, though
+    it is in :data:`RESUMABLE_KEYS` (``None``: it may)."""
+    rule = PINNED.get(key)
+    return rule[1] if rule is not None and rule[0](config) else None
+
+
+def resumable_keys(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The keys a resume of the run of ``config`` may change: :data:`RESUMABLE_KEYS` less those
+    its config pins (:data:`PINNED`)."""
+    return tuple(k for k in RESUMABLE_KEYS if pinned(k, config) is None)
 
 
 def run_config(run_dir: Path) -> dict[str, Any] | None:
@@ -68,7 +83,7 @@ def run_config(run_dir: Path) -> dict[str, Any] | None:
         mapping = read_config_file(run_dir / "config.yaml")
     except ConfigError:
         return None
-    skip = {*PROVENANCE_KEYS, *RESUMABLE_KEYS}
+    skip = {*PROVENANCE_KEYS, *resumable_keys(mapping)}
     kept: dict[str, Any] = json.loads(
         json.dumps({k: v for k, v in mapping.items() if k not in skip}, default=str)
     )
@@ -115,34 +130,57 @@ def check_manifest(folder: Path, *, shards: bool = True) -> dict[str, Any] | Non
     held = manifest.get("held", names)
     if not isinstance(held, list) or not held or any(h not in names for h in held):
         raise _bad(path, "lists shards held in its folder that it does not name")
-    if not shards:
-        return manifest
+    files = manifest.get("files")
+    for name in held:  # a checkpoint vouches for every shard it holds, or is not trusted
+        shard = folder / name
+        if shards and (shard.is_symlink() or not shard.is_file()):
+            raise _bad(path, f"names shard {name}, which is missing (a partial checkpoint)")
+        entry = files.get(name) if isinstance(files, dict) else None
+        if (
+            not isinstance(entry, dict)
+            or type(entry.get("bytes")) is not int
+            or not _hex(entry.get("sha256"))
+        ):
+            raise _bad(path, f"records no size and SHA-256 of {name} (it must vouch for every shard)")
+        if shards and shard.stat().st_size != entry["bytes"]:
+            size = shard.stat().st_size
+            raise _bad(shard, f"has {size} bytes, its manifest says {entry['bytes']} (cut short or altered)")
+    return manifest
     for name in held:
         shard = folder / name
         if shard.is_symlink() or not shard.is_file():
             raise _bad(path, f"names shard {name}, which is missing (a partial checkpoint)")
-        want = (manifest.get("files") or {}).get(name, {}).get("bytes")
-        if want is not None and shard.stat().st_size != want:
+        want = files[name]["bytes"]
+        if shard.stat().st_size != want:
             raise _bad(
                 shard, f"has {shard.stat().st_size} bytes, its manifest says {want} (cut short or altered)"
             )
     return manifest
 
 
+def _hex(value: object) -> bool:
+    return isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) is not None
+
+
 def verify_shards(folder: Path, manifest: dict[str, Any]) -> None:
     """Compare every shard's SHA-256 with the manifest's (CheckpointError naming the first that
-    differs); a manifest of an older version without digests is taken as it is."""
+    differs, or that the manifest records none for: :func:`check_manifest`)."""
     for name in manifest.get("held", manifest["shards"]):
-        want = (manifest.get("files") or {}).get(name, {}).get("sha256")
-        if want is not None and file_digest(folder / name)["sha256"] != want:
+        want = ((manifest.get("files") or {}).get(name) or {}).get("sha256")
+        if not _hex(want) or file_digest(folder / name)["sha256"] != want:
             raise _bad(folder / name, "differs from the checksum its manifest recorded (corrupt)")
 
 
 def check_config(run_dir: Path, manifest: dict[str, Any]) -> None:
     """Refuse a ``config.yaml`` edited since the checkpoint ``manifest`` was written."""
     want = manifest.get("config_sha256")
-    if want is None:
-        return
+    if not _hex(want) or not isinstance(manifest.get("config"), dict):
+        where = run_dir / CHECKPOINTS / f"round-{manifest.get('round', 0):08d}" / MANIFEST
+        raise CheckpointError(
+            f"checkpoint {where} records "
+            "no digest of the config it was written with, so the run it continues is unknown; nothing was "
+            "changed (start the run again with --overwrite)"
+        )
     now = run_config(run_dir)
     if now is None or config_digest(now) != want:
         saved = manifest.get("config") or {}

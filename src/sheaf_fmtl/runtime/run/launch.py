@@ -47,7 +47,7 @@ from ...config import ConfigError, RunConfig
 from . import interrupt
 from .precheck import check_processes
 from .rankenv import LAUNCHER, STORE_FILE, rank_world, watch_launcher
-from .rundir import HELD_ENV, claim, held_lock
+from .rundir import HELD_ENV, HELD_FD_ENV, claim, held_lock
 
 if TYPE_CHECKING:
     from .loop import RunOutcome
@@ -198,12 +198,13 @@ def _spawn(config: RunConfig, out: Path, *, progress: bool, overwrite: bool, res
         argv = [sys.executable, "-P", "-m", "sheaf_fmtl", "run", str(cfg_file), "--out", str(out)]
         argv += ["--overwrite"] if overwrite else []
     procs, logs = [], []
-    lock = held_lock(out)
+    lock = held_lock(out)  # ranks inherit it; its descriptor, not the folder's name, lets them in
+    held = {HELD_ENV: str(out.resolve()), **({} if lock is None else {HELD_FD_ENV: str(lock)})}
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
         env.update(LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         env.update({STORE_FILE: str(tmp / "rendezvous"), "GLOO_SOCKET_IFNAME": _loopback()})
-        env.update({HELD_ENV: str(out.resolve()), LAUNCHER: str(os.getpid())})
+        env.update({**held, LAUNCHER: str(os.getpid())})
         log = open(tmp / f"rank{rank}.err", "w+")  # noqa: SIM115 - read after the rank ends
         procs.append(  # own session: a signal reaches a rank once, forwarded by _wait
             subprocess.Popen(

@@ -34,7 +34,7 @@ from ...warn import warn
 from ..engine.divergence import divergence_message
 from ..engine.simulate import DivergenceError, Simulation, build_simulation
 from .agreement import RoundAgreement
-from .callbacks import Hooks, RunView, agreed, from_config
+from .callbacks import Hooks, RunView, agreed, checked, from_config
 from .checkpoint import (
     CheckpointWriter,
     rank_and_world,
@@ -44,10 +44,12 @@ from .checkpoint import (
     snapshot,
 )
 from .disks import adopt_folder, common_checkpoint, folder_ranks
+from .full import disk_full
 from .gather import final_state
 from .interrupt import StopRequest
+from .ledger import entry_names
 from .recorder import Recorder
-from .rundir import check_out_dir, prepare_out_dir
+from .rundir import check_out_dir, prepare_out_dir, record_written
 from .summary import config_with_clients, summarize
 
 
@@ -126,14 +128,26 @@ def execute(
             the last good evaluation, the last checkpoint, and a summary with ``status = diverged``
             and no final metric.
     """
-    hooks = Hooks([*from_config(config), *callbacks])
+    hooks = Hooks([*from_config(config), *checked(callbacks)])
     state = _prepare(config, out_dir, resume_from, agreement, sim=sim, overwrite=overwrite, build=build)
+    before = entry_names(state.folder)  # what appears in the folder from now on is the run's
+    try:
+        return _run(state, progress, hooks, resumed=resume_from is not None)
+    except OSError as e:  # a full disk: one line naming the folder and what it kept
+        raise disk_full(state.folder, state.recorder.rows, e) from None
+    finally:
+        if state.folder is not None:  # (a callback's files, a TensorBoard folder: --overwrite clears them)
+            record_written(state.folder, before)
+
+
+def _run(state: _RunState, progress: bool, hooks: Hooks, *, resumed: bool) -> RunOutcome:
+    """The round loop, the summary and final checkpoint, then the callbacks' ``on_run_end``."""
     try:
         ending = _loop(state, progress, hooks)
     finally:
         state.counter.detach()
         state.recorder.close()
-    outcome = _finish(state, ending, resumed=resume_from is not None)
+    outcome = _finish(state, ending, resumed=resumed)
     hooks.run_end(outcome.summary)
     return outcome
 
@@ -261,6 +275,8 @@ def _restored(
         raise ConfigError(
             f"{resume_from} was written by {len(manifest['shards'])} process(es); resume it with as many"
         )
+    if folder is not None:  # (data_dir may change: to where the same data lie)
+        preprocessing.check_same(folder, fed.dataset)
     restore(sim, counter, shard)
     recorder = Recorder(folder, config_with_clients(config, fed), metric_name, rows=manifest["rows"])
     if folder is not None:
@@ -361,7 +377,9 @@ def _finish(state: _RunState, ending: _Ending, *, resumed: bool) -> RunOutcome:
         recorder.summary(summary)
         raise DivergenceError(summary["message"])
     final = final_state(sim)
-    recorder.checkpoint(final)
+    digest = recorder.checkpoint(final)
+    if digest is not None:  # what a reader of checkpoint.pt checks it against
+        summary["checkpoint"] = digest
     recorder.summary(summary)
     if status == "ok" and state.writer.dir is not None and state.writer.leads:
         remove_checkpoints(state.writer.dir)  # checkpoint.pt (rank 0's folder) holds the final state

@@ -5,6 +5,7 @@ support, ``timeout_s``, the device, the data, the graph and the partition of its
 from __future__ import annotations
 
 from ...config import ConfigError, RunConfig
+from ...data.sizes import check_fits, generated_bytes
 
 #: The longest wait for a silent peer a run accepts (about 11 days; Python's timedelta and the
 #: process group's timers overflow long before 1e308).
@@ -40,6 +41,10 @@ def check_processes(config: RunConfig, *, data: bool = True) -> None:
         )
     if not data:
         return
+    per_rank = generated_bytes(config.dataset, config.clients, dict(config.data))
+    if per_rank is not None and config.processes > 1:  # every rank makes the whole dataset
+        what = f"{config.processes} processes, each with dataset {config.dataset}"
+        check_fits(per_rank * config.processes, what, "lower processes or clients")
     dataset = load_dataset(config)
     graph = build_graph(config, dataset.num_clients)
     if config.processes > graph.num_nodes:

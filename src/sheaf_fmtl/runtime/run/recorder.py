@@ -15,6 +15,7 @@ import torch
 from ..._version import __version__
 from ...config import RunConfig, save_config
 from ...config.files import replace_file
+from ...metrics.final import FINAL, file_digest
 from ...metrics.results import LEGACY_METRIC_COLUMN, METRIC_COLUMNS, metric_column
 
 
@@ -65,12 +66,23 @@ class Recorder:
         named = {self.column if k == LEGACY_METRIC_COLUMN else k: v for k, v in row.items()}
         self.rows.append(named)
         if self._file is not None:
-            self._csv.writerow(self._cells(named))
-            self._file.flush()
+            whole = self._file.tell()
+            try:
+                self._csv.writerow(self._cells(named))
+                self._file.flush()
+            except OSError:  # (a full disk): no part of a row is left behind
+                self.rows.pop()
+                self._file = _cut(self._file, whole)
+                self._csv = csv.writer(self._file, lineterminator="\n")
+                raise
 
-    def checkpoint(self, payload: dict[str, Any]) -> None:
-        if self.dir is not None:
-            replace_file(self.dir / "checkpoint.pt", lambda f: torch.save(payload, f))
+    def checkpoint(self, payload: dict[str, Any]) -> dict[str, Any] | None:
+        """Write ``checkpoint.pt``; its size and SHA-256 (``summary.json`` records them, and every
+        reader checks them: :mod:`sheaf_fmtl.metrics.final`), ``None`` without a folder."""
+        if self.dir is None:
+            return None
+        replace_file(self.dir / FINAL, lambda f: torch.save(payload, f))
+        return file_digest(self.dir / FINAL)
 
     def summary(self, payload: dict[str, Any]) -> None:
         """Write ``summary.json`` whole or not at all (a temporary file renamed onto it)."""
@@ -80,6 +92,18 @@ class Recorder:
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
+
+
+def _cut(file: Any, size: int) -> Any:  # noqa: ANN401 - an open text file
+    """``file``'s path cut back to ``size`` bytes (its last whole row), reopened for appending."""
+    name = file.name
+    try:
+        file.close()
+    except OSError:
+        pass  # (its buffer could not be written: dropped)
+    with open(name, "r+b") as f:
+        f.truncate(size)
+    return open(name, "a", newline="")  # noqa: SIM115 - kept open by the recorder
 
 
 def _fmt(v: float | int) -> str:

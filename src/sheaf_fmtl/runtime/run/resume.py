@@ -2,7 +2,9 @@
 from its last complete checkpoint, with its saved config, to exactly the uninterrupted run's result.
 
 Keys that do not change the mathematics may be given again (:data:`RESUMABLE_KEYS`; ``rounds`` may
-be raised); any other key that differs from the saved ``config.yaml`` is refused in one line. A run
+be raised), unless the run's own config pins one (:data:`.integrity.PINNED`: ``rounds`` under
+``lr_schedule = cosine``, whose curve spans the rounds); any other key that differs from the saved
+``config.yaml`` is refused in one line. A run
 folder without a complete checkpoint (stopped before its first one) starts again from round 0.
 
 A run over ``K`` processes is resumed over ``K`` processes (``sheaf-fmtl run --resume`` starts them,
@@ -22,7 +24,7 @@ from ...config import ConfigError, RunConfig, load_config, parse_overrides, read
 from ...plugins import untrusted_specs
 from ..engine.simulate import Simulation
 from .checkpoint import read_manifest, remove_checkpoints
-from .integrity import RESUMABLE_KEYS, check_config, find_checkpoint, verify_shards
+from .integrity import RESUMABLE_KEYS, check_config, find_checkpoint, pinned, resumable_keys, verify_shards
 from .interrupt import leave_summary
 from .loop import RunOutcome, execute
 from .rundir import check_out_dir, claim
@@ -61,12 +63,15 @@ def resume_config(
         spec, key = next(iter(untrusted.items()))
         raise ConfigError(
             f"--resume {run_dir}: its config.yaml names code ({key} = {spec}), and a run folder never runs "
-            f"its own code; if you trust it, name it again (--set {key}={spec}) or pass --trust-plugins"
+            f"its own code; if you trust it, name it again (--set {key}={spec}; Python: "
+            f"sheaf_fmtl.run(resume=..., {key}='{spec}')) or pass --trust-plugins (Python: resume(..., "
+            "trust=True))"
         )
     saved = load_config(path)
     config = load_config(path, overrides, keys)
     old, new = saved.to_dict(), config.to_dict()
-    changed = [k for k in new if new[k] != old[k] and k not in RESUMABLE_KEYS]
+    may = resumable_keys(old)
+    changed = [k for k in new if new[k] != old[k] and k not in may]
     if "processes" in changed:  # (under torchrun the group's size is checked by checkpoint_to_resume)
         raise ConfigError(
             f"--resume {run_dir}: processes = {new['processes']}, but the run ran on {old['processes']}: "
@@ -74,9 +79,10 @@ def resume_config(
         )
     if changed:
         k = changed[0]
+        why = pinned(k, old) or "changes its mathematics"
         raise ConfigError(
-            f"--resume {run_dir}: config key '{k}' = {new[k]!r} differs from the run's {old[k]!r} and "
-            f"changes its mathematics; a resumed run may change only {', '.join(RESUMABLE_KEYS)}"
+            f"--resume {run_dir}: config key '{k}' = {new[k]!r} differs from the run's {old[k]!r}, and "
+            f"{why}; this resumed run may change only {', '.join(may)}"
         )
     return config
 

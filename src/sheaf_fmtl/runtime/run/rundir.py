@@ -24,8 +24,10 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from .ledger import LEDGER, entry_names, owned_names, record_owned
 
 try:
     import fcntl
@@ -33,8 +35,12 @@ except ImportError:  # pragma: no cover - not POSIX: no locks, markers only
     fcntl = None  # type: ignore[assignment]
 
 MARKER = ".sheaf-fmtl-run"
-#: Set by a process that holds a folder's lock for the processes it starts (``processes = K``).
+#: Set by a process that holds a folder's lock for the processes it starts (``processes = K``),
+#: with the number of the lock's file descriptor they inherit; a started process counts as holding
+#: the folder only when that descriptor is the folder's marker and holds its lock, so the
+#: environment alone never lifts a lock.
 HELD_ENV = "SHEAF_FMTL_HELD_FOLDER"
+HELD_FD_ENV = "SHEAF_FMTL_HELD_FD"
 #: What the library writes into a run folder (a run, a cell, plots, ``run --seeds``, the demo).
 OWNED = re.compile(
     r"config\.yaml|metrics\.csv|summary\.json|checkpoint\.pt|preprocessing\.json|cell\.json|aggregate\.(json|md)"
@@ -57,7 +63,31 @@ def is_marked(path: str | Path) -> bool:
 
 
 def _entries(p: Path) -> list[Path]:
-    return [c for c in p.iterdir() if c.name != MARKER] if p.is_dir() else []
+    return [c for c in p.iterdir() if c.name not in (MARKER, LEDGER)] if p.is_dir() else []
+
+
+def record_written(folder: Path, before: set[str]) -> None:
+    """Record in the ledger what appeared in the run folder ``folder`` since ``before`` (a run's
+    callbacks' files, a TensorBoard folder inside it), beyond what :data:`OWNED` names already."""
+    new = {n for n in entry_names(folder) - before if not OWNED.fullmatch(n) and n != CHECKPOINTS}
+    record_owned(folder, {n for n in new if not (folder / n).is_symlink()})
+
+
+def check_replaceable(folder: str | Path, names: Iterable[str], flag: str = "--out") -> None:
+    """FolderError when ``folder`` holds an entry named in ``names`` that sheaf-fmtl did not write
+    (not in its ledger, nor a run folder's own file): a command never replaces a file of yours."""
+    p = Path(folder)
+    ours = owned_names(p)
+    for name in names:
+        path = p / name
+        if not (path.exists() or path.is_symlink()) or name in ours:
+            continue
+        if is_marked(p) and OWNED.fullmatch(name):
+            continue
+        raise FolderError(
+            f"{path} exists and was not written by sheaf-fmtl; it is never replaced: choose another "
+            f"{flag} or move the file (nothing was changed)"
+        )
 
 
 def _key(p: Path) -> str:
@@ -65,7 +95,26 @@ def _key(p: Path) -> str:
 
 
 def _held(p: Path) -> bool:
-    return _key(p) in _HELD or os.environ.get(HELD_ENV) == _key(p)
+    return _key(p) in _HELD or (os.environ.get(HELD_ENV) == _key(p) and _inherited_lock(p))
+
+
+def _inherited_lock(p: Path) -> bool:
+    """The descriptor :data:`HELD_FD_ENV` names is ``p``'s marker and this process holds its lock
+    through it (inherited from the process that took it)."""
+    try:
+        fd = int(os.environ.get(HELD_FD_ENV, ""))
+        mine, marker = os.fstat(fd), os.stat(p / MARKER, follow_symlinks=False)
+    except (ValueError, OSError):
+        return False
+    if (mine.st_dev, mine.st_ino) != (marker.st_dev, marker.st_ino):
+        return False
+    if fcntl is None:
+        return True
+    try:  # succeeds on the description that holds the lock; fails while another process holds it
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
 
 
 def held_lock(path: str | Path) -> int | None:
@@ -110,6 +159,7 @@ def check_out_dir(
     resume: bool = False,
     reuse: bool = False,
     group_member: bool = False,
+    kind: str | None = None,
 ) -> Path:
     """``path`` as a run folder, checked without touching anything.
 
@@ -122,12 +172,14 @@ def check_out_dir(
             what it wrote there: ``run --seeds``, ``sweep``, ``reproduce``).
         group_member: a rank other than 0 of a process group: rank 0 holds the folder's lock for
             the group, so the lock is not held against it.
+        kind: with ``reuse``, what the command writes (``seeds``, ``sweep``, ...): a marked folder
+            another kind of command wrote is refused.
     Returns:
         ``path`` as a :class:`Path`.
     Raises:
         FolderError: ``path`` (or a folder above it) is a file; it is a symbolic link and would be
-            cleared or resumed; it is non-empty and not marked (or ``overwrite`` is false); a live
-            process holds its lock.
+            cleared or resumed; it is non-empty and not marked (or ``overwrite`` is false); it is
+            another kind's (``reuse``); a live process holds its lock.
     """
     p = check_path(path)
     if p.is_symlink() and (overwrite or resume):
@@ -145,7 +197,30 @@ def check_out_dir(
             f"{p} is in use by another sheaf-fmtl process that is still running; wait for it to end "
             "or choose another --out"
         )
+    if reuse and marked and kind is not None:
+        _check_kind(p, kind)
     return p
+
+
+def marker_kind(path: str | Path) -> str | None:
+    """What wrote the marked folder ``path`` (``run``, ``seeds``, ``sweep``, ``reproduce``, ...):
+    its marker's ``kind``; ``None`` for a marker without one (made by hand)."""
+    try:
+        body = json.loads((Path(path) / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    kind = body.get("kind") if isinstance(body, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _check_kind(p: Path, kind: str) -> None:
+    """A command that continues what it wrote (``reuse``) continues only a folder of its own kind."""
+    found = marker_kind(p)
+    if found is not None and found != kind:
+        raise FolderError(
+            f"output folder {p} holds a sheaf-fmtl {found} folder, not a {kind} one; a {kind} continues "
+            "only what a command of its kind wrote: choose another --out (nothing was changed)"
+        )
 
 
 def _check_resumable(p: Path, marked: bool) -> None:
@@ -220,7 +295,7 @@ def claim(
     Raises:
         FolderError: see :func:`check_out_dir`; or another process took the folder meanwhile.
     """
-    p = check_out_dir(path, overwrite, resume=resume, reuse=reuse)
+    p = check_out_dir(path, overwrite, resume=resume, reuse=reuse, kind=kind if reuse else None)
     new = [q for q in [p, *p.parents] if not q.exists()]  # created here: removed again on failure
     if _held(p):  # this process (or the one that started it) owns it already
         yield p
@@ -269,11 +344,12 @@ def clear(path: Path, depth: int = 8) -> bool:
     ``checkpoints/`` in marked folders, marked subfolders emptied that way; never through or of a
     symbolic link. Whether anything was removed."""
     owned, removed = is_marked(path), False
+    ledger = owned_names(path) if owned else set()
     for child in path.iterdir():
         if child.name == MARKER or child.is_symlink():
             continue
         if child.is_dir():
-            if owned and child.name == CHECKPOINTS:
+            if owned and (child.name == CHECKPOINTS or child.name in ledger):
                 shutil.rmtree(child)  # (rmtree removes links inside, never their targets)
                 removed = True
             elif depth > 0 and clear(child, depth - 1) and not _entries(child):
@@ -281,9 +357,11 @@ def clear(path: Path, depth: int = 8) -> bool:
                 with contextlib.suppress(OSError):
                     child.rmdir()
                 removed = True
-        elif owned and OWNED.fullmatch(child.name):
+        elif owned and (OWNED.fullmatch(child.name) or child.name in ledger):
             child.unlink()
             removed = True
+    if ledger:
+        (path / LEDGER).unlink(missing_ok=True)  # (what it named is gone)
     return removed
 
 

@@ -1,0 +1,89 @@
+"""A run folder's final state, ``checkpoint.pt``, read only as far as its ``summary.json`` vouches
+for it: the run records the file's size and SHA-256 in ``summary.json`` (``checkpoint``) right after
+writing it, and every reader (``load``, ``export``, plots, a process group's result) checks them
+before ``torch.load(..., weights_only=True)``. A file without that record, of another size or digest,
+or one that cannot be read is refused in one line naming it; ``finished`` also refuses a run that
+stopped before its last round (interrupted or diverged)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..data.base import DatasetError
+
+FINAL = "checkpoint.pt"
+SUMMARY = "summary.json"
+#: ``summary.json`` statuses of a run that ended where it meant to: its last round, or a callback's stop.
+FINISHED = ("ok", "stopped")
+_CHUNK = 1 << 20
+
+
+def file_digest(path: Path) -> dict[str, Any]:
+    """``{"bytes": size, "sha256": hex digest}`` of the file ``path``."""
+    h, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+            size += len(chunk)
+    return {"bytes": size, "sha256": h.hexdigest()}
+
+
+def read_summary(run_dir: str | Path) -> dict[str, Any]:
+    """``run_dir/summary.json`` as a mapping (DatasetError naming it when missing or unreadable)."""
+    path = Path(run_dir) / SUMMARY
+    try:
+        body = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DatasetError(f"{path} is missing: not a finished run folder") from None
+    except (OSError, ValueError) as e:
+        raise DatasetError(f"{path} cannot be read ({type(e).__name__}: {str(e)[:120]})") from None
+    if not isinstance(body, dict):
+        raise DatasetError(f"{path} does not hold a JSON object")
+    return body
+
+
+def read_final(run_dir: str | Path, *, finished: bool = True) -> dict[str, Any]:
+    """``run_dir/checkpoint.pt``'s payload, checked against ``summary.json`` (see the module
+    docstring); with ``finished``, only of a run whose status is in :data:`FINISHED`.
+
+    Raises:
+        DatasetError: one line naming the file that is missing, unrecorded, altered or unreadable,
+            or the run's status.
+    """
+    folder = Path(run_dir)
+    summary = read_summary(folder)
+    status = summary.get("status")
+    if finished and status not in FINISHED:
+        done = summary.get("rounds_done", summary.get("diverged_at_round"))
+        at = f" at round {done} of {summary.get('rounds')}" if done is not None else ""
+        raise DatasetError(
+            f"{folder}: the run did not finish (status {status!r}{at}); its final state is not the "
+            "trained models: resume the run first"
+        )
+    path = folder / FINAL
+    if path.is_symlink() or not path.is_file():
+        raise DatasetError(f"{path} is missing: the run did not finish (resume it first)")
+    want = summary.get("checkpoint")
+    if not isinstance(want, dict) or "sha256" not in want or "bytes" not in want:
+        raise DatasetError(
+            f"{path} is not vouched for by {folder / SUMMARY} (no size and SHA-256 of it recorded): "
+            "not read; run the run again with this version"
+        )
+    if path.stat().st_size != want["bytes"] or file_digest(path)["sha256"] != want["sha256"]:
+        raise DatasetError(
+            f"{path} differs from the size and SHA-256 its {SUMMARY} recorded (altered, cut short, or "
+            "from another run): not read"
+        )
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - unpickling, zip and truncation errors alike
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise DatasetError(f"{path} cannot be read with weights_only=True ({first})") from None
+    if not isinstance(state, dict):
+        raise DatasetError(f"{path} does not hold a run's final state")
+    return state

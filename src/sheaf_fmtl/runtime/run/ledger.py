@@ -1,0 +1,49 @@
+"""A folder's ledger, ``.sheaf-fmtl-owned`` beside its marker: the names of what sheaf-fmtl wrote
+there beyond the files a run folder always holds (a run's callbacks' files, a TensorBoard folder
+inside it, a sweep's ranking, a table or bench result), as a JSON list. ``--overwrite`` removes
+what it names (:func:`.rundir.clear`), and a command replaces a file only if it names it
+(:func:`.rundir.check_replaceable`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from ...config.files import replace_file
+
+LEDGER = ".sheaf-fmtl-owned"
+_MARKER = ".sheaf-fmtl-run"  # (:data:`.rundir.MARKER`)
+
+
+def _plain(name: str) -> bool:
+    """``name`` is one entry of a folder (no separator, not ``.``/``..``, not the bookkeeping)."""
+    return name not in ("", ".", "..", _MARKER, LEDGER) and "/" not in name and "\\" not in name
+
+
+def owned_names(folder: str | Path) -> set[str]:
+    """The names :func:`record_owned` recorded in ``folder`` (an unreadable ledger: none)."""
+    path = Path(folder) / LEDGER
+    if path.is_symlink() or not path.is_file():
+        return set()
+    try:
+        names = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return set()
+    return {n for n in names if isinstance(n, str) and _plain(n)} if isinstance(names, list) else set()
+
+
+def record_owned(folder: str | Path, names: Iterable[str]) -> None:
+    """Add ``names`` (entries of ``folder`` that sheaf-fmtl wrote) to its ledger, so that
+    ``--overwrite`` removes them (:func:`.rundir.clear`) and a later command may replace them
+    (:func:`.rundir.check_replaceable`)."""
+    p = Path(folder)
+    known = owned_names(p)
+    new = {n for n in names if _plain(n)} - known
+    if new:
+        replace_file(p / LEDGER, json.dumps(sorted(known | new)) + "\n")
+
+
+def entry_names(folder: str | Path | None) -> set[str]:
+    """The names in ``folder`` now (empty for ``None`` or a folder not there)."""
+    return {c.name for c in Path(folder).iterdir()} if folder is not None and Path(folder).is_dir() else set()
