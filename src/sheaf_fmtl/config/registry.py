@@ -108,7 +108,7 @@ def add_map_mode(spec: MapModeSpec) -> None:
     """Register ``spec`` (the algorithms package does, beside the implementation); ValueError as
     :func:`add_algorithm` (``auto`` is taken: it picks among the modes)."""
     _check_spec(spec, MapModeSpec, {**MAP_MODES, AUTO: None}, "map mode")
-    _check_fields(spec, label=str, reads=tuple, builds_maps=bool)
+    _check_fields(spec, label=str, reads=tuple, builds_maps=bool, learns_weights=bool)
     for key in ("default_lam", "pull"):
         value = getattr(spec, key)
         if (value is not None or key == "default_lam") and not (
