@@ -1,7 +1,10 @@
 """The package's import graph points down only: data, models, messages -> federation ->
 sheaf -> config -> algorithms -> metrics, plots -> runtime -> scenarios, reference -> api, demo, bench,
 experiments -> cli. A module
-named ``cli`` (a command-line entry point, e.g. ``bench/cli.py``) sits at the top, whatever its folder.
+named ``cli`` (a command-line entry point, e.g. ``bench/cli.py``) sits at the top, whatever its folder;
+the ``cli`` package's shared options (``cli/options.py``) sit a floor lower, with the commands of other
+packages that use them (a module inside a package has its own floor where :data:`RANK` names it
+``package.module``).
 A new top-level module or package must be given its floor in :data:`RANK` (the test says so), and
 no two top-level modules or packages import each other (a cycle within a floor). A module named by a
 string (``importlib.import_module("sheaf_fmtl.x")``, ``__import__``) counts as imported: config, below
@@ -42,8 +45,7 @@ RANK = {
     "api": 8,
     "user": 8,
     "callbacks": 8,
-    "cli_options": 8,
-    "cli_data": 9,
+    "cli.options": 8,
     "demo": 8,
     "bench": 8,
     "experiments": 8,
@@ -64,6 +66,8 @@ LONG_FUNCTIONS: set[tuple[str, str]] = set()
 def _rank(parts: list[str]) -> int | None:
     if parts and parts[-1] == "cli":
         return RANK["cli"]
+    if ".".join(parts[:2]) in RANK:
+        return RANK[".".join(parts[:2])]
     return RANK.get(parts[0]) if parts else None
 
 
@@ -174,6 +178,8 @@ def test_the_check_sees_an_upward_import() -> None:
     assert ["sheaf", "graph"] in _imports(path)
     assert ["algorithms", "sheaf_fmtl"] in _imports(ROOT / "runtime" / "engine" / "simulate.py")
     assert _rank(["sheaf", "layout"]) < _rank(["runtime", "engine", "simulate"])  # type: ignore[operator]
+    assert _rank(["cli", "options"]) < _rank(["cli", "run"]) == _rank(["bench", "cli"])  # type: ignore[operator]
+    assert _unit(["cli", "options"]) == "cli.options" and _unit(["cli", "run"]) == "cli"
 
 
 def test_the_check_sees_a_module_named_by_a_string() -> None:
@@ -250,7 +256,10 @@ def _unit_graph() -> nx.DiGraph:
 
 
 def _unit(parts: list[str]) -> str:
-    """A top-level module or package, or a sub-package of one with floors inside (:data:`SUBRANK`)."""
+    """A top-level module or package, a module of a package with its own floor (:data:`RANK`), or a
+    sub-package of one with floors inside (:data:`SUBRANK`)."""
+    if ".".join(parts[:2]) in RANK:
+        return ".".join(parts[:2])
     if len(parts) > 2 and parts[1] in SUBRANK.get(parts[0], {}):
         return f"{parts[0]}.{parts[1]}"
     return parts[0]

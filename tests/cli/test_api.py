@@ -101,7 +101,7 @@ def test_the_api_and_the_command_line_dispatch_through_one_function(tmp_path, mo
 
     monkeypatch.setattr(launch, "dispatch", record)
     monkeypatch.setattr("sheaf_fmtl.api.read_result", lambda out: out)
-    monkeypatch.setattr("sheaf_fmtl.cli._report", lambda summary, out: 0)
+    monkeypatch.setattr("sheaf_fmtl.cli.run._report", lambda summary, out: 0)
     keys = {**TINY, "processes": 2}
     out = tmp_path / "run"
     sheaf_fmtl.run(**keys, out=out)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sheaf_fmtl.cli_data import run, summarize
+from sheaf_fmtl.cli.data import run, summarize
 from sheaf_fmtl.data import fetch as fetch_mod
 from sheaf_fmtl.data import files
 from sheaf_fmtl.data.fetch import SOURCES, Source, _unpack
@@ -279,7 +279,7 @@ def test_fetch_without_network_leaves_no_folder_it_made(tmp_path, capsys):
 
 
 def test_every_file_dataset_has_a_card() -> None:
-    from sheaf_fmtl.cli_data import DATASET_FILES
+    from sheaf_fmtl.cli.data import DATASET_FILES
     from sheaf_fmtl.data.cards import CARDS
 
     assert set(CARDS) == set(DATASET_FILES)

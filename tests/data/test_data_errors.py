@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sheaf_fmtl.cli_data import DATASET_FILES
+from sheaf_fmtl.cli.data import DATASET_FILES
 from sheaf_fmtl.data import files
 from sheaf_fmtl.data.base import READERS, DatasetError, RawClient, RawFederated
 from sheaf_fmtl.data.files import find_file, search_dirs

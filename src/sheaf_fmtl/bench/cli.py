@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..cli_options import add_config_options
+from ..cli.options import add_config_options
 from ..config import ConfigError, RunConfig
 from ..runtime.run.ledger import record_owned
 from ..runtime.run.rundir import check_path, check_replaceable

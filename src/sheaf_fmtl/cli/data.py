@@ -1,5 +1,5 @@
 """``sheaf-fmtl data list | describe | fetch`` (hooked into the main CLI through :func:`add_parser`);
-beside the other command-line modules, above the config it reads ``--set`` with.
+beside the other commands, above the config it reads ``--set`` with.
 
 ``describe`` prints what the paper's Table "Data partitioning" reports (min/max training samples
 n_k per client after the protocol) plus class balance and a non-IID summary: the mean total-variation
@@ -17,14 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from .cli_options import PROG, Parser, UsageError, add_config_options, config_keys, error_line
-from .config import ConfigError, RunConfig, load_config
-from .data.base import DatasetError, FederatedDataset
-from .data.cards import CARDS
-from .data.fetch import SOURCES, fetch
-from .data.files import ENV_VAR, search_dirs, try_find, user_data_dir
-from .data.protocol import apply_protocol
-from .data.registry import DataRequest, dataset_files, dataset_names, load_raw
+from ..config import ConfigError, RunConfig, load_config
+from ..data.base import DatasetError, FederatedDataset
+from ..data.cards import CARDS
+from ..data.fetch import SOURCES, fetch
+from ..data.files import ENV_VAR, search_dirs, try_find, user_data_dir
+from ..data.protocol import apply_protocol
+from ..data.registry import DataRequest, dataset_files, dataset_names, load_raw
+from .options import PROG, Parser, UsageError, add_config_options, config_keys, error_line
 
 #: Files that make each file-based dataset available (any one of each list suffices), as the readers
 #: declare them (``register(name, files=...)``).
