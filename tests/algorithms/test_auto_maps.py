@@ -10,8 +10,8 @@ import pytest
 
 from sheaf_fmtl.algorithms.auto_maps import choose_maps
 from sheaf_fmtl.config import ConfigError, RunConfig
+from sheaf_fmtl.config.defaults import default_lam
 from sheaf_fmtl.config.registry import edge_weights_of, map_mode_spec
-from sheaf_fmtl.config.schema import default_lam
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 from sheaf_fmtl.runtime.engine.simulate import build_simulation
 from sheaf_fmtl.runtime.run.loop import execute

@@ -19,7 +19,7 @@ from sheaf_fmtl.algorithms.local import Local
 from sheaf_fmtl.algorithms.sheaf_coordinates import COUPLED, CoordinateSheaf
 from sheaf_fmtl.config import ConfigError, RunConfig, registry
 from sheaf_fmtl.config.registry import MapModeSpec
-from sheaf_fmtl.config.schema import choices
+from sheaf_fmtl.config.values import choices
 from sheaf_fmtl.data.base import READERS
 from sheaf_fmtl.data.base import register as register_dataset
 from sheaf_fmtl.plots.labels import algorithm_name, long_label

@@ -26,8 +26,8 @@ import numpy as np
 from torch import nn
 
 from ..config import ConfigError, RunConfig
+from ..config.defaults import default_lam
 from ..config.registry import algorithm_spec
-from ..config.schema import default_lam
 from ..federation import Cohorts
 from ..sheaf.graph import ClientGraph
 from .coupling_strength import default_strength

@@ -13,7 +13,7 @@ The learning rate of round ``r = 0, 1, ...`` (counted by the local steps taken,
 (r // lr_step_every)`` (``step``) or ``alpha * (1 + cos(pi r / rounds)) / 2`` (``cosine``). With
 ``sgd`` and ``constant`` (the defaults) :func:`local_step` is :func:`.steps.sgd_step` itself: the
 same numbers as before these keys existed. Which algorithms take another optimizer or schedule is
-checked with the config (:mod:`sheaf_fmtl.config.schema`).
+checked with the config (:mod:`sheaf_fmtl.config.rules`).
 """
 
 from __future__ import annotations

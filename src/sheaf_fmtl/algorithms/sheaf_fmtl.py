@@ -59,8 +59,8 @@ import numpy as np
 import torch
 
 from ..config import RunConfig
+from ..config.defaults import LAM_DEFAULT
 from ..config.registry import MapModeSpec
-from ..config.schema import LAM_DEFAULT
 from ..messages import Comm, EdgeTensor, Payload
 from ..sheaf import ops
 from ..sheaf.layout import build_layout

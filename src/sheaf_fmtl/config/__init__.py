@@ -2,7 +2,10 @@
 validated when a :class:`RunConfig` is built (one place for the CLI and Python), saved resolved
 with every run.
 
-- :mod:`.schema`: :class:`RunConfig` (every key, its default and its checks), :class:`ConfigError`;
+- :mod:`.schema`: :class:`RunConfig` and each key's own check; its keys, with their defaults and docs,
+  in sections (:mod:`.keys`, :mod:`.keys_run`); the values each key allows (:mod:`.values`), the
+  rules between keys (:mod:`.rules`), defaults that depend on the problem (:mod:`.defaults`);
+  :class:`ConfigError` (:mod:`.errors`);
 - :mod:`.files`: YAML files and overrides, :func:`load_config`, :func:`save_config`;
 - :mod:`.usage`: which keys each algorithm, map mode, graph kind and protocol reads, and the rule
   for keys a run ignores.
@@ -10,8 +13,9 @@ with every run.
 
 from __future__ import annotations
 
+from .errors import ConfigError
 from .files import load_config, parse_overrides, parse_yaml, read_config_file, save_config
-from .schema import PROVENANCE_KEYS, ConfigError, RunConfig, from_mapping, validate
+from .schema import PROVENANCE_KEYS, RunConfig, from_mapping, validate
 
 __all__ = [
     "PROVENANCE_KEYS",

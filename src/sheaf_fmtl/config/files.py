@@ -13,7 +13,8 @@ from typing import IO, Any
 
 import yaml
 
-from .schema import ConfigError, RunConfig, from_mapping, shown
+from .errors import ConfigError, shown
+from .schema import RunConfig, from_mapping
 from .usage import unused_keys
 
 

@@ -9,7 +9,8 @@ import textwrap
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
-from .schema import _RANGES, RunConfig, choices
+from .schema import RunConfig
+from .values import _RANGES, choices
 
 _TYPE_WORDS = {"int": "integer", "float": "number", "bool": "true/false", "str": "string"}
 
@@ -56,7 +57,7 @@ def key_docs(config_type: type = RunConfig) -> list[KeyDoc]:
     for f in fields(config_type):
         doc = str(f.metadata.get("doc", "")).strip()
         if not doc:
-            raise ValueError(f"config key '{f.name}' has no doc: give its field one (config/schema.py, _key)")
+            raise ValueError(f"config key '{f.name}' has no doc: give its field one (config/keys*.py, _key)")
         listed = choices(f.name) is not None or f.name == "device"
         out.append(KeyDoc(f.name, _type(str(f.type)), _default(f), _allowed(f.name), doc, listed))
     return out

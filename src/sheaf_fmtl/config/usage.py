@@ -16,7 +16,8 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from . import registry
-from .schema import RunConfig, shown
+from .errors import shown
+from .schema import RunConfig
 
 # What selects whether a key is read, from a config: a name, and the config's value of it.
 SELECTORS: dict[str, Callable[[RunConfig], str]] = {
@@ -32,7 +33,7 @@ _OTHER_READERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "graph_m": ("graph", ("barabasi-albert",)),
     "local_steps": ("local_epochs", ("0",)),
 }
-#: Keys a mode reads that the config's rules refuse with any other mode (``schema._check_maps``).
+#: Keys a mode reads that the config's rules refuse with any other mode (``rules._check_maps``).
 _REFUSED_ELSEWHERE = ("estimates", "map_kind")
 
 

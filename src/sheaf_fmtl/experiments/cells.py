@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig, from_mapping, parse_overrides, save_config
+from ..config.defaults import default_lam
 from ..config.files import replace_file
-from ..config.schema import default_lam
 from ..metrics.aggregate import FINISHED, read_summary
 from .paper import COMMON, DATASET_BASE, QUICK, Experiment, Setting
 

@@ -1,0 +1,112 @@
+"""The keys of a run after the maps' (:mod:`.keys`): the data and the evaluation, checkpoints,
+simulated faults, processes, where data is found and where the run computes (:class:`RunKeys`); the
+baselines' own keys, the local optimizer and schedule, and the loop's callbacks (:class:`StepKeys`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .keys import MapKeys, _key
+
+
+@dataclass(frozen=True)
+class RunKeys(MapKeys):
+    """The data and the evaluation, checkpoints, simulated faults, processes, where data is found and
+    where the run computes."""
+
+    l2: float = _key(1e-4, "L2 regularisation inside each client's loss.")
+    standardize: bool = _key(True, "Standardise features with each client's training statistics.")
+    validation: float = _key(
+        0.0,
+        "`0 < v < 1`: hold out this fraction of each client's training data and evaluate on it, never "
+        "reading the test split (what `sweep` tunes on); 0: evaluate on the test split.",
+    )
+    seed: int = _key(0, "Seed of everything: data split, graph, initial models and maps, batches, faults.")
+    eval_every: int = _key(10, "Evaluate (one row of `metrics.csv`) every so many rounds, and at the last.")
+    checkpoint_every: int = _key(
+        -1,
+        "Rounds between resumable checkpoints (-1: at every evaluation; 0: only when stopped by a signal).",
+    )
+    save_maps: bool = _key(
+        True, "Write the final maps into `checkpoint.pt` (`false`: their norms only; GBs at paper scale)."
+    )
+    stability_check: bool = _key(
+        True,
+        "Before training, estimate the coupling's largest eigenvalue and refuse `alpha lam lambda_max >= 2` "
+        "(the coupling step would diverge), naming the keys to change; warn at `>= 1`.",
+    )
+    drop_prob: float = _key(0.0, "Simulated faults: each round a client sits out with this probability.")
+    link_drop_prob: float = _key(
+        0.0,
+        "Simulated faults: each round each directed link is down (its messages lost) with this probability.",
+    )
+    processes: int = _key(1, "Run the clients in this many local processes; the numbers of one process.")
+    partition: str = _key(
+        "contiguous",
+        "Clients over processes: `contiguous` blocks of ids, or `community` (fewer edges cross processes).",
+    )
+    timeout_s: float = _key(60.0, "Across processes: seconds a silent peer is waited for; then the run ends.")
+    data_dir: str = _key(
+        "",
+        "Folder holding the dataset's files; when given, the only one searched (see `data_search`). "
+        "Empty: `$SHEAF_FMTL_DATA`, then the user data folder (where `sheaf-fmtl data fetch` stores them).",
+    )
+    data_search: bool = _key(
+        False,
+        "With `data_dir`: when it lacks a dataset's files, go on searching `$SHEAF_FMTL_DATA` and the user "
+        "data folder (`false`: an error naming `data_dir`).",
+    )
+    device: str = _key("cpu", "Where the run computes.")
+    data: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "doc": "Dataset options, `data.KEY=VALUE` (e.g. `data.relatedness=0.5`); unknown options and "
+            "values of the wrong type fail, naming the allowed ones (`sheaf-fmtl data describe NAME`)."
+        },
+    )
+
+
+@dataclass(frozen=True)
+class StepKeys(RunKeys):
+    """The baselines' own keys (``algorithms/*.py``), the local optimizer and schedule
+    (``algorithms/optim.py``) and the loop's callbacks (``runtime/run/callbacks.py``)."""
+
+    # Baselines (algorithms/*.py)
+    dpsgd_order: str = _key(
+        "lian", "D-PSGD's update: `lian` (`x <- W x - alpha g(x)`) or `atc` (`x <- W (x - alpha g(x))`)."
+    )
+    inner_steps: int = _key(5, "pFedMe: gradient steps of the inner (Moreau envelope) solve.")
+    inner_lr: float = _key(0.05, "pFedMe: step size of the inner solve.")
+    pfedme_beta: float = _key(1.0, "pFedMe: server mixing `w <- (1 - beta) w + beta mean_i w_i`.")
+    perfedavg_beta: float = _key(0.01, "Per-FedAvg: meta (outer) step size; `alpha` is the adaptation step.")
+    # The local optimizer and schedule (algorithms/optim.py), the loop's callbacks (runtime/run/callbacks.py)
+    optimizer: str = _key(
+        "sgd",
+        "The local steps' optimizer: `sgd` (the paper's), `momentum` (`momentum`) or `adam` (`adam_beta1`, "
+        "`adam_beta2`, `adam_eps`), as torch.optim defines them, with state per client; learning rate "
+        "`alpha`. Other than `sgd`: with `local` and `fedavg`, and with `sheaf-fmtl`, `dfedu`, `dpsgd` when "
+        "`local_epochs > 0`.",
+    )
+    momentum: float = _key(0.9, "`optimizer=momentum`: the momentum `mu` (`buf <- mu buf + g`).")
+    adam_beta1: float = _key(0.9, "`optimizer=adam`: decay of the first moment.")
+    adam_beta2: float = _key(0.999, "`optimizer=adam`: decay of the second moment.")
+    adam_eps: float = _key(1e-8, "`optimizer=adam`: added to the root of the second moment.")
+    lr_schedule: str = _key(
+        "constant",
+        "Learning rate of the local steps by round `r`: `constant` (`alpha`), `step` (`alpha lr_step_gamma^"
+        "floor(r / lr_step_every)`) or `cosine` (`alpha (1 + cos(pi r / rounds)) / 2`); where `optimizer` "
+        "may be other than `sgd`.",
+    )
+    lr_step_every: int = _key(100, "`lr_schedule=step`: rounds between two decays.")
+    lr_step_gamma: float = _key(0.1, "`lr_schedule=step`: factor of each decay.")
+    log_tensorboard: str = _key(
+        "", "Write every evaluated number as a TensorBoard scalar into this folder (needs `[tensorboard]`)."
+    )
+    early_stop_patience: int = _key(
+        0,
+        "`N > 0`: stop when the metric on the validation split (it needs `validation > 0`: the test split "
+        "never chooses) has not improved for `N` evaluations in a row (`status: stopped`, resumable), and "
+        "keep the best evaluation's models in `best.pt` (`sheaf_fmtl.load(run, round='best')`); 0: never.",
+    )
+    early_stop_min_delta: float = _key(0.0, "What counts as an improvement for `early_stop_patience`.")

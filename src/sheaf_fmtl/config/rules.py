@@ -1,0 +1,119 @@
+"""Rules between config keys (a key that another key's value ignores or forbids), checked once
+every key's own value is (:mod:`.schema`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import registry
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .schema import RunConfig
+
+
+def _check_together(config: RunConfig) -> None:
+    """Rules that involve several keys."""
+    if config.graph == "file" and not config.graph_file:
+        raise ConfigError("config key 'graph_file' must name an edge-list file when graph = file")
+    if config.graph_file and config.graph != "file":
+        raise ConfigError(
+            f"config key 'graph_file' is set but graph = {config.graph}, which ignores it; "
+            "add graph=file to use the edge list"
+        )
+    if config.map_init in ("gaussian", "uniform", "orthogonal") and config.map_scale == 0.0:
+        raise ConfigError(
+            f"config key 'map_scale' = 0 gives zero maps with map_init={config.map_init}; "
+            "zero restriction maps never learn (allowed: map_scale > 0)"
+        )
+    if config.early_stop_patience > 0 and config.validation == 0:
+        raise ConfigError(
+            f"config key 'early_stop_patience' = {config.early_stop_patience} watches the validation split, "
+            "and validation = 0 holds none out (stopping on the test split would choose by test data); "
+            "add validation=0.2 (a fraction of each client's training data)"
+        )
+    _check_maps(config)
+    _check_optimizer(config)
+
+
+# Algorithms whose paper defines the local update as plain SGD in one formula with the rest of the
+# update; and those whose local passes (local_epochs > 0) are plain training of f_i, coupled after.
+_SGD_BY_PAPER = {
+    "ditto": "Ditto's personal step adds the proximal pull to the SGD step",
+    "pfedme": "pFedMe's steps solve its Moreau envelope by SGD",
+    "perfedavg": "Per-FedAvg's steps are MAML's SGD adaptation and meta step",
+}
+_SGD_WITHOUT_EPOCHS = ("sheaf-fmtl", "dfedu", "dpsgd")
+_IGNORED_UNLESS = {
+    "momentum": ("optimizer", "momentum"),
+    "adam_beta1": ("optimizer", "adam"),
+    "adam_beta2": ("optimizer", "adam"),
+    "adam_eps": ("optimizer", "adam"),
+    "lr_step_every": ("lr_schedule", "step"),
+    "lr_step_gamma": ("lr_schedule", "step"),
+}
+
+
+def _check_optimizer(config: RunConfig) -> None:
+    """``optimizer`` / ``lr_schedule`` where the algorithm's local steps may take them; their keys
+    only with them."""
+    defaults = type(config).__dataclass_fields__
+    for key, (owner, value) in _IGNORED_UNLESS.items():
+        if getattr(config, key) != defaults[key].default and getattr(config, owner) != value:
+            raise ConfigError(
+                f"config key '{key}' is set but {owner} = {getattr(config, owner)}, which ignores it; "
+                f"add {owner}={value} to use it"
+            )
+    if config.optimizer != "sgd":
+        key, value = "optimizer", config.optimizer
+    elif config.lr_schedule != "constant":
+        key, value = "lr_schedule", config.lr_schedule
+    else:
+        return
+    if config.algorithm in _SGD_BY_PAPER:
+        raise ConfigError(
+            f"config key '{key}' = {value} does not apply to algorithm={config.algorithm}: "
+            f"{_SGD_BY_PAPER[config.algorithm]} (plain SGD at alpha); allowed with local and fedavg, and "
+            f"with {', '.join(_SGD_WITHOUT_EPOCHS)} when local_epochs > 0"
+        )
+    if config.algorithm in _SGD_WITHOUT_EPOCHS and config.local_epochs == 0:
+        raise ConfigError(
+            f"config key '{key}' = {value} with algorithm={config.algorithm} needs local_epochs > 0: each of "
+            "its steps takes the gradient and the coupling in one SGD formula; with local epochs the "
+            "optimizer runs the local passes and the coupling step follows the exchange"
+        )
+
+
+def _check_maps(config: RunConfig) -> None:
+    """The map modes: which keys go together (what each mode reads: :mod:`.registry`)."""
+    if config.maps not in ("learned", registry.AUTO) and config.algorithm != "sheaf-fmtl":
+        raise ConfigError(
+            f"config key 'maps' = {config.maps} applies to algorithm=sheaf-fmtl only "
+            f"(algorithm={config.algorithm} has no restriction maps)"
+        )
+    if config.estimates and not _mode_reads(config.maps, "estimates"):
+        raise ConfigError(
+            f"config key 'estimates' = true needs maps={_modes_reading('estimates')} (copies of the "
+            f"neighbours' models are refreshed on each round's redrawn coordinates); got maps={config.maps}"
+        )
+    if config.map_kind != "selection" and not _mode_reads(config.maps, "map_kind"):
+        raise ConfigError(
+            f"config key 'map_kind' = {config.map_kind} applies to maps={_modes_reading('map_kind')} only; "
+            f"got maps={config.maps}"
+        )
+    spec = registry.map_mode_spec(config.maps)
+    if spec is not None and spec.builds_maps and config.topology != "none":
+        raise ConfigError(
+            f"config key 'maps' = {config.maps} builds its own maps; topology={config.topology} "
+            "(fixed maps of a special case) is not allowed with it"
+        )
+
+
+def _mode_reads(mode: str, key: str) -> bool:
+    """``maps = mode`` reads ``key`` (``auto``: decided once the mode is chosen)."""
+    spec = registry.map_mode_spec(mode)
+    return mode == registry.AUTO or (spec is not None and key in spec.reads)
+
+
+def _modes_reading(key: str) -> str:
+    return " or ".join(m for m in registry.map_mode_names() if m != registry.AUTO and _mode_reads(m, key))

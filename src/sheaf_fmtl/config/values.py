@@ -1,0 +1,82 @@
+"""The values each config key allows: choices (fixed, or a registry's entries read when a value is
+checked), numeric ranges, the device's pattern; :mod:`.schema` checks each key against them and the
+configuration reference prints them (:mod:`.reference`)."""
+
+from __future__ import annotations
+
+import re
+
+from ..sheaf.graph import GRAPH_KINDS
+from ..sheaf.maps import MAP_DTYPES, MAP_INITS
+from ..sheaf.selection import MAP_KINDS
+from . import registry
+
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "graph": GRAPH_KINDS,
+    "map_init": MAP_INITS,
+    "map_kind": MAP_KINDS,
+    "map_dtype": tuple(MAP_DTYPES),
+    "message_mode": ("compact", "literal"),
+    "dpsgd_order": ("lian", "atc"),
+    "init": ("common", "per-client"),
+    "edge_weights": ("auto", "relatedness", "graph"),
+    "map_draw": ("host", "device"),
+    "partition": ("contiguous", "community"),
+    "topology": ("none", "conventional-fmtl", "personalised-fl", "hybrid-fl"),
+    "metric_goal": ("auto", "max", "min"),
+    "optimizer": ("sgd", "momentum", "adam"),
+    "lr_schedule": ("constant", "cosine", "step"),
+}
+# key -> (lower, lower inclusive, upper, upper inclusive, text)
+_RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
+    "clients": (2, True, None, False, "clients >= 2"),
+    "graph_p": (0.0, False, 1.0, True, "0 < graph_p <= 1"),
+    "graph_k": (2, True, None, False, "graph_k >= 2"),
+    "graph_m": (1, True, None, False, "graph_m >= 1"),
+    "rounds": (1, True, None, False, "rounds >= 1"),
+    "batch_size": (0, True, None, False, "batch_size >= 0 (0 = full batch)"),
+    "local_steps": (1, True, None, False, "local_steps >= 1"),
+    "local_epochs": (0, True, None, False, "local_epochs >= 0 (0 = local_steps steps per round)"),
+    "lam": (0.0, True, None, False, "lam >= 0"),
+    "alpha": (0.0, False, None, False, "alpha > 0"),
+    "eta": (0.0, True, None, False, "eta >= 0"),
+    "gamma": (0.0, False, 1.0, True, "0 < gamma <= 1"),
+    "distill": (0.0, True, None, False, "distill >= 0"),
+    "proxy_gamma": (0.0, False, 1.0, True, "0 < proxy_gamma <= 1"),
+    "probe_size": (1, True, None, False, "probe_size >= 1"),
+    "map_scale": (0.0, True, None, False, "map_scale >= 0"),
+    "l2": (0.0, True, None, False, "l2 >= 0"),
+    "map_defer": (-1, True, None, False, "map_defer >= -1 (-1 = auto)"),
+    "eval_every": (1, True, None, False, "eval_every >= 1"),
+    "checkpoint_every": (-1, True, None, False, "checkpoint_every >= -1 (-1 = eval_every, 0 = none)"),
+    "seed": (0, True, None, False, "seed >= 0"),
+    "validation": (0.0, True, 1.0, False, "0 <= validation < 1 (0: evaluate on the test split)"),
+    "inner_steps": (1, True, None, False, "inner_steps >= 1"),
+    "inner_lr": (0.0, False, None, False, "inner_lr > 0"),
+    "pfedme_beta": (0.0, False, None, False, "pfedme_beta > 0"),
+    "perfedavg_beta": (0.0, False, None, False, "perfedavg_beta > 0"),
+    "drop_prob": (0.0, True, 1.0, False, "0 <= drop_prob < 1"),
+    "link_drop_prob": (0.0, True, 1.0, False, "0 <= link_drop_prob < 1"),
+    "processes": (1, True, None, False, "processes >= 1"),
+    "timeout_s": (0.0, False, None, False, "timeout_s > 0"),
+    "momentum": (0.0, True, 1.0, False, "0 <= momentum < 1"),
+    "adam_beta1": (0.0, True, 1.0, False, "0 <= adam_beta1 < 1"),
+    "adam_beta2": (0.0, True, 1.0, False, "0 <= adam_beta2 < 1"),
+    "adam_eps": (0.0, False, None, False, "adam_eps > 0"),
+    "lr_step_every": (1, True, None, False, "lr_step_every >= 1"),
+    "lr_step_gamma": (0.0, False, 1.0, True, "0 < lr_step_gamma <= 1"),
+    "early_stop_patience": (0, True, None, False, "early_stop_patience >= 0 (0: never)"),
+    "early_stop_min_delta": (0.0, True, None, False, "early_stop_min_delta >= 0"),
+}
+
+
+#: Keys whose choices are the registries' entries (:mod:`.registry`), read when a value is checked.
+_REGISTERED = {"algorithm": registry.algorithm_names, "maps": registry.map_mode_names}
+
+
+def choices(name: str) -> tuple[str, ...] | None:
+    """The values key ``name`` allows, or ``None`` when it is not a choice."""
+    if name in _REGISTERED:
+        return _REGISTERED[name]()
+    return _CHOICES.get(name)
