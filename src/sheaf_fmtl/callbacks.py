@@ -13,14 +13,7 @@ Example::
     sheaf_fmtl.run(dataset="school", rounds=200, callbacks=[TensorBoardLogger("tb"), EarlyStopping(5)])
 """
 
-from .runtime.run.callbacks import (
-    BestCheckpoint,
-    Callback,
-    CSVLogger,
-    EarlyStopping,
-    RunView,
-    Stop,
-    TensorBoardLogger,
-)
+from .runtime.run.callbacks import Callback, RunView, Stop
+from .runtime.run.shipped_callbacks import BestCheckpoint, CSVLogger, EarlyStopping, TensorBoardLogger
 
 __all__ = ["BestCheckpoint", "CSVLogger", "Callback", "EarlyStopping", "RunView", "Stop", "TensorBoardLogger"]

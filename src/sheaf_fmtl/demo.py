@@ -117,7 +117,8 @@ def run_demo(
     import json
 
     from .plots import plot_demo
-    from .runtime.run.rundir import check_out_dir, prepare_out_dir
+    from .runtime.run.clearing import prepare_out_dir
+    from .runtime.run.rundir import check_out_dir
 
     base = load_config(config_path, overrides, flags)
     check_out_dir(out, overwrite)

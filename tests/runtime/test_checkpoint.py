@@ -25,16 +25,9 @@ from sheaf_fmtl.metrics.flops import SampleCounter
 from sheaf_fmtl.runtime.engine import simulate
 from sheaf_fmtl.runtime.run import checkpoint as checkpoint_module
 from sheaf_fmtl.runtime.run import loop
-from sheaf_fmtl.runtime.run.checkpoint import (
-    CHECKPOINTS,
-    MANIFEST,
-    CheckpointError,
-    CheckpointWriter,
-    atomic_write,
-    latest_checkpoint,
-    read_checkpoint,
-    round_dir,
-)
+from sheaf_fmtl.runtime.run import shard as shard_module
+from sheaf_fmtl.runtime.run.checkpoint import CHECKPOINTS, MANIFEST, CheckpointWriter, atomic_write, round_dir
+from sheaf_fmtl.runtime.run.checkpoint_read import CheckpointError, latest_checkpoint, read_checkpoint
 from sheaf_fmtl.runtime.run.resume import resume
 
 pytestmark = pytest.mark.filterwarnings("ignore:synthetic.*one class:UserWarning")
@@ -295,7 +288,7 @@ def test_a_fold_waits_for_the_background_write_of_the_maps(tmp_path, monkeypatch
 
     monkeypatch.setattr(checkpoint_module, "write_checkpoint", slow)
     writer = CheckpointWriter(tmp_path)
-    writer.save(1, checkpoint_module.snapshot(sim, counter, guard=writer.wait), {"rows": []})
+    writer.save(1, shard_module.snapshot(sim, counter, guard=writer.wait), {"rows": []})
     sim.step()  # the second pending step folds the maps in place: after the write
     assert not all(torch.equal(a, b) for a, b in zip(before, store.base, strict=True))
     writer.wait()

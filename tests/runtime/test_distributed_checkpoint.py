@@ -30,17 +30,13 @@ from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import ConfigError, RunConfig
 from sheaf_fmtl.runtime.engine import simulate
 from sheaf_fmtl.runtime.run import launch
-from sheaf_fmtl.runtime.run.checkpoint import (
-    CHECKPOINTS,
-    MANIFEST,
-    CheckpointError,
-    latest_checkpoint,
-    read_manifest,
-    round_dir,
-    shard_name,
-)
+from sheaf_fmtl.runtime.run.checkpoint import CHECKPOINTS, MANIFEST, round_dir, shard_name
+from sheaf_fmtl.runtime.run.checkpoint_read import CheckpointError, latest_checkpoint, read_manifest
 from sheaf_fmtl.runtime.run.loop import execute
+from sheaf_fmtl.runtime.run.rank import RankLostError
+from sheaf_fmtl.runtime.run.rankenv import STORE_FILE
 from sheaf_fmtl.runtime.run.resume import resume
+from sheaf_fmtl.runtime.run.spawn import _loopback
 
 from .test_checkpoint import _assert_same_run
 
@@ -68,7 +64,7 @@ def _in_ranks(
 
     def child(rank: int) -> None:
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
-        os.environ.update({launch.STORE_FILE: str(store), "GLOO_SOCKET_IFNAME": launch._loopback()})
+        os.environ.update({STORE_FILE: str(store), "GLOO_SOCKET_IFNAME": _loopback()})
         torch.set_num_threads(1)
         body(rank)
 
@@ -168,7 +164,7 @@ def test_a_sigkilled_rank_leaves_the_last_complete_checkpoint_to_resume(tmp_path
                 os.kill(os.getpid(), signal.SIGKILL)
 
         simulate.Simulation.step = slow_step  # type: ignore[method-assign]  # in a forked rank only
-        with pytest.raises(launch.RankLostError, match="rank 0 of 2: lost contact with the group in round 7"):
+        with pytest.raises(RankLostError, match="rank 0 of 2: lost contact with the group in round 7"):
             launch.run_rank(config, part, progress=False, overwrite=False)
 
     _in_ranks(2, uninterrupted)

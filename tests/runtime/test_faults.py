@@ -424,7 +424,7 @@ def test_a_restored_snapshot_continues_the_same_drops(algorithm: str) -> None:
     """A run restored from a checkpoint shard draws the same drops as the uninterrupted run (the
     plan's round and the counts travel in the shard)."""
     from sheaf_fmtl.metrics.flops import SampleCounter
-    from sheaf_fmtl.runtime.run.checkpoint import restore, snapshot
+    from sheaf_fmtl.runtime.run.shard import restore, snapshot
 
     def build() -> Simulation:
         cfg = config(algorithm, message_mode="compact", drop_prob=0.3, link_drop_prob=0.3, batch_size=4)

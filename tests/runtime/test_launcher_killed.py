@@ -17,8 +17,9 @@ import pytest
 
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import RunConfig
+from sheaf_fmtl.runtime.run.folderlock import held_lock, is_locked
 from sheaf_fmtl.runtime.run.loop import execute
-from sheaf_fmtl.runtime.run.rundir import claim, held_lock, is_locked
+from sheaf_fmtl.runtime.run.rundir import claim
 
 TINY = {"clients": 5, "graph_p": 0.6, "data.min_samples": 20, "data.max_samples": 30}
 

@@ -13,16 +13,9 @@ import pytest
 
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.runtime.run import launch
-from sheaf_fmtl.runtime.run.checkpoint import (
-    CHECKPOINTS,
-    MANIFEST,
-    CheckpointError,
-    latest_checkpoint,
-    read_checkpoint,
-    round_dir,
-    shard_name,
-)
-from sheaf_fmtl.runtime.run.rundir import MARKER, FolderError
+from sheaf_fmtl.runtime.run.checkpoint import CHECKPOINTS, MANIFEST, round_dir, shard_name
+from sheaf_fmtl.runtime.run.checkpoint_read import CheckpointError, latest_checkpoint, read_checkpoint
+from sheaf_fmtl.runtime.run.folderlock import MARKER, FolderError
 
 from .test_checkpoint import _assert_same_run
 from .test_distributed_checkpoint import TINY, _in_ranks, _stop_after

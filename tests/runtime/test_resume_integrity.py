@@ -15,7 +15,8 @@ import pytest
 
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.runtime.engine import simulate
-from sheaf_fmtl.runtime.run.checkpoint import MANIFEST, latest_checkpoint
+from sheaf_fmtl.runtime.run.checkpoint import MANIFEST
+from sheaf_fmtl.runtime.run.checkpoint_read import latest_checkpoint
 
 ARGV = [
     "--set",

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from ..cli.options import add_config_options
 from ..config import ConfigError, RunConfig
+from ..runtime.run.clearing import check_replaceable
 from ..runtime.run.ledger import record_owned
-from ..runtime.run.rundir import check_path, check_replaceable
+from ..runtime.run.rundir import check_path
 
 #: What ``bench`` writes into ``--out``.
 OUTPUTS = ("bench.json", "ratios.json", "scaling.png")

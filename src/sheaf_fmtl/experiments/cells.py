@@ -154,10 +154,11 @@ def _stopped_run_of(config: RunConfig, folder: Path) -> bool:
 
 def _run_in(config: RunConfig, folder: Path, marker: Mapping[str, Any], fed: Any) -> dict[str, Any]:
     from ..runtime.engine.simulate import DivergenceError, build_simulation
+    from ..runtime.run.clearing import clear
+    from ..runtime.run.folderlock import FolderError
     from ..runtime.run.integrity import CheckpointError
     from ..runtime.run.loop import run
     from ..runtime.run.resume import RESUMABLE_KEYS, resume
-    from ..runtime.run.rundir import FolderError, clear
 
     try:
         if _stopped_run_of(config, folder):  # continue it where it stopped

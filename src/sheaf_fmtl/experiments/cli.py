@@ -11,9 +11,9 @@ from typing import Any
 from ..cli.options import add_config_options, config_keys
 from ..config import ConfigError, RunConfig, read_config_file
 from ..metrics.aggregate import read_summary, write_aggregate
+from ..runtime.run.clearing import check_replaceable
 from ..runtime.run.interrupt import StopRequest, stopped_status
 from ..runtime.run.ledger import record_owned
-from ..runtime.run.rundir import check_replaceable
 from .paper import EXPERIMENTS, QUICK_SEEDS
 from .reproduce import DEFAULT_SEEDS
 from .table import compose, group_runs, render, table_spec

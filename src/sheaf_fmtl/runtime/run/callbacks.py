@@ -3,19 +3,13 @@
 that round with a resumable checkpoint (``summary.json``: ``status = stopped``, ``stopped_by``);
 ``--resume`` / ``resume=`` continues it to the end, to the uninterrupted run's numbers.
 
-Shipped: :class:`CSVLogger` (the rows of ``metrics.csv``), :class:`TensorBoardLogger`,
-:class:`EarlyStopping` (on the validation split: it refuses a run with ``validation = 0``, whose
-evaluations are on the test split) and :class:`BestCheckpoint` (the thetas of the best evaluation).
-The config key ``log_tensorboard`` adds the second to any run, ``early_stop_patience`` the third
-and the fourth (:func:`from_config`).
+The callbacks the library ships (loggers, early stopping, the best evaluation's models) and those
+the config keys ask for: :mod:`.shipped_callbacks`.
 """
 
 from __future__ import annotations
 
 import copy
-import csv
-import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -24,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ...config import ConfigError, RunConfig
+from ...config import RunConfig
 from ...plugins import higher_is_better
 from ..engine.transport import InProcessTransport
 
@@ -164,155 +158,6 @@ class Hooks:
                 fn(dict(summary))
 
 
-class CSVLogger:
-    """The evaluated rows, one line each, as ``metrics.csv`` holds them (columns in the order the
-    first row gives; a file of its own, e.g. outside the run folder)."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._columns: list[str] | None = None
-
-    def on_round_end(self, round: int, metrics: dict[str, Any] | None, view: RunView) -> None:
-        if metrics is None or view.rank != 0:
-            return
-        new = self._columns is None
-        if self._columns is None:
-            self._columns = list(metrics)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "w" if new else "a", newline="") as f:
-            writer = csv.writer(f, lineterminator="\n")
-            if new:
-                writer.writerow(self._columns)
-            writer.writerow(["" if metrics.get(c) is None else _cell(metrics[c]) for c in self._columns])
-
-
-def _cell(v: Any) -> str:
-    if isinstance(v, int):
-        return str(v)
-    return repr(float(v)) if math.isfinite(float(v)) else ""
-
-
-class TensorBoardLogger:
-    """Every evaluated number of a row as a scalar (tag = its ``metrics.csv`` column, step = the
-    round) with ``torch.utils.tensorboard.SummaryWriter`` into ``log_dir`` (needs the
-    ``tensorboard`` package: ``pip install 'sheaf-fmtl[tensorboard]'``)."""
-
-    def __init__(self, log_dir: str | Path) -> None:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            raise ImportError(
-                "TensorBoardLogger (config key 'log_tensorboard') needs the tensorboard package: "
-                "pip install 'sheaf-fmtl[tensorboard]'"
-            ) from None
-        self.log_dir = Path(log_dir)
-        self._make = SummaryWriter
-        self._writer: Any = None
-
-    def on_round_end(self, round: int, metrics: dict[str, Any] | None, view: RunView) -> None:
-        if metrics is None or view.rank != 0:
-            return
-        if self._writer is None:
-            self._writer = self._make(log_dir=str(self.log_dir))
-        for key, value in metrics.items():
-            if key != "round" and isinstance(value, int | float) and math.isfinite(value):
-                self._writer.add_scalar(key, value, global_step=round)
-        self._writer.flush()
-
-    def on_run_end(self, summary: dict[str, Any]) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-
-
-def _improves(value: float, best: float | None, higher: bool, min_delta: float) -> bool:
-    if best is None:
-        return True
-    return value > best + min_delta if higher else value < best - min_delta
-
-
-class EarlyStopping:
-    """Stop when the evaluated metric (``metrics.csv``'s ``test_*`` column; the validation split
-    with ``validation > 0``) has not improved by more than ``min_delta`` for ``patience``
-    evaluations in a row. ``goal``: ``max`` / ``min``, or ``auto`` from the run's ``metric_goal``
-    (accuracy: higher is better, MSE: lower)."""
-
-    def __init__(self, patience: int, min_delta: float = 0.0, goal: str = "auto") -> None:
-        if patience < 1:
-            raise ValueError(f"EarlyStopping: patience = {patience}; expected an integer >= 1")
-        if min_delta < 0:
-            raise ValueError(f"EarlyStopping: min_delta = {min_delta}; expected >= 0")
-        if goal not in ("auto", "max", "min"):
-            raise ValueError(f"EarlyStopping: goal = {goal!r}; allowed: auto, max, min")
-        self.patience, self.min_delta, self.goal = patience, min_delta, goal
-        self.best: float | None = None
-        self.best_round: int | None = None
-        self.bad = 0  # evaluations in a row without improvement
-
-    def on_round_end(self, round: int, metrics: dict[str, Any] | None, view: RunView) -> Stop | None:
-        if metrics is None:
-            return None
-        if view.config.validation == 0:
-            raise ValueError(
-                "EarlyStopping watches the validation split, and this run has validation = 0 (its "
-                "evaluations are on the test split, which must not choose when to stop); set validation=0.2"
-            )
-        value = float(metrics[view.metric_column])
-        higher = _higher(self.goal, view)
-        if _improves(value, self.best, higher, self.min_delta):
-            self.best, self.best_round, self.bad = value, round, 0
-            return None
-        self.bad += 1
-        if self.bad < self.patience:
-            return None
-        return Stop(
-            f"{view.metric} did not improve by more than {self.min_delta} for {self.patience} evaluations "
-            f"(best {self.best:.6g} at round {self.best_round})"
-        )
-
-
-def _higher(goal: str, view: RunView) -> bool:
-    if goal != "auto":
-        return goal == "max"
-    if view.higher_is_better is None:
-        raise ValueError(
-            f"EarlyStopping: whether a higher {view.metric} is better is unknown; set metric_goal=max or min"
-        )
-    return view.higher_is_better
-
-
-class BestCheckpoint:
-    """The thetas of the best evaluation so far, kept in :attr:`thetas` and, for a run with a
-    folder, saved to ``RUN_DIR/best.pt`` (``{"round", "metric", "value", "thetas"}``, ``thetas``
-    a list in client order) each time the evaluated metric improves. A resumed run starts from the
-    ``best.pt`` its folder holds (``sheaf_fmtl.load(run, round="best")`` reads it)."""
-
-    def __init__(self, goal: str = "auto", filename: str = "best.pt") -> None:
-        self.goal, self.filename = goal, filename
-        self.best: float | None = None
-        self.round: int | None = None
-        self.thetas: dict[int, torch.Tensor] = {}
-
-    def on_round_end(self, round: int, metrics: dict[str, Any] | None, view: RunView) -> None:
-        if metrics is None:
-            return
-        if self.best is None and view.out is not None and (view.out / self.filename).is_file():
-            saved = torch.load(view.out / self.filename, map_location="cpu", weights_only=True)
-            if int(saved["round"]) < round:  # kept before a stop: the best so far
-                self.best, self.round = float(saved["value"]), int(saved["round"])
-                self.thetas = dict(enumerate(saved["thetas"]))
-        value = float(metrics[view.metric_column])
-        if not _improves(value, self.best, _higher(self.goal, view), 0.0):
-            return
-        self.best, self.round, self.thetas = value, round, view.thetas()
-        if view.out is not None and view.rank == 0 and len(self.thetas) == view.num_clients:
-            payload = {"round": round, "metric": view.metric, "value": value}
-            payload["thetas"] = [self.thetas[i] for i in range(view.num_clients)]
-            tmp = view.out / f".{self.filename}.tmp"
-            torch.save(payload, tmp)
-            tmp.replace(view.out / self.filename)
-
-
 def agreed(sim: Simulation[Any], asked: tuple[str, str] | None) -> tuple[str, str] | None:
     """Across processes, whether any rank's callbacks asked to stop (one small all-reduce a round
     when the run has callbacks), so that every rank stops after the same round."""
@@ -320,39 +165,3 @@ def agreed(sim: Simulation[Any], asked: tuple[str, str] | None) -> tuple[str, st
         return asked
     anyone = int(sim.ctx.comm.all_max(torch.tensor(int(asked is not None), dtype=torch.int32)))
     return asked or (("callback on another process", "") if anyone else None)
-
-
-def _unwritable(folder: Path) -> str | None:
-    """Why ``folder`` cannot be created or written (its nearest existing part is a file or a folder
-    this process may not write), ``None`` when it can."""
-    for part in (folder, *folder.parents):
-        if part.exists() or part.is_symlink():
-            if not part.is_dir():
-                return f"{part} is a file, not a folder"
-            if not os.access(part, os.W_OK | os.X_OK):
-                return f"{part} is a folder this process may not write"
-            return None
-    return None
-
-
-def from_config(config: RunConfig) -> list[Any]:
-    """The callbacks the config keys ask for: ``log_tensorboard`` and ``early_stop_patience``."""
-    out: list[Any] = []
-    if config.log_tensorboard:
-        problem = _unwritable(Path(config.log_tensorboard).expanduser())
-        if problem is not None:  # checked before the run folder is touched
-            raise ConfigError(
-                f"config key 'log_tensorboard' = {config.log_tensorboard}: {problem}; give a folder "
-                "TensorBoard can write (nothing was written)"
-            )
-        try:
-            out.append(TensorBoardLogger(config.log_tensorboard))
-        except ImportError:
-            raise ConfigError(
-                f"config key 'log_tensorboard' = {config.log_tensorboard} needs the tensorboard package: "
-                "pip install 'sheaf-fmtl[tensorboard]'"
-            ) from None
-    if config.early_stop_patience > 0:
-        out.append(EarlyStopping(config.early_stop_patience, config.early_stop_min_delta))
-        out.append(BestCheckpoint())
-    return out

@@ -13,15 +13,15 @@ complete checkpoint (kept until the next one is complete) is used. A manifest or
 be trusted is refused (:mod:`.integrity`). Every file is written to a temporary name in its folder,
 flushed, fsynced and renamed (``os.replace``).
 
-Cost: the run stops only for :func:`snapshot`, host copies of the small parts of its state (models,
+Cost: the run stops only for :func:`.shard.snapshot`, host copies of the small parts of its state (models,
 messages, pending rank-one factors, random streams); the restriction maps, which change in place
 only when the deferred rank-one steps are folded in (:mod:`sheaf_fmtl.sheaf.deferred`), are written
 from the run's own tensors, and a fold waits for the write in flight. The write (``torch.save`` +
 fsync) runs in a background thread while the rounds go on, one at a time (a checkpoint due while the
 previous one is still being written waits for it).
 
-Why one module of this size: the format, its writer, and what one shard holds (:func:`snapshot`,
-:func:`restore`) change together.
+Reading checkpoints back: :mod:`.checkpoint_read`; what one shard holds (:func:`.shard.snapshot`,
+:func:`.shard.restore`): :mod:`.shard`.
 """
 
 from __future__ import annotations
@@ -36,24 +36,19 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ...algorithms.snapshot import host_copy, to_device
 from ...metrics.final import file_digest
 from .integrity import (
     FORMAT,
     MANIFEST,
     ROUND_DIR,
-    CheckpointError,
-    check_manifest,
     config_digest,
-    find_checkpoint,
     run_config,
     sidecar,
 )
 from .rundir import CHECKPOINTS
 
 if TYPE_CHECKING:
-    from ...metrics.flops import SampleCounter
-    from ..engine.simulate import Simulation
+    pass
 
 
 def rank_and_world() -> tuple[int, int]:
@@ -151,44 +146,6 @@ def write_checkpoint(run_dir: Path, round_: int, shard: dict[str, Any], manifest
     """The checkpoint of a run in one process: its one shard, then the manifest."""
     write_shard(run_dir, round_, shard)
     return write_manifest(run_dir, round_, manifest)
-
-
-def read_manifest(folder: Path) -> dict[str, Any] | None:
-    """The manifest of a complete checkpoint folder, ``None`` when it has none (a write cut short);
-    CheckpointError when it is unreadable or names a shard that is missing or of another size
-    (:func:`.integrity.check_manifest`)."""
-    return check_manifest(folder)
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The complete checkpoint folder of ``run_dir`` with the highest round, or ``None``
-    (CheckpointError for one that cannot be trusted: :func:`.integrity.find_checkpoint`)."""
-    return find_checkpoint(Path(run_dir))[0]
-
-
-def read_checkpoint(folder: Path, rank: int = 0) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(manifest, shard of rank)`` of a complete checkpoint folder (CheckpointError naming the
-    file when it cannot be read)."""
-    manifest = read_manifest(folder)
-    if manifest is None:
-        raise CheckpointError(f"{folder} is not a complete checkpoint (no {MANIFEST})")
-    name = manifest["shards"][rank]
-    if name not in manifest.get("held", manifest["shards"]):
-        raise CheckpointError(
-            f"{folder} holds no shard of rank {rank} (its machine's --out holds it): resume every machine "
-            "from the --out it ran with; nothing was changed"
-        )
-    path = folder / name
-    try:
-        shard = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - unpickling, zip and truncation errors alike
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
-        raise CheckpointError(
-            f"checkpoint shard {path} cannot be read ({first}); nothing was changed"
-        ) from None
-    if not isinstance(shard, dict):
-        raise CheckpointError(f"checkpoint shard {path} does not hold a shard; nothing was changed")
-    return manifest, shard
 
 
 def remove_checkpoints(run_dir: Path, keep: Path | None = None) -> None:
@@ -334,58 +291,3 @@ class CheckpointWriter:
     def leads(self) -> bool:
         """This rank writes its run folder's manifests (the lowest rank writing there)."""
         return self.rank == min(self.ranks)
-
-
-def transport_counters(transport: object) -> dict[str, Any]:
-    """The transport's counters (bits, and any other number or tensor it accumulates) and the
-    ``state_dict()`` of its parts that have one (the fault injector's round and counts)."""
-    out: dict[str, Any] = {}
-    for name, value in vars(transport).items():
-        if isinstance(value, int | float | torch.Tensor):
-            out[name] = host_copy(value)
-        elif callable(getattr(value, "state_dict", None)):
-            out[name] = {"state_dict": host_copy(value.state_dict())}
-    return out
-
-
-def load_transport_counters(transport: object, saved: dict[str, Any], device: torch.device) -> None:
-    """Put back what :func:`transport_counters` returned."""
-    for name, value in saved.items():
-        if isinstance(value, dict) and "state_dict" in value:
-            getattr(transport, name).load_state_dict(to_device(value["state_dict"], device))
-        else:
-            setattr(transport, name, to_device(value, device))
-
-
-def snapshot(
-    sim: Simulation[Any], counter: SampleCounter, guard: Callable[[], None] | None = None
-) -> dict[str, Any]:
-    """One process's shard: host copies of the algorithm state (maps with their pending factors),
-    every random stream, the transport's counters and the samples behind the local gradients.
-
-    Sheaf-FMTL's deferred maps are not copied (see ``SheafState.checkpoint``): ``guard`` (e.g.
-    :meth:`CheckpointWriter.wait`) is called before the run next writes them in place, so a
-    background write of this shard reads them unchanged, and the run stalls only if that write is
-    still going at the next fold (every ``~sqrt(d_ij)`` rounds)."""
-    store = getattr(sim.state, "store", None)
-    if store is not None and hasattr(store, "before_write"):
-        store.before_write = guard
-    return {
-        "state": sim.state.checkpoint(),
-        "random": host_copy(sim.ctx.random_state()),
-        "transport": transport_counters(sim.transport),
-        "faults": sim.transport.faults.state_dict(),  # round of the drop plan, fault counts
-        "samples": counter.samples(),
-    }
-
-
-def restore(sim: Simulation[Any], counter: SampleCounter, shard: dict[str, Any]) -> None:
-    """Put a :func:`snapshot` back into a simulation freshly built from the same config."""
-    device = sim.state.thetas[0].device
-    sim.state.restore(shard["state"], device)
-    sim.ctx.load_random_state(shard["random"])
-    load_transport_counters(sim.transport, shard["transport"], device)
-    if "faults" in shard:
-        sim.transport.faults.load_state_dict(shard["faults"])
-    for count, n in zip(counter.counts, shard["samples"], strict=True):
-        count.fill_(int(n))

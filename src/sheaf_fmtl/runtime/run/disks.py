@@ -22,9 +22,10 @@ from typing import Any
 import torch
 
 from ...config import RunConfig, save_config
+from .clearing import prepare_out_dir
+from .folderlock import FolderError
 from .integrity import ROUND_DIR, CheckpointError, check_manifest
 from .recorder import software_versions
-from .rundir import FolderError, prepare_out_dir
 
 TOKEN = ".sheaf-fmtl-rank-{:05d}"  # a rank's token file, removed again once read
 

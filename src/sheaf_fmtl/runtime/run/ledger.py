@@ -1,8 +1,8 @@
 """A folder's ledger, ``.sheaf-fmtl-owned`` beside its marker: the names of what sheaf-fmtl wrote
 there beyond the files a run folder always holds (a run's callbacks' files, a TensorBoard folder
 inside it, a sweep's ranking, a table or bench result), as a JSON list. ``--overwrite`` removes
-what it names (:func:`.rundir.clear`), and a command replaces a file only if it names it
-(:func:`.rundir.check_replaceable`)."""
+what it names (:func:`.clearing.clear`), and a command replaces a file only if it names it
+(:func:`.clearing.check_replaceable`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from ...config.files import replace_file
 
 LEDGER = ".sheaf-fmtl-owned"
-_MARKER = ".sheaf-fmtl-run"  # (:data:`.rundir.MARKER`)
+_MARKER = ".sheaf-fmtl-run"  # (:data:`.folderlock.MARKER`)
 
 
 def _plain(name: str) -> bool:
@@ -35,8 +35,8 @@ def owned_names(folder: str | Path) -> set[str]:
 
 def record_owned(folder: str | Path, names: Iterable[str]) -> None:
     """Add ``names`` (entries of ``folder`` that sheaf-fmtl wrote) to its ledger, so that
-    ``--overwrite`` removes them (:func:`.rundir.clear`) and a later command may replace them
-    (:func:`.rundir.check_replaceable`)."""
+    ``--overwrite`` removes them (:func:`.clearing.clear`) and a later command may replace them
+    (:func:`.clearing.check_replaceable`)."""
     p = Path(folder)
     known = owned_names(p)
     new = {n for n in names if _plain(n)} - known

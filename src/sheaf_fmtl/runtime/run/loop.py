@@ -7,50 +7,34 @@ numbers, so all ranks take it at the same round. Rank 0 writes the run folder; e
 its shard of each checkpoint (:class:`.checkpoint.CheckpointWriter`). Callbacks
 (:mod:`.callbacks`) run after every round; a stop one asks for is agreed the same way.
 
-Why one module of this size: the phases of a run (prepare, rounds, finish) share one state, and
-across processes every rank must run their collectives in the same order; in one file that order
-reads from top to bottom.
+The phases of a run (prepare: :mod:`.prepare`; rounds; finish) share one state (:class:`.prepare.RunState`);
+across processes every rank runs their collectives in the same order.
 """
 
 from __future__ import annotations
 
 import math
 import signal
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ... import progress
-from ...config import ConfigError, RunConfig
-from ...config.usage import UnusedKeysWarning, unused_warning
-from ...data import preprocessing
-from ...metrics.flops import SampleCounter
-from ...metrics.memory import reset_peak_memory
-from ...warn import warn
+from ...config import RunConfig
 from ..engine.divergence import divergence_message
-from ..engine.simulate import DivergenceError, Simulation, build_simulation
+from ..engine.simulate import DivergenceError, Simulation
 from .agreement import RoundAgreement
-from .callbacks import Hooks, RunView, agreed, checked, from_config
-from .checkpoint import (
-    CheckpointWriter,
-    rank_and_world,
-    read_checkpoint,
-    remove_checkpoints,
-    restore,
-    snapshot,
-)
-from .disks import adopt_folder, common_checkpoint, folder_ranks
+from .callbacks import Hooks, RunView, agreed, checked
+from .checkpoint import rank_and_world, remove_checkpoints
+from .clearing import record_written
 from .full import disk_full
 from .gather import final_state
 from .interrupt import StopRequest
 from .ledger import entry_names
-from .recorder import Recorder
-from .rundir import check_out_dir, prepare_out_dir, record_written
-from .summary import config_with_clients, summarize
+from .prepare import RunState, prepare, record
+from .shipped_callbacks import from_config
+from .summary import summarize
 
 
 @dataclass
@@ -129,7 +113,7 @@ def execute(
             and no final metric.
     """
     hooks = Hooks([*from_config(config), *checked(callbacks)])
-    state = _prepare(config, out_dir, resume_from, agreement, sim=sim, overwrite=overwrite, build=build)
+    state = prepare(config, out_dir, resume_from, agreement, sim=sim, overwrite=overwrite, build=build)
     before = entry_names(state.folder)  # what appears in the folder from now on is the run's
     try:
         return _run(state, progress, hooks, resumed=resume_from is not None)
@@ -140,7 +124,7 @@ def execute(
             record_written(state.folder, before)
 
 
-def _run(state: _RunState, progress: bool, hooks: Hooks, *, resumed: bool) -> RunOutcome:
+def _run(state: RunState, progress: bool, hooks: Hooks, *, resumed: bool) -> RunOutcome:
     """The round loop, the summary and final checkpoint, then the callbacks' ``on_run_end``."""
     try:
         ending = _loop(state, progress, hooks)
@@ -153,38 +137,6 @@ def _run(state: _RunState, progress: bool, hooks: Hooks, *, resumed: bool) -> Ru
 
 
 @dataclass
-class _RunState:
-    """What the phases of one run share: the simulation and what records it."""
-
-    config: RunConfig  # as it runs (a special case fixes some keys)
-    sim: Simulation[Any]
-    folder: Path | None  # the run folder, on the rank that writes it
-    recorder: Recorder
-    counter: SampleCounter  # samples behind every local gradient, for flops_local
-    writer: CheckpointWriter
-    agreement: RoundAgreement  # across processes: a signal's stop, checkpoint writes settled
-    t0: float  # perf_counter at the start (moved back by a resumed run's time)
-    start: int  # the last round done before this process's first round
-    last: dict[str, Any]  # the latest evaluation
-    notes: list[str] = field(default_factory=list)  # warnings, in summary.json
-
-    def warn(self) -> None:
-        """Print and keep the simulation's new warnings."""
-        for note in self.sim.diagnose():
-            self.notes.append(note)
-            progress.note(f"sheaf-fmtl: warning: {note}")
-
-    def save(self, k: int, last: dict[str, Any], rows: int, wait: bool) -> None:
-        """Checkpoint round ``k``, with the evaluations an uninterrupted run has by then."""
-        elapsed = time.perf_counter() - self.t0
-        rows_so_far = self.recorder.rows[:rows]
-        manifest = {"rows": rows_so_far, "last": last, "notes": list(self.notes), "wall_seconds": elapsed}
-        manifest["maps_auto"] = self.sim.maps_chosen  # config.yaml holds the chosen mode, not why
-        manifest["lam_rule"] = self.sim.lam_rule  # nor how its lam was derived
-        self.writer.save(k, snapshot(self.sim, self.counter, guard=self.writer.join), manifest, wait=wait)
-
-
-@dataclass
 class _Ending:
     """How the round loop ended: the last round done, and a divergence or a signal."""
 
@@ -194,104 +146,7 @@ class _Ending:
     stopped_by: tuple[str, str] | None = None  # (callback, reason) of a callback's stop request
 
 
-def _prepare(
-    config: RunConfig,
-    out_dir: str | Path | None,
-    resume_from: Path | None,
-    agreement: RoundAgreement | None,
-    *,
-    sim: Simulation[Any] | None,
-    overwrite: bool,
-    build: Callable[[RunConfig], Simulation[Any]] | None,
-) -> _RunState:
-    """Check the folder, build the simulation, then evaluate round 0 or restore the checkpoint."""
-    t0 = time.perf_counter()
-    rank, world = rank_and_world()
-    fresh = out_dir is not None and resume_from is None
-    folder = Path(out_dir) if out_dir is not None and rank == 0 else None  # the run folder's writer
-    if fresh and folder is not None:
-        check_out_dir(folder, overwrite)
-    reset_peak_memory(config.device)  # peaks of this run, also when runs share a process
-    if sim is None:
-        if build is None and config.topology != "none":
-            raise ConfigError(
-                f"config key 'topology' = {config.topology} is built by sheaf_fmtl.scenarios: run it with "
-                "`sheaf-fmtl run` or sheaf_fmtl.run(...)"
-            )
-        sim = (build or build_simulation)(config)
-        config = sim.config  # as it runs (a special case forces eta = 0, ...): what config.yaml records
-    elif config.maps == "auto" or config.lam is None:
-        config = sim.config  # a simulation built from config: maps = auto and lam = null as it resolved them
-    fed = sim.ctx.fed
-    metric_name = fed.metric_name
-    if fresh and folder is not None:
-        prepare_out_dir(folder, overwrite)
-    counter, comm = SampleCounter(fed), sim.ctx.comm
-
-    def agree(failed: bool) -> bool:  # across processes: did any rank fail to write its shard?
-        return bool(comm.all_max(torch.tensor(int(failed), dtype=torch.int32)))
-
-    writer = CheckpointWriter(out_dir, rank, world, agree)
-    agreement = agreement if agreement is not None else RoundAgreement(sim)
-    agreement.writing = lambda: writer.busy
-    if world > 1 and out_dir is not None:  # which ranks write into this rank's --out (own disks?)
-        writer.ranks = folder_ranks(Path(out_dir), comm, rank, world)
-        if fresh:
-            adopt_folder(
-                Path(out_dir), config_with_clients(config, fed), overwrite, writer.rank, writer.leads, agree
-            )
-        elif resume_from is not None:
-            resume_from = common_checkpoint(resume_from, Path(out_dir), comm)
-    if resume_from is None:
-        if fresh and folder is not None:
-            preprocessing.write(folder, fed.dataset)  # what sheaf_fmtl.load applies to raw data
-        if rank == 0 and (unused := unused_warning(config)):  # any source: --set, a file, Python keywords
-            warn(unused, UnusedKeysWarning)
-        recorder = Recorder(folder, config_with_clients(config, fed), metric_name)
-        state = _RunState(config, sim, folder, recorder, counter, writer, agreement, t0, 0, {})
-        state.last = _record(sim, recorder, 0, t0)
-        state.warn()
-        return state
-    return _restored(config, sim, folder, counter, writer, agreement, t0, resume_from)
-
-
-def _restored(
-    config: RunConfig,
-    sim: Simulation[Any],
-    folder: Path | None,
-    counter: SampleCounter,
-    writer: CheckpointWriter,
-    agreement: RoundAgreement,
-    t0: float,
-    resume_from: Path,
-) -> _RunState:
-    """The state of a resumed run: the checkpoint ``resume_from`` restored into ``sim``."""
-    rank, world = rank_and_world()
-    fed = sim.ctx.fed
-    metric_name = fed.metric_name
-    sim.diagnose()  # start-up notes: given by the stopped run, saved in its checkpoint
-    manifest, shard = read_checkpoint(resume_from, rank)
-    if len(manifest["shards"]) != world:
-        raise ConfigError(
-            f"{resume_from} was written by {len(manifest['shards'])} process(es); resume it with as many"
-        )
-    if folder is not None:  # (data_dir may change: to where the same data lie)
-        preprocessing.check_same(folder, fed.dataset)
-    restore(sim, counter, shard)
-    recorder = Recorder(folder, config_with_clients(config, fed), metric_name, rows=manifest["rows"])
-    if folder is not None:
-        (folder / "summary.json").unlink(missing_ok=True)
-    t0 -= float(manifest["wall_seconds"])
-    state = _RunState(
-        config, sim, folder, recorder, counter, writer, agreement, t0, int(manifest["round"]), {}
-    )
-    state.last, state.notes = manifest["last"], manifest["notes"]
-    sim.maps_chosen = manifest.get("maps_auto", sim.maps_chosen)  # maps = auto: the stopped run's choice
-    sim.lam_rule = manifest.get("lam_rule", sim.lam_rule)
-    return state
-
-
-def _loop(state: _RunState, show: bool, hooks: Hooks) -> _Ending:
+def _loop(state: RunState, show: bool, hooks: Hooks) -> _Ending:
     """Rounds ``start + 1 .. rounds``: evaluations, callbacks, checkpoints, and the stop on divergence,
     a signal or a callback's request."""
     config, sim, recorder, writer = state.config, state.sim, state.recorder, state.writer
@@ -321,7 +176,7 @@ def _loop(state: _RunState, show: bool, hooks: Hooks) -> _Ending:
                 due = k % config.eval_every == 0 or k == config.rounds
                 regular, rows = state.last, len(recorder.rows)  # what the checkpoint holds if stopped now
                 if due:
-                    state.last = _record(sim, recorder, k, state.t0)
+                    state.last = record(sim, recorder, k, state.t0)
                     state.warn()  # (diagnose updates the state: not on an evaluation only a stop asks for)
                     regular, rows = state.last, len(recorder.rows)
                     if not math.isfinite(state.last["objective"]):
@@ -334,7 +189,7 @@ def _loop(state: _RunState, show: bool, hooks: Hooks) -> _Ending:
                     )
                 requested = stop.requested or ending.stopped_by is not None
                 if requested and not due:  # the summary's numbers are this round's
-                    state.last = _record(sim, recorder, k, state.t0)
+                    state.last = record(sim, recorder, k, state.t0)
                     if not math.isfinite(state.last["objective"]):
                         ending.diverged_at = k
                         break
@@ -351,7 +206,7 @@ def _loop(state: _RunState, show: bool, hooks: Hooks) -> _Ending:
     return ending
 
 
-def _finish(state: _RunState, ending: _Ending, *, resumed: bool) -> RunOutcome:
+def _finish(state: RunState, ending: _Ending, *, resumed: bool) -> RunOutcome:
     """The summary, and the final checkpoint (or, for a diverged run, :class:`DivergenceError`)."""
     config, sim, recorder, diverged_at = state.config, state.sim, state.recorder, ending.diverged_at
     status = "diverged" if diverged_at is not None else "interrupted" if ending.signum is not None else "ok"
@@ -384,17 +239,3 @@ def _finish(state: _RunState, ending: _Ending, *, resumed: bool) -> RunOutcome:
     if status == "ok" and state.writer.dir is not None and state.writer.leads:
         remove_checkpoints(state.writer.dir)  # checkpoint.pt (rank 0's folder) holds the final state
     return RunOutcome(summary, recorder.rows, final, recorder.config)
-
-
-def _record(sim: Simulation[Any], recorder: Recorder, k: int, t0: float) -> dict[str, Any]:
-    ev = sim.evaluate()
-    row = {
-        "round": k,
-        **{key: ev[key] for key in ("test_metric", "train_loss", "objective", "sheaf_energy")},
-        "transmitted_bits": sim.transmitted_bits(),
-        **sim.fault_counts(),
-        "wall_seconds": time.perf_counter() - t0,
-    }
-    if math.isfinite(ev["objective"]):
-        recorder.log(row)
-    return ev

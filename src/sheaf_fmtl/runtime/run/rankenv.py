@@ -1,7 +1,7 @@
 """What makes this process a rank of a process group, and what ends it with its launcher.
 
 - :func:`rank_world`: ``RANK`` and ``WORLD_SIZE`` in the environment (torchrun's, or set by
-  :func:`.launch.spawn` for ``processes = K``); set without a rendezvous, they are named as taken
+  :func:`.spawn.spawn` for ``processes = K``); set without a rendezvous, they are named as taken
   for torchrun's.
 - :func:`watch_launcher`: a rank gets SIGTERM when the process that started it ends (Linux's
   ``PR_SET_PDEATHSIG``; elsewhere a watchdog thread on the parent's pid), the clean stop of

@@ -23,7 +23,8 @@ from typing import Any
 from ...config import ConfigError, RunConfig, load_config, parse_overrides, read_config_file
 from ...plugins import untrusted_specs
 from ..engine.simulate import Simulation
-from .checkpoint import read_manifest, remove_checkpoints
+from .checkpoint import remove_checkpoints
+from .checkpoint_read import read_manifest
 from .integrity import RESUMABLE_KEYS, check_config, find_checkpoint, pinned, resumable_keys, verify_shards
 from .interrupt import leave_summary
 from .loop import RunOutcome, execute

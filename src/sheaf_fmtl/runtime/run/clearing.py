@@ -1,0 +1,97 @@
+"""What the library writes into the run folders it owns (:mod:`.rundir`), and clearing it: only
+what :data:`OWNED` or the folder's ledger (:mod:`.ledger`) names, in marked folders, never
+following a symbolic link; anything else in the folder stays, and a command never replaces a file
+it did not write (:func:`check_replaceable`)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from .folderlock import MARKER, FolderError, is_marked
+from .ledger import LEDGER, entry_names, owned_names, record_owned
+from .rundir import CHECKPOINTS, _entries, check_out_dir, mark
+
+#: What the library writes into a run folder (a run, a cell, plots, ``run --seeds``, the demo).
+OWNED = re.compile(
+    r"config\.yaml|metrics\.csv|summary\.json|checkpoint\.pt|preprocessing\.json|cell\.json|aggregate\.(json|md)"
+    r"|demo\.(json|png|pdf|svg)|(metric_vs_rounds_and_bits|map_norms_.*|edge_weights_.*)\.(png|pdf|svg)"
+    r"|\.(config\.yaml|metrics\.csv|summary\.json|checkpoint\.pt|preprocessing\.json)\.tmp.*"
+    r"|\.?best\.pt(\.tmp)?"  # the best evaluation's models (early stopping), and their temporary file
+)
+
+
+def record_written(folder: Path, before: set[str]) -> None:
+    """Record in the ledger what appeared in the run folder ``folder`` since ``before`` (a run's
+    callbacks' files, a TensorBoard folder inside it), beyond what :data:`OWNED` names already."""
+    new = {n for n in entry_names(folder) - before if not OWNED.fullmatch(n) and n != CHECKPOINTS}
+    record_owned(folder, {n for n in new if not (folder / n).is_symlink()})
+
+
+def check_replaceable(folder: str | Path, names: Iterable[str], flag: str = "--out") -> None:
+    """FolderError when ``folder`` holds an entry named in ``names`` that sheaf-fmtl did not write
+    (not in its ledger, nor a run folder's own file): a command never replaces a file of yours."""
+    p = Path(folder)
+    ours = owned_names(p)
+    for name in names:
+        path = p / name
+        if not (path.exists() or path.is_symlink()) or name in ours:
+            continue
+        if is_marked(p) and OWNED.fullmatch(name):
+            continue
+        raise FolderError(
+            f"{path} exists and was not written by sheaf-fmtl; it is never replaced: choose another "
+            f"{flag} or move the file (nothing was changed)"
+        )
+
+
+def clear(path: Path, depth: int = 8) -> bool:
+    """Remove what the library wrote under the marked folder ``path``: :data:`OWNED` files and
+    ``checkpoints/`` in marked folders, marked subfolders emptied that way; never through or of a
+    symbolic link. Whether anything was removed."""
+    owned, removed = is_marked(path), False
+    ledger = owned_names(path) if owned else set()
+    for child in path.iterdir():
+        if child.name == MARKER or child.is_symlink():
+            continue
+        if child.is_dir():
+            if owned and (child.name == CHECKPOINTS or child.name in ledger):
+                shutil.rmtree(child)  # (rmtree removes links inside, never their targets)
+                removed = True
+            elif depth > 0 and clear(child, depth - 1) and not _entries(child):
+                (child / MARKER).unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    child.rmdir()
+                removed = True
+        elif owned and (OWNED.fullmatch(child.name) or child.name in ledger):
+            child.unlink()
+            removed = True
+    if ledger:
+        (path / LEDGER).unlink(missing_ok=True)  # (what it named is gone)
+    return removed
+
+
+def prepare_out_dir(path: str | Path, overwrite: bool = False, kind: str = "run") -> Path:
+    """Check ``path`` (:func:`check_out_dir`), clear what the library wrote there when
+    ``overwrite``, and create it with its marker."""
+    p = check_out_dir(path, overwrite)
+    if p.is_dir() and overwrite and is_marked(p):
+        clear(p)
+    if p.is_dir():
+        drop_links(p)
+    return mark(p, kind)
+
+
+def drop_links(path: Path) -> list[str]:
+    """Remove the symbolic links in ``path`` named like what the library writes (:data:`OWNED`,
+    ``checkpoints``): the links, never what they point to, so nothing is written through one.
+    The names removed."""
+    gone = []
+    for child in path.iterdir():
+        if child.is_symlink() and (child.name == CHECKPOINTS or OWNED.fullmatch(child.name)):
+            child.unlink()
+            gone.append(child.name)
+    return gone

@@ -1,0 +1,161 @@
+"""``processes = K`` without torchrun: start ``K`` ranks (:mod:`.rank`) on this machine, with a
+rendezvous through a temporary file (no TCP listener) and Gloo's connections on the loopback
+interface only; they inherit the run folder's lock (:mod:`.rundir`), run quietly, and are waited
+for (a signal to this process is forwarded to each; once one fails the others get ``timeout_s``).
+Rank 0's warnings are shown when they end; a rank that ended badly is named in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from ...config import RunConfig
+from .folderlock import HELD_ENV, HELD_FD_ENV, held_lock
+from .precheck import check_processes
+from .rank import RankLostError
+from .rankenv import LAUNCHER, STORE_FILE
+from .rundir import claim
+
+if TYPE_CHECKING:
+    pass
+
+
+STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)  # a rank's exit status after a clean stop
+
+
+def _loopback() -> str:
+    """The name of the loopback interface (Gloo's connections then bind to 127.0.0.1 only)."""
+    names = [name for _, name in socket.if_nameindex()]
+    return "lo" if "lo" in names or not names else next((n for n in names if n.startswith("lo")), "lo")
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def spawn(
+    config: RunConfig, out: Path, *, progress: bool, overwrite: bool, resume: bool = False
+) -> dict[str, Any]:
+    """Start ``config.processes`` ranks on this machine, wait for them, return rank 0's summary.
+    ``resume``: the ranks continue the stopped run of ``out`` (``run --resume``, the keys of
+    :data:`.resume.RESUMABLE_KEYS` as ``config`` has them). What the ranks would refuse is
+    refused here first (:func:`.precheck.check_processes`); this process holds the folder's lock,
+    and the ranks inherit it (it lasts while any of them lives)."""
+    check_processes(config)
+    with claim(out, overwrite=overwrite, resume=resume):  # held for the ranks (HELD_ENV)
+        return _spawn(config, out, progress=progress, overwrite=overwrite, resume=resume)
+
+
+def _spawn(config: RunConfig, out: Path, *, progress: bool, overwrite: bool, resume: bool) -> dict[str, Any]:
+    from .resume import RESUMABLE_KEYS
+
+    world, port = config.processes, free_port()
+    tmp = Path(tempfile.mkdtemp(prefix="sheaf-fmtl-ranks-"))
+    # -P: the working directory is not on the ranks' import path (a module there shadows nothing)
+    if resume:
+        keys = config.to_dict()
+        pairs = [f"{k}={json.dumps(keys[k])}" for k in RESUMABLE_KEYS]  # JSON values read as YAML
+        argv = [sys.executable, "-P", "-m", "sheaf_fmtl", "run", "--resume", str(out), "--trust-plugins"]
+        argv += ["--set", *pairs]  # (--trust-plugins: this process has checked the plug-ins)
+    else:
+        cfg_file = tmp / "config.yaml"
+        cfg_file.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        argv = [sys.executable, "-P", "-m", "sheaf_fmtl", "run", str(cfg_file), "--out", str(out)]
+        argv += ["--overwrite"] if overwrite else []
+    procs, logs = [], []
+    lock = held_lock(out)  # ranks inherit it; its descriptor, not the folder's name, lets them in
+    held = {HELD_ENV: str(out.resolve()), **({} if lock is None else {HELD_FD_ENV: str(lock)})}
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+        env.update(LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        env.update({STORE_FILE: str(tmp / "rendezvous"), "GLOO_SOCKET_IFNAME": _loopback()})
+        env.update({**held, LAUNCHER: str(os.getpid())})
+        log = open(tmp / f"rank{rank}.err", "w+")  # noqa: SIM115 - read after the rank ends
+        procs.append(  # own session: a signal reaches a rank once, forwarded by _wait
+            subprocess.Popen(
+                [*argv, "--quiet"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,
+                pass_fds=() if lock is None else (lock,),  # the folder's lock, held while the rank lives
+            )
+        )
+        logs.append(log)
+    if progress:
+        print(f"sheaf-fmtl: {world} processes running ({config.rounds} rounds) ...", file=sys.stderr)
+    codes = _wait(procs, config.timeout_s)
+    errors = []
+    for rank, (code, log) in enumerate(zip(codes, logs, strict=True)):
+        log.seek(0)
+        lines = [s.strip() for s in log.read().splitlines() if s.strip() and not s.startswith(("\r", "  "))]
+        log.close()
+        if rank == 0:  # the run's warnings, as one process would have shown them
+            for line in lines:
+                if line.startswith("sheaf-fmtl: warning:"):
+                    print(line, file=sys.stderr)
+        if code != 0 and code not in STOPPED:
+            how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+            last = next((s for s in reversed(lines) if "error" in s), lines[-1] if lines else "")
+            last = last if code > 0 else last[:300]  # (a signal: what it said last, e.g. why it aborted)
+            errors.append(f"rank {rank} ended with {how}" + (f" ({last})" if last else ""))
+    shutil.rmtree(tmp, ignore_errors=True)
+    if errors and all(c == 2 for c in codes):  # every rank refused the run: its one line, once
+        raise ValueError(_refusal(errors[0]))
+    if errors:
+        raise RankLostError(f"{world} processes: " + "; ".join(errors))
+    summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
+    return summary
+
+
+def _refusal(error: str) -> str:
+    """The message of a rank's ``sheaf-fmtl: error: ...`` line kept in ``error``."""
+    inner = error.partition(" (")[2].removesuffix(")")
+    return inner.removeprefix("sheaf-fmtl: error: ") or error
+
+
+def _wait(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> list[int]:
+    """Exit codes of every rank; once one fails, the others get ``timeout_s`` + 10 s, then SIGKILL.
+    SIGINT / SIGTERM to this process are forwarded to every rank (each in its own session, so
+    Ctrl-C reaches it once), which stop after the same round; this process waits for them."""
+
+    def forward(signum: int, frame: object) -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _poll(procs, timeout_s)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _poll(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> list[int]:
+    deadline = None
+    while True:
+        codes = [p.poll() for p in procs]
+        if all(c is not None for c in codes):
+            return [int(c) for c in codes]  # type: ignore[arg-type]
+        if deadline is None and any(c not in (None, 0) for c in codes):
+            deadline = time.monotonic() + timeout_s + 10
+        if deadline is not None and time.monotonic() > deadline:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        time.sleep(0.05)
