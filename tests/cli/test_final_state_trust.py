@@ -141,7 +141,7 @@ def test_an_export_cut_short_by_a_full_disk_leaves_nothing(finished, tmp_path, m
 
     monkeypatch.setattr(export_module.torch, "save", save_then_fail)
     before = _files(finished / "a")
-    assert main(["export", str(finished / "a"), "--out", str(tmp_path / "exp")]) == 2
+    assert main(["export", str(finished / "a"), "--out", str(tmp_path / "exp"), "--no-programs"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"export to {tmp_path / 'exp'} failed" in err, err
     assert str(error.args[-1]) in err and "nothing of it was kept" in err

@@ -11,9 +11,7 @@ from typing import Any
 from ..cli.options import add_config_options, config_keys
 from ..config import ConfigError, RunConfig, read_config_file
 from ..metrics.aggregate import read_summary, write_aggregate
-from ..runtime.run.clearing import check_replaceable
 from ..runtime.run.interrupt import StopRequest, stopped_status
-from ..runtime.run.ledger import record_owned
 from .paper import EXPERIMENTS, QUICK_SEEDS
 from .reproduce import DEFAULT_SEEDS
 from .table import compose, group_runs, render, table_spec
@@ -107,16 +105,15 @@ def cmd_table(args: argparse.Namespace) -> int:
     if args.out is None:  # printed only: files are written where --out says
         print(compose(rows, spec)[0], end="")
         return 0
-    files = [f"{name}.md", f"{name}.csv"]
-    check_replaceable(args.out, files, "--out or --name")  # a file of yours is never replaced
-    stem = Path(args.out) / name
+    stem = (
+        Path(args.out) / name
+    )  # (replaced only with --overwrite: a file of yours is never replaced unasked)
     there = [p for p in (stem.with_suffix(".md"), stem.with_suffix(".csv")) if p.exists()]
     if there and not args.overwrite:
         raise ConfigError(
             f"{there[0]} exists; add --overwrite to replace it, or give another --out or --name"
         )
     md, csv = render(rows, spec, stem)
-    record_owned(args.out, files)
     print(md.read_text(), end="")
     print(f"wrote {md} and {csv}")
     return 0
