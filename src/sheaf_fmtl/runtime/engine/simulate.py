@@ -16,6 +16,7 @@ import torch
 
 from ...algorithms import Algorithm, Context, State, make_algorithm
 from ...algorithms.auto_maps import resolve_coupling
+from ...algorithms.epoch import resolve_compile
 from ...algorithms.sheaf_fmtl import SheafState
 from ...config import ConfigError, RunConfig
 from ...data.base import FederatedDataset
@@ -49,6 +50,7 @@ class Simulation(Generic[S]):
     transport: Transport
     maps_chosen: str | None = None  # maps = auto: why the mode in config.maps was chosen
     lam_rule: str | None = None  # lam = null: how the default lam that runs was derived
+    compile_note: str | None = None  # compile = true: why the local epochs run uncompiled
 
     def theta(self, i: int) -> torch.Tensor:
         """Client ``i``'s flat parameter vector ``theta_i [d_i]`` (a view into the stacked state)."""
@@ -244,6 +246,8 @@ def build_simulation(
             f"graph has {graph.num_nodes} nodes but the federation has {fed.num_clients} clients"
         )
     config, chosen, lam_rule = resolve_coupling(config, fed, graph)  # maps = auto, lam = null: what runs
+    compiled, compile_note = resolve_compile(config, fed)  # compile = null: the device's faster way
+    config = config.replace(compile=compiled)
     init_gen = torch.Generator().manual_seed(_derive(config.seed, 1))
     fed = fed.with_streams(config.seed)  # each client's own mini-batch stream (sheaf_fmtl.streams)
     ctx = Context(fed, graph, config, init_gen)
@@ -251,7 +255,8 @@ def build_simulation(
         ctx.comm = transport  # type: ignore[assignment]  # DistributedTransport is a Comm
     algorithm = make_algorithm(config)
     state = algorithm.init(ctx)
-    return Simulation(config, ctx, algorithm, state, transport, maps_chosen=chosen, lam_rule=lam_rule)
+    chosen_by = {"maps_chosen": chosen, "lam_rule": lam_rule, "compile_note": compile_note}
+    return Simulation(config, ctx, algorithm, state, transport, **chosen_by)
 
 
 def _derive(seed: int, stream: int) -> int:

@@ -51,7 +51,10 @@ def summarize(
         "model_dims": sorted({int(d) for d in fed.node_dims()}),
         "warnings": notes,
         "versions": software_versions(),
+        "compile": config.compile,  # the local epochs' step compiled (algorithms/epoch.py)
     }
+    if sim.compile_note:
+        summary["compile_note"] = sim.compile_note
     if config.algorithm == "sheaf-fmtl":  # the coupling that ran (maps = auto: and why)
         summary.update(maps=config.maps, lam=config.lam, maps_auto=sim.maps_chosen, lam_rule=sim.lam_rule)
     lambda_max = getattr(sim.state, "lambda_max", None)
