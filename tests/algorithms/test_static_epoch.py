@@ -138,7 +138,7 @@ def _graph_breaks(sim: Simulation) -> int:
     """Graph breaks of one cohort's static step on its first step's inputs."""
     (cohort,) = sim.ctx.fed.cohorts
     runner = StaticEpoch(compiled=False)
-    plan = sim.ctx.epoch_plans()
+    (plan,) = sim.ctx.epoch_plans()
     idx, masks, active = runner._inputs(0, cohort, plan, sim.config.batch_size)
     theta = sim.state.thetas[0]
     t = theta.new_zeros(len(theta))
