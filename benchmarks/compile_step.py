@@ -2,18 +2,19 @@
 (``compile=false``), side by side in one process on an R-MNIST-shaped round: aten ops per
 mini-batch step and seconds per round, for dFedU, redrawn selections and proxies.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/compile_step.py --out benchmarks/results/compile-step-cpu
+    PYTHONPATH=src .venv/bin/python benchmarks/compile_step.py --static --out benchmarks/results/compile-cpu
 
 The data are generated Gaussian images of R-MNIST's shape (``benchmarks/step_ops.py``: 40 clients,
 1x28x28, 10 classes, the paper's split, so half of the clients hold a fifth of the samples), the
 round ``local_epochs=1, batch_size=32``. Both simulations of a variant start from the same seed;
 the first round of each (the compiled one compiles then) is left out, then rounds alternate
-between the two, the order swapped each pair, and the ratio is the median over the pairs of
-loop time / compiled time (above 1: compiled faster). Where a variant cannot take the static step
-(``proxy``), the run falls back to the loop and its note is recorded. The ops are counted on one
-more round of each (``sheaf_fmtl.bench.ops``; a compiled graph's kernels are not aten ops: its
-count is what runs outside the graphs plus the graph calls). Writes ``compile_step.json`` (every
-number, the date, the machine, the load average) into ``--out``.
+between them, the order swapped each pair, and the ratio is the median over the pairs of loop
+time / compiled time (above 1: compiled faster). ``--static`` adds the static step run uncompiled,
+so the cost of the static shapes and that of the compiled code are told apart. Where a variant
+cannot take the static step (``proxy``), the run falls back to the loop and its note is recorded.
+The ops are counted on one more round of each (``sheaf_fmtl.bench.ops``; a compiled graph's
+kernels are not aten ops: its count is what runs outside the graphs). Writes
+``compile_step.json`` (every number, the date, the machine, the load average) into ``--out``.
 """
 
 from __future__ import annotations
@@ -69,11 +70,19 @@ def build(variant: str, clients: int, samples: int, compile_: bool) -> Any:
     return build_simulation(cfg, fed=fed)
 
 
-def side_by_side(variant: str, clients: int, samples: int, pairs: int, count: bool) -> dict[str, Any]:
-    """Loop and compiled step of ``variant``, round by round (see the module docstring)."""
+def side_by_side(
+    variant: str, clients: int, samples: int, pairs: int, count: bool, arms: tuple[str, ...]
+) -> dict[str, Any]:
+    """The ``arms`` of ``variant`` (``loop``, ``compiled``, and ``static``: the static step
+    uncompiled, which tells the cost of the static shapes from that of the compiled code), round by
+    round (see the module docstring)."""
     import torch
 
-    sims = {name: build(variant, clients, samples, name == "compiled") for name in ("loop", "compiled")}
+    from sheaf_fmtl.algorithms.epoch import StaticEpoch
+
+    sims = {name: build(variant, clients, samples, name != "loop") for name in arms}
+    if "static" in sims and sims["static"].config.compile:
+        sims["static"].ctx.static_epoch = StaticEpoch(compiled=False)
     first = {}
     for name, sim in sims.items():
         t = time.perf_counter()
@@ -85,7 +94,11 @@ def side_by_side(variant: str, clients: int, samples: int, pairs: int, count: bo
             t = time.perf_counter()
             sims[name].step()
             times[name].append(time.perf_counter() - t)
-    ratios = [a / b for a, b in zip(times["loop"], times["compiled"], strict=True)]
+    ratios = {
+        f"loop_over_{k}": statistics.median(a / b for a, b in zip(times["loop"], times[k], strict=True))
+        for k in sims
+        if k != "loop"
+    }
     a, b = sims["loop"].state.thetas, sims["compiled"].state.thetas
     diff = max(float((x - y).norm() / y.norm()) for x, y in zip(a, b, strict=True))
     out: dict[str, Any] = {
@@ -96,7 +109,7 @@ def side_by_side(variant: str, clients: int, samples: int, pairs: int, count: bo
         "first_round_s": first,
         "s_per_round": times,
         "median_s_per_round": {k: statistics.median(v) for k, v in times.items()},
-        "loop_over_compiled": statistics.median(ratios),
+        **ratios,
         "theta_rel_diff": diff,
         "threads": torch.get_num_threads(),
     }
@@ -114,6 +127,7 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=1500, help="per client, before the 75/25 split")
     p.add_argument("--pairs", type=int, default=3, help="timed rounds of each, alternating")
     p.add_argument("--no-count", action="store_true", help="skip the op counts (one round each)")
+    p.add_argument("--static", action="store_true", help="also time the static step uncompiled")
     p.add_argument("--out", default="", help="folder for compile_step.json")
     args = p.parse_args()
     from sheaf_fmtl.bench.machine import machine
@@ -128,14 +142,14 @@ def main() -> None:
         "variants": {},
     }
     for variant in args.variants.split(","):
-        r = side_by_side(variant, args.clients, args.samples, args.pairs, not args.no_count)
+        arms = ("loop", "static", "compiled") if args.static else ("loop", "compiled")
+        r = side_by_side(variant, args.clients, args.samples, args.pairs, not args.no_count, arms)
         result["variants"][variant] = r
         med = r["median_s_per_round"]
-        line = (
-            f"{variant}: loop {med['loop']:.3f} s/round, compiled {med['compiled']:.3f} s/round, "
-            f"loop/compiled {r['loop_over_compiled']:.2f}x (median of {args.pairs} pairs); "
-            f"first round (compiles) {r['first_round_s']['compiled']:.1f} s"
-        )
+        line = f"{variant}: " + ", ".join(f"{k} {med[k]:.3f} s/round" for k in arms) + "; "
+        line += ", ".join(f"loop/{k} {r[f'loop_over_{k}']:.2f}x" for k in arms[1:])
+        first = r["first_round_s"]["compiled"]
+        line += f" (medians of {args.pairs} pairs); first round (compiles) {first:.1f} s"
         if "ops" in r:
             line += "; ops/step " + ", ".join(f"{k} {v['ops_per_step']:.1f}" for k, v in r["ops"].items())
         if r["compile_note"]:
