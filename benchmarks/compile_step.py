@@ -120,6 +120,34 @@ def side_by_side(
     return out
 
 
+def profile_step(variant: str, clients: int, samples: int, calls: int = 3) -> dict[str, Any]:
+    """Self CPU seconds per step by op (``torch.profiler``) of one cohort's static step, uncompiled
+    and compiled, on the first step of an epoch (every client has a sample)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from sheaf_fmtl.algorithms.epoch import StaticEpoch, static_step
+
+    sim = build(variant, clients, samples, True)
+    (cohort,) = sim.ctx.fed.cohorts
+    (plan,) = sim.ctx.epoch_plans()
+    idx, masks, active = StaticEpoch(compiled=False)._inputs(0, cohort, plan, sim.config.batch_size)
+    theta = sim.state.thetas[0]
+    args = (theta, theta, theta, theta.new_zeros(len(theta)), cohort.x_train, cohort.y_train)
+    args += (idx[0], masks[0], active[0], torch.tensor(sim.config.alpha))
+    eager = static_step(cohort, sim.config)
+    out: dict[str, Any] = {}
+    for name, fn in (("static", eager), ("compiled", torch.compile(eager, fullgraph=True, dynamic=False))):
+        fn(*args)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(calls):
+                fn(*args)
+        rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:10]
+        out[name] = {e.key[:60]: e.self_cpu_time_total / 1e6 / calls for e in rows}
+        out[name]["total"] = sum(e.self_cpu_time_total for e in prof.key_averages()) / 1e6 / calls
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--variants", default="dfedu,redrawn,proxy")
@@ -128,6 +156,7 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=3, help="timed rounds of each, alternating")
     p.add_argument("--no-count", action="store_true", help="skip the op counts (one round each)")
     p.add_argument("--static", action="store_true", help="also time the static step uncompiled")
+    p.add_argument("--profile", action="store_true", help="profile one step of the first variant by op")
     p.add_argument("--out", default="", help="folder for compile_step.json")
     args = p.parse_args()
     from sheaf_fmtl.bench.machine import machine
@@ -155,6 +184,12 @@ def main() -> None:
         if r["compile_note"]:
             line += f"; {r['compile_note']}"
         print(line, flush=True)
+    if args.profile:
+        variant = args.variants.split(",")[0]
+        result["profile"] = prof = profile_step(variant, args.clients, args.samples)
+        for name, ops in prof.items():
+            top = ", ".join(f"{k} {v:.3f}" for k, v in ops.items())
+            print(f"{variant} {name} step, self CPU s by op: {top}", flush=True)
     result["load_average_end"] = list(os.getloadavg())
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
