@@ -161,3 +161,14 @@ def test_the_compiled_step_gives_the_loops_numbers_for_each_algorithm(name: str)
     keys = {"optimizer": "adam"} if name == "local" else {}
     loop, static = _pair(name, "logistic", compiled=True, **keys)
     _assert_same(loop, static, rounds=2)
+
+
+def test_the_static_step_walks_several_cohorts_with_their_own_passes() -> None:
+    # feature maps: clients that see different features, one cohort per input size
+    cfg = RunConfig(
+        dataset="synthetic-clusters", clients=6, maps="features", lam=0.3, batch_size=8, edge_weights="graph"
+    )
+    loop, static = build_simulation(cfg.replace(compile=False)), build_simulation(cfg.replace(compile=True))
+    assert len(static.ctx.fed.cohorts) > 1 and static.config.compile
+    static.ctx.static_epoch = StaticEpoch(compiled=False)
+    _assert_same(loop, static, rounds=2)
