@@ -81,7 +81,7 @@ def side_by_side(
     from sheaf_fmtl.algorithms.epoch import StaticEpoch
 
     sims = {name: build(variant, clients, samples, name != "loop") for name in arms}
-    if "static" in sims and sims["static"].config.compile:
+    if "static" in sims and sims["static"].compiled:
         sims["static"].ctx.static_epoch = StaticEpoch(compiled=False)
     first = {}
     for name, sim in sims.items():
@@ -103,7 +103,7 @@ def side_by_side(
     diff = max(float((x - y).norm() / y.norm()) for x, y in zip(a, b, strict=True))
     out: dict[str, Any] = {
         "variant": variant,
-        "compiled": bool(sims["compiled"].config.compile),
+        "compiled": bool(sims["compiled"].compiled),
         "compile_note": sims["compiled"].compile_note,
         "steps_per_round": sims["loop"].ctx.local_steps(),
         "first_round_s": first,

@@ -98,7 +98,8 @@ class Context:
     # The batches of the last gradients (None: that cohort had none), for the optimizers that must
     # leave a client without a batch as it was (algorithms/optim.py).
     last_batches: list[Batch | None] = field(default_factory=list, repr=False)
-    # The static local-epoch step and its compiled graphs (algorithms/epoch.py; config key compile).
+    # The static local-epoch step and its compiled graphs (algorithms/epoch.py): set at start-up
+    # when the config's ``compile`` resolves to true; None: the loop.
     static_epoch: Any = field(default=None, repr=False)
 
     @property

@@ -74,12 +74,11 @@ def resolve_compile(config: RunConfig, fed: Cohorts) -> tuple[bool, str | None]:
 
 
 def local_epochs(ctx: Context, state: State, thetas: list[torch.Tensor], alpha: float) -> list[torch.Tensor]:
-    """A round's local epochs of every cohort stack: the compiled static step when the config says
-    ``compile = true`` (resolved at start-up) and the gradients come from batches, else the loop."""
-    if ctx.config.compile and ctx.gradient_source is None:
-        runner = ctx.static_epoch
-        if runner is None:
-            runner = ctx.static_epoch = StaticEpoch(compiled=True)
+    """A round's local epochs of every cohort stack: the static step when the run set one up
+    (``ctx.static_epoch``: ``compile`` resolved to true) and the gradients come from batches, else
+    the loop."""
+    runner = ctx.static_epoch
+    if isinstance(runner, StaticEpoch) and ctx.gradient_source is None:
         return runner.run(ctx, state, thetas, alpha)
     return loop_epochs(ctx, state, thetas, alpha)
 

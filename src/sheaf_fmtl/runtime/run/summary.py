@@ -51,7 +51,7 @@ def summarize(
         "model_dims": sorted({int(d) for d in fed.node_dims()}),
         "warnings": notes,
         "versions": software_versions(),
-        "compile": config.compile,  # the local epochs' step compiled (algorithms/epoch.py)
+        "compile": sim.compiled,  # the local epochs' step compiled (algorithms/epoch.py)
     }
     if sim.compile_note:
         summary["compile_note"] = sim.compile_note
