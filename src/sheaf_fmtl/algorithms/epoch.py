@@ -1,7 +1,7 @@
 """A round's local epochs (``local_epochs = E > 0``) as one step function of static shapes, run
 eagerly or under ``torch.compile(fullgraph=True)`` (config key ``compile``).
 
-Today's loop (:func:`loop_epochs`, ``compile = false``) gathers at step ``s`` the batch of the
+The loop (:func:`loop_epochs`, ``compile = false``) gathers at step ``s`` the batch of the
 clients with samples left, so the shapes change within an epoch (fewer clients, a shorter last
 batch). The static step (``compile = true``) gives every step of a pass the same shapes: every
 client of a cohort, ``B`` positions, zero-weight rows where a client has no sample left (past its
@@ -41,7 +41,7 @@ STATIC_EPOCH = frozenset(
     {"local", "dfedu", "dpsgd", "fedavg", "learned", "fixed", "redrawn", "features", "aligned"}
 )
 #: ``compile = null`` (auto) per device type: whether the static step runs compiled. On the CPU the
-#: compiled step measured slower than today's loop (``benchmarks/compile_step.py``); a GPU has no
+#: compiled step measured slower than the loop (``benchmarks/compile_step.py``); a GPU has no
 #: side-by-side yet, so it keeps the loop too.
 COMPILE_AUTO = {"cpu": False, "cuda": False}
 
