@@ -98,6 +98,9 @@ class Context:
     # The batches of the last gradients (None: that cohort had none), for the optimizers that must
     # leave a client without a batch as it was (algorithms/optim.py).
     last_batches: list[Batch | None] = field(default_factory=list, repr=False)
+    # The static local-epoch step and its compiled graphs (algorithms/epoch.py): set at start-up
+    # when the config's ``compile`` resolves to true; None: the loop.
+    static_epoch: Any = field(default=None, repr=False)
 
     @property
     def batch_source(self) -> ClientStreams | torch.Generator:
@@ -130,6 +133,16 @@ class Context:
             self._plans = [c.epoch(b, self.batch_source) for c in self.fed.cohorts]
         self._cursor += 1
         return [c.epoch_batch(plan, step, b) for c, plan in zip(self.fed.cohorts, self._plans, strict=True)]
+
+    def epoch_plans(self) -> list[EpochPlan]:
+        """The plans of a whole pass at once, drawn as :meth:`next_batches` draws them at its first
+        step, the cursor moved past the pass (the static local epoch, ``algorithms/epoch.py``)."""
+        steps = self.steps_per_epoch()
+        if self._cursor % steps != 0:  # pragma: no cover - a round's epochs start at a pass
+            raise RuntimeError("a pass of local epochs must start where the last one ended")
+        self._plans = [c.epoch(self.config.batch_size, self.batch_source) for c in self.fed.cohorts]
+        self._cursor += steps
+        return self._plans
 
     def gradients_on(
         self, thetas: list[torch.Tensor], batches: list[Batch | None]

@@ -30,8 +30,8 @@ from ..config import RunConfig
 from ..messages import Payload
 from .base import Algorithm, Context, register
 from .coupling import require_stable_coupling
+from .epoch import local_epochs
 from .gossip import GossipState, ModelGossip, gossip_init
-from .optim import local_steps
 from .steps import gradient
 
 
@@ -85,7 +85,7 @@ class DFedU(Algorithm[GossipState]):
 
     def local(self, state: GossipState, ctx: Context) -> GossipState:
         if ctx.epoch_mode:  # E passes of plain SGD; the coupling step follows the exchange
-            state.thetas = [local_steps(ctx, state, state.thetas[0], ctx.local_steps(), self.alpha)]
+            state.thetas = local_epochs(ctx, state, state.thetas, self.alpha)
             state.grads = None
             return state
         state.grads = gradient(ctx, state.thetas[0], state)

@@ -31,8 +31,8 @@ from ..messages import Payload
 from ..sheaf.graph import ClientGraph
 from ..warn import user_stacklevel
 from .base import Algorithm, Context, register
+from .epoch import local_epochs
 from .gossip import GossipState, gossip_init
-from .optim import local_steps
 from .steps import gradient, sgd_steps
 
 
@@ -79,7 +79,7 @@ class DPSGD(Algorithm[GossipState]):
 
     def local(self, state: GossipState, ctx: Context) -> GossipState:
         if ctx.epoch_mode:
-            state.thetas = [local_steps(ctx, state, state.thetas[0], ctx.local_steps(), self.alpha)]
+            state.thetas = local_epochs(ctx, state, state.thetas, self.alpha)
             state.grads, state.outgoing = None, state.thetas[0]
             return state
         theta = sgd_steps(ctx, state, state.thetas[0], self.local_steps - 1, self.alpha)

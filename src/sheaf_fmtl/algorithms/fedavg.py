@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from .base import Context, register
-from .optim import local_steps
+from .epoch import local_epochs
 from .server import ServerAlgorithm, ServerState, server_flops
 
 
@@ -25,7 +25,7 @@ class FedAvg(ServerAlgorithm):
 
     def local_update(self, state: ServerState, ctx: Context) -> ServerState:
         assert state.global_copies is not None
-        state.global_copies = local_steps(ctx, state, state.global_copies, ctx.local_steps(), self.alpha)
+        state.global_copies = local_epochs(ctx, state, [state.global_copies], self.alpha)[0]
         state.thetas = [state.global_copies]
         return state
 

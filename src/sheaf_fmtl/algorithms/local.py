@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..config import RunConfig
 from ..messages import Payload
 from .base import Algorithm, Context, State, register
+from .epoch import local_epochs
 from .optim import local_step
 
 
@@ -22,6 +23,9 @@ class Local(Algorithm[State]):
         return State(thetas=ctx.init_thetas())
 
     def local(self, state: State, ctx: Context) -> State:
+        if ctx.epoch_mode:
+            state.thetas = local_epochs(ctx, state, state.thetas, self.alpha)
+            return state
         for _ in range(ctx.local_steps()):
             grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
             state.thetas = local_step(ctx, state, state.thetas, grads, self.alpha)

@@ -76,8 +76,8 @@ from .coordinate_state import (
     flat_index,
     refresh_copies,
 )
+from .epoch import local_epochs
 from .footprint import require_estimates_fit
-from .optim import local_step
 from .sheaf_messages import spread_heard
 from .steps import coupled_step, sgd_step
 
@@ -195,9 +195,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
     # -- rounds ------------------------------------------------------------------------------------
     def local(self, state: CoordinateState, ctx: Context) -> CoordinateState:
         if ctx.epoch_mode:  # E passes of plain SGD on f_i; the coupling follows the exchange
-            for _ in range(ctx.local_steps()):
-                grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
-                state.thetas = local_step(ctx, state, state.thetas, grads, self.alpha)
+            state.thetas = local_epochs(ctx, state, state.thetas, self.alpha)
             state.grads = None
         else:
             state.grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)

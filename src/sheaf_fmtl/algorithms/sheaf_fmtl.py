@@ -68,8 +68,8 @@ from ..sheaf.maps import MAP_DTYPES, init_maps
 from ..sheaf.stability import laplacian_lambda_max
 from .base import Algorithm, Context, register, register_maps
 from .coupling import require_stable_coupling
+from .epoch import local_epochs
 from .footprint import require_maps_fit
-from .optim import local_step
 from .sheaf_messages import masked_residual, spread_heard, sq_norms
 from .sheaf_state import SheafState
 
@@ -165,9 +165,7 @@ class SheafFMTL(Algorithm[SheafState]):
     # -- rounds ---------------------------------------------------------------------------------
     def local(self, state: SheafState, ctx: Context) -> SheafState:
         if self.epochs:  # E passes of SGD (or `optimizer`) on f_i; the coupling follows the exchange
-            for _ in range(ctx.local_steps()):
-                grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
-                state.thetas = local_step(ctx, state, state.thetas, grads, self.alpha)
+            state.thetas = local_epochs(ctx, state, state.thetas, self.alpha)
             return state
         state.grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
         state.opens_with_messages = state.theirs is None

@@ -58,6 +58,13 @@ class RunKeys(MapKeys):
         "data folder (`false`: an error naming `data_dir`).",
     )
     device: str = _key("cpu", "Where the run computes.")
+    compile: bool | None = _key(
+        None,
+        "With `local_epochs > 0`: each local mini-batch step as one `torch.compile` graph of static shapes "
+        "(every client, the whole batch, zero-weight rows where a client has no sample left; the loop's "
+        "numbers up to float rounding); `false`: the uncompiled loop; `null`: what measured faster on the "
+        "device (the loop on the CPU). summary.json's `compile` says what ran, `compile_note` why not.",
+    )
     data: dict[str, Any] = field(
         default_factory=dict,
         metadata={

@@ -58,7 +58,7 @@ def _types(annotation: str) -> tuple[type, ...]:
         return (int,)
     if annotation.startswith("float"):
         return (int, float)
-    if annotation == "bool":
+    if annotation.startswith("bool"):
         return (bool,)
     return (dict,) if annotation.startswith("dict") else (str,)
 

@@ -35,9 +35,10 @@ from .stacked import Batch, StackedClients
 EVAL_CHUNK = 512  # samples per client per evaluation chunk
 GROUP_CLIENTS = 4  # clients per batched im2col CNN call on CPU (see Cohort._grouped_grad); all on CUDA
 # CNN gradients per device: "fused" (grouped convolutions, hand-written backward: about 35 aten ops a
-# step on CPU, as fast as im2col there) or "im2col" (bmm convolutions, torch.func.grad); CUDA keeps
-# im2col until a side-by-side on a GPU (benchmarks/gpu-round.sh) says otherwise.
-CNN_KERNEL = {"cpu": "fused", "cuda": "im2col"}
+# step on CPU, as fast as im2col there) or "im2col" (bmm convolutions, torch.func.grad); on CUDA too
+# fused: a side-by-side R-MNIST-shaped round on an H200 (benchmarks/gpu-round.sh) took 119 ms with it
+# and 202 ms with im2col.
+CNN_KERNEL = {"cpu": "fused", "cuda": "fused"}
 CUDA_PREDICT_GROUP = 8  # clients per batched CNN prediction on CUDA (im2col of EVAL_CHUNK samples each)
 INIT_STREAM = {False: 7, True: 8}  # seed stream of initial models: per client, common (init = common)
 

@@ -267,6 +267,10 @@ class FusedCNN:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(l2 h_i [N, 1], l2/2 h_i [N])`` with ``h_i = 1`` for the clients of ``rows`` with a
         sample in ``mask`` (``has``), kept per ``(mask, rows)``."""
+        if torch.compiler.is_compiling():  # a traced step: computed in the graph, never kept
+            sample = has.view(-1)
+            full = sample if rows is None else mask.new_zeros(n).index_copy_(0, rows, sample)
+            return (l2 * full)[:, None], 0.5 * l2 * full
         key = (id(mask), id(rows), n, l2)
         found = self._coefs.get(key)
         if found is None or found[0] is not mask or found[1] is not rows:
@@ -281,7 +285,7 @@ class FusedCNN:
     def _mask_weights(self, mask: torch.Tensor) -> tuple[Any, ...]:
         """``(mask, w_ib [C, B], -w_ib, [C, 1] 1 for a client with a sample, -1 [C, B, 1])``, kept
         per mask: an epoch's masks come back every epoch, so a step spends no op on them."""
-        found = self._weights.get(id(mask))
+        found = None if torch.compiler.is_compiling() else self._weights.get(id(mask))
         if found is None or found[0] is not mask:
             if len(self._weights) > 256:  # fresh masks each step (random mini-batches): keep few
                 self._weights.clear()
@@ -289,7 +293,8 @@ class FusedCNN:
             weight = mask / count.clamp(min=1)
             minus_one = mask.new_full((1, 1, 1), -1.0).expand(*mask.shape, 1)
             found = (mask, weight, -weight, (count > 0).to(mask.dtype), minus_one)
-            self._weights[id(mask)] = found
+            if not torch.compiler.is_compiling():  # a traced step keeps nothing (graph values)
+                self._weights[id(mask)] = found
         return found
 
     def _loss(

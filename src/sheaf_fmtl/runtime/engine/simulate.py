@@ -16,6 +16,7 @@ import torch
 
 from ...algorithms import Algorithm, Context, State, make_algorithm
 from ...algorithms.auto_maps import resolve_coupling
+from ...algorithms.epoch import StaticEpoch, resolve_compile
 from ...algorithms.sheaf_fmtl import SheafState
 from ...config import ConfigError, RunConfig
 from ...data.base import FederatedDataset
@@ -49,6 +50,8 @@ class Simulation(Generic[S]):
     transport: Transport
     maps_chosen: str | None = None  # maps = auto: why the mode in config.maps was chosen
     lam_rule: str | None = None  # lam = null: how the default lam that runs was derived
+    compiled: bool = False  # the local epochs take the compiled static step (compile, algorithms/epoch.py)
+    compile_note: str | None = None  # compile = true: why the local epochs run uncompiled
 
     def theta(self, i: int) -> torch.Tensor:
         """Client ``i``'s flat parameter vector ``theta_i [d_i]`` (a view into the stacked state)."""
@@ -256,14 +259,17 @@ def build_simulation(
             f"graph has {graph.num_nodes} nodes but the federation has {fed.num_clients} clients"
         )
     config, chosen, lam_rule = resolve_coupling(config, fed, graph)  # maps = auto, lam = null: what runs
+    compiled, compile_note = resolve_compile(config, fed)  # compile = null: the device's faster way
     init_gen = torch.Generator().manual_seed(_derive(config.seed, 1))
     fed = fed.with_streams(config.seed)  # each client's own mini-batch stream (sheaf_fmtl.streams)
-    ctx = Context(fed, graph, config, init_gen)
+    ctx = Context(fed, graph, config, init_gen, static_epoch=StaticEpoch() if compiled else None)
     if not isinstance(transport, InProcessTransport):
         ctx.comm = transport  # type: ignore[assignment]  # DistributedTransport is a Comm
     algorithm = make_algorithm(config)
     state = algorithm.init(ctx)
-    return Simulation(config, ctx, algorithm, state, transport, maps_chosen=chosen, lam_rule=lam_rule)
+    sim = Simulation(config, ctx, algorithm, state, transport, maps_chosen=chosen, lam_rule=lam_rule)
+    sim.compiled, sim.compile_note = compiled, compile_note
+    return sim
 
 
 def _derive(seed: int, stream: int) -> int:

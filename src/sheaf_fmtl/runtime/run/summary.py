@@ -52,7 +52,10 @@ def summarize(
         "model_dims": sorted({int(d) for d in fed.node_dims()}),
         "warnings": notes,
         "versions": software_versions(),
+        "compile": sim.compiled,  # the local epochs' step compiled (algorithms/epoch.py)
     }
+    if sim.compile_note:
+        summary["compile_note"] = sim.compile_note
     if config.algorithm == "sheaf-fmtl":  # the coupling that ran (maps = auto: and why)
         summary.update(maps=config.maps, lam=config.lam, maps_auto=sim.maps_chosen, lam_rule=sim.lam_rule)
         summary["edge_weights"] = edge_weights_of(config)  # (auto: the mode's)
