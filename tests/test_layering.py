@@ -235,6 +235,20 @@ def test_no_module_over_400_lines_without_a_reason() -> None:
     assert not long, f"split these modules or say why in their docstring ({REASON} ...): {long}"
 
 
+#: Packages split by idea, each module under this many lines (config, the command line, a run).
+SPLIT_PACKAGES, SPLIT_MAX_LINES = ("config", "cli", "runtime/run"), 300
+
+
+def test_the_split_packages_keep_every_module_under_300_lines() -> None:
+    long = {
+        str(p.relative_to(ROOT)): n
+        for pkg in SPLIT_PACKAGES
+        for p in sorted((ROOT / pkg).glob("*.py"))
+        if (n := len(p.read_text().splitlines())) > SPLIT_MAX_LINES
+    }
+    assert not long, f"split these modules by idea (at most {SPLIT_MAX_LINES} lines each): {long}"
+
+
 def test_the_size_check_sees_a_long_module() -> None:
     body = "x = 1\n" * (MAX_LINES + 1)
     assert _too_long(f'"""A module."""\n{body}')
