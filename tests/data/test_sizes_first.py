@@ -131,3 +131,27 @@ def test_under_processes_every_rank_holding_the_data_counts(tmp_path, capsys, mo
     err = _one_line(capsys)
     assert "4 processes, each with dataset synthetic needs about" in err and "lower processes" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_models_too_large_for_this_process_are_refused_from_their_real_size(monkeypatch) -> None:
+    """The check counts each architecture's real parameters (a CNN's, not a linear model's), for
+    the clients held here, before any model is drawn."""
+    from sheaf_fmtl.config import RunConfig
+    from sheaf_fmtl.data.base import DatasetError
+    from sheaf_fmtl.runtime.engine import simulate
+
+    from ..test_cuda import image_dataset
+
+    data = image_dataset(4, shape=(1, 28, 28))
+    config = RunConfig(model="cnn", clients=4, graph="complete", rounds=1)
+    built = simulate.build_simulation(config, dataset=data)
+    params = int(built.ctx.fed.node_dims().sum())
+    need = params * 4 * simulate.MODEL_COPIES
+    monkeypatch.setattr(sizes, "memory_left", lambda: (need - 1, "a test's limit"))
+    with pytest.raises(
+        DatasetError, match=f"the models of the 4 clients held here \\({params:,} parameters"
+    ) as e:
+        simulate.build_simulation(config, dataset=data)
+    assert len(str(e.value).splitlines()) == 1 and "nothing was allocated" in str(e.value)
+    monkeypatch.setattr(sizes, "memory_left", lambda: (need + 1, "a test's limit"))
+    simulate.build_simulation(config, dataset=data)  # (just enough: built)

@@ -22,6 +22,7 @@ from ...config import ConfigError, RunConfig
 from ...data.base import FederatedDataset
 from ...data.protocol import ProtocolOptions
 from ...data.registry import DataRequest, load
+from ...data.sizes import check_fits
 from ...federation import Cohorts, build_federation
 from ...metrics.flops import run_flops
 from ...plugins import is_held, resolve
@@ -254,6 +255,7 @@ def build_simulation(
         transport = DistributedTransport(shard, graph, faults)
     elif fed is None:
         fed = build_federation(dataset, config.model, l2=config.l2, device=device)
+    check_models_fit(fed)
     if graph.num_nodes != fed.num_clients:
         raise ValueError(
             f"graph has {graph.num_nodes} nodes but the federation has {fed.num_clients} clients"
@@ -270,6 +272,23 @@ def build_simulation(
     sim = Simulation(config, ctx, algorithm, state, transport, maps_chosen=chosen, lam_rule=lam_rule)
     sim.compiled, sim.compile_note = compiled, compile_note
     return sim
+
+
+#: Copies of each client's parameters a run may hold at once: the model, its gradient, an optimizer's
+#: two moments, and an algorithm's own two (a personal or global copy, a proxy, neighbours' values).
+MODEL_COPIES = 6
+
+
+def check_models_fit(fed: Cohorts) -> None:
+    """Refuse (one line, before any model is drawn) models of the clients held here that this process
+    cannot hold, :data:`MODEL_COPIES` float32 copies of every parameter (the architectures' real
+    sizes: built once per architecture, never per client)."""
+    held = sum(c.size * c.dim for c in fed.cohorts)
+    clients = sum(c.size for c in fed.cohorts)
+    what = (
+        f"the models of the {clients} clients held here ({held:,} parameters, {MODEL_COPIES} float32 copies)"
+    )
+    check_fits(held * 4.0 * MODEL_COPIES, what, "lower clients or choose a smaller model")
 
 
 def _derive(seed: int, stream: int) -> int:
