@@ -150,4 +150,7 @@ def test_a_rank_whose_launcher_and_peer_died_leaves_within_timeout_s(tmp_path: P
     while _alive(rank0) or _alive(rank1):  # (SIGKILL waits for a write in progress, e.g. an fsync)
         assert time.monotonic() - killed < 5 + 20, "a rank outlived its launcher and its peer"
         time.sleep(0.05)
-    assert not is_locked(out)
+    ended = time.monotonic()  # a dead holder's lock can outlast it briefly (the kernel's deferred close)
+    while is_locked(out):
+        assert time.monotonic() - ended < 5, "the folder stayed locked after its ranks ended"
+        time.sleep(0.05)
