@@ -20,7 +20,6 @@ kernels are not aten ops: its count is what runs outside the graphs). Writes
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
 import os
@@ -33,6 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from step_ops import build as build_step_ops  # noqa: E402
 from step_ops import count_ops  # noqa: E402
 
 VARIANTS = {
@@ -44,30 +44,7 @@ VARIANTS = {
 
 def build(variant: str, clients: int, samples: int, compile_: bool) -> Any:
     """The simulation of ``variant`` on generated R-MNIST-shaped data, ``compile`` as given."""
-    from sheaf_fmtl.bench.settings import PAPER
-    from sheaf_fmtl.bench.synthetic import make_dataset
-    from sheaf_fmtl.config.schema import from_mapping
-    from sheaf_fmtl.federation import build_federation
-    from sheaf_fmtl.runtime.engine.simulate import build_simulation
-
-    s = dataclasses.replace(PAPER, name="rmnist-shape", clients=clients, samples=samples, graph_p=0.15)
-    keys = dict(
-        dataset="bench-rmnist-shape",
-        model="cnn",
-        clients=clients,
-        graph="erdos-renyi",
-        graph_p=0.15,
-        local_epochs=1,
-        batch_size=32,
-        alpha=0.05,
-        gamma=0.01,
-        l2=1e-4,
-        seed=0,
-        compile=compile_,
-    )
-    cfg = from_mapping({**keys, **VARIANTS[variant]})
-    fed = build_federation(make_dataset(s), "cnn", l2=cfg.l2)
-    return build_simulation(cfg, fed=fed)
+    return build_step_ops(VARIANTS[variant], clients, samples, compile=compile_)
 
 
 def side_by_side(

@@ -45,8 +45,11 @@ VARIANTS = {
 }
 
 
-def build(variant: str, clients: int, samples: int, device: str = "cpu") -> Any:
-    """The simulation of ``variant`` on generated R-MNIST-shaped data."""
+def build(
+    variant: str | dict[str, Any], clients: int, samples: int, device: str = "cpu", **extra: Any
+) -> Any:
+    """The simulation of ``variant`` (a name of :data:`VARIANTS`, or its keys) on generated
+    R-MNIST-shaped data, with ``extra`` config keys on top."""
     import dataclasses
 
     from sheaf_fmtl.bench.settings import PAPER
@@ -70,7 +73,8 @@ def build(variant: str, clients: int, samples: int, device: str = "cpu") -> Any:
         seed=0,
         device=device,
     )
-    cfg = from_mapping({**keys, **VARIANTS[variant]})
+    chosen = VARIANTS[variant] if isinstance(variant, str) else variant
+    cfg = from_mapping({**keys, **chosen, **extra})
     fed = build_federation(make_dataset(s), "cnn", l2=cfg.l2, device=device)
     return build_simulation(cfg, fed=fed)
 
