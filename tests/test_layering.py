@@ -35,6 +35,7 @@ RANK = {
     "warn": 0,
     "federation": 1,
     "sheaf": 2,
+    "compression": 2,
     "config": 3,
     "algorithms": 4,
     "metrics": 5,

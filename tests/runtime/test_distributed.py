@@ -97,6 +97,22 @@ def test_three_processes_match_one_redrawn_maps_with_estimates_and_faults(tmp_pa
     _compare(tmp_path, settings, 3)
 
 
+def test_three_processes_match_one_compressed_gossip_with_faults(tmp_path: Path) -> None:
+    """Default suite: CHOCO's copies are sharded with their half-edges, each message decoded with its
+    sender's global id (seeded coordinates drawn again on the receiving rank), the encoded bytes
+    moved as they are."""
+    settings = {
+        "algorithm": "dfedu",
+        "dataset": "synthetic",
+        "compressor": "rand-k-seeded",
+        "compression": 0.05,
+        "link_drop_prob": 0.2,
+        "drop_prob": 0.1,
+        **TINY,
+    }
+    _compare(tmp_path, settings, 3)
+
+
 def three_cnns(tmp_path: Path) -> dict[str, Any]:
     """Six clients of ``cnn-small, cnn-medium, cnn-large`` on small random images (``lam = 0.5``)."""
     rng = np.random.default_rng(0)
@@ -151,6 +167,9 @@ def test_three_processes_match_one_aligned_maps_between_three_cnns(tmp_path: Pat
         },
         {"algorithm": "fedavg", "dataset": "synthetic", "drop_prob": 0.3},
         {**REDRAWN, "map_kind": "orthonormal", "local_epochs": 1},
+        {"algorithm": "dfedu", "dataset": "synthetic", "compressor": "top-k", "compression": 0.02},
+        {"algorithm": "dpsgd", "dataset": "synthetic", "compressor": "qsgd", "quantization_bits": 3},
+        {"algorithm": "dpsgd", "dataset": "synthetic", "compressor": "powergossip", "rank": 2},
         {
             "algorithm": "sheaf-fmtl",
             "dataset": "synthetic-hetero",
@@ -167,6 +186,9 @@ def test_three_processes_match_one_aligned_maps_between_three_cnns(tmp_path: Pat
         "sheaf-drops",
         "fedavg-drops",
         "redrawn-orthonormal",
+        "dfedu-top-k",
+        "dpsgd-qsgd",
+        "dpsgd-powergossip",
         "features",
     ],
 )

@@ -19,20 +19,27 @@ Start-up: ``alpha lam lambda_max(weighted graph Laplacian) >= 2`` makes the coup
 Missing neighbours (``drop_prob``, ``link_drop_prob``, rejected messages): a client skips the term
 ``a_ij (theta_i - theta_j)`` of each neighbour whose model did not arrive, for that round. A client
 that sits a round out sends nothing, receives nothing and keeps its model (the runtime puts it back).
+
+With a ``compressor`` the neighbours' models are public copies moved by compressed differences
+(CHOCO-SGD, :mod:`.compressed`) or low-rank differences (:mod:`.powergossip`), and the coupling
+step, once a round, is ``theta_i <- theta_i - alpha lam gamma sum_j a_ij (theta_i - theta_j)~``
+with ``(theta_i - theta_j)~`` the difference of the copies (or PowerGossip's approximation) and
+``gamma`` the ``consensus_step``.
 """
 
 from __future__ import annotations
 
-import networkx as nx
 import torch
 
 from ..config import RunConfig
-from ..messages import Payload
+from ..messages import EdgeTensor, Payload, ServerTensor
 from .base import Algorithm, Context, register
+from .compressed import DifferenceExchange, analytic_bits, make_exchange
 from .coupling import require_stable_coupling
+from .coupling_strength import graph_lambda_max
 from .epoch import local_epochs
 from .gossip import GossipState, ModelGossip, gossip_init
-from .steps import gradient
+from .steps import gradient, sgd_steps
 
 
 def _neighbour_flops(config: RunConfig, dim: int, clients: int, half_edges: int) -> int:
@@ -45,7 +52,7 @@ def _neighbour_flops(config: RunConfig, dim: int, clients: int, half_edges: int)
     "dfedu",
     display="dFedU",
     step_keys=("alpha", "lam"),
-    reads=("lam",),
+    reads=("lam", "compressor"),
     color=1,
     aggregation=_neighbour_flops,
 )
@@ -58,6 +65,8 @@ class DFedU(Algorithm[GossipState]):
         self.local_steps = config.local_steps
         self.notes: list[str] = []
         self.a_half: torch.Tensor | None = None  # [H, 1] a_ij per half-edge (None: all 1)
+        self.exchange: DifferenceExchange | None = None  # a compressor's (compressed.py); None: whole models
+        self.gamma = 1.0  # the consensus step scaling the coupling (with a compressor)
 
     def _coupling(
         self, gossip: ModelGossip, theta: torch.Tensor, theirs: torch.Tensor, heard: torch.Tensor | None
@@ -76,11 +85,19 @@ class DFedU(Algorithm[GossipState]):
             assert state.gossip is not None
             a = state.gossip.on_half_edges(ctx.graph.half_edge_weights())
             self.a_half = torch.as_tensor(a, dtype=ref.dtype, device=ref.device)[:, None]
-        if ctx.config.stability_check and self.lam > 0:
-            lambda_max = float(nx.laplacian_spectrum(ctx.graph.to_networkx()).max())
-            note = require_stable_coupling(self.alpha, self.lam, lambda_max, "graph Laplacian", maps=False)
-            if note:
-                self.notes.append(note)
+        compressing = ctx.config.compressor != "none"
+        if (ctx.config.stability_check or compressing) and self.lam > 0:
+            lambda_max = graph_lambda_max(ctx.graph)
+            self.exchange = make_exchange(ctx.config, ctx, state, self.alpha * self.lam, lambda_max)
+            self.gamma = state.consensus_step or 1.0
+            if ctx.config.stability_check:
+                what = "graph Laplacian" + (f", consensus step {self.gamma:g}" if compressing else "")
+                lam = self.lam * self.gamma
+                note = require_stable_coupling(self.alpha, lam, lambda_max, what, maps=False)
+                if note:
+                    self.notes.append(note)
+        elif compressing:  # lam = 0: nothing is coupled, but the messages are still sent and counted
+            self.exchange = make_exchange(ctx.config, ctx, state, 0.0, 0.0)
         return state
 
     def local(self, state: GossipState, ctx: Context) -> GossipState:
@@ -93,11 +110,15 @@ class DFedU(Algorithm[GossipState]):
 
     def send(self, state: GossipState, phase: int, ctx: Context) -> Payload:
         assert state.gossip is not None
+        if self.exchange is not None:
+            return {"model": self.exchange.send(state, state.thetas[0])}
         return {"model": state.gossip.send(state.thetas[0])}
 
     def receive(self, state: GossipState, incoming: Payload, phase: int, ctx: Context) -> GossipState:
         gossip, grads = state.gossip, state.grads
         assert gossip is not None
+        if self.exchange is not None:
+            return self._compressed_step(state, incoming["model"], ctx)
         theirs, heard = gossip.received(incoming["model"]), gossip.heard(incoming["model"])
         theta = state.thetas[0]
         if grads is None:  # local-epochs mode: the coupling step alone
@@ -109,6 +130,27 @@ class DFedU(Algorithm[GossipState]):
             theta = theta - self.alpha * (grads + self.lam * self._coupling(gossip, theta, theirs, heard))
         state.thetas = [theta]
         return state
+
+    def _compressed_step(
+        self, state: GossipState, incoming: EdgeTensor | ServerTensor, ctx: Context
+    ) -> GossipState:
+        """The coupling on the exchange's differences (:mod:`.compressed`, :mod:`.powergossip`),
+        scaled by the consensus step, once a round; further local steps are plain SGD."""
+        gossip, exchange = state.gossip, self.exchange
+        assert gossip is not None and exchange is not None and isinstance(incoming, EdgeTensor)
+        diff = exchange.differences(state, exchange.receive(state, incoming))
+        pull = gossip.neighbour_sum(diff if self.a_half is None else self.a_half * diff)
+        theta, lam = state.thetas[0], self.lam * self.gamma
+        if state.grads is None:  # local-epochs mode: the coupling step alone
+            state.thetas = [theta - (self.alpha * lam) * pull]
+            return state
+        theta = theta - self.alpha * (state.grads + lam * pull)
+        state.thetas = [sgd_steps(ctx, state, theta, self.local_steps - 1, self.alpha)]
+        return state
+
+    def analytic_bits(self, state: GossipState, rounds: int) -> int:
+        """Bits of ``rounds`` rounds' messages by the formula (:func:`.compressed.analytic_bits`)."""
+        return analytic_bits(self.exchange, state, rounds)
 
     def penalty(self, state: GossipState, ctx: Context) -> tuple[float, float]:
         assert state.gossip is not None

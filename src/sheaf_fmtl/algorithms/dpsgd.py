@@ -17,6 +17,13 @@ x_j) / (w_ii + sum_{j heard} w_ij)``. A client that sits a round out sends nothi
 and keeps its model (the runtime puts it back).
 Edge weights ``a_ij`` of a weighted graph are ignored (the mixing weights come from the degrees), with
 a warning.
+
+With a ``compressor`` the round is CHOCO-SGD's (Koloskova et al. 2019, Algorithm 2) whatever
+``dpsgd_order``: the local step first (``x_i <- x_i - alpha g_i(x_i)``, or the local epochs), then
+``x_i <- x_i - gamma sum_j w_ij (x_i - x_j)~``, ``(x_i - x_j)~`` the difference of the public copies
+moved by compressed messages (:mod:`.compressed`) or PowerGossip's low-rank approximation
+(:mod:`.powergossip`), ``gamma`` the ``consensus_step`` (``null``: from the compressor's quality and
+``lambda_max(I - W)``). A neighbour whose message did not arrive is left out of that round's step.
 """
 
 from __future__ import annotations
@@ -27,10 +34,12 @@ import numpy as np
 import torch
 
 from ..config import RunConfig
-from ..messages import Payload
+from ..messages import EdgeTensor, Payload
 from ..sheaf.graph import ClientGraph
 from ..warn import user_stacklevel
 from .base import Algorithm, Context, register
+from .compressed import DifferenceExchange, analytic_bits, make_exchange
+from .coupling_strength import graph_lambda_max
 from .epoch import local_epochs
 from .gossip import GossipState, gossip_init
 from .steps import gradient, sgd_steps
@@ -49,7 +58,7 @@ def _mixing_flops(config: RunConfig, dim: int, clients: int, half_edges: int) ->
     return 2 * dim * (half_edges + clients)
 
 
-@register("dpsgd", display="D-PSGD", reads=("dpsgd_order",), color=2, aggregation=_mixing_flops)
+@register("dpsgd", display="D-PSGD", reads=("dpsgd_order", "compressor"), color=2, aggregation=_mixing_flops)
 class DPSGD(Algorithm[GossipState]):
     name = "dpsgd"
 
@@ -57,6 +66,8 @@ class DPSGD(Algorithm[GossipState]):
         self.alpha = config.alpha
         self.local_steps = config.local_steps
         self.order = config.dpsgd_order
+        self.exchange: DifferenceExchange | None = None  # a compressor's (compressed.py); None: whole models
+        self.gamma = 1.0  # the consensus step (with a compressor)
 
     def init(self, ctx: Context) -> GossipState:
         state = gossip_init(ctx, self.name)
@@ -69,6 +80,10 @@ class DPSGD(Algorithm[GossipState]):
             )
         w, self_w = metropolis_weights(ctx.graph)
         assert state.gossip is not None
+        if ctx.config.compressor != "none":  # I - W: the Laplacian of the mixing weights
+            mu = graph_lambda_max(ClientGraph(ctx.graph.num_nodes, ctx.graph.edges, w[0::2]))
+            self.exchange = make_exchange(ctx.config, ctx, state, 1.0, mu)
+            self.gamma = state.consensus_step or 1.0
         w, self_w = state.gossip.on_half_edges(w), state.gossip.on_clients(self_w)
         ref = state.thetas[0]
         state.mixing = (
@@ -85,17 +100,29 @@ class DPSGD(Algorithm[GossipState]):
         theta = sgd_steps(ctx, state, state.thetas[0], self.local_steps - 1, self.alpha)
         state.thetas = [theta]
         state.grads = gradient(ctx, theta, state)
+        if self.exchange is not None:  # CHOCO-SGD: the gradient step, then the compressed gossip
+            state.thetas = [theta - self.alpha * state.grads]
+            state.grads, state.outgoing = None, state.thetas[0]
+            return state
         state.outgoing = theta - self.alpha * state.grads if self.order == "atc" else theta
         return state
 
     def send(self, state: GossipState, phase: int, ctx: Context) -> Payload:
         assert state.gossip is not None and state.outgoing is not None
+        if self.exchange is not None:
+            return {"model": self.exchange.send(state, state.outgoing)}
         return {"model": state.gossip.send(state.outgoing)}
 
     def receive(self, state: GossipState, incoming: Payload, phase: int, ctx: Context) -> GossipState:
         gossip, own, mixing = state.gossip, state.outgoing, state.mixing
         assert gossip is not None and own is not None and mixing is not None
         w, self_w = mixing
+        if self.exchange is not None:  # x_i <- x_i - gamma sum_j w_ij (x_i - x_j)~
+            item = incoming["model"]
+            assert isinstance(item, EdgeTensor)
+            diff = self.exchange.differences(state, self.exchange.receive(state, item))
+            state.thetas = [own - self.gamma * gossip.neighbour_sum(w * diff)]
+            return state
         terms, heard = w * gossip.received(incoming["model"]), gossip.heard(incoming["model"])
         if heard is None:
             mixed = self_w * own + gossip.neighbour_sum(terms)
@@ -106,3 +133,7 @@ class DPSGD(Algorithm[GossipState]):
         grads = state.grads if self.order == "lian" else None  # None too after local epochs
         state.thetas = [mixed if grads is None else mixed - self.alpha * grads]
         return state
+
+    def analytic_bits(self, state: GossipState, rounds: int) -> int:
+        """Bits of ``rounds`` rounds' messages by the formula (:func:`.compressed.analytic_bits`)."""
+        return analytic_bits(self.exchange, state, rounds)

@@ -75,7 +75,38 @@ class RunKeys(MapKeys):
 
 
 @dataclass(frozen=True)
-class StepKeys(RunKeys):
+class CompressionKeys(RunKeys):
+    """Compressed gossip of the model-gossiping baselines (``algorithms/compressed.py``,
+    ``algorithms/powergossip.py``; the compressors: ``compression/``)."""
+
+    compressor: str = _key(
+        "none",
+        "`dfedu`, `dpsgd`: compress what neighbours exchange, CHOCO-SGD's way (each client keeps public "
+        "copies of its neighbours' models, moved each round by the compressed difference `C(theta - "
+        "theta_hat)`): `top-k`, `rand-k` (values and their indices), `rand-k-seeded` (coordinates drawn "
+        "from a seed both ends know: values only), `qsgd` (`quantization_bits`), `sign`; or `powergossip` "
+        "(rank-`rank` power-iteration approximations of each weight matrix's difference); `none`: whole "
+        "models. See the communication page.",
+    )
+    compression: float = _key(
+        0.1, "`top-k`, `rand-k`, `rand-k-seeded`: kept fraction, `k = max(1, floor(compression d))` values."
+    )
+    quantization_bits: int = _key(
+        4, "`qsgd`: bits per coordinate (a sign and `2^(b-1) - 1` levels), plus one norm per message."
+    )
+    rank: int = _key(1, "`powergossip`: rank of each weight matrix's approximated difference.")
+    consensus_step: float | None = _key(
+        None,
+        "With a `compressor`: the consensus step `gamma` of the copies (CHOCO-SGD's), scaling the pull "
+        "towards them (D-PSGD: `x_i += gamma sum_j w_ij (xhat_j - xhat_i)`; dFedU: its coupling step times "
+        "gamma); `null`: half the stability limit of the compressor's quality `omega`, "
+        "`2 omega / (2 - omega)` over the step's largest eigenvalue, at most 1 (1 for `powergossip`). "
+        "summary.json's `consensus_step` says what ran.",
+    )
+
+
+@dataclass(frozen=True)
+class StepKeys(CompressionKeys):
     """The baselines' own keys (``algorithms/*.py``), the local optimizer and schedule
     (``algorithms/optim.py``) and the loop's callbacks (``runtime/run/callbacks.py``)."""
 

@@ -34,6 +34,26 @@ def _check_together(config: RunConfig) -> None:
         )
     _check_maps(config)
     _check_optimizer(config)
+    _check_compression(config)
+
+
+def _check_compression(config: RunConfig) -> None:
+    """``compressor`` only where an algorithm gossips whole models (its registry entry reads it)."""
+    if config.compressor == "none":
+        return
+    readers = [a for a, spec in registry.ALGORITHMS.items() if "compressor" in spec.reads]
+    if registry.ALGORITHMS and config.algorithm not in readers:
+        raise ConfigError(
+            f"config key 'compressor' = {config.compressor} applies to algorithm={' or '.join(readers)} "
+            f"(compressed gossip of whole models); got algorithm={config.algorithm} (sheaf-fmtl compresses "
+            "through its maps: maps=redrawn with gamma)"
+        )
+    if config.compressor == "powergossip" and (config.drop_prob > 0 or config.link_drop_prob > 0):
+        raise ConfigError(
+            "config key 'compressor' = powergossip needs reliable links (both ends of an edge must see the "
+            "same messages to keep the same low-rank factors); set drop_prob=0 and link_drop_prob=0, or "
+            "choose a CHOCO compressor (top-k, rand-k, rand-k-seeded, qsgd, sign)"
+        )
 
 
 # Algorithms whose paper defines the local update as plain SGD in one formula with the rest of the

@@ -25,13 +25,19 @@ SELECTORS: dict[str, Callable[[RunConfig], str]] = {
     "maps": lambda c: c.maps if c.algorithm == "sheaf-fmtl" else f"none (algorithm={c.algorithm})",
     "graph": lambda c: c.graph,
     "local_epochs": lambda c: "0" if c.local_epochs == 0 else f"{c.local_epochs}",
+    "compressor": lambda c: c.compressor,
 }
+_COMPRESSING = ("top-k", "rand-k", "rand-k-seeded", "qsgd", "sign", "powergossip")
 #: Keys read by some graph kinds or protocols only: key -> (selector, the selector's values that read it).
 _OTHER_READERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "graph_p": ("graph", ("erdos-renyi", "watts-strogatz")),
     "graph_k": ("graph", ("watts-strogatz",)),
     "graph_m": ("graph", ("barabasi-albert",)),
     "local_steps": ("local_epochs", ("0",)),
+    "compression": ("compressor", ("top-k", "rand-k", "rand-k-seeded")),
+    "quantization_bits": ("compressor", ("qsgd",)),
+    "rank": ("compressor", ("powergossip",)),
+    "consensus_step": ("compressor", _COMPRESSING),
 }
 #: Keys a mode reads that the config's rules refuse with any other mode (``rules._check_maps``).
 _REFUSED_ELSEWHERE = ("estimates", "map_kind")

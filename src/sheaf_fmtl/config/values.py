@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from ..compression import COMPRESSOR_NAMES
 from ..sheaf.graph import GRAPH_KINDS
 from ..sheaf.maps import MAP_DTYPES, MAP_INITS
 from ..sheaf.selection import MAP_KINDS
@@ -27,6 +28,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "metric_goal": ("auto", "max", "min"),
     "optimizer": ("sgd", "momentum", "adam"),
     "lr_schedule": ("constant", "cosine", "step"),
+    "compressor": COMPRESSOR_NAMES,
 }
 # key -> (lower, lower inclusive, upper, upper inclusive, text)
 _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
@@ -68,6 +70,10 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "lr_step_gamma": (0.0, False, 1.0, True, "0 < lr_step_gamma <= 1"),
     "early_stop_patience": (0, True, None, False, "early_stop_patience >= 0 (0: never)"),
     "early_stop_min_delta": (0.0, True, None, False, "early_stop_min_delta >= 0"),
+    "compression": (0.0, False, 1.0, True, "0 < compression <= 1"),
+    "quantization_bits": (2, True, 16, True, "2 <= quantization_bits <= 16"),
+    "rank": (1, True, None, False, "rank >= 1"),
+    "consensus_step": (0.0, False, None, False, "consensus_step > 0"),
 }
 
 

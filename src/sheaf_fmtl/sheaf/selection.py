@@ -96,12 +96,18 @@ class SelectionDraws:
     the keys up to the round, the element counters' hashes) is computed once."""
 
     def __init__(
-        self, seed: int, edges: np.ndarray, m: np.ndarray, d: np.ndarray, device: torch.device | str
+        self,
+        seed: int,
+        edges: np.ndarray,
+        m: np.ndarray,
+        d: np.ndarray,
+        device: torch.device | str,
+        stream: int = 1,
     ) -> None:
         e = torch.as_tensor(edges, dtype=torch.long, device=device)
         self.m = torch.as_tensor(m, dtype=torch.long, device=device)
         d_t = torch.as_tensor(d, dtype=torch.long, device=device)
-        self.base = _base_keys(seed, e, stream=1)
+        self.base = _base_keys(seed, e, stream=stream)  # (stream 1: the maps'; others: compressors')
         self.per_el = torch.repeat_interleave(torch.arange(len(e), device=device), d_t)
         first = torch.cumsum(d_t, 0) - d_t
         k = torch.arange(len(self.per_el), device=device) - first[self.per_el]  # stratum within its edge

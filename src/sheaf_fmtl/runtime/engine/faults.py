@@ -109,7 +109,8 @@ def validate(
     Args:
         data: the received flat buffer.
         layout: the receiving layout (``layout.total`` elements, ``len(layout.sizes)`` half-edges).
-        dtype: the expected element type (``None``: any floating-point type).
+        dtype: the expected element type (``None``: any floating-point type, or ``uint8``: the
+            bytes of compressed messages).
     Returns:
         ``(buffer, ok)``: ``ok [H]`` bool on ``data``'s device, per half-edge, that its segment is
         finite; a buffer of the wrong shape or dtype is rejected whole (``ok`` all False, the buffer
@@ -117,10 +118,13 @@ def validate(
         host-device synchronisation.
     """
     h = len(layout.sizes)
-    good_type = data.dtype == dtype if dtype is not None else data.is_floating_point()
+    encoded = data.dtype == torch.uint8 and dtype in (None, torch.uint8)
+    good_type = data.dtype == dtype if dtype is not None else data.is_floating_point() or encoded
     if data.dim() != 1 or data.numel() != layout.total or not good_type:
         zeros = torch.zeros(layout.total, dtype=dtype or torch.float32, device=data.device)
         return zeros, torch.zeros(h, dtype=torch.bool, device=data.device)
+    if encoded:  # compressed messages: bytes of the right length are well formed (their decoder's)
+        return data, torch.ones(h, dtype=torch.bool, device=data.device)
     if h and bool((layout.sizes == layout.sizes[0]).all()):  # equal segments: a [H, d] view
         # x * 0 is 0 for a finite x and NaN otherwise; on the CPU ~9x faster than isfinite().all(1)
         return data, torch.isfinite((data.view(h, -1) * 0).sum(1))
@@ -140,6 +144,8 @@ def intact_on_host(received: Mapping[str, EdgeTensor]) -> bool:
         data = item.data
         if data.device.type != "cpu" or data.dim() != 1 or data.numel() != item.layout.total:
             return False
+        if data.dtype == torch.uint8:  # encoded bytes (compressed messages): any value is well formed
+            continue
         if not data.is_floating_point() or not math.isfinite(float(data.sum())):
             return False
     return True
@@ -256,6 +262,8 @@ class Faults:
             return
         for name, old in before.items():
             new = getattr(state, name)
+            if new is None:  # a field this run does not use (e.g. no compressor's copies)
+                continue
             if isinstance(new, list) and not new:
                 continue  # e.g. no optimizer state (plain SGD)
             if isinstance(old, list) and not old:  # created this round (the optimizer's): from zeros

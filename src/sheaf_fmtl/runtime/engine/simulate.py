@@ -109,6 +109,15 @@ class Simulation(Generic[S]):
         bits = torch.tensor(self.transport.bits, dtype=torch.int64)
         return int(self.ctx.comm.all_sum(bits))
 
+    def analytic_bits(self, rounds: int) -> int | None:
+        """Bits ``rounds`` rounds send by the algorithm's formula (every message delivered), over
+        every process; ``None`` when the algorithm has no formula (``analytic_bits``)."""
+        formula = getattr(self.algorithm, "analytic_bits", None)
+        if formula is None:
+            return None
+        bits = torch.tensor(int(formula(self.state, rounds)), dtype=torch.int64)
+        return int(self.ctx.comm.all_sum(bits))
+
     def fault_counts(self) -> dict[str, int]:
         """``rejected_messages`` and ``dropped_messages`` so far, over every process."""
         counts = self.transport.faults.counts()

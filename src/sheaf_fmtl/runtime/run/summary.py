@@ -59,6 +59,12 @@ def summarize(
     if config.algorithm == "sheaf-fmtl":  # the coupling that ran (maps = auto: and why)
         summary.update(maps=config.maps, lam=config.lam, maps_auto=sim.maps_chosen, lam_rule=sim.lam_rule)
         summary["edge_weights"] = edge_weights_of(config)  # (auto: the mode's)
+    summary.update(_bits_side_by_side(sim, summary["transmitted_bits"], diverged_at or done))
+    if getattr(config, "compressor", "none") != "none":  # the compressed gossip that ran
+        summary.update(
+            compressor=config.compressor, consensus_step=getattr(sim.state, "consensus_step", None)
+        )
+        summary["consensus_rule"] = getattr(sim.state, "consensus_note", None)
     lambda_max = getattr(sim.state, "lambda_max", None)
     if lambda_max is not None:
         summary["laplacian_lambda_max"] = lambda_max
@@ -66,6 +72,19 @@ def summarize(
     if kept is not None:
         summary["coupling_state_bytes"] = int(sim.ctx.comm.all_sum(torch.tensor(kept, dtype=torch.int64)))
     return summary
+
+
+def _bits_side_by_side(sim: Simulation[Any], measured: int, rounds: int) -> dict[str, Any]:
+    """The bits a round sent as measured from the payloads and as the algorithm's formula counts
+    them (every message delivered), when it has one."""
+    analytic = sim.analytic_bits(rounds)
+    if analytic is None or rounds <= 0:
+        return {}
+    return {
+        "transmitted_bits_analytic": analytic,
+        "bits_per_round": measured / rounds,
+        "bits_per_round_analytic": analytic / rounds,
+    }
 
 
 def config_with_clients(config: RunConfig, fed: Cohorts) -> RunConfig:

@@ -1,0 +1,279 @@
+"""``sheaf-fmtl reproduce frontier``: accuracy (School: MSE) against total transmitted bits for the
+sheaf coupling and the compressors decentralized learning uses, on one personalised objective.
+
+Every method couples the same clients over the same graph: dFedU's Laplacian coupling, whole
+(``compressor = none``), through CHOCO-SGD's compressed copies (``top-k``, ``rand-k``, ``qsgd``,
+``sign``) or PowerGossip's low-rank differences; and Sheaf-FMTL's maps redrawn each round at
+``gamma`` (with and without CHOCO-form estimates). Each method is swept over its compression (kept
+fraction, bits, rank, ``gamma``); at each level its strength (``lam``, and CHOCO's
+``consensus_step``) is chosen from a small grid (``lam`` 0.1, 0.3, 1; the default consensus step
+and 1; the sheaf's ``lam`` rule and the pulls 0.03 and 0.3 beside it) on a validation split (seed
+0, ``validation = 0.2``; the test split is never read for it), then run on the test split for
+every seed. Output in
+``OUT``: ``frontier.csv`` and ``frontier.md`` (every point: metric, total bits, bits per round
+measured and by the formula, seconds; the Pareto front marked) and ``frontier.png`` (one panel per
+problem, log bits, seed bands, the front). Cells are cached in ``OUT/cells`` as the other
+experiments' (an interrupted run continues where it stopped).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import RunConfig, from_mapping, parse_overrides
+from ..progress import bar
+from ..runtime.run.interrupt import signalled
+from .cells import finished, run_folder
+from .reproduce import data_present, missing_note
+
+VALIDATION = 0.2
+SEEDS, QUICK_SEEDS = 3, 1
+FRACTIONS = (0.1, 0.03, 0.01, 0.003, 0.001)
+QUICK_FRACTIONS = (0.1, 0.01)
+
+#: problem -> (its keys, the problem's name in the figure)
+PROBLEMS: dict[str, tuple[dict[str, Any], str]] = {
+    "school": ({"dataset": "school"}, "School"),
+    "vehicle": ({"dataset": "vehicle"}, "Vehicle"),
+    "synthetic-clusters": (
+        {"dataset": "synthetic-clusters", "data": {"homogeneous": True}},
+        "synthetic-clusters (homogeneous)",
+    ),
+    "rmnist": ({"dataset": "rmnist", "clients": 12, "rounds": 80}, "R-MNIST, 12 clients, 80 rounds"),
+}
+DFEDU_LAMS = (0.1, 0.3, 1.0)
+QUICK_LAMS = (0.1, 1.0)
+
+
+@dataclass(frozen=True)
+class Method:
+    """A curve: ``keys`` at each of ``levels`` (values of ``knob``), each level's strength tuned
+    over ``grid`` (key sets; a callable of the level for the sheaf's ``lam``)."""
+
+    label: str
+    slug: str
+    keys: dict[str, Any]
+    knob: str | None = None
+    levels: tuple[Any, ...] = (None,)
+    quick_levels: tuple[Any, ...] | None = None
+    grid: str = "dfedu"  # dfedu | choco | sheaf | estimates | none
+    quick: bool = True  # part of --quick
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+METHODS = (
+    Method("local training", "local", {"algorithm": "local"}, grid="none"),
+    Method("dFedU (whole models)", "dfedu", {"algorithm": "dfedu"}),
+    Method(
+        "dFedU + top-k (CHOCO)",
+        "top-k",
+        {"algorithm": "dfedu", "compressor": "top-k"},
+        "compression",
+        FRACTIONS,
+        QUICK_FRACTIONS,
+        "choco",
+    ),
+    Method(
+        "dFedU + rand-k (CHOCO)",
+        "rand-k",
+        {"algorithm": "dfedu", "compressor": "rand-k"},
+        "compression",
+        FRACTIONS,
+        grid="choco",
+        quick=False,
+    ),
+    Method(
+        "dFedU + QSGD (CHOCO)",
+        "qsgd",
+        {"algorithm": "dfedu", "compressor": "qsgd"},
+        "quantization_bits",
+        (8, 4, 2),
+        (4,),
+        "choco",
+    ),
+    Method(
+        "dFedU + sign (CHOCO)",
+        "sign",
+        {"algorithm": "dfedu", "compressor": "sign"},
+        grid="choco",
+        quick=False,
+    ),
+    Method(
+        "dFedU + PowerGossip",
+        "powergossip",
+        {"algorithm": "dfedu", "compressor": "powergossip"},
+        "rank",
+        (4, 2, 1),
+        (1,),
+    ),
+    Method(
+        "Sheaf-FMTL, redrawn maps",
+        "redrawn",
+        {"algorithm": "sheaf-fmtl", "maps": "redrawn"},
+        "gamma",
+        FRACTIONS,
+        QUICK_FRACTIONS,
+        "sheaf",
+    ),
+    Method(
+        "Sheaf-FMTL, redrawn + estimates",
+        "estimates",
+        {"algorithm": "sheaf-fmtl", "maps": "redrawn", "estimates": True},
+        "gamma",
+        FRACTIONS,
+        grid="estimates",
+        quick=False,
+    ),
+)
+
+#: The order the methods run in: the sheaf's points early, so an interrupted frontier has them.
+RUN_ORDER = ("local", "dfedu", "redrawn", "top-k", "qsgd", "powergossip", "rand-k", "sign", "estimates")
+
+
+def strength_grid(method: Method, level: Any, quick: bool) -> list[dict[str, Any]]:
+    """The key sets a level's strength is chosen from on the validation split."""
+    lams = QUICK_LAMS if quick else DFEDU_LAMS
+    if method.grid == "none":
+        return [{}]
+    if method.grid == "dfedu":
+        return [{"lam": lam} for lam in lams]
+    if method.grid == "choco":  # CHOCO's consensus step from omega, or 1
+        steps: tuple[float | None, ...] = (None,) if quick else (None, 1.0)
+        return [{"lam": lam, "consensus_step": s} for lam in lams for s in steps]
+    if method.grid == "sheaf":  # the lam rule (pull 0.1/q), and pulls 0.03 and 0.3 beside it
+        return [{"lam": None}] + ([] if quick else [{"lam": p / level} for p in (0.03, 0.3)])
+    return [{"lam": None}]  # estimates: half the consensus step's stability limit
+
+
+@dataclass(frozen=True)
+class Point:
+    problem: str
+    method: Method
+    level: Any
+    config: RunConfig  # the test run's config for seed 0 (the tuned strength)
+    strength: dict[str, Any]
+    summaries: list[dict[str, Any]]
+
+    def values(self, key: str) -> np.ndarray:
+        return np.array([s[key] for s in self.summaries if s.get("final") is not None], dtype=float)
+
+
+def problem_config(problem: str, keys: dict[str, Any], overrides: Sequence[str], quick: bool) -> RunConfig:
+    base, _ = PROBLEMS[problem]
+    mapping: dict[str, Any] = {**base, **keys}
+    for key, value in parse_overrides(list(overrides)).items():
+        mapping[key] = (
+            {**mapping.get("data", {}), **value} if key == "data" and isinstance(value, dict) else value
+        )
+    return from_mapping(mapping)
+
+
+def _level_keys(method: Method, level: Any) -> dict[str, Any]:
+    return {**method.keys, **({method.knob: level} if method.knob else {})}
+
+
+def _slug(method: Method, level: Any) -> str:
+    return method.slug + ("" if level is None else f"-{level:g}")
+
+
+def _run(config: RunConfig, folder: Path, marker: dict[str, Any]) -> dict[str, Any]:
+    done = finished(folder, config)
+    return done if done is not None else run_folder(config, folder, marker)
+
+
+def _score(summary: dict[str, Any]) -> float:
+    final = summary.get("final")
+    if final is None or summary.get("status") != "ok" or not math.isfinite(final):
+        return -math.inf
+    return float(final) if summary.get("higher_is_better", True) else -float(final)
+
+
+def tune_and_test(
+    problem: str,
+    method: Method,
+    level: Any,
+    out: Path,
+    seeds: Sequence[int],
+    quick: bool,
+    overrides: Sequence[str],
+) -> Point:
+    """Choose the level's strength on the validation split (seed 0), then run every seed on test."""
+    folder = out / "cells" / problem / _slug(method, level)
+    grid = strength_grid(method, level, quick)
+    best, best_score = grid[0], -math.inf
+    if len(grid) > 1:
+        for k, keys in enumerate(grid):
+            config = problem_config(
+                problem, {**_level_keys(method, level), **keys, "validation": VALIDATION}, overrides, quick
+            )
+            summary = _run(config.replace(seed=0), folder / f"tune{k}", {"frontier": problem, "tune": keys})
+            if _score(summary) > best_score:
+                best, best_score = keys, _score(summary)
+            if signalled():
+                break
+    summaries = []
+    for seed in seeds:
+        if signalled():
+            break
+        config = problem_config(problem, {**_level_keys(method, level), **best}, overrides, quick).replace(
+            seed=seed
+        )
+        summaries.append(_run(config, folder / f"seed{seed}", {"frontier": problem, "seed": seed}))
+    config = problem_config(problem, {**_level_keys(method, level), **best}, overrides, quick)
+    return Point(problem, method, level, config, best, summaries)
+
+
+def plan_size(methods: Sequence[Method], quick: bool, seeds: int) -> int:
+    """Runs of one problem (tuning and test)."""
+    total = 0
+    for m in methods:
+        for level in (m.quick_levels or m.levels) if quick else m.levels:
+            grid = len(strength_grid(m, level, quick))
+            total += (grid if grid > 1 else 0) + seeds
+    return total
+
+
+def frontier(
+    out: str | Path,
+    *,
+    problems: Sequence[str] | None = None,
+    quick: bool = False,
+    seeds: int | None = None,
+    overrides: Sequence[str] = (),
+    progress: bool = True,
+) -> list[Path]:
+    """Run (or reuse) every point of the frontier and write the table and the figure."""
+    from .frontier_report import write_report
+
+    out = Path(out)
+    names = list(problems or PROBLEMS)
+    unknown = [p for p in names if p not in PROBLEMS]
+    if unknown:
+        raise ValueError(f"frontier: unknown problem {unknown[0]!r}; allowed: {', '.join(PROBLEMS)}")
+    methods = sorted((m for m in METHODS if m.quick or not quick), key=lambda m: RUN_ORDER.index(m.slug))
+    seed_list = list(range(seeds if seeds is not None else QUICK_SEEDS if quick else SEEDS))
+    points: list[Point] = []
+    missing: dict[str, str] = {}
+    present = [p for p in names if data_present(PROBLEMS[p][0]["dataset"])]
+    for p in names:
+        if p not in present:
+            missing[p] = missing_note(PROBLEMS[p][0]["dataset"])
+    total = sum(plan_size(methods, quick, len(seed_list)) for _ in present)
+    pbar = bar(total=total, desc="frontier", unit="run", enabled=progress)
+    for problem in present:
+        for method in methods:
+            for level in (method.quick_levels or method.levels) if quick else method.levels:
+                if signalled():
+                    break
+                points.append(tune_and_test(problem, method, level, out, seed_list, quick, overrides))
+                grid = len(strength_grid(method, level, quick))
+                pbar.update((grid if grid > 1 else 0) + len(seed_list))
+    pbar.close()
+    points.sort(key=lambda p: (names.index(p.problem), METHODS.index(p.method)))  # the table's order
+    return write_report(points, missing, out)

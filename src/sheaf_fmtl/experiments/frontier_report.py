@@ -1,0 +1,191 @@
+"""The frontier's table (``frontier.csv``, ``frontier.md``) and figure (``frontier.png``/``.pdf``),
+from the points of :mod:`.frontier` (read from their recorded summaries only)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..config.files import replace_file
+from ..plots.style import color, marker, paper_style, plt, save_figure
+
+if TYPE_CHECKING:
+    from .frontier import Point
+
+COLUMNS = (
+    "problem",
+    "method",
+    "level",
+    "strength",
+    "metric",
+    "mean",
+    "se",
+    "seeds",
+    "total_bits",
+    "bits_per_round",
+    "bits_per_round_analytic",
+    "seconds",
+    "pareto",
+)
+
+
+def _mean_se(values: np.ndarray) -> tuple[float, float]:
+    if not len(values):
+        return float("nan"), float("nan")
+    se = float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
+    return float(values.mean()), se
+
+
+def row(point: Point) -> dict[str, Any]:
+    """One point's numbers: the test metric over seeds, its bits and time (means over seeds)."""
+    mean, se = _mean_se(point.values("final"))
+    first = next((s for s in point.summaries if s.get("final") is not None), {})
+    shown = {k: ("rule" if v is None else v) for k, v in point.strength.items()}
+    strength = ", ".join(f"{k}={v}" for k, v in shown.items()) or "-"
+    if first.get("lam") is not None and point.strength.get("lam", 0) is None:
+        strength += f" (ran lam={first['lam']:.4g})"
+    if first.get("consensus_step") is not None:
+        strength += f", gamma={first['consensus_step']:.3g}"
+    return {
+        "problem": point.problem,
+        "method": point.method.label,
+        "level": "" if point.level is None else f"{point.method.knob}={point.level:g}",
+        "strength": strength,
+        "metric": first.get("metric", ""),
+        "mean": mean,
+        "se": se,
+        "seeds": len(point.values("final")),
+        "total_bits": _mean_se(point.values("transmitted_bits"))[0],
+        "bits_per_round": first.get("bits_per_round", _per_round(first)),
+        "bits_per_round_analytic": first.get("bits_per_round_analytic", ""),
+        "seconds": _mean_se(point.values("wall_seconds"))[0],
+        "higher": first.get("higher_is_better", True),
+    }
+
+
+def _per_round(summary: dict[str, Any]) -> float:
+    """Measured bits a round of a run whose algorithm has no formula (``transmitted_bits / rounds``)."""
+    rounds = summary.get("rounds") or 0
+    return summary.get("transmitted_bits", 0) / rounds if rounds else float("nan")
+
+
+def pareto(rows: Sequence[dict[str, Any]]) -> list[bool]:
+    """Whether each row is on its problem's front: no other row sends at most its bits with a
+    metric at least as good, one of the two strictly (rows that send nothing are left out)."""
+    out = []
+    for r in rows:
+        on = r["total_bits"] > 0 and np.isfinite(r["mean"])
+        sign = 1.0 if r["higher"] else -1.0
+        for o in rows:
+            if o is r or o["problem"] != r["problem"] or not (o["total_bits"] > 0 and np.isfinite(o["mean"])):
+                continue
+            if (
+                o["total_bits"] <= r["total_bits"]
+                and sign * o["mean"] >= sign * r["mean"]
+                and (o["total_bits"] < r["total_bits"] or sign * o["mean"] > sign * r["mean"])
+            ):
+                on = False
+                break
+        out.append(bool(on))
+    return out
+
+
+def write_report(points: Sequence[Point], missing: Mapping[str, str], out: Path) -> list[Path]:
+    """``frontier.csv``, ``frontier.md`` and the figure in ``out``; the files written."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [row(p) for p in points]
+    for r, on in zip(rows, pareto(rows), strict=True):
+        r["pareto"] = on
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    replace_file(out / "frontier.csv", buf.getvalue())
+    replace_file(out / "frontier.md", markdown(rows, missing))
+    written = [out / "frontier.csv", out / "frontier.md"]
+    if rows:
+        written += draw(rows, out / "frontier")
+    return written
+
+
+def _num(v: Any, spec: str) -> str:
+    return format(v, spec) if isinstance(v, int | float) and np.isfinite(v) else "-"
+
+
+def markdown(rows: Sequence[dict[str, Any]], missing: Mapping[str, str]) -> str:
+    lines = ["# The communication frontier", ""]
+    lines += [f"- {p}: {note}" for p, note in missing.items()]
+    for problem in dict.fromkeys(r["problem"] for r in rows):
+        mine = [r for r in rows if r["problem"] == problem]
+        metric = mine[0]["metric"] or "metric"
+        lines += [
+            "",
+            f"## {problem}",
+            "",
+            f"| method | compression | strength (validation) | test {metric} | total bits | bits/round "
+            "measured | bits/round formula | seconds | front |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in mine:
+            value = _num(r["mean"], ".4g") + (f" ± {_num(r['se'], '.2g')}" if r["seeds"] > 1 else "")
+            lines.append(
+                f"| {r['method']} | {r['level'] or '-'} | {r['strength']} | {value} | "
+                f"{_num(r['total_bits'], '.3g')} | "
+                f"{_num(r['bits_per_round'], '.4g')} | {_num(r['bits_per_round_analytic'], '.4g')} | "
+                f"{_num(r['seconds'], '.1f')} | {'**yes**' if r['pareto'] else ''} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def draw(rows: Sequence[dict[str, Any]], stem: Path) -> list[Path]:
+    """One panel per problem: the metric against total bits (log axis), one line per method over
+    its compression levels with a band of one standard error, the front circled, local training
+    (no bits) as a dashed line."""
+    problems = list(dict.fromkeys(r["problem"] for r in rows))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    with paper_style():
+        fig, axes = plt.subplots(1, len(problems), figsize=(4.6 * len(problems), 3.8), squeeze=False)
+        for ax, problem in zip(axes[0], problems, strict=True):
+            mine = [r for r in rows if r["problem"] == problem]
+            for k, method in enumerate(methods):
+                pts = sorted((r for r in mine if r["method"] == method), key=lambda r: r["total_bits"])
+                pts = [r for r in pts if np.isfinite(r["mean"])]
+                if not pts:
+                    continue
+                if pts[0]["total_bits"] <= 0:  # local training: no bits
+                    ax.axhline(pts[0]["mean"], color="0.4", linestyle="--", linewidth=1, label=method)
+                    continue
+                x = np.array([r["total_bits"] for r in pts])
+                y = np.array([r["mean"] for r in pts])
+                se = np.array([r["se"] for r in pts])
+                ax.plot(x, y, marker=marker(k), color=color(k), label=method, markersize=5)
+                ax.fill_between(x, y - se, y + se, color=color(k), alpha=0.15, linewidth=0)
+            front = sorted((r for r in mine if r["pareto"]), key=lambda r: r["total_bits"])
+            if front:
+                ax.plot(
+                    [r["total_bits"] for r in front],
+                    [r["mean"] for r in front],
+                    linestyle="none",
+                    marker="o",
+                    markersize=11,
+                    markerfacecolor="none",
+                    markeredgecolor="black",
+                    label="Pareto front",
+                )
+            ax.set_xscale("log")
+            ax.set_xlabel("total bits sent (log)")
+            metric = mine[0]["metric"] or "metric"
+            ax.set_ylabel(f"test {metric}" + (" (lower is better)" if not mine[0]["higher"] else ""))
+            ax.set_title(problem)
+        seen: dict[str, Any] = {}
+        for ax in axes[0]:
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                seen.setdefault(label, handle)
+        fig.legend(list(seen.values()), list(seen), loc="lower center", ncol=min(5, len(seen)), frameon=False)
+        fig.tight_layout(rect=(0, 0.08 + 0.04 * (len(seen) > 5), 1, 1))
+        return save_figure(fig, stem)

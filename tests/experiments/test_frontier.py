@@ -1,0 +1,57 @@
+"""``reproduce frontier``: the Pareto front by hand, and a quick frontier on a small generated
+problem (strengths tuned on validation, cells reused, table and figure written)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from sheaf_fmtl.experiments import frontier as fr
+from sheaf_fmtl.experiments.frontier_report import pareto
+
+
+def _row(problem: str, bits: float, mean: float, higher: bool = True) -> dict[str, object]:
+    return {"problem": problem, "total_bits": bits, "mean": mean, "higher": higher}
+
+
+def test_pareto_front_by_hand() -> None:
+    rows = [
+        _row("a", 100, 0.8),
+        _row("a", 10, 0.7),
+        _row("a", 50, 0.6),  # dominated by (10, 0.7)
+        _row("a", 0, 0.5),  # sends nothing: never on the front
+        _row("b", 10, 120.0, higher=False),
+        _row("b", 20, 110.0, higher=False),
+        _row("b", 30, 130.0, higher=False),  # dominated: more bits, higher MSE
+    ]
+    assert pareto(rows) == [True, True, False, False, True, True, False]
+
+
+def test_quick_frontier_on_a_small_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    small = {"dataset": "synthetic", "clients": 6, "rounds": 4, "eval_every": 2, "graph_p": 0.6}
+    monkeypatch.setattr(fr, "PROBLEMS", {"tiny": (small, "tiny")})
+    keep = ("local", "dfedu", "top-k", "redrawn")
+    monkeypatch.setattr(fr, "METHODS", tuple(m for m in fr.METHODS if m.slug in keep))
+    written = fr.frontier(tmp_path, quick=True, progress=False)
+    assert {p.name for p in written} >= {"frontier.csv", "frontier.md", "frontier.png"}
+    rows = list(csv.DictReader((tmp_path / "frontier.csv").open()))
+    assert [r["method"] for r in rows][:2] == ["local training", "dFedU (whole models)"]
+    top = [r for r in rows if r["method"].startswith("dFedU + top-k")]
+    assert [r["level"] for r in top] == ["compression=0.1", "compression=0.01"]
+    for r in top:  # measured bits equal the formula's, and fewer than whole models
+        assert float(r["bits_per_round"]) == float(r["bits_per_round_analytic"])
+    assert float(top[1]["total_bits"]) < float(top[0]["total_bits"]) < float(rows[1]["total_bits"])
+    assert "lam=" in rows[1]["strength"]
+    assert any(r["pareto"] == "True" for r in rows)
+    tuned = sorted(p.name for p in (tmp_path / "cells" / "tiny" / "top-k-0.1").iterdir())
+    assert tuned == ["seed0", "tune0", "tune1"]
+    before = (tmp_path / "cells" / "tiny" / "dfedu" / "seed0" / "summary.json").stat().st_mtime_ns
+    fr.frontier(tmp_path, quick=True, progress=False)  # every cell reused
+    assert (tmp_path / "cells" / "tiny" / "dfedu" / "seed0" / "summary.json").stat().st_mtime_ns == before
+
+
+def test_unknown_problem_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="allowed"):
+        fr.frontier(tmp_path, problems=["nope"], progress=False)
