@@ -182,9 +182,12 @@ def _slug(method: Method, level: Any) -> str:
     return method.slug + ("" if level is None else f"-{level:g}")
 
 
-def _run(config: RunConfig, folder: Path, marker: dict[str, Any]) -> dict[str, Any]:
+def _run(config: RunConfig, folder: Path, marker: dict[str, Any], run: bool = True) -> dict[str, Any]:
+    """The cell's finished summary, running it first when ``run`` (else ``{}`` when not finished)."""
     done = finished(folder, config)
-    return done if done is not None else run_folder(config, folder, marker)
+    if done is not None or not run:
+        return done or {}
+    return run_folder(config, folder, marker)
 
 
 def _score(summary: dict[str, Any]) -> float:
@@ -202,6 +205,7 @@ def tune_and_test(
     seeds: Sequence[int],
     quick: bool,
     overrides: Sequence[str],
+    run: bool = True,
 ) -> Point:
     """Choose the level's strength on the validation split (seed 0), then run every seed on test."""
     folder = out / "cells" / problem / _slug(method, level)
@@ -212,7 +216,9 @@ def tune_and_test(
             config = problem_config(
                 problem, {**_level_keys(method, level), **keys, "validation": VALIDATION}, overrides, quick
             )
-            summary = _run(config.replace(seed=0), folder / f"tune{k}", {"frontier": problem, "tune": keys})
+            summary = _run(
+                config.replace(seed=0), folder / f"tune{k}", {"frontier": problem, "tune": keys}, run
+            )
             if _score(summary) > best_score:
                 best, best_score = keys, _score(summary)
             if signalled():
@@ -224,7 +230,9 @@ def tune_and_test(
         config = problem_config(problem, {**_level_keys(method, level), **best}, overrides, quick).replace(
             seed=seed
         )
-        summaries.append(_run(config, folder / f"seed{seed}", {"frontier": problem, "seed": seed}))
+        summary = _run(config, folder / f"seed{seed}", {"frontier": problem, "seed": seed}, run)
+        if summary:
+            summaries.append(summary)
     config = problem_config(problem, {**_level_keys(method, level), **best}, overrides, quick)
     return Point(problem, method, level, config, best, summaries)
 
@@ -247,8 +255,10 @@ def frontier(
     seeds: int | None = None,
     overrides: Sequence[str] = (),
     progress: bool = True,
+    run: bool = True,
 ) -> list[Path]:
-    """Run (or reuse) every point of the frontier and write the table and the figure."""
+    """Run (or reuse) every point of the frontier and write the table and the figure; ``run =
+    False``: the table and figure of the cells finished so far (a point without them is left out)."""
     from .frontier_report import write_report
 
     out = Path(out)
@@ -265,13 +275,15 @@ def frontier(
         if p not in present:
             missing[p] = missing_note(PROBLEMS[p][0]["dataset"])
     total = sum(plan_size(methods, quick, len(seed_list)) for _ in present)
-    pbar = bar(total=total, desc="frontier", unit="run", enabled=progress)
+    pbar = bar(total=total, desc="frontier", unit="run", enabled=progress and run)
     for problem in present:
         for method in methods:
             for level in (method.quick_levels or method.levels) if quick else method.levels:
                 if signalled():
                     break
-                points.append(tune_and_test(problem, method, level, out, seed_list, quick, overrides))
+                point = tune_and_test(problem, method, level, out, seed_list, quick, overrides, run)
+                if point.summaries:
+                    points.append(point)
                 grid = len(strength_grid(method, level, quick))
                 pbar.update((grid if grid > 1 else 0) + len(seed_list))
     pbar.close()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from matplotlib.ticker import NullFormatter
 
 from ..config.files import replace_file
 from ..plots.style import color, marker, paper_style, plt, save_figure
@@ -45,7 +46,10 @@ def row(point: Point) -> dict[str, Any]:
     """One point's numbers: the test metric over seeds, its bits and time (means over seeds)."""
     mean, se = _mean_se(point.values("final"))
     first = next((s for s in point.summaries if s.get("final") is not None), {})
-    shown = {k: ("rule" if v is None else v) for k, v in point.strength.items()}
+    shown = {
+        k: "rule" if v is None else f"{v:.4g}" if isinstance(v, float) else v
+        for k, v in point.strength.items()
+    }
     strength = ", ".join(f"{k}={v}" for k, v in shown.items()) or "-"
     if first.get("lam") is not None and point.strength.get("lam", 0) is None:
         strength += f" (ran lam={first['lam']:.4g})"
@@ -178,6 +182,7 @@ def draw(rows: Sequence[dict[str, Any]], stem: Path) -> list[Path]:
                     label="Pareto front",
                 )
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: no overlapping labels
             ax.set_xlabel("total bits sent (log)")
             metric = mine[0]["metric"] or "metric"
             ax.set_ylabel(f"test {metric}" + (" (lower is better)" if not mine[0]["higher"] else ""))
