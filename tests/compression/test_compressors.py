@@ -23,7 +23,7 @@ def _naive_pack(values: list[int], bits: int) -> list[int]:
     return [int(stream[i : i + 8][::-1], 2) for i in range(0, len(stream), 8)]
 
 
-@pytest.mark.parametrize("bits", [1, 3, 7, 8, 10, 13, 17])
+@pytest.mark.parametrize("bits", range(1, 18))
 def test_pack_uint_matches_a_hand_built_bit_string_and_round_trips(bits: int) -> None:
     rng = np.random.default_rng(bits)
     values = rng.integers(0, 2**bits, size=(3, 11))
@@ -33,10 +33,12 @@ def test_pack_uint_matches_a_hand_built_bit_string_and_round_trips(bits: int) ->
     assert torch.equal(unpack_uint(wire, 11, bits), torch.as_tensor(values))
 
 
-def test_masks_round_trip() -> None:
+def test_masks_match_a_hand_built_bit_string_and_round_trip() -> None:
     mask = torch.rand(4, 21) < 0.3
     wire = pack_mask(mask)
     assert wire.shape == (4, 3)
+    for row, got in zip(mask.long().tolist(), wire.tolist(), strict=True):
+        assert got == _naive_pack(row, 1)
     assert torch.equal(unpack_mask(wire, 21), mask)
 
 
@@ -66,25 +68,32 @@ def test_wire_length_is_the_formula(name: str, d: int) -> None:
     assert wire.dtype == torch.uint8 and wire.shape == (5, comp.message_bits(d) // 8)
 
 
-def test_top_k_keeps_the_largest_magnitudes() -> None:
+@pytest.mark.parametrize("fraction, k", [(0.05, 10), (0.5, 100)])  # indices as a list, as a mask
+def test_top_k_keeps_the_largest_magnitudes(fraction: float, k: int) -> None:
     x = torch.randn(6, 200)
-    comp = make_compressor("top-k", fraction=0.05)
+    comp = make_compressor("top-k", fraction=fraction)
+    assert index_bits(200, k)[0] == ("list" if k == 10 else "mask")
     got = comp.decode(comp.encode(x, Draw(0, 0, torch.arange(6))), 200, Draw(0, 0, torch.arange(6)))
     for row, out in zip(x, got, strict=True):
-        keep = np.argsort(-np.abs(row.numpy()))[:10]
+        keep = np.argsort(-np.abs(row.numpy()))[:k]
         dense = np.zeros(200, np.float32)
         dense[keep] = row.numpy()[keep]
         np.testing.assert_array_equal(out.numpy(), dense)
 
 
 @pytest.mark.parametrize("name", ["rand-k", "rand-k-seeded"])
-def test_random_selections_keep_k_values_differ_by_round_and_sender_and_are_redrawn(name: str) -> None:
-    d, k = 300, 15
+@pytest.mark.parametrize("fraction, k", [(0.05, 15), (0.5, 150)])  # rand-k's indices: a list, a mask
+def test_random_selections_keep_k_values_differ_by_round_and_sender_and_are_redrawn(
+    name: str, fraction: float, k: int
+) -> None:
+    d = 300
     x = torch.randn(4, d)
     draw = Draw(7, 3, torch.tensor([0, 1, 2, 9]))
-    wire = make_compressor(name, fraction=0.05).encode(x, draw)
-    receiver = make_compressor(name, fraction=0.05)  # a fresh object: only the wire and the draw
+    sender = make_compressor(name, fraction=fraction)
+    wire = sender.encode(x, draw)
+    receiver = make_compressor(name, fraction=fraction)  # a fresh object: only the wire and the draw
     out = receiver.decode(wire.clone(), d, Draw(7, 3, torch.tensor([0, 1, 2, 9])))
+    assert torch.equal(out, sender.decode(wire, d, draw))
     kept = out != 0
     assert (kept.sum(1) == k).all()
     assert torch.equal(out[kept], x[kept])
@@ -95,14 +104,14 @@ def test_random_selections_keep_k_values_differ_by_round_and_sender_and_are_redr
 
 @pytest.mark.parametrize("name", ["rand-k", "rand-k-seeded"])
 def test_each_coordinate_is_kept_about_k_over_d_of_the_rounds(name: str) -> None:
-    d, rounds = 40, 400
+    d, rounds, senders = 40, 40, 10  # 400 draws
     comp = make_compressor(name, fraction=0.25)
-    x = torch.ones(1, d)
+    x = torch.ones(senders, d)
     counts = torch.zeros(d)
     for r in range(rounds):
-        draw = Draw(1, r, torch.tensor([5]))
-        counts += (comp.decode(comp.encode(x, draw), d, draw)[0] != 0).float()
-    freq = counts / rounds
+        draw = Draw(1, r, torch.arange(senders) + 5)
+        counts += (comp.decode(comp.encode(x, draw), d, draw) != 0).float().sum(0)
+    freq = counts / (rounds * senders)
     assert abs(float(freq.mean()) - 0.25) < 1e-6  # exactly k a round
     assert float((freq - 0.25).abs().max()) < 0.12  # each near k/d (binomial, 400 rounds)
 
@@ -112,17 +121,31 @@ def test_qsgd_levels_are_unbiased_before_rescaling() -> None:
     torch.manual_seed(0)
     x = torch.randn(1, 50)
     tau = comp.tau(50)  # type: ignore[attr-defined]
-    draws = torch.stack(
+    n = 2000  # 40 rounds of 50 senders, each its own draw of the roundings
+    draws = torch.cat(
         [
-            comp.decode(comp.encode(x, Draw(0, r, torch.tensor([0]))), 50, Draw(0, r, torch.tensor([0])))[0]
-            for r in range(3000)
+            comp.decode(comp.encode(x.expand(50, -1), d := Draw(0, r, torch.arange(50))), 50, d)
+            for r in range(40)
         ]
     )
     mean = draws.mean(0) * tau
-    se = draws.std(0) * tau / math.sqrt(3000)
+    se = draws.std(0) * tau / math.sqrt(n)
     assert (((mean - x[0]).abs()) < 5 * se + 1e-6).all()
-    levels = torch.unique((draws * tau / x.norm()).round())
-    assert set(levels.tolist()) <= {-1.0, 0.0, 1.0}
+    levels = draws * tau / x.norm()
+    assert torch.allclose(levels, levels.round(), atol=1e-5)
+    assert set(torch.unique(levels.round()).tolist()) <= {-1.0, 0.0, 1.0}
+
+
+def test_qsgd_levels_are_integers_within_s_and_travel_as_v_plus_s() -> None:
+    comp = make_compressor("qsgd", quantization_bits=4)  # s = 7
+    x = torch.randn(8, 100) * torch.rand(8, 1) * 10
+    draw = Draw(2, 5, torch.arange(8))
+    norm, v = comp.levels_of(x, draw)  # type: ignore[attr-defined]
+    assert v.dtype == torch.long and int(v.abs().max()) <= 7 and int(v.abs().max()) >= 2
+    assert ((v == 0) | (torch.sign(v) == torch.sign(x))).all()
+    wire = comp.encode(x, draw)
+    assert torch.equal(unpack_uint(wire[:, 4:], 100, 4), v + 7)
+    assert torch.equal(wire[:, :4].contiguous().view(torch.float32), norm)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -150,9 +173,13 @@ def test_zero_rows_decode_to_zero() -> None:
 
 def test_make_compressor_refuses_what_it_cannot_build() -> None:
     assert set(COMPRESSORS) == set(NAMES)
-    with pytest.raises(ValueError, match="allowed"):
-        make_compressor("powergossip")
-    with pytest.raises(ValueError, match=r"\(0, 1\]"):
-        make_compressor("top-k", fraction=1.5)
-    with pytest.raises(ValueError, match="2 to 16"):
-        make_compressor("qsgd", quantization_bits=1)
+    for name in ("powergossip", "none", "top_k"):
+        with pytest.raises(ValueError, match="allowed: top-k, rand-k, rand-k-seeded, qsgd, sign"):
+            make_compressor(name)
+    for fraction in (0.0, 1.5):
+        with pytest.raises(ValueError, match=r"\(0, 1\]"):
+            make_compressor("top-k", fraction=fraction)
+    for bits in (1, 17):
+        with pytest.raises(ValueError, match="2 to 16"):
+            make_compressor("qsgd", quantization_bits=bits)
+    assert make_compressor("rand-k", fraction=1.0).raw_bits(8) == 32 * 8 + 8  # the whole vector, a mask
