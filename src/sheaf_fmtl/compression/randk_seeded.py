@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from ..sheaf.selection import SelectionDraws
-from .base import Draw, kept, padded, register
-from .sparse import decode_sparse, encode_sparse
+from .base import Draw, register
+from .sparse import Sparsifier
 
 #: Stream of the seeded selections (the sheaf's maps draw theirs from stream 1 with edge ids).
 SEEDED = 13
@@ -27,24 +27,12 @@ def seeded_subset(draw: Draw, d: int, k: int, device: torch.device) -> torch.Ten
 
 
 @register("rand-k-seeded")
-class SeededRandK:
+class SeededRandK(Sparsifier):
     name = "rand-k-seeded"
+    sends_indices = False
 
-    def __init__(self, fraction: float, **_: object) -> None:
-        self.fraction = fraction
+    def keep(self, x: torch.Tensor, draw: Draw, k: int) -> torch.Tensor:
+        return seeded_subset(draw, x.shape[1], k, x.device)
 
-    def raw_bits(self, d: int) -> int:
-        return 32 * kept(d, self.fraction)
-
-    def message_bits(self, d: int) -> int:
-        return padded(self.raw_bits(d))
-
-    def omega(self, d: int) -> float:
-        return kept(d, self.fraction) / d
-
-    def encode(self, x: torch.Tensor, draw: Draw) -> torch.Tensor:
-        d = x.shape[1]
-        return encode_sparse(x, seeded_subset(draw, d, kept(d, self.fraction), x.device), with_indices=False)
-
-    def decode(self, wire: torch.Tensor, d: int, draw: Draw) -> torch.Tensor:
-        return decode_sparse(wire, d, seeded_subset(draw, d, kept(d, self.fraction), wire.device))
+    def drawn(self, d: int, draw: Draw, k: int, device: torch.device) -> torch.Tensor:
+        return seeded_subset(draw, d, k, device)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from . import bitpack
+from .base import Draw, kept, padded
 
 
 def sparse_raw_bits(d: int, k: int, with_indices: bool) -> int:
@@ -46,3 +47,42 @@ def decode_sparse(wire: torch.Tensor, d: int, index: torch.Tensor) -> torch.Tens
     """``[M, d]``: the message's values at ``index [M, k]``, zero elsewhere."""
     values = bitpack.bytes_to_floats(wire, index.shape[1])
     return torch.zeros(len(wire), d, device=wire.device).scatter_(1, index, values)
+
+
+class Sparsifier:
+    """What top-k, rand-k and rand-k-seeded share: ``k = kept(d, fraction)`` values a message, the
+    indices travelling when :attr:`sends_indices`; a subclass says which coordinates it keeps
+    (:meth:`keep`), and a seeded one how a receiver draws them again (:meth:`drawn`)."""
+
+    name: str
+    sends_indices = True
+
+    def __init__(self, fraction: float, **_: object) -> None:
+        self.fraction = fraction
+
+    def raw_bits(self, d: int) -> int:
+        return sparse_raw_bits(d, kept(d, self.fraction), with_indices=self.sends_indices)
+
+    def message_bits(self, d: int) -> int:
+        return padded(self.raw_bits(d))
+
+    def omega(self, d: int) -> float:
+        """``k/d``: exact for a uniform random choice, the worst case of top-k's."""
+        return kept(d, self.fraction) / d
+
+    def keep(self, x: torch.Tensor, draw: Draw, k: int) -> torch.Tensor:
+        """``[M, k]``: the coordinates of ``x [M, d]`` the message keeps."""
+        raise NotImplementedError
+
+    def drawn(self, d: int, draw: Draw, k: int, device: torch.device) -> torch.Tensor:
+        """``[M, k]``: the kept coordinates as a receiver draws them (compressors without indices)."""
+        raise NotImplementedError
+
+    def encode(self, x: torch.Tensor, draw: Draw) -> torch.Tensor:
+        index = self.keep(x, draw, kept(x.shape[1], self.fraction))
+        return encode_sparse(x, index, with_indices=self.sends_indices)
+
+    def decode(self, wire: torch.Tensor, d: int, draw: Draw) -> torch.Tensor:
+        k = kept(d, self.fraction)
+        index = wire_indices(wire, d, k) if self.sends_indices else self.drawn(d, draw, k, wire.device)
+        return decode_sparse(wire, d, index)
