@@ -185,8 +185,18 @@ def test_default_consensus_step_follows_the_compressor_quality() -> None:
     base = {"dataset": "synthetic", "clients": 6, "algorithm": "dpsgd", "compressor": "top-k"}
     sim = build_simulation(RunConfig(**base, compression=0.1))
     omega = sim.algorithm.exchange.omega
-    gamma = sim.state.consensus_step
-    assert 0 < gamma < 1 and math.isclose(omega, 61 / 610)
+    assert math.isclose(omega, 61 / 610)
+    graph = sim.ctx.graph  # I - W built densely from the Metropolis-Hastings rule, by hand
+    deg = graph.degrees()
+    lap = np.zeros((graph.num_nodes, graph.num_nodes))
+    for i, j in graph.edges:
+        w = 1.0 / (1.0 + max(deg[i], deg[j]))
+        lap[i, j] = lap[j, i] = -w
+        lap[i, i] += w
+        lap[j, j] += w
+    mu = float(np.linalg.eigvalsh(lap).max())
+    expected = min(1.0, 0.5 * (2 * omega / (2 - omega)) / mu)
+    assert sim.state.consensus_step == pytest.approx(expected, rel=1e-3) and expected < 1
     assert "omega" in sim.state.consensus_note
     given = build_simulation(RunConfig(**base, compression=0.1, consensus_step=0.3))
     assert given.state.consensus_step == 0.3

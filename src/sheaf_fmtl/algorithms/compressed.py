@@ -154,18 +154,16 @@ def make_exchange(
     gossip = state.gossip
     assert gossip is not None
     exchange: DifferenceExchange
-    if config.compressor == "powergossip":
+    if config.compressor == "powergossip":  # a projection of the difference: the uncompressed step
         shapes = list(ctx.fed.cohorts[0].shapes)
         exchange = PowerGossipExchange(shapes, config.rank, gossip, ctx.graph, config.seed)
-        omega = 1.0  # a projection of the difference: the uncompressed step's stability
+        given = config.consensus_step
+        why = "consensus_step as given" if given else "consensus_step = 1 (PowerGossip's diffusion rate)"
+        step = ConsensusStep(given or 1.0, why)
     else:
         compressed = CompressedExchange(config, gossip, ctx.graph)
-        exchange, omega = compressed, compressed.omega
+        exchange, step = compressed, consensus_step(config, compressed.omega, mu, scale)
     exchange.init(state)
-    if config.compressor == "powergossip" and config.consensus_step is None:
-        step = ConsensusStep(1.0, "consensus_step = 1 (PowerGossip's diffusion rate)")
-    else:
-        step = consensus_step(config, omega, mu, scale)
     state.consensus_step, state.consensus_note = step.gamma, step.why
     return exchange
 

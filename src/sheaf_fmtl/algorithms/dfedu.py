@@ -86,18 +86,16 @@ class DFedU(Algorithm[GossipState]):
             a = state.gossip.on_half_edges(ctx.graph.half_edge_weights())
             self.a_half = torch.as_tensor(a, dtype=ref.dtype, device=ref.device)[:, None]
         compressing = ctx.config.compressor != "none"
-        if (ctx.config.stability_check or compressing) and self.lam > 0:
-            lambda_max = graph_lambda_max(ctx.graph)
+        checking = ctx.config.stability_check and self.lam > 0
+        lambda_max = graph_lambda_max(ctx.graph) if compressing or checking else 0.0
+        if compressing:  # (with lam = 0 nothing is coupled, but the messages are sent and counted)
             self.exchange = make_exchange(ctx.config, ctx, state, self.alpha * self.lam, lambda_max)
             self.gamma = state.consensus_step or 1.0
-            if ctx.config.stability_check:
-                what = "graph Laplacian" + (f", consensus step {self.gamma:g}" if compressing else "")
-                lam = self.lam * self.gamma
-                note = require_stable_coupling(self.alpha, lam, lambda_max, what, maps=False)
-                if note:
-                    self.notes.append(note)
-        elif compressing:  # lam = 0: nothing is coupled, but the messages are still sent and counted
-            self.exchange = make_exchange(ctx.config, ctx, state, 0.0, 0.0)
+        if checking:
+            what = "graph Laplacian" + (f", consensus step {self.gamma:g}" if compressing else "")
+            note = require_stable_coupling(self.alpha, self.lam * self.gamma, lambda_max, what, maps=False)
+            if note:
+                self.notes.append(note)
         return state
 
     def local(self, state: GossipState, ctx: Context) -> GossipState:
