@@ -55,3 +55,13 @@ def test_quick_frontier_on_a_small_problem(tmp_path: Path, monkeypatch: pytest.M
 def test_unknown_problem_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="allowed"):
         fr.frontier(tmp_path, problems=["nope"], progress=False)
+
+
+def test_a_folder_of_yours_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    from sheaf_fmtl.runtime.run.folderlock import FolderError
+
+    (tmp_path / "frontier.md").write_text("my notes\n")
+    with pytest.raises(FolderError, match="not written by sheaf-fmtl"):
+        fr.frontier(tmp_path, problems=["school"], quick=True, progress=False)
+    assert [p.name for p in tmp_path.iterdir()] == ["frontier.md"]
+    assert (tmp_path / "frontier.md").read_text() == "my notes\n"

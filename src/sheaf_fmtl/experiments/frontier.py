@@ -29,6 +29,8 @@ import numpy as np
 from ..config import RunConfig, from_mapping, parse_overrides
 from ..progress import bar
 from ..runtime.run.interrupt import signalled
+from ..runtime.run.ledger import record_owned
+from ..runtime.run.rundir import claim
 from .cells import finished, run_folder
 from .reproduce import data_present, missing_note
 
@@ -274,18 +276,21 @@ def frontier(
     for p in names:
         if p not in present:
             missing[p] = missing_note(PROBLEMS[p][0]["dataset"])
-    total = sum(plan_size(methods, quick, len(seed_list)) for _ in present)
-    pbar = bar(total=total, desc="frontier", unit="run", enabled=progress and run)
-    for problem in present:
-        for method in methods:
-            for level in (method.quick_levels or method.levels) if quick else method.levels:
-                if signalled():
-                    break
-                point = tune_and_test(problem, method, level, out, seed_list, quick, overrides, run)
-                if point.summaries:
-                    points.append(point)
-                grid = len(strength_grid(method, level, quick))
-                pbar.update((grid if grid > 1 else 0) + len(seed_list))
-    pbar.close()
-    points.sort(key=lambda p: (names.index(p.problem), METHODS.index(p.method)))  # the table's order
-    return write_report(points, missing, out)
+    with claim(out, reuse=True, kind="frontier"):  # new, empty, or an earlier frontier's
+        total = sum(plan_size(methods, quick, len(seed_list)) for _ in present)
+        pbar = bar(total=total, desc="frontier", unit="run", enabled=progress and run)
+        for problem in present:
+            for method in methods:
+                for level in (method.quick_levels or method.levels) if quick else method.levels:
+                    if signalled():
+                        break
+                    point = tune_and_test(problem, method, level, out, seed_list, quick, overrides, run)
+                    if point.summaries:
+                        points.append(point)
+                    grid = len(strength_grid(method, level, quick))
+                    pbar.update((grid if grid > 1 else 0) + len(seed_list))
+        pbar.close()
+        points.sort(key=lambda p: (names.index(p.problem), METHODS.index(p.method)))  # the table's order
+        written = write_report(points, missing, out)
+        record_owned(out, ["cells", *(p.name for p in written)])  # --overwrite of the folder clears them
+        return written
