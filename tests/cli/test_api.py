@@ -12,6 +12,7 @@ import torch
 import sheaf_fmtl
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import ConfigError, RunConfig, load_config
+from sheaf_fmtl.sheaf.graph import half_edge_matrix
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 TINY = {"rounds": 2, "eval_every": 1, "clients": 4, "maps": "learned"}  # the result holds the maps P_ij
@@ -80,8 +81,9 @@ def test_out_writes_the_same_run_folder_as_the_cli(tmp_path):
     ckpt = torch.load(tmp_path / "cli" / "checkpoint.pt", weights_only=True)
     for i, theta in enumerate(result.thetas):
         assert torch.equal(theta, ckpt["thetas"][i])
-    for (i, j), p in result.maps.items():  # the maps against the checkpoint's ||P_ij||_F matrix
-        assert torch.linalg.matrix_norm(p.float()).item() == pytest.approx(ckpt["map_norms"][i, j].item())
+    norms = half_edge_matrix(ckpt["map_norms"].numpy(), ckpt["edges"].numpy(), len(ckpt["thetas"]))
+    for (i, j), p in result.maps.items():  # the maps against the checkpoint's ||P_ij||_F per half-edge
+        assert torch.linalg.matrix_norm(p.float()).item() == pytest.approx(norms[i, j])
     assert (tmp_path / "api" / "metrics.csv").read_text().splitlines()[0].startswith("round,test_accuracy")
     with pytest.raises(ValueError, match="not empty"):
         sheaf_fmtl.run(**TINY, out=tmp_path / "api")

@@ -21,7 +21,6 @@ compression, capped by exact averaging); the run records how (``summary.json``'s
 
 from __future__ import annotations
 
-import networkx as nx
 import numpy as np
 from torch import nn
 
@@ -30,7 +29,7 @@ from ..config.defaults import default_lam
 from ..config.registry import algorithm_spec
 from ..federation import Cohorts
 from ..sheaf.graph import ClientGraph
-from .coupling_strength import default_strength
+from .coupling_strength import default_strength, graph_lambda_max
 from .sheaf_proxy import proxy_dim
 
 
@@ -86,7 +85,7 @@ def resolve_coupling(
         else:
             lmax = refresh = None
             if config.algorithm == "sheaf-fmtl" and config.estimates and graph.num_edges:
-                lmax = float(nx.laplacian_spectrum(graph.to_networkx()).max())
+                lmax = graph_lambda_max(graph)
                 dims = fed.node_dims()[graph.edges[:, 0]]
                 refresh = float((np.maximum(1, np.floor(config.gamma * dims)) / dims).min())
             config = config.replace(lam=default_lam(config, lmax, refresh))

@@ -35,12 +35,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import networkx as nx
 import numpy as np
 
 from ..config import RunConfig
 from ..config.registry import map_mode_spec
 from ..sheaf.graph import ClientGraph
+from ..sheaf.spectrum import graph_lambda_max
 
 
 @dataclass(frozen=True)
@@ -69,13 +69,6 @@ def coupled_fraction(config: RunConfig, node_dims: np.ndarray, graph: ClientGrap
     support = int(m[int(np.argmax(q))])
     m2 = 1.0 + top + 1.0 / support if kind == "gaussian" else 1.0
     return Coupled(top, float(q.min()), m2, support)
-
-
-def graph_lambda_max(graph: ClientGraph) -> float:
-    """``lambda_max`` of the (weighted) graph Laplacian; 0 without edges."""
-    if graph.num_edges == 0:
-        return 0.0
-    return float(nx.laplacian_spectrum(graph.to_networkx()).max())
 
 
 def mean_square_lambda(coupled: Coupled, lambda_max: float, a_max: float = 1.0) -> float:

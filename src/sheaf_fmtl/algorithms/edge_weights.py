@@ -187,16 +187,15 @@ class Relatedness:
         state.learned_weights, state.relatedness = learned, updated
 
     def saved(self, state: CoordinateState, layout: SheafLayout) -> dict[str, torch.Tensor]:
-        """``edge_weights [N, N]`` (the last round's; 1 before the first round) on the half-edges
-        held here, zero elsewhere; ``edge_weight_history [K, E]`` (float32), each graph edge's weight
-        at the exchange rounds ``edge_weight_rounds [K]`` (``0, EVERY, 2 EVERY, ...``), filled by the
-        process holding the edge's first half-edge (zero elsewhere)."""
-        graph, n = layout.graph, layout.num_clients
-        src, dst = graph.src[layout.order], graph.dst[layout.order]
-        final = torch.zeros(n, n, dtype=torch.float64)
-        final[src, dst] = 1.0
+        """``edge_weights [2E]`` per graph half-edge (the last round's; 1 before the first round) on
+        the half-edges held here, zero elsewhere; ``edge_weight_history [K, E]`` (float32), each
+        graph edge's weight at the exchange rounds ``edge_weight_rounds [K]`` (``0, EVERY, 2 EVERY,
+        ...``), filled by the process holding the edge's first half-edge (zero elsewhere)."""
+        graph, order = layout.graph, torch.as_tensor(layout.order)
+        final = torch.zeros(graph.num_half_edges, dtype=torch.float64)
+        final[order] = 1.0
         if state.learned_weights is not None:
-            final[src, dst] = torch.cat(state.learned_weights).detach().cpu().double()
+            final[order] = torch.cat(state.learned_weights).detach().cpu().double()
         first = torch.as_tensor(layout.order % 2 == 0)  # each edge once: its half-edge i -> j, i < j
         edges = torch.as_tensor(layout.order // 2)[first]
         history = torch.zeros(len(state.weight_trace), graph.num_edges, dtype=torch.float32)

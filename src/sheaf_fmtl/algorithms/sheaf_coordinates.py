@@ -286,25 +286,24 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         return notes
 
     def checkpoint(self, state: CoordinateState, ctx: Context) -> dict[str, Any]:
-        """``shared_parameters``: ``[N, N]`` support size ``m_e`` of each held half-edge (zero
-        off-graph), and ``map_norms``: ``||P_ij||_F = sqrt(a_ij d_e)`` (selections, orthonormal
-        rows; the expected norm for gaussian rows; ``a_ij`` with the learned weights). With
-        ``edge_weights = relatedness``: ``edge_weights`` ``[N, N]`` (the last round's ``a_e``),
+        """Per graph half-edge ``[2E]`` (zero on those held elsewhere): ``shared_parameters``, the
+        support size ``m_e``, and ``map_norms``, ``||P_ij||_F = sqrt(a_ij d_e)`` (selections,
+        orthonormal rows; the expected norm for gaussian rows; ``a_ij`` with the learned weights).
+        With ``edge_weights = relatedness``: ``edge_weights`` ``[2E]`` (the last round's ``a_e``),
         ``edge_weight_history`` ``[K, E]`` per graph edge at the exchange rounds ``edge_weight_rounds``."""
         layout = state.layout
         assert layout is not None and state.support is not None
-        n, g = layout.num_clients, layout.graph
-        shared = torch.zeros(n, n, dtype=torch.float64)
-        norms = torch.zeros(n, n, dtype=torch.float64)
-        src, dst = g.src[layout.order], g.dst[layout.order]
-        shared[src, dst] = torch.as_tensor(state.support.m, dtype=torch.float64)
-        a = g.half_edge_weights()[layout.order]
+        h, order = layout.graph.num_half_edges, torch.as_tensor(layout.order)
+        shared = torch.zeros(h, dtype=torch.float64)
+        norms = torch.zeros(h, dtype=torch.float64)
+        shared[order] = torch.as_tensor(state.support.m, dtype=torch.float64)
+        a = layout.graph.half_edge_weights()[layout.order]
         out = {"shared_parameters": shared, "map_norms": norms}
         if self.relate is not None:  # the learned weights: the last round's, and over rounds
             learned = self.relate.saved(state, layout)
-            a = a * learned["edge_weights"][src, dst].numpy()
+            a = a * learned["edge_weights"][order].numpy()
             out.update(learned)
-        norms[src, dst] = torch.as_tensor(np.sqrt(a * layout.messages.sizes), dtype=torch.float64)
+        norms[order] = torch.as_tensor(np.sqrt(a * layout.messages.sizes), dtype=torch.float64)
         return out
 
 

@@ -318,8 +318,7 @@ class SheafFMTL(Algorithm[SheafState]):
             "map_norms": ops.map_frobenius(layout, maps),
         }
         if ctx.graph.weighted:  # the maps act as sqrt(a_ij) P_ij
-            g, a = ctx.graph, torch.ones(layout.num_clients, layout.num_clients, dtype=torch.float64)
-            a[g.src, g.dst] = torch.as_tensor(g.half_edge_weights(), dtype=torch.float64)
+            a = torch.as_tensor(ctx.graph.half_edge_weights(), dtype=torch.float64)
             out["map_norms"] = out["map_norms"] * a.sqrt()
         if ctx.config.save_maps:  # off: the norms only (a paper-scale map stack is ~12 GB)
             out["maps"] = [m.cpu() for m in maps]

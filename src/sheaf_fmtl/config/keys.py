@@ -56,10 +56,15 @@ class ProblemKeys:
     clients: int | None = _key(None, "Number of clients; `null`: the dataset's own.")
     graph: str = _key(
         "erdos-renyi",
-        "The client graph: `erdos-renyi` (`graph_p`), `watts-strogatz` (`graph_k`, `graph_p`), "
-        "`barabasi-albert` (`graph_m`), `complete`, `star`, or `file` (`graph_file`).",
+        "The client graph: `erdos-renyi` (`graph_p` or `graph_degree`), `watts-strogatz` (`graph_k`, "
+        "`graph_p`), `barabasi-albert` (`graph_m`), `complete`, `star`, or `file` (`graph_file`).",
     )
     graph_p: float = _key(0.2, "Edge probability (`erdos-renyi`); rewiring probability (`watts-strogatz`).")
+    graph_degree: float | None = _key(
+        None,
+        "Mean degree of an `erdos-renyi` graph: `graph_p = graph_degree / (clients - 1)`, so the degree "
+        "stays as clients grow (`null`: `graph_p` as given).",
+    )
     graph_k: int = _key(4, "Neighbours of each client on the `watts-strogatz` ring.")
     graph_m: int = _key(2, "Edges each new client attaches with (`barabasi-albert`).")
     graph_file: str = _key(

@@ -31,6 +31,7 @@ _COMPRESSING = ("top-k", "rand-k", "rand-k-seeded", "qsgd", "sign", "powergossip
 #: Keys read by some graph kinds or protocols only: key -> (selector, the selector's values that read it).
 _OTHER_READERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "graph_p": ("graph", ("erdos-renyi", "watts-strogatz")),
+    "graph_degree": ("graph", ("erdos-renyi",)),
     "graph_k": ("graph", ("watts-strogatz",)),
     "graph_m": ("graph", ("barabasi-albert",)),
     "local_steps": ("local_epochs", ("0",)),

@@ -34,6 +34,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "clients": (2, True, None, False, "clients >= 2"),
     "graph_p": (0.0, False, 1.0, True, "0 < graph_p <= 1"),
+    "graph_degree": (0.0, False, None, False, "graph_degree > 0"),
     "graph_k": (2, True, None, False, "graph_k >= 2"),
     "graph_m": (1, True, None, False, "graph_m >= 1"),
     "rounds": (1, True, None, False, "rounds >= 1"),

@@ -15,24 +15,28 @@ from matplotlib.patches import Patch, Rectangle
 
 from ..data.synthetic import CLUSTERS_DEFAULTS, clusters_groups
 from ..metrics.final import FINAL, read_final
-from .heatmap import adjacency, client_ticks
+from ..sheaf.graph import half_edge_matrix
+from .heatmap import MAX_HEATMAP_CLIENTS, adjacency, client_ticks
 from .style import NON_EDGE_HATCH
 
 
 def load_edge_weights(run_dir: str | Path) -> dict[str, np.ndarray] | None:
     """``{"final": [N, N], "history": [K, E], "rounds": [K], "edges": [E, 2]}`` from
-    ``RUN/checkpoint.pt``, or ``None`` when the run learned no edge weights."""
+    ``RUN/checkpoint.pt`` (``final`` kept there per half-edge, or ``[N, N]`` by older runs), or
+    ``None`` when the run learned no edge weights or has more than ``MAX_HEATMAP_CLIENTS`` clients."""
     path = Path(run_dir) / FINAL
     if not path.is_file():
         return None
     ckpt = read_final(run_dir, finished=False)  # checked against summary.json's record of it
-    if ckpt.get("edge_weights") is None:
+    n = len(ckpt.get("thetas") or ())
+    if ckpt.get("edge_weights") is None or n > MAX_HEATMAP_CLIENTS:
         return None
+    edges = np.asarray(ckpt["edges"]).reshape(-1, 2)
     return {
-        "final": np.asarray(ckpt["edge_weights"], dtype=float),
+        "final": half_edge_matrix(np.asarray(ckpt["edge_weights"], dtype=float), edges, n),
         "history": np.asarray(ckpt["edge_weight_history"], dtype=float),
         "rounds": np.asarray(ckpt["edge_weight_rounds"], dtype=int),
-        "edges": np.asarray(ckpt["edges"]).reshape(-1, 2),
+        "edges": edges,
     }
 
 

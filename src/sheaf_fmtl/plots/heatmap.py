@@ -12,23 +12,30 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from ..metrics.final import FINAL, read_final
+from ..sheaf.graph import half_edge_matrix
 from .style import NON_EDGE_HATCH, integer_ticks
 
 MAX_LABELLED_IDS = 30  # beyond this, client-id ticks at round steps only
+#: Clients above which no ``N x N`` heatmap is drawn (its cells would be under a pixel).
+MAX_HEATMAP_CLIENTS = 2000
 
 
 def load_map_norms(run_dir: str | Path) -> tuple[np.ndarray, np.ndarray | None] | None:
-    """``(norms [N, N], edges [E, 2] or None)`` from ``RUN/checkpoint.pt``; None when the run has
-    no checkpoint or no maps (algorithms other than Sheaf-FMTL)."""
+    """``(norms [N, N], edges [E, 2] or None)`` from ``RUN/checkpoint.pt`` (which keeps one norm per
+    half-edge; an older one, the ``[N, N]`` matrix); None when the run has no checkpoint, no maps
+    (algorithms other than Sheaf-FMTL) or more than :data:`MAX_HEATMAP_CLIENTS` clients."""
     path = Path(run_dir) / FINAL
     if not path.is_file():
         return None
     ckpt = read_final(run_dir, finished=False)  # checked against summary.json's record of it
-    norms = ckpt.get("map_norms")
-    if norms is None:
+    norms, edges = ckpt.get("map_norms"), ckpt.get("edges")
+    n = len(ckpt.get("thetas") or ())
+    if norms is None or n > MAX_HEATMAP_CLIENTS:
         return None
-    edges = ckpt.get("edges")
-    return np.asarray(norms, dtype=float), None if edges is None else np.asarray(edges).reshape(-1, 2)
+    edges = None if edges is None else np.asarray(edges).reshape(-1, 2)
+    if edges is None and np.ndim(norms) != 2:
+        return None
+    return half_edge_matrix(np.asarray(norms, dtype=float), edges, n), edges  # type: ignore[arg-type]
 
 
 def adjacency(edges: np.ndarray, n: int) -> np.ndarray:

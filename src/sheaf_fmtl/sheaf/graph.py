@@ -14,6 +14,8 @@ from pathlib import Path
 
 import networkx as nx
 import numpy as np
+import scipy.sparse
+import scipy.sparse.csgraph
 
 from ..data.base import DatasetError
 from ..data.sizes import check_fits
@@ -39,6 +41,10 @@ class ClientGraph:
     src: np.ndarray = field(init=False)
     dst: np.ndarray = field(init=False)
     rev: np.ndarray = field(init=False)
+    #: How many edges :func:`make_graph` added to join a draw's components (0: none; see there).
+    joined_edges: int = field(default=0, compare=False)
+    #: Quantities computed once per graph (``lambda_max``, :mod:`.spectrum`); not part of equality.
+    cache: dict[str, float] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         e = np.sort(np.asarray(self.edges, dtype=np.int64).reshape(-1, 2), axis=1)
@@ -92,9 +98,17 @@ class ClientGraph:
         """``N_i``, sorted."""
         return sorted(self.dst[self.src == i].tolist())
 
+    def components(self) -> np.ndarray:
+        """``[N]`` the connected component of each client (``0..C-1``), in ``O(N + E)``."""
+        a = scipy.sparse.csr_array(
+            (np.ones(len(self.src)), (self.src, self.dst)), shape=(self.num_nodes, self.num_nodes)
+        )
+        labels: np.ndarray = scipy.sparse.csgraph.connected_components(a, directed=False)[1]
+        return labels
+
     def is_connected(self) -> bool:
         """Whether every client can reach every other."""
-        return self.num_nodes == 1 or nx.is_connected(self.to_networkx())
+        return self.num_nodes == 1 or int(self.components().max()) == 0
 
     def to_networkx(self) -> nx.Graph:
         """A NetworkX graph with the weights ``a_ij`` as edge attribute ``weight``."""
@@ -111,9 +125,22 @@ class ClientGraph:
         nodes = sorted(g.nodes)
         if nodes != list(range(len(nodes))):
             raise GraphError("graph nodes must be 0..N-1")
-        edges = np.array([(i, j) for i, j in g.edges], dtype=np.int64).reshape(-1, 2)
-        weights = np.array([float(a) for _, _, a in g.edges(data="weight", default=1.0)])
+        edges = np.array(g.edges, dtype=np.int64).reshape(-1, 2)
+        weights = np.fromiter((a for _, _, a in g.edges(data="weight", default=1.0)), np.float64)
         return cls(len(nodes), edges, weights)
+
+
+def half_edge_matrix(values: np.ndarray, edges: np.ndarray, num_nodes: int) -> np.ndarray:
+    """``[N, N]`` from one value per half-edge ``[2E]`` (``2e``: ``i -> j``, ``2e + 1``: ``j -> i``
+    of ``edges[e] = (i, j)``; row: the half-edge's source), zero off the graph. For plots of small
+    graphs; checkpoints keep the ``[2E]`` values. A value already ``[N, N]`` is returned as is."""
+    v = np.asarray(values, dtype=float)
+    if v.ndim == 2:
+        return v
+    e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    out = np.zeros((num_nodes, num_nodes))
+    out[e[:, 0], e[:, 1]], out[e[:, 1], e[:, 0]] = v[0::2], v[1::2]
+    return out
 
 
 #: Bytes a NetworkX edge takes (two adjacency entries and their attribute dicts), and a node.
@@ -126,9 +153,18 @@ def expected_edges(kind: str, n: int, p: float, k: int, m: int) -> float:
     return {"erdos-renyi": p * pairs, "complete": pairs, "watts-strogatz": n * k / 2}.get(kind, float(n * m))
 
 
+#: Clients above which an Erdos-Renyi graph is drawn in ``O(N + E)`` (``fast_gnp_random_graph``;
+#: up to it ``gnp_random_graph``, ``O(N^2)``, whose graphs every earlier result used) and drawn
+#: once: its small components are joined to the largest by one edge each (:func:`join_components`),
+#: since at a fixed mean degree a large draw is almost never connected (``N e^(-degree)`` isolated
+#: clients are expected).
+LARGE_GRAPH = 1000
+
+
 def _draw(kind: str, n: int, p: float, k: int, m: int, seed: int) -> nx.Graph:
     if kind == "erdos-renyi":
-        return nx.erdos_renyi_graph(n, p, seed=seed)
+        sampler = nx.fast_gnp_random_graph if n > LARGE_GRAPH else nx.gnp_random_graph
+        return sampler(n, p, seed=seed)
     if kind == "watts-strogatz":
         return nx.watts_strogatz_graph(n, k, p, seed=seed)
     if kind == "barabasi-albert":
@@ -140,11 +176,30 @@ def _draw(kind: str, n: int, p: float, k: int, m: int, seed: int) -> nx.Graph:
     raise GraphError(f"unknown graph kind {kind!r}; allowed: {', '.join(GRAPH_KINDS)}")
 
 
+def join_components(graph: ClientGraph, seed: int) -> ClientGraph:
+    """``graph`` with each component but the largest joined to the largest by one edge, from the
+    component's lowest client to a client of the largest drawn with ``seed``; ``joined_edges``
+    counts them. ``O(N + E)``."""
+    labels = graph.components()
+    count = int(labels.max()) + 1
+    if count == 1:
+        return graph
+    largest = int(np.argmax(np.bincount(labels)))
+    first = np.unique(labels, return_index=True)[1]  # the lowest client of each component
+    others = first[np.arange(count) != largest]
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x6A01]))
+    targets = rng.choice(np.flatnonzero(labels == largest), size=len(others))
+    edges = np.concatenate([graph.edges, np.stack([others, targets], 1)])
+    weights = np.concatenate([graph.weights, np.ones(len(others))])
+    return ClientGraph(graph.num_nodes, edges, weights, joined_edges=len(others))
+
+
 def make_graph(
     kind: str,
     num_nodes: int,
     *,
     p: float = 0.2,
+    degree: float | None = None,
     k: int = 4,
     m: int = 2,
     seed: int = 0,
@@ -154,13 +209,15 @@ def make_graph(
 ) -> ClientGraph:
     """A connected client graph; a disconnected random draw is redrawn with a derived seed.
 
-    Erdos-Renyi ``G(n, p)``, Watts-Strogatz ``(k, p)``, Barabasi-Albert ``m``, complete, star
+    Erdos-Renyi ``G(n, p)`` (above :data:`LARGE_GRAPH` clients drawn once in ``O(N + E)`` and its
+    components joined), Watts-Strogatz ``(k, p)``, Barabasi-Albert ``m``, complete, star
     (hub 0), or an edge-list file (one ``i j`` pair per line, nodes ``0..num_nodes-1``).
 
     Args:
         kind: one of :data:`GRAPH_KINDS`.
         num_nodes: ``N >= 2``.
         p, k, m: the random graphs' parameters (``graph_p``, ``graph_k``, ``graph_m``).
+        degree: ``erdos-renyi``'s mean degree (``graph_degree``): ``p = degree / (num_nodes - 1)``.
         seed: the first draw's seed; redraws derive theirs from it.
         path: the edge list when ``kind == "file"``.
         max_tries: draws before :class:`GraphError`.
@@ -173,6 +230,13 @@ def make_graph(
         raise GraphError(f"a client graph needs at least 2 nodes, got {num_nodes}")
     if kind == "file":
         return read_edge_list(path, num_nodes)
+    if kind == "erdos-renyi" and degree is not None:
+        if not 0 < degree <= num_nodes - 1:
+            raise GraphError(
+                f"graph_degree = {degree:g} on {num_nodes} clients: a mean degree lies in (0, clients - 1] "
+                f"= (0, {num_nodes - 1}]; lower graph_degree or raise clients"
+            )
+        p = degree / (num_nodes - 1)
     if kind == "watts-strogatz" and not 2 <= k < num_nodes:
         raise GraphError(f"watts-strogatz needs 2 <= k < clients, got k={k} with {num_nodes} clients")
     if kind == "barabasi-albert" and not 1 <= m < num_nodes:
@@ -183,6 +247,8 @@ def make_graph(
         check_fits(need, what, "lower clients, choose a sparser graph, or lower gamma")
     except DatasetError as e:
         raise GraphError(str(e)) from None
+    if kind == "erdos-renyi" and num_nodes > LARGE_GRAPH:  # one draw, joined (see LARGE_GRAPH)
+        return join_components(ClientGraph.from_networkx(_draw(kind, num_nodes, p, k, m, seed)), seed)
     for attempt in range(max_tries):
         derived = seed if attempt == 0 else int(np.random.SeedSequence([seed, attempt]).generate_state(1)[0])
         graph = ClientGraph.from_networkx(_draw(kind, num_nodes, p, k, m, derived))

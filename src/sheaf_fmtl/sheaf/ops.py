@@ -201,18 +201,18 @@ def energy(layout: SheafLayout, thetas: Sequence[torch.Tensor], maps: Maps) -> t
 
 
 def map_frobenius(layout: SheafLayout, maps: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``[N, N]`` matrix of ``||P_ij||_F`` (row ``i``: owner, column ``j``: neighbour); zero off-graph.
+    """``||P_ij||_F`` of each graph half-edge ``h = src[h] -> dst[h]`` (the map's owner first); zero
+    on the half-edges held by another process.
 
     Args:
         layout: the sheaf layout.
         maps: stacked maps per bucket (folded, e.g. ``DeferredMaps.materialize()``).
     Returns:
-        ``[N, N]`` float64 on the CPU.
+        ``[2E]`` float64 on the CPU, in the graph's half-edge order (``[N, N]`` by
+        :func:`sheaf_fmtl.sheaf.graph.half_edge_matrix`).
     """
-    n = layout.num_clients
-    out = torch.zeros(n, n, dtype=torch.float64)
-    g = layout.graph
+    out = torch.zeros(layout.graph.num_half_edges, dtype=torch.float64)
     for b, p in zip(layout.buckets, maps, strict=True):
         norms = torch.cat([torch.linalg.vector_norm(p[s].double(), dim=(1, 2)) for s in _chunks(p)])
-        out[g.src[b.half_edges], g.dst[b.half_edges]] = norms.cpu()  # maps may live on a GPU
+        out[torch.as_tensor(b.half_edges)] = norms.cpu()  # maps may live on a GPU
     return out

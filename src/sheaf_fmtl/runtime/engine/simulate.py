@@ -207,6 +207,7 @@ def build_graph(config: RunConfig, num_clients: int, edge_bytes: float = 0.0) ->
         config.graph,
         num_clients,
         p=config.graph_p,
+        degree=config.graph_degree,
         k=config.graph_k,
         m=config.graph_m,
         seed=config.seed,

@@ -2,7 +2,7 @@
 gathered on rank 0 (:func:`gather_final_state`).
 
 Rank 0 receives every rank's thetas (by client id) and, for Sheaf-FMTL with ``save_maps``, every
-map ``P_ij`` (by half-edge); ``map_norms`` (``[N, N]``, zero off each rank's half-edges) is summed.
+map ``P_ij`` (by half-edge); ``map_norms`` (``[2E]``, zero off each rank's half-edges) is summed.
 The payload has the one-process keys, except that the maps are ``maps_by_half_edge`` (one ``[d_ij,
 d_i]`` tensor per graph half-edge ``h = src[h] -> dst[h]``, in half-edge order) instead of per bucket;
 ``shared_parameters`` and the learned ``edge_weights`` (and their history) are summed like the norms.
@@ -46,7 +46,7 @@ def gather_final_state(sim: Simulation[Any]) -> dict[str, Any]:
     dist.gather_object((mine, my_maps), parts if dist.get_rank() == 0 else None, dst=0)
     out: dict[str, Any] = {k: v for k, v in local.items() if k not in ("maps", "bucket_half_edges")}
     for key in ("map_norms", "shared_parameters", "edge_weights", "edge_weight_history"):
-        if key in local:  # [N, N] (or [K, E]), zero off this rank's half-edges
+        if key in local:  # [2E] (or [K, E]), zero off this rank's half-edges
             out[key] = comm.all_sum(local[key])
     if dist.get_rank() != 0:
         return {"thetas": list(mine.values()), "edges": torch.as_tensor(graph.edges), **out}
