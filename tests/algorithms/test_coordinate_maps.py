@@ -426,3 +426,15 @@ def test_the_stability_check_of_redrawn_maps_refuses_where_the_coupling_grows(ga
         assert 0.9 * limit * cfg.alpha * lmax > 2  # the worst case would refuse the stable one
     assert _disagreement_growth(cfg.replace(lam=0.9 * limit), 300) < 0.5
     assert _disagreement_growth(cfg.replace(lam=1.3 * limit), 300) > 10.0
+
+
+def test_selection_positions_hashed_in_chunks_equal_one_pass(monkeypatch) -> None:
+    """``positions`` hashes a bounded chunk of elements at a time; any chunk size gives the same
+    positions (here chunks of 7 elements, across edge boundaries, against one pass)."""
+    from sheaf_fmtl.sheaf import selection
+
+    m, d = np.array([50, 7, 1000, 33]), np.array([5, 7, 10, 4])
+    whole = [selection_positions(3, np.arange(4) * 5, t, m, d, "cpu") for t in range(5)]
+    monkeypatch.setattr(selection, "HASH_CHUNK", 7)
+    for t, want in enumerate(whole):
+        torch.testing.assert_close(selection_positions(3, np.arange(4) * 5, t, m, d, "cpu"), want)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from sheaf_fmtl.algorithms import edge_weights
 from sheaf_fmtl.algorithms.coordinate_state import CoordinateState
 from sheaf_fmtl.algorithms.edge_weights import BETA, EVERY, PROBE_SAMPLES
 from sheaf_fmtl.config import RunConfig
@@ -59,10 +60,12 @@ def _half_edges(sim: Simulation) -> tuple[np.ndarray, np.ndarray, list[np.ndarra
     return src, dst, [row.numpy() for row in local]
 
 
-def test_one_round_equals_a_dense_numpy_oracle() -> None:
+@pytest.mark.parametrize("chunk", [4096, 3])
+def test_one_round_equals_a_dense_numpy_oracle(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """An exchange round (the averages under way): weights from both ends' averages, the step with
     them, and the averages updated from this round's probe losses, by hand in float64; the next
-    round keeps the weights."""
+    round keeps the weights. The probes are evaluated in chunks of ``chunk`` rows."""
+    monkeypatch.setattr(edge_weights, "PROBE_CHUNK", chunk)
     sim, grads = _sim()
     for _ in range(2 * EVERY):
         sim.step()

@@ -55,16 +55,24 @@ RELATED_BELOW = 0.7
 PROBE_SAMPLES = 64
 
 
+#: Rows evaluated at once by :func:`probe_losses`: each gathers its client's probe, so memory is
+#: bounded by a chunk (``PROBE_CHUNK x PROBE_SAMPLES`` samples), not by the number of half-edges.
+PROBE_CHUNK = 4096
+
+
 def probe_losses(model: Cohort, rows: torch.Tensor, clients: torch.Tensor) -> torch.Tensor:
     """``f`` (the data term, mean over the probe) of each row of ``rows [R, d]`` on the probe of the
-    cohort's client at position ``clients[r]``."""
+    cohort's client at position ``clients[r]``, :data:`PROBE_CHUNK` rows at a time."""
     x, y, n = model._eval_subsample()
     k = min(PROBE_SAMPLES, x.shape[1])
-    xs, ys = x[clients, :k], y[clients, :k]
-    valid = (torch.arange(k, device=n.device) < n[clients, None].clamp(max=k)).to(rows.dtype)
-    out = model._predict(rows, xs)
-    per = model._per_sample(out.reshape(-1, *out.shape[2:]), ys.reshape(-1)).view(len(rows), k)
-    return (per * valid).sum(1) / valid.sum(1).clamp(min=1)
+    out = []
+    for s in range(0, len(rows), PROBE_CHUNK):
+        part, who = rows[s : s + PROBE_CHUNK], clients[s : s + PROBE_CHUNK]
+        valid = (torch.arange(k, device=n.device) < n[who, None].clamp(max=k)).to(rows.dtype)
+        pred = model._predict(part, x[who, :k])
+        per = model._per_sample(pred.reshape(-1, *pred.shape[2:]), y[who, :k].reshape(-1)).view(len(part), k)
+        out.append((per * valid).sum(1) / valid.sum(1).clamp(min=1))
+    return torch.cat(out) if out else rows.new_zeros(0)
 
 
 def signals(

@@ -29,6 +29,8 @@ import torch
 MAP_KINDS = ("selection", "orthonormal", "gaussian")
 _MASK32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B9
+#: Elements hashed at once by :meth:`SelectionDraws.positions` (int64 temporaries of 4 MiB).
+HASH_CHUNK = 1 << 19
 
 
 def _mix32(x: torch.Tensor) -> torch.Tensor:
@@ -118,11 +120,17 @@ class SelectionDraws:
         self.offset_hash = int(_mix32(torch.tensor(1)))  # hash_uniform32 of counter 0: the rotation
 
     def positions(self, round_: int) -> torch.Tensor:
-        """This round's positions (see the class docstring)."""
+        """This round's positions (see the class docstring), :data:`HASH_CHUNK` elements at a time
+        (temporaries that stay in the allocator's heap and the cache, at any number of edges)."""
         keys = _mix32(self.base ^ (round_ & _MASK32))
-        u = _mix32(keys[self.per_el] ^ self.counter_hash)
         offset = (_mix32(keys ^ self.offset_hash) * self.m) >> 32  # rotation per edge
-        return (self.start + ((u * self.size) >> 32) + offset[self.per_el]) % self.m_el
+        out = torch.empty_like(self.start)
+        for s in range(0, len(out), HASH_CHUNK):
+            part = slice(s, s + HASH_CHUNK)
+            edge = self.per_el[part]
+            u = _mix32(keys[edge] ^ self.counter_hash[part])
+            out[part] = (self.start[part] + ((u * self.size[part]) >> 32) + offset[edge]) % self.m_el[part]
+        return out
 
 
 def selection_positions(
