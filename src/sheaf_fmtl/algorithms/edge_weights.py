@@ -84,24 +84,30 @@ def signals(
     theirs: list[torch.Tensor],
 ) -> list[torch.Tensor]:
     """Per bucket ``[H_b, 2]``: ``(n_ij, r_ij)`` of each half-edge (module docstring); ``coords``:
-    the flat positions in ``thetas[c].view(-1)`` of the coordinates each half-edge coupled."""
+    the flat positions in ``thetas[c].view(-1)`` of the coordinates each half-edge coupled. The
+    probed models (a neighbour's values, or the start's, in place of the coupled coordinates) are
+    built :data:`PROBE_CHUNK` half-edges at a time, never ``[H, d]`` at once."""
     out = []
     with torch.no_grad():
         for b, c, v in zip(layout.buckets, coords, theirs, strict=True):
-            theta = thetas[b.cohort]
+            theta, model = thetas[b.cohort], models[b.cohort]
             pos = b.src_pos_on(theta.device)
-            local = c - pos[:, None] * theta.shape[1]
-            rows = theta.index_select(0, pos)
-            start = initial[b.cohort].index_select(0, pos)
-            neighbour = rows.scatter(1, local, v.to(rows.dtype))
-            forgotten = rows.scatter(1, local, start.gather(1, local))
             every = torch.arange(len(theta), device=theta.device)  # each client's own loss, once
-            f = probe_losses(
-                models[b.cohort], torch.cat([theta, neighbour, forgotten]), torch.cat([every, pos, pos])
-            )
-            own = f[: len(theta)].index_select(0, pos)
-            nb, fg = f[len(theta) :].view(2, -1)
-            out.append(torch.stack([nb - own, fg - own], 1))
+            own = probe_losses(model, theta, every).index_select(0, pos)
+            nb, fg = [], []
+            for s in range(0, len(pos), PROBE_CHUNK):
+                part = slice(s, s + PROBE_CHUNK)
+                at = pos[part]
+                local = c[part] - at[:, None] * theta.shape[1]
+                rows = theta.index_select(0, at)
+                start = initial[b.cohort].index_select(0, at)
+                neighbour = rows.scatter(1, local, v[part].to(rows.dtype))
+                forgotten = rows.scatter(1, local, start.gather(1, local))
+                f = probe_losses(model, torch.cat([neighbour, forgotten]), torch.cat([at, at]))
+                nb.append(f[: len(at)])
+                fg.append(f[len(at) :])
+            both = [torch.cat(nb), torch.cat(fg)] if nb else [own, own]
+            out.append(torch.stack([both[0] - own, both[1] - own], 1))
     return out
 
 

@@ -50,6 +50,49 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 1 if results.get("failed") else 0
 
 
+def cmd_bench_scale(args: argparse.Namespace) -> int:
+    from .scale import OUTPUTS as SCALE_OUTPUTS
+    from .scale import QUICK_SIZES, SIZES, report, run_scale
+    from .scale_worker import PROBLEMS
+
+    problems = tuple(p.strip() for p in args.problems.split(",") if p.strip())
+    unknown = [p for p in problems if p not in PROBLEMS]
+    if unknown or not problems:
+        raise ConfigError(f"bench scale --problems {args.problems!r}: choose from {', '.join(PROBLEMS)}")
+    try:
+        sizes = tuple(int(n) for n in args.sizes.split(",")) if args.sizes else None
+    except ValueError:
+        raise ConfigError(f"bench scale --sizes {args.sizes!r}: give client counts, e.g. 100,1000") from None
+    if sizes is not None and min(sizes, default=0) < 10:
+        raise ConfigError(f"bench scale --sizes {args.sizes!r}: every size needs at least 10 clients")
+    if args.rounds < 2 or args.degree <= 0:
+        raise ConfigError("bench scale: --rounds must be >= 2 and --degree > 0")
+    check_path(args.out)
+    check_replaceable(args.out, SCALE_OUTPUTS)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    record_owned(args.out, SCALE_OUTPUTS)
+    chosen = sizes or (QUICK_SIZES if args.quick else SIZES)
+    result = run_scale(Path(args.out), problems, chosen, args.rounds, args.degree, args.timeout)
+    print(report(result))
+    print(f"results: {Path(args.out) / 'scale.json'}, plot: {Path(args.out) / 'scale.png'}")
+    return 1 if any("failed" in p for p in result["points"]) else 0
+
+
+def _add_scale_parser(p: argparse.ArgumentParser) -> None:
+    kinds = p.add_subparsers(dest="bench_kind", metavar="{scale}")
+    s = kinds.add_parser(
+        "scale", help="default Sheaf-FMTL from 100 to 100,000 clients: time, start-up and memory"
+    )
+    s.add_argument("--out", default="runs/bench-scale", help="folder for scale.json and scale.png")
+    s.add_argument("--quick", action="store_true", help="100, 1,000 and 4,000 clients only")
+    s.add_argument("--sizes", default="", help="comma list of client counts (default 100,1000,10000,100000)")
+    s.add_argument("--problems", default="synthetic,school-shaped", help="synthetic, school-shaped")
+    s.add_argument("--rounds", type=int, default=10, help="rounds timed at each size (default 10)")
+    s.add_argument("--degree", type=float, default=8.0, help="mean degree of the Erdos-Renyi graph")
+    s.add_argument("--timeout", type=float, default=3600.0, help="seconds a size may take (default 3600)")
+    s.set_defaults(func=cmd_bench_scale)
+
+
 def _checked_device(name: str) -> str:
     """``name`` if it is a device this machine has (ConfigError / ValueError, one line, otherwise)."""
     from ..runtime.engine.simulate import resolve_device
@@ -105,3 +148,4 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="record a failing setting or cohort benchmark and run the rest (exit status 1 at the end)",
     )
     p.set_defaults(func=cmd_bench)
+    _add_scale_parser(p)
