@@ -6,6 +6,7 @@ import csv
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -259,3 +260,25 @@ def test_data_describe_takes_the_shared_options(capsys):
     )
     out = capsys.readouterr().out
     assert "5 clients" in out and "seed 2" in out
+
+
+def test_data_describe_summarises_many_clients_instead_of_listing_them(capsys):
+    assert main(["data", "describe", "synthetic", "--clients", "300"]) == 0
+    out = capsys.readouterr().out
+    line = next(s for s in out.splitlines() if s.startswith("per-client n_train"))
+    assert "median" in line and "max" in line and len(line.split()) < 20  # quantiles, not 300 numbers
+    bars = [s for s in out.splitlines() if "#" in s]
+    assert len(bars) >= 5 and sum(int(s.split()[-1]) for s in bars if s.split()[-1].isdigit()) <= 300
+    assert "300 clients; --per-client lists each" in out
+    assert main(["data", "describe", "synthetic", "--clients", "300", "--per-client"]) == 0
+    listed = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("per-client n_train"))
+    assert len(listed.split(":")[1].split()) == 300
+
+
+def test_describe_histogram_counts_every_client():
+    from sheaf_fmtl.cli.data import count_summary
+
+    counts = np.array([5] * 7 + [50] * 3)
+    lines = count_summary(counts, bins=3)
+    assert lines[0] == "per-client n_train: min 5, 10% 5, 25% 5, median 5, 75% 50, 90% 50, max 50"
+    assert [int(s.split()[-1]) for s in lines[1:4]] == [7, 0, 3]

@@ -47,6 +47,9 @@ def add_parser(subparsers: Any) -> None:
     d.add_argument(
         "--option", "-o", action="append", default=[], metavar="KEY=VALUE", help=argparse.SUPPRESS
     )  # older spelling of --set data.KEY=VALUE
+    d.add_argument(
+        "--per-client", action="store_true", help=f"list every client's count (default up to {LIST_UP_TO})"
+    )
     f = sub.add_parser("fetch", help="download a dataset and verify its SHA-256")
     f.add_argument("name", choices=sorted(SOURCES))
     f.add_argument(
@@ -147,8 +150,29 @@ def cmd_describe(args: argparse.Namespace) -> int:
             f"targets: global mean {s['target_mean']:.3f}; per-client means std "
             f"{s['client_mean_std']:.3f}, range {lo:.3f}..{hi:.3f}"
         )
-    print("per-client n_train: " + " ".join(str(len(c.y_train)) for c in ds.clients))
+    counts = np.array([len(c.y_train) for c in ds.clients])
+    if args.per_client or len(counts) <= LIST_UP_TO:
+        print("per-client n_train: " + " ".join(str(n) for n in counts.tolist()))
+    else:
+        print("\n".join(count_summary(counts)))
     return 0
+
+
+#: Clients up to which ``describe`` lists every client's count (above: quantiles and a histogram).
+LIST_UP_TO = 40
+
+
+def count_summary(counts: np.ndarray, bins: int = 10, width: int = 40) -> list[str]:
+    """Lines summarising per-client counts: quantiles, then a histogram of ``bins`` bars."""
+    q = np.quantile(counts, [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0], method="nearest")  # clients' counts
+    names = ("min", "10%", "25%", "median", "75%", "90%", "max")
+    lines = ["per-client n_train: " + ", ".join(f"{n} {v:g}" for n, v in zip(names, q, strict=True))]
+    hist, edges = np.histogram(counts, bins=bins)
+    top = max(int(hist.max()), 1)
+    for h, lo, hi in zip(hist.tolist(), edges[:-1], edges[1:], strict=True):
+        lines.append(f"  {lo:8.0f} - {hi:<8.0f} {'#' * round(width * h / top):<{width}} {h}")
+    lines.append(f"  ({len(counts)} clients; --per-client lists each)")
+    return lines
 
 
 def _card(name: str, data_dir: Path | None, search: bool) -> int:

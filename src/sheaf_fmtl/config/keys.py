@@ -63,7 +63,8 @@ class ProblemKeys:
     graph_degree: float | None = _key(
         None,
         "Mean degree of an `erdos-renyi` graph: `graph_p = graph_degree / (clients - 1)`, so the degree "
-        "stays as clients grow (`null`: `graph_p` as given).",
+        "stays as clients grow; drawn once, its small components joined to the largest by one edge each "
+        "(summary.json's `graph_joined_edges`). `null`: `graph_p` as given.",
     )
     graph_k: int = _key(4, "Neighbours of each client on the `watts-strogatz` ring.")
     graph_m: int = _key(2, "Edges each new client attaches with (`barabasi-albert`).")

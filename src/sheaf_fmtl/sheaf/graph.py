@@ -217,7 +217,8 @@ def make_graph(
         kind: one of :data:`GRAPH_KINDS`.
         num_nodes: ``N >= 2``.
         p, k, m: the random graphs' parameters (``graph_p``, ``graph_k``, ``graph_m``).
-        degree: ``erdos-renyi``'s mean degree (``graph_degree``): ``p = degree / (num_nodes - 1)``.
+        degree: ``erdos-renyi``'s mean degree (``graph_degree``): ``p = degree / (num_nodes - 1)``,
+            one draw, its small components joined (as above :data:`LARGE_GRAPH` clients).
         seed: the first draw's seed; redraws derive theirs from it.
         path: the edge list when ``kind == "file"``.
         max_tries: draws before :class:`GraphError`.
@@ -247,7 +248,7 @@ def make_graph(
         check_fits(need, what, "lower clients, choose a sparser graph, or lower gamma")
     except DatasetError as e:
         raise GraphError(str(e)) from None
-    if kind == "erdos-renyi" and num_nodes > LARGE_GRAPH:  # one draw, joined (see LARGE_GRAPH)
+    if kind == "erdos-renyi" and (num_nodes > LARGE_GRAPH or degree is not None):  # one draw, joined
         return join_components(ClientGraph.from_networkx(_draw(kind, num_nodes, p, k, m, seed)), seed)
     for attempt in range(max_tries):
         derived = seed if attempt == 0 else int(np.random.SeedSequence([seed, attempt]).generate_state(1)[0])
@@ -257,7 +258,7 @@ def make_graph(
     raise GraphError(
         f"{kind} graph with {num_nodes} nodes (p={p}, k={k}, m={m}) was disconnected in all {max_tries} "
         f"draws from seed {seed}; raise graph_p (connectivity needs roughly p > ln(N)/N = "
-        f"{np.log(num_nodes) / num_nodes:.3f})"
+        f"{np.log(num_nodes) / num_nodes:.3f}), or give graph_degree (one draw, its components joined)"
     )
 
 

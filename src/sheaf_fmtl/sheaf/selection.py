@@ -44,6 +44,18 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
+def _mix32_(x: torch.Tensor) -> torch.Tensor:
+    """:func:`_mix32` in place on ``x`` (a temporary the caller owns): the same values, fewer
+    allocations."""
+    x.bitwise_and_(_MASK32)
+    x ^= x >> 16
+    x.mul_(0x7FEB352D).bitwise_and_(_MASK32)
+    x ^= x >> 15
+    x.mul_(0x846CA68B).bitwise_and_(_MASK32)
+    x ^= x >> 16
+    return x
+
+
 def _base_keys(seed: int, edges: torch.Tensor, stream: int) -> torch.Tensor:
     """``[E]`` keys of ``(seed, stream, edge)``, before the round is mixed in."""
     k = _mix32(torch.full_like(edges, (seed & _MASK32) ^ _GOLDEN))
@@ -128,8 +140,10 @@ class SelectionDraws:
         for s in range(0, len(out), HASH_CHUNK):
             part = slice(s, s + HASH_CHUNK)
             edge = self.per_el[part]
-            u = _mix32(keys[edge] ^ self.counter_hash[part])
-            out[part] = (self.start[part] + ((u * self.size[part]) >> 32) + offset[edge]) % self.m_el[part]
+            u = _mix32_(keys[edge] ^ self.counter_hash[part])  # a fresh tensor: hashed in place
+            x = u.mul_(self.size[part]).bitwise_right_shift_(32).add_(self.start[part]).add_(offset[edge])
+            m = self.m_el[part]
+            out[part] = torch.where(x >= m, x - m, x)  # x mod m: x < 2m (a stratum's end <= m, offset < m)
         return out
 
 

@@ -49,6 +49,7 @@ def summarize(
         **sim.flops(counter.samples(), diverged_at or done),
         "evaluated_on": "validation" if config.validation > 0 else "test",
         "num_edges": sim.ctx.graph.num_edges,
+        **({"graph_joined_edges": sim.ctx.graph.joined_edges} if sim.ctx.graph.joined_edges else {}),
         "model_dims": sorted({int(d) for d in fed.node_dims()}),
         "warnings": notes,
         "versions": software_versions(),

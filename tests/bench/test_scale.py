@@ -1,0 +1,112 @@
+"""``sheaf-fmtl bench scale``: a point measured in its own process, failures recorded, the ratios
+against the reference size, resuming, and the figure; and a round's Python calls that do not grow
+with the number of clients."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from sheaf_fmtl.bench import scale
+from sheaf_fmtl.bench.scale_worker import measure
+from sheaf_fmtl.config import RunConfig
+from sheaf_fmtl.runtime.engine.simulate import build_simulation
+
+
+def _point(problem: str, n: int, startup: float, per_round: float, memory: float) -> dict:
+    return scale.summarise(
+        {
+            "problem": problem,
+            "clients": n,
+            "rounds": 3,
+            "degree": 8.0,
+            "startup_seconds": startup,
+            "round_seconds": [9.0, per_round, per_round],  # the first (warm-up) round is left out
+            "peak_rss_bytes": memory + 100,
+            "interpreter_rss_bytes": 100,
+            "floor_bytes": {"data": memory / 4, "models": memory / 4},
+        }
+    )
+
+
+def test_ratios_against_the_reference_size_by_hand():
+    points = [
+        _point("p", 1000, 2.0, 0.5, 1e8),
+        _point("p", 10_000, 30.0, 4.0, 5e8),
+        _point("q", 100, 1, 1, 1),
+    ]
+    assert points[1]["seconds_per_client_round"] == pytest.approx(4.0 / 10_000)
+    assert points[1]["memory_over_floor"] == pytest.approx(2.0)
+    r = scale.ratios(points)
+    assert list(r) == ["p"]  # q has no reference point
+    assert r["p"]["per_client_round"] == pytest.approx((4.0 / 10_000) / (0.5 / 1000))
+    assert r["p"]["startup_over_linear"] == pytest.approx(30.0 / 2.0 / 10)
+    assert r["p"]["memory_over_linear"] == pytest.approx(0.5)
+
+
+def test_a_point_in_its_own_process_and_a_failing_one_recorded(tmp_path, monkeypatch):
+    args = {"problem": "school-shaped", "clients": 30, "rounds": 2, "degree": 4.0}
+    p = scale.summarise(scale.run_point(args, timeout=300))
+    assert "failed" not in p, p
+    assert p["clients"] == 30 and len(p["round_seconds"]) == 2 and p["memory_bytes"] > 0
+    assert p["floor_bytes"]["data"] > 0 and p["floor_bytes"]["messages"] > 0 and p["startup_seconds"] > 0
+    slow = scale.run_point({**args, "clients": 40}, timeout=0.01)
+    assert slow["failed"].startswith("not finished")
+    monkeypatch.setattr(sys, "executable", sys.executable + "-missing")
+    with pytest.raises(OSError):
+        scale.run_point(args, timeout=5)
+
+
+def test_run_scale_keeps_finished_points_and_draws_the_figure(tmp_path, monkeypatch):
+    calls = []
+
+    def fake(args, timeout):
+        calls.append(args["clients"])
+        n = args["clients"]
+        return {**args, **_point(args["problem"], n, n / 100, n / 1e4, n * 1e5)}
+
+    monkeypatch.setattr(scale, "run_point", fake)
+    result = scale.run_scale(tmp_path, ("synthetic",), (100, 1000, 2000), 3, 8.0, 60)
+    assert calls == [100, 1000, 2000] and (tmp_path / "scale.png").stat().st_size > 0
+    assert result["ratios"]["synthetic"]["clients"] == 2000
+    again = scale.run_scale(tmp_path, ("synthetic",), (100, 1000, 2000, 4000), 3, 8.0, 60)
+    assert calls == [100, 1000, 2000, 4000]  # only the new size ran
+    assert [p["clients"] for p in json.loads((tmp_path / "scale.json").read_text())["points"]] == [
+        100,
+        1000,
+        2000,
+        4000,
+    ]
+    assert "4,000 against 1,000 clients" in scale.report(again)
+
+
+def test_measure_in_process_school_shaped():
+    p = measure("school-shaped", 24, 2, 4.0)
+    assert p["model_dims"] == [29] and p["edges"] >= 23 and p["metric"] > 0  # MSE
+
+
+def _python_calls_in_a_round(clients: int) -> int:
+    sim = build_simulation(RunConfig(dataset="synthetic", clients=clients, graph_degree=4, rounds=10))
+    sim.step()  # start-up work done on the first round (draws' tables, caches)
+    calls = 0
+
+    def count(frame, event, arg):  # noqa: ANN001
+        nonlocal calls
+        calls += event == "call"
+
+    sys.setprofile(count)
+    try:
+        sim.step()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_a_rounds_python_calls_do_not_grow_with_the_clients():
+    """No Python loop over clients or edges in a round of the default Sheaf-FMTL: 40 and 320
+    clients make the same Python calls (C calls are not counted: each client's mini-batch stream
+    is one ``uniform_`` call, see the scaling page)."""
+    small, large = _python_calls_in_a_round(40), _python_calls_in_a_round(320)
+    assert large == small, (small, large)
