@@ -127,9 +127,11 @@ def generated_bytes(name: str, clients: int | None, options: dict[str, object]) 
         return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
     n = float(clients or default_clients)
-    rows = number("max_samples") + max(number("test_samples"), number("max_samples"))
+    rows = number("max_samples") + number("test_samples")  # (synthetic: the protocol splits its rows)
     d, c = number("features"), number("classes")
-    return int(n * (rows * (d + 1) + d * c) * 8 * 3)  # float64 drawn, float32 kept, standardised copy
+    # per value: float32 kept, its split and its standardised copies (a client's float64 draw and
+    # its teacher ``d x c`` live one client at a time, counted per client to stay an upper bound)
+    return int(n * (rows * (d + 1) * 4 * 3 + d * c * 8))
 
 
 def check_generated(name: str, clients: int | None, options: dict[str, object]) -> None:

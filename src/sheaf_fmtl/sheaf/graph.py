@@ -194,6 +194,24 @@ def join_components(graph: ClientGraph, seed: int) -> ClientGraph:
     return ClientGraph(graph.num_nodes, edges, weights, joined_edges=len(others))
 
 
+def _probability_of_degree(degree: float, num_nodes: int) -> float:
+    """``graph_degree / (clients - 1)``; GraphError when no graph on ``num_nodes`` has that mean degree."""
+    if not 0 < degree <= num_nodes - 1:
+        raise GraphError(
+            f"graph_degree = {degree:g} on {num_nodes} clients: a mean degree lies in (0, clients - 1] "
+            f"= (0, {num_nodes - 1}]; lower graph_degree or raise clients"
+        )
+    return degree / (num_nodes - 1)
+
+
+def _check_fits(need: float, what: str) -> None:
+    """Sizes first: a graph (and its maps) that cannot be held is refused before it is drawn."""
+    try:
+        check_fits(need, what, "lower clients, choose a sparser graph, or lower gamma")
+    except DatasetError as e:
+        raise GraphError(str(e)) from None
+
+
 def make_graph(
     kind: str,
     num_nodes: int,
@@ -232,22 +250,13 @@ def make_graph(
     if kind == "file":
         return read_edge_list(path, num_nodes)
     if kind == "erdos-renyi" and degree is not None:
-        if not 0 < degree <= num_nodes - 1:
-            raise GraphError(
-                f"graph_degree = {degree:g} on {num_nodes} clients: a mean degree lies in (0, clients - 1] "
-                f"= (0, {num_nodes - 1}]; lower graph_degree or raise clients"
-            )
-        p = degree / (num_nodes - 1)
+        p = _probability_of_degree(degree, num_nodes)
     if kind == "watts-strogatz" and not 2 <= k < num_nodes:
         raise GraphError(f"watts-strogatz needs 2 <= k < clients, got k={k} with {num_nodes} clients")
     if kind == "barabasi-albert" and not 1 <= m < num_nodes:
         raise GraphError(f"barabasi-albert needs 1 <= m < clients, got m={m} with {num_nodes} clients")
     need = expected_edges(kind, num_nodes, p, k, m) * (EDGE_BYTES + edge_bytes) + num_nodes * NODE_BYTES
-    try:  # sizes first: a graph (and its maps) that cannot be held is refused before it is drawn
-        what = f"the {kind} graph on {num_nodes} clients with its per-edge state"
-        check_fits(need, what, "lower clients, choose a sparser graph, or lower gamma")
-    except DatasetError as e:
-        raise GraphError(str(e)) from None
+    _check_fits(need, f"the {kind} graph on {num_nodes} clients with its per-edge state")
     if kind == "erdos-renyi" and (num_nodes > LARGE_GRAPH or degree is not None):  # one draw, joined
         return join_components(ClientGraph.from_networkx(_draw(kind, num_nodes, p, k, m, seed)), seed)
     for attempt in range(max_tries):
