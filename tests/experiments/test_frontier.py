@@ -65,3 +65,20 @@ def test_a_folder_of_yours_is_refused_and_left_as_it_was(tmp_path: Path) -> None
         fr.frontier(tmp_path, problems=["school"], quick=True, progress=False)
     assert [p.name for p in tmp_path.iterdir()] == ["frontier.md"]
     assert (tmp_path / "frontier.md").read_text() == "my notes\n"
+
+
+def test_a_cell_from_before_a_new_key_is_still_finished(tmp_path):
+    """A key the library gained since a cell ran (absent from its ``cell.json``) counts as the same
+    run when the config leaves it at its default, and not otherwise."""
+    import json
+
+    from sheaf_fmtl.config import RunConfig
+    from sheaf_fmtl.experiments.cells import CELL_FILE, _key, finished
+
+    config = RunConfig(dataset="synthetic", rounds=2)
+    older = {k: v for k, v in json.loads(json.dumps(_key(config))).items() if k != "graph_degree"}
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "ok", "final": 0.5}))
+    (tmp_path / CELL_FILE).write_text(json.dumps({"config": older}))
+    assert finished(tmp_path, config) is not None
+    assert finished(tmp_path, config.replace(graph_degree=4.0)) is None
+    assert finished(tmp_path, config.replace(rounds=3)) is None

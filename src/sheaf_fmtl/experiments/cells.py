@@ -107,7 +107,18 @@ def finished(folder: str | Path, config: RunConfig) -> dict[str, Any] | None:
         saved = json.loads((folder / CELL_FILE).read_text())
     except (OSError, json.JSONDecodeError):
         return None
-    return summary if saved.get("config") == json.loads(json.dumps(_key(config))) else None
+    return summary if _same_config(saved.get("config"), config) else None
+
+
+def _same_config(saved: Any, config: RunConfig) -> bool:
+    """``saved`` (a cell's recorded config) is ``config``'s; a key the library gained since the cell
+    ran counts as the same when ``config`` leaves it at its default (the run it records is the same)."""
+    want = json.loads(json.dumps(_key(config)))
+    if not isinstance(saved, dict):
+        return False
+    defaults = json.loads(json.dumps(_key(RunConfig())))
+    new = {k for k in want.keys() - saved.keys() if want[k] == defaults.get(k)}
+    return {k: v for k, v in want.items() if k not in new} == saved
 
 
 def run_folder(
