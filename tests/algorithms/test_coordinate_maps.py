@@ -438,3 +438,16 @@ def test_selection_positions_hashed_in_chunks_equal_one_pass(monkeypatch) -> Non
     monkeypatch.setattr(selection, "HASH_CHUNK", 7)
     for t, want in enumerate(whole):
         torch.testing.assert_close(selection_positions(3, np.arange(4) * 5, t, m, d, "cpu"), want)
+
+
+def test_energy_of_redrawn_maps_by_groups_of_edges_equals_one_exchange(monkeypatch) -> None:
+    """With redrawn supports whole models are compared a group of edges at a time; groups of one
+    edge give the energy of one exchange of every model."""
+    from sheaf_fmtl.algorithms import coordinate_state
+
+    sim = build_simulation(RunConfig(**{**HOMOGENEOUS, "maps": "redrawn", "rounds": 3}), graph=GRAPH)
+    sim.step()
+    whole = sim.evaluate()["sheaf_energy"]
+    monkeypatch.setattr(coordinate_state, "ENERGY_CHUNK", 1)
+    assert sim.evaluate()["sheaf_energy"] == pytest.approx(whole, rel=1e-12)
+    assert whole > 0

@@ -193,6 +193,11 @@ def _refresh(
         x.add_(step)
 
 
+#: Model coordinates compared at once by :func:`expected_energy` when the supports change each round:
+#: whole models are exchanged a group of edges at a time, never ``[H, d]`` at once.
+ENERGY_CHUNK = 1 << 22
+
+
 def expected_energy(state: CoordinateState, comm: Comm) -> float:
     """The expected sheaf energy ``sum_e a_e (d_e/m_e) ||Pi_i theta_i - Pi_j theta_j||^2`` over the
     supports, by an uncounted exchange of them (exact for fixed supports)."""
@@ -204,15 +209,34 @@ def expected_energy(state: CoordinateState, comm: Comm) -> float:
             for b, c in zip(layout.buckets, state.constant_coords, strict=True)
         ]
         sizes = layout.messages.sizes
-    else:
-        parts = [b.sources(state.thetas) for b in layout.buckets]
+        per_half = _squared_differences(layout, torch.cat([p.reshape(-1) for p in parts]), sizes, comm)
+    else:  # whole models: a group of edges at a time (the same groups on every process)
         sizes = layout.node_dims[layout.graph.src[layout.order]]
-    mine = torch.cat([p.reshape(-1) for p in parts])
-    sent = EdgeTensor(mine, layout.messages.with_sizes(sizes, sizes))  # m_e: the same at both ends
+        step = max(1, ENERGY_CHUNK // (2 * int(layout.node_dims.max(initial=1))))
+        edge_of = layout.order // 2
+        per_half = torch.zeros(len(sizes), dtype=torch.float64, device=state.thetas[0].device)
+        for lo in range(0, layout.graph.num_edges, step):
+            inside = (edge_of >= lo) & (edge_of < lo + step)  # (a collective: every process, every group)
+            rows = [b.src_pos_on(per_half.device)[inside[b.first : b.first + b.size]] for b in layout.buckets]
+            parts = [
+                state.thetas[b.cohort].index_select(0, r) for b, r in zip(layout.buckets, rows, strict=True)
+            ]
+            mine = torch.cat([p.reshape(-1) for p in parts]) if parts else per_half.new_zeros(0).float()
+            per_half += _squared_differences(layout, mine, np.where(inside, sizes, 0), comm)
+    a = layout.graph.half_edge_weights()[layout.order]
+    weight = torch.as_tensor(a * layout.messages.sizes / sizes, dtype=torch.float64, device=per_half.device)
+    return 0.5 * float(comm.all_sum((weight * per_half).sum()))  # each edge from both ends
+
+
+def _squared_differences(
+    layout: SheafLayout, mine: torch.Tensor, sizes: np.ndarray, comm: Comm
+) -> torch.Tensor:
+    """``[H]`` float64: ``||mine_h - theirs_h||^2`` per held half-edge, ``theirs`` the reverse
+    half-edge's payload of ``sizes[h]`` elements (the same size at both ends) by an uncounted exchange."""
+    sent = EdgeTensor(mine, layout.messages.with_sizes(sizes, sizes))
     theirs = comm.peek({"s": sent})["s"].data
     per_half = torch.zeros(len(sizes), dtype=torch.float64, device=mine.device)
-    where = sent.layout.element_positions(mine.device)
-    per_half.index_add_(0, where, (mine - theirs).double() ** 2)
-    a = layout.graph.half_edge_weights()[layout.order]
-    weight = torch.as_tensor(a * layout.messages.sizes / sizes, dtype=torch.float64, device=mine.device)
-    return 0.5 * float(comm.all_sum((weight * per_half).sum()))  # each edge from both ends
+    counts = torch.as_tensor(sizes, device=mine.device)
+    where = torch.repeat_interleave(torch.arange(len(sizes), device=mine.device), counts)
+    per_half.index_add_(0, where, (mine - theirs).double().pow_(2))
+    return per_half

@@ -106,8 +106,7 @@ class SelectionDraws:
     each listed edge ``e`` (global id), ``d[e]`` distinct positions in ``0..m[e]-1``, one uniformly
     in each stratum ``[floor(k m/d), floor((k+1) m/d))`` of a ``0..m-1`` rotated by a uniform
     offset, concatenated edge after edge (``[sum d]`` int64). Every position is drawn with
-    probability ``d/m``; integer arithmetic only. What does not depend on the round (the strata,
-    the keys up to the round, the element counters' hashes) is computed once."""
+    probability ``d/m``; integer arithmetic only. The keys up to the round are computed once."""
 
     def __init__(
         self,
@@ -118,33 +117,65 @@ class SelectionDraws:
         device: torch.device | str,
         stream: int = 1,
     ) -> None:
-        e = torch.as_tensor(edges, dtype=torch.long, device=device)
-        self.m = torch.as_tensor(m, dtype=torch.long, device=device)
-        d_t = torch.as_tensor(d, dtype=torch.long, device=device)
-        self.base = _base_keys(seed, e, stream=stream)  # (stream 1: the maps'; others: compressors')
-        self.per_el = torch.repeat_interleave(torch.arange(len(e), device=device), d_t)
-        first = torch.cumsum(d_t, 0) - d_t
-        k = torch.arange(len(self.per_el), device=device) - first[self.per_el]  # stratum within its edge
-        self.m_el, d_el = self.m[self.per_el], d_t[self.per_el]
-        self.start = k * self.m_el // d_el
-        self.size = (k + 1) * self.m_el // d_el - self.start
-        self.counter_hash = _mix32((k + 1) * _GOLDEN + 1)  # hash_uniform32's counters k + 1
+        rows = np.stack([np.asarray(edges), np.asarray(m), np.asarray(d)], 1).astype(np.int64).reshape(-1, 3)
+        unique, inverse = np.unique(rows, axis=0, return_inverse=True)  # the two half-edges of an edge: once
+
+        def as_long(a: np.ndarray) -> torch.Tensor:
+            return torch.as_tensor(a, dtype=torch.long, device=device)
+
+        self.m, self.d = as_long(unique[:, 1]), as_long(unique[:, 2])
+        self.base = _base_keys(seed, as_long(unique[:, 0]), stream=stream)
+        self.ends, self.first = _runs(self.d)  # element i of the drawn rows: first edge with ends > i
+        self.inverse = as_long(inverse.reshape(-1))
+        self.row_ends, self.row_first = _runs(as_long(rows[:, 2]))
         self.offset_hash = int(_mix32(torch.tensor(1)))  # hash_uniform32 of counter 0: the rotation
 
     def positions(self, round_: int) -> torch.Tensor:
-        """This round's positions (see the class docstring), :data:`HASH_CHUNK` elements at a time
-        (temporaries that stay in the allocator's heap and the cache, at any number of edges)."""
+        """This round's positions (see the class docstring), drawn once per distinct ``(edge, m,
+        d)`` and :data:`HASH_CHUNK` elements at a time: each chunk's edges, strata and counters come
+        from per-edge numbers, so nothing per element is kept between rounds and the temporaries
+        stay small at any number of edges."""
+        drawn = self._drawn(round_)
+        total = int(self.row_ends[-1]) if len(self.row_ends) else 0
+        out = torch.empty(total, dtype=torch.long, device=drawn.device)
+        for s in range(0, total, HASH_CHUNK):
+            row = _elements_of(self.row_ends, self.row_first, s, min(s + HASH_CHUNK, total))
+            k = torch.arange(s, s + len(row), device=out.device).sub_(self.row_first.index_select(0, row))
+            at = k.add_(self.first.index_select(0, self.inverse.index_select(0, row)))  # in the drawn rows
+            out[s : s + len(row)] = drawn.index_select(0, at)
+        return out
+
+    def _drawn(self, round_: int) -> torch.Tensor:
+        """The positions of the distinct rows, in their order."""
         keys = _mix32(self.base ^ (round_ & _MASK32))
         offset = (_mix32(keys ^ self.offset_hash) * self.m) >> 32  # rotation per edge
-        out = torch.empty_like(self.start)
-        for s in range(0, len(out), HASH_CHUNK):
-            part = slice(s, s + HASH_CHUNK)
-            edge = self.per_el[part]
-            u = _mix32_(keys[edge] ^ self.counter_hash[part])  # a fresh tensor: hashed in place
-            x = u.mul_(self.size[part]).bitwise_right_shift_(32).add_(self.start[part]).add_(offset[edge])
-            m = self.m_el[part]
-            out[part] = torch.where(x >= m, x - m, x)  # x mod m: x < 2m (a stratum's end <= m, offset < m)
+        total = int(self.ends[-1]) if len(self.ends) else 0
+        out = torch.empty(total, dtype=torch.long, device=self.m.device)
+        for s in range(0, total, HASH_CHUNK):
+            edge = _elements_of(self.ends, self.first, s, min(s + HASH_CHUNK, total))
+            k = torch.arange(s, s + len(edge), device=out.device).sub_(self.first.index_select(0, edge))
+            m, d = self.m.index_select(0, edge), self.d.index_select(0, edge)  # (k: the stratum)
+            start = k * m // d
+            size = (k + 1) * m // d - start
+            counter = _mix32_(k.add_(1).mul_(_GOLDEN).add_(1))  # hash_uniform32's counters k + 1
+            u = _mix32_(counter.bitwise_xor_(keys.index_select(0, edge)))
+            x = u.mul_(size).bitwise_right_shift_(32).add_(start).add_(offset.index_select(0, edge))
+            out[s : s + len(x)] = torch.where(x >= m, x - m, x)  # x mod m: x < 2m (stratum end <= m)
         return out
+
+
+def _runs(lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ends, firsts)`` of consecutive runs of ``lengths`` elements."""
+    ends = torch.cumsum(lengths, 0)
+    return ends, ends - lengths
+
+
+def _elements_of(ends: torch.Tensor, first: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """The run of each element ``lo .. hi - 1`` (runs of contiguous elements, see :func:`_runs`)."""
+    bounds = torch.tensor([lo, hi - 1], device=ends.device)
+    a, b = torch.searchsorted(ends, bounds, right=True).tolist()
+    lengths = ends[a : b + 1].clamp(max=hi) - first[a : b + 1].clamp(min=lo)
+    return torch.repeat_interleave(torch.arange(a, b + 1, device=ends.device), lengths)
 
 
 def selection_positions(
