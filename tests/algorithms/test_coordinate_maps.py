@@ -436,8 +436,18 @@ def test_selection_positions_hashed_in_chunks_equal_one_pass(monkeypatch) -> Non
     m, d = np.array([50, 7, 1000, 33]), np.array([5, 7, 10, 4])
     whole = [selection_positions(3, np.arange(4) * 5, t, m, d, "cpu") for t in range(5)]
     monkeypatch.setattr(selection, "HASH_CHUNK", 7)
-    for t, want in enumerate(whole):
-        torch.testing.assert_close(selection_positions(3, np.arange(4) * 5, t, m, d, "cpu"), want)
+    for kept in (4, 0):  # chunks' index tensors kept between rounds, or built each round
+        monkeypatch.setattr(selection, "KEPT_CHUNKS", kept)
+        draws = selection.SelectionDraws(3, np.arange(4) * 5, m, d, "cpu")
+        for t, want in enumerate(whole):
+            torch.testing.assert_close(draws.positions(t), want)
+    twins = selection.SelectionDraws(
+        3, np.repeat(np.arange(4) * 5, 2), np.repeat(m, 2), np.repeat(d, 2), "cpu"
+    )
+    pairs = twins.positions(2).split(np.repeat(d, 2).tolist())  # both half-edges of an edge: one draw
+    for i, want in enumerate(whole[2].split(d.tolist())):
+        torch.testing.assert_close(pairs[2 * i], want)
+        torch.testing.assert_close(pairs[2 * i + 1], want)
 
 
 def test_energy_of_redrawn_maps_by_groups_of_edges_equals_one_exchange(monkeypatch) -> None:

@@ -31,6 +31,8 @@ _MASK32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B9
 #: Elements hashed at once by :meth:`SelectionDraws.positions` (int64 temporaries of 4 MiB).
 HASH_CHUNK = 1 << 19
+#: Chunks up to which their index tensors are kept on the device between rounds.
+KEPT_CHUNKS = 4
 
 
 def _mix32(x: torch.Tensor) -> torch.Tensor:
@@ -123,12 +125,15 @@ class SelectionDraws:
         def as_long(a: np.ndarray) -> torch.Tensor:
             return torch.as_tensor(a, dtype=torch.long, device=device)
 
+        self.device = torch.device(device)
         self.m, self.d = as_long(unique[:, 1]), as_long(unique[:, 2])
         self.base = _base_keys(seed, as_long(unique[:, 0]), stream=stream)
-        self.ends, self.first = _runs(self.d)  # element i of the drawn rows: first edge with ends > i
-        self.inverse = as_long(inverse.reshape(-1))
-        self.row_ends, self.row_first = _runs(as_long(rows[:, 2]))
+        # the bookkeeping of chunks on the host (numpy): a round reads nothing back from a device
+        self.runs = _Runs(unique[:, 2])  # the distinct rows' elements, drawn
+        self.rows = _Runs(rows[:, 2])  # every row's elements, expanded from the drawn ones
+        self.drawn_first = self.runs.first[inverse.reshape(-1)]
         self.offset_hash = int(_mix32(torch.tensor(1)))  # hash_uniform32 of counter 0: the rotation
+        self._kept: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}
 
     def positions(self, round_: int) -> torch.Tensor:
         """This round's positions (see the class docstring), drawn once per distinct ``(edge, m,
@@ -136,25 +141,40 @@ class SelectionDraws:
         from per-edge numbers, so nothing per element is kept between rounds and the temporaries
         stay small at any number of edges."""
         drawn = self._drawn(round_)
-        total = int(self.row_ends[-1]) if len(self.row_ends) else 0
-        out = torch.empty(total, dtype=torch.long, device=drawn.device)
-        for s in range(0, total, HASH_CHUNK):
-            row = _elements_of(self.row_ends, self.row_first, s, min(s + HASH_CHUNK, total))
-            k = torch.arange(s, s + len(row), device=out.device).sub_(self.row_first.index_select(0, row))
-            at = k.add_(self.first.index_select(0, self.inverse.index_select(0, row)))  # in the drawn rows
-            out[s : s + len(row)] = drawn.index_select(0, at)
+        out = torch.empty(self.rows.total, dtype=torch.long, device=self.device)
+        for s in range(0, self.rows.total, HASH_CHUNK):
+            (at,) = self._index("rows", s)
+            out[s : s + len(at)] = drawn.index_select(0, at)
         return out
+
+    def _chunk(self, kind: str, s: int) -> tuple[np.ndarray, ...]:
+        """``runs``: each drawn element's edge and stratum; ``rows``: where each row's element is
+        among the drawn ones."""
+        if kind == "runs":
+            return self.runs.chunk(s, min(s + HASH_CHUNK, self.runs.total))
+        row, k = self.rows.chunk(s, min(s + HASH_CHUNK, self.rows.total))
+        return (k + self.drawn_first[row],)
+
+    def _index(self, kind: str, s: int) -> tuple[torch.Tensor, ...]:
+        """A chunk's index tensors on the device: kept while the draws fit in :data:`KEPT_CHUNKS`
+        chunks (a round then reads and copies nothing from the host), built each round beyond
+        (nothing per element kept at scale; a host-to-device copy a chunk)."""
+        if (kind, s) in self._kept:
+            return self._kept[(kind, s)]
+        made = tuple(torch.as_tensor(a).to(self.device, non_blocking=True) for a in self._chunk(kind, s))
+        if max(self.rows.total, self.runs.total) <= KEPT_CHUNKS * HASH_CHUNK:
+            self._kept[(kind, s)] = made
+        return made
 
     def _drawn(self, round_: int) -> torch.Tensor:
         """The positions of the distinct rows, in their order."""
         keys = _mix32(self.base ^ (round_ & _MASK32))
         offset = (_mix32(keys ^ self.offset_hash) * self.m) >> 32  # rotation per edge
-        total = int(self.ends[-1]) if len(self.ends) else 0
-        out = torch.empty(total, dtype=torch.long, device=self.m.device)
-        for s in range(0, total, HASH_CHUNK):
-            edge = _elements_of(self.ends, self.first, s, min(s + HASH_CHUNK, total))
-            k = torch.arange(s, s + len(edge), device=out.device).sub_(self.first.index_select(0, edge))
-            m, d = self.m.index_select(0, edge), self.d.index_select(0, edge)  # (k: the stratum)
+        out = torch.empty(self.runs.total, dtype=torch.long, device=self.device)
+        for s in range(0, self.runs.total, HASH_CHUNK):
+            edge, stratum = self._index("runs", s)
+            k = stratum.clone()  # the stratum within its edge (changed in place below)
+            m, d = self.m.index_select(0, edge), self.d.index_select(0, edge)
             start = k * m // d
             size = (k + 1) * m // d - start
             counter = _mix32_(k.add_(1).mul_(_GOLDEN).add_(1))  # hash_uniform32's counters k + 1
@@ -164,18 +184,22 @@ class SelectionDraws:
         return out
 
 
-def _runs(lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(ends, firsts)`` of consecutive runs of ``lengths`` elements."""
-    ends = torch.cumsum(lengths, 0)
-    return ends, ends - lengths
+class _Runs:
+    """Consecutive runs of ``lengths`` elements (host arrays): which run, and where in it, each
+    element of a chunk is."""
 
+    def __init__(self, lengths: np.ndarray) -> None:
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.ends = np.cumsum(self.lengths)
+        self.first = self.ends - self.lengths
+        self.total = int(self.ends[-1]) if len(self.ends) else 0
 
-def _elements_of(ends: torch.Tensor, first: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
-    """The run of each element ``lo .. hi - 1`` (runs of contiguous elements, see :func:`_runs`)."""
-    bounds = torch.tensor([lo, hi - 1], device=ends.device)
-    a, b = torch.searchsorted(ends, bounds, right=True).tolist()
-    lengths = ends[a : b + 1].clamp(max=hi) - first[a : b + 1].clamp(min=lo)
-    return torch.repeat_interleave(torch.arange(a, b + 1, device=ends.device), lengths)
+    def chunk(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(run, position within it)`` of the elements ``lo .. hi - 1``."""
+        a, b = np.searchsorted(self.ends, [lo, hi - 1], side="right").tolist()
+        counts = np.minimum(self.ends[a : b + 1], hi) - np.maximum(self.first[a : b + 1], lo)
+        run = np.repeat(np.arange(a, b + 1), counts)
+        return run, np.arange(lo, hi) - self.first[run]
 
 
 def selection_positions(
