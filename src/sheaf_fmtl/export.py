@@ -32,13 +32,13 @@ from .config import ConfigError, read_config_file
 from .data import preprocessing
 from .data.base import ClientSplit, DatasetError, FederatedDataset, Task
 from .federation.user import UserModels, is_user_model
-from .metrics.final import FINAL, read_final, read_summary
+from .metrics.final import BEST, FINAL, check_vouched, read_best, read_final, read_summary
 from .models import build_model, default_model
 from .plugins import hold, is_held, is_spec
 
 EXPORT_FORMAT = 1
 #: What ``load(run, round=...)`` reads: the final checkpoint, or the best validation evaluation's models.
-ROUNDS = {"final": FINAL, "best": "best.pt"}
+ROUNDS = {"final": FINAL, "best": BEST}
 
 
 class Preprocessed(nn.Module):
@@ -135,19 +135,12 @@ def load(run_dir: str | Path, *, model: Any = None, round: str = "final") -> Tra
     config = read_config_file(folder / "config.yaml")
     summary = read_summary(folder)
     record = preprocessing.read(folder)
+    check_vouched(folder, summary)  # config.yaml and preprocessing.json are this run's
     path = folder / ROUNDS[round]
     if round == "final":
         state = read_final(folder)  # checked against summary.json; a run that did not finish is refused
-    elif not path.is_file():
-        raise DatasetError(
-            f"{path} is missing: the run kept no best round (early_stop_patience > 0 keeps one)"
-        )
     else:
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:  # noqa: BLE001 - unpickling, zip and truncation errors alike
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
-            raise DatasetError(f"{path} cannot be read with weights_only=True ({first})") from None
+        state = read_best(folder, summary)  # checked against summary.json's best
     thetas = list(state["thetas"]) if isinstance(state, dict) and "thetas" in state else None
     if thetas is None or len(thetas) != len(record["clients"]):
         raise DatasetError(

@@ -112,4 +112,24 @@ def read(folder: str | Path) -> dict[str, Any]:
             isinstance(std, dict) and len(std.get("mean", ())) == size and len(std.get("std", ())) == size
         ):
             raise DatasetError(f"{path}: client {i}'s standardize needs mean and std of {size} numbers each")
+        if std is not None:
+            _check_numbers(path, i, std["mean"], std["std"])
     return body
+
+
+def _check_numbers(path: Path, i: int, mean: list[Any], std: list[Any]) -> None:
+    """Every ``mean`` a finite number, every ``std`` a finite number above zero (the pipeline writes
+    1 for a constant feature): a program that divides by it never outputs NaN or infinity."""
+    bad = [v for v in mean if not _finite(v)]
+    if bad:
+        raise DatasetError(f"{path}: client {i}'s standardize mean holds {bad[0]!r}; expected finite numbers")
+    bad = [v for v in std if not (_finite(v) and float(v) > 0)]
+    if bad:
+        raise DatasetError(
+            f"{path}: client {i}'s standardize std holds {bad[0]!r}; expected finite numbers above 0 "
+            "(features are divided by them)"
+        )
+
+
+def _finite(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and bool(np.isfinite(float(v)))

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .folderlock import MARKER, FolderError, is_marked
-from .ledger import LEDGER, entry_names, owned_names, record_owned
+from .ledger import LEDGER, owned_names, record_owned
 from .rundir import CHECKPOINTS, _entries, check_out_dir, mark
 
 #: What the library writes into a run folder (a run, a cell, plots, ``run --seeds``, the demo).
@@ -24,11 +24,22 @@ OWNED = re.compile(
 )
 
 
-def record_written(folder: Path, before: set[str]) -> None:
-    """Record in the ledger what appeared in the run folder ``folder`` since ``before`` (a run's
-    callbacks' files, a TensorBoard folder inside it), beyond what :data:`OWNED` names already."""
-    new = {n for n in entry_names(folder) - before if not OWNED.fullmatch(n) and n != CHECKPOINTS}
-    record_owned(folder, {n for n in new if not (folder / n).is_symlink()})
+def claim_entry(folder: Path | None, path: Path) -> None:
+    """Before sheaf-fmtl creates ``path`` (a shipped callback's file or folder): when it lies inside
+    the run folder ``folder`` and the entry of ``folder`` that holds it does not exist yet, record
+    that entry in the ledger (``--overwrite`` then clears it). An entry that exists already (a
+    folder of yours the file goes into) is never recorded: only what the library creates is."""
+    if folder is None:
+        return
+    try:
+        rel = path.resolve().relative_to(folder.resolve())
+    except (OSError, ValueError):
+        return  # outside the run folder: none of its business
+    if not rel.parts:
+        return
+    top = folder / rel.parts[0]
+    if not (top.exists() or top.is_symlink()) and not OWNED.fullmatch(top.name) and top.name != CHECKPOINTS:
+        record_owned(folder, [top.name])
 
 
 def check_replaceable(folder: str | Path, names: Iterable[str], flag: str = "--out") -> None:
