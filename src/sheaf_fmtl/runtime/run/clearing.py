@@ -11,9 +11,9 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from .folderlock import MARKER, FolderError, is_marked
+from .folderlock import MARKER, FolderError, is_marked, set_kind
 from .ledger import LEDGER, owned_names, record_owned
-from .rundir import CHECKPOINTS, _entries, check_out_dir, mark
+from .rundir import CHECKPOINTS, _entries, check_out_dir, mark, marker_kind
 
 #: What the library writes into a run folder (a run, a cell, plots, ``run --seeds``, the demo).
 OWNED = re.compile(
@@ -89,11 +89,15 @@ def prepare_out_dir(path: str | Path, overwrite: bool = False, kind: str = "run"
     """Check ``path`` (:func:`check_out_dir`), clear what the library wrote there when
     ``overwrite``, and create it with its marker."""
     p = check_out_dir(path, overwrite)
-    if p.is_dir() and overwrite and is_marked(p):
+    cleared = p.is_dir() and overwrite and is_marked(p)
+    if cleared:
         clear(p)
     if p.is_dir():
         drop_links(p)
-    return mark(p, kind)
+    mark(p, kind)
+    if cleared and marker_kind(p) != kind:
+        set_kind(p, kind)  # what it is now: a sweep's folder overwritten by a run is a run's
+    return p
 
 
 def drop_links(path: Path) -> list[str]:

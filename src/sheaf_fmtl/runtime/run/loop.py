@@ -27,6 +27,7 @@ from ..engine.simulate import DivergenceError, Simulation
 from .agreement import RoundAgreement
 from .callbacks import Hooks, RunView, agreed, checked
 from .checkpoint import rank_and_world, remove_checkpoints
+from .folderlock import writing
 from .full import disk_full
 from .gather import final_state
 from .interrupt import StopRequest
@@ -110,6 +111,21 @@ def execute(
             the last good evaluation, the last checkpoint, and a summary with ``status = diverged``
             and no final metric.
     """
+    with writing(out_dir):  # a second run of this process into the same folder: refused
+        return _execute(config, out_dir, progress, sim, overwrite, build, resume_from, callbacks, agreement)
+
+
+def _execute(
+    config: RunConfig,
+    out_dir: str | Path | None,
+    progress: bool,
+    sim: Simulation[Any] | None,
+    overwrite: bool,
+    build: Callable[[RunConfig], Simulation[Any]] | None,
+    resume_from: Path | None,
+    callbacks: Sequence[Any],
+    agreement: RoundAgreement | None,
+) -> RunOutcome:
     hooks = Hooks([*from_config(config), *checked(callbacks)])
     state = prepare(config, out_dir, resume_from, agreement, sim=sim, overwrite=overwrite, build=build)
     try:

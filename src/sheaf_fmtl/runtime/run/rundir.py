@@ -26,7 +26,18 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from .folderlock import _HELD, MARKER, FolderError, _held, _key, _lock, _write_marker, is_locked, is_marked
+from .folderlock import (
+    MARKER,
+    FolderError,
+    _held,
+    _lock,
+    _write_marker,
+    held_elsewhere,
+    is_locked,
+    is_marked,
+    release,
+    take,
+)
 from .ledger import LEDGER
 
 CHECKPOINTS = "checkpoints"
@@ -87,6 +98,11 @@ def check_out_dir(
         _check_resumable(p, marked)
     if _entries(p) and not resume and not (reuse and marked):
         _check_clearable(p, overwrite, marked)
+    if marked and not group_member and held_elsewhere(p):
+        raise FolderError(
+            f"{p} is being written by another thread of this process; two runs never write one folder: "
+            "wait for it to end or choose another --out (Python: out=...)"
+        )
     if marked and not group_member and is_locked(p):
         raise FolderError(
             f"{p} is in use by another sheaf-fmtl process that is still running; wait for it to end "
@@ -186,7 +202,7 @@ def claim(
     p.mkdir(parents=True, exist_ok=True)
     created = _write_marker(p, kind)
     fd = _lock(p)
-    _HELD[_key(p)] = fd
+    take(p, fd)
     ok = False
     try:
         if not created and not (overwrite or resume or reuse) and _entries(p):
@@ -196,7 +212,7 @@ def claim(
         yield p
         ok = True
     finally:
-        _HELD.pop(_key(p), None)
+        release(p)
         os.close(fd)
         if not ok and new and not _entries(p):
             (p / MARKER).unlink(missing_ok=True)

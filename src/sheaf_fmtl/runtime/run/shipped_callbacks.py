@@ -184,6 +184,7 @@ def _saved_best(path: Path, clients: int | None) -> dict[str, Any] | None:
     one line (CheckpointError) before the run goes on."""
     if not path.is_file() or path.is_symlink():
         return None
+    why: str | None
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - unpickling, zip and truncation errors alike
@@ -191,7 +192,7 @@ def _saved_best(path: Path, clients: int | None) -> dict[str, Any] | None:
     else:
         why = _not_a_best(saved, clients)
         if why is None:
-            return saved  # type: ignore[no-any-return]
+            return dict(saved)
     raise CheckpointError(
         f"{path} cannot be read as the best evaluation this run kept ({why}); remove it to keep the "
         "best of the rounds still to run (nothing was changed)"
