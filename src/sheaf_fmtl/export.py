@@ -16,6 +16,7 @@ or hands the object over, ``load(run, model=make_model)``.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -32,7 +33,7 @@ from .config import ConfigError, read_config_file
 from .data import preprocessing
 from .data.base import ClientSplit, DatasetError, FederatedDataset, Task
 from .federation.user import UserModels, is_user_model
-from .metrics.final import BEST, FINAL, check_vouched, read_best, read_final, read_summary
+from .metrics.final import BEST, FINAL, check_vouched, read_best, read_final, read_summary, save_state
 from .models import build_model, default_model
 from .plugins import hold, is_held, is_spec
 
@@ -205,12 +206,17 @@ def _program(trained: TrainedRun, i: int, path: Path) -> Path | None:
             program = torch.export.export(
                 trained.client(i), (example,), dynamic_shapes=({0: torch.export.Dim.AUTO},)
             )
-            torch.export.save(program, path)
+            buffer = io.BytesIO()  # (torch.export.save aborts the interpreter when a write fails)
+            torch.export.save(program, buffer)
     except Exception as e:  # noqa: BLE001 - whatever torch.export refuses, the state_dict stays
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         warnings.warn(f"client {i}: no {path.name} (torch.export: {first})", stacklevel=3)
         path.unlink(missing_ok=True)
         return None
+    with open(path, "wb") as f:  # a full disk: an OSError, reported in one line by export()
+        f.write(buffer.getbuffer())
+        f.flush()
+        os.fsync(f.fileno())
     return path
 
 
@@ -288,7 +294,7 @@ def _write_export(trained: TrainedRun, folder: Path, programs: bool) -> list[str
     for i in range(trained.num_clients):
         name = f"client-{i:05d}.pt"
         with open(folder / name, "wb") as f:
-            torch.save(trained.modules[i].state_dict(), f)
+            save_state(trained.modules[i].state_dict(), f)
             f.flush()
             os.fsync(f.fileno())
         record["clients"][i].update(file=name, model=parts[i % len(parts)])

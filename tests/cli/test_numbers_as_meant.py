@@ -7,8 +7,8 @@ different metrics never prints an MSE under an accuracy header."""
 from __future__ import annotations
 
 import csv
-import re
 import json
+import re
 from pathlib import Path
 
 import pytest

@@ -13,6 +13,7 @@ from typing import IO, Any
 
 import yaml
 
+from ..data.bounded import UnboundedFile, read_text_bounded
 from .errors import ConfigError, shown
 from .schema import RunConfig, from_mapping
 from .usage import unused_keys
@@ -212,7 +213,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     if p.is_dir():
         raise ConfigError(f"config file {p} is a folder; give a YAML file (e.g. {p / 'config.yaml'})")
     try:
-        text = p.read_bytes().decode("utf-8")
+        text = read_text_bounded(p, stream=True)  # (a config may come through a pipe: <(...))
+    except UnboundedFile as e:
+        raise ConfigError(f"config file {e}") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"config file {p} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
     except OSError as e:

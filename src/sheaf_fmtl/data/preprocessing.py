@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .base import DatasetError, FederatedDataset
+from .bounded import LARGE, read_text_bounded
 
 FILE = "preprocessing.json"
 FORMAT = 1
@@ -59,8 +60,12 @@ def write(folder: Path, dataset: FederatedDataset) -> Path:
     """Write ``folder/preprocessing.json`` (whole or not at all: a temporary file renamed onto it)."""
     path = folder / FILE
     tmp = folder / f".{FILE}.tmp"
-    tmp.write_text(json.dumps(describe(dataset)) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(describe(dataset)) + "\n")
+        os.replace(tmp, path)
+    except BaseException:  # (a full disk: no part of it left behind)
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -88,7 +93,7 @@ def read(folder: str | Path) -> dict[str, Any]:
     """``folder/preprocessing.json``, checked (:class:`DatasetError` naming the file otherwise)."""
     path = Path(folder) / FILE
     try:
-        body = json.loads(path.read_text())
+        body = json.loads(read_text_bounded(path, LARGE))
     except FileNotFoundError:
         raise DatasetError(
             f"{path} is missing: the run was written by a version that did not keep its preprocessing "

@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
 from ..data.base import DatasetError
+from ..data.bounded import read_text_bounded
 
 FINAL = "checkpoint.pt"
 SUMMARY = "summary.json"
@@ -24,6 +25,18 @@ VOUCHED = ("config.yaml", "preprocessing.json")
 #: ``summary.json`` statuses of a run that ended where it meant to: its last round, or a callback's stop.
 FINISHED = ("ok", "stopped")
 _CHUNK = 1 << 20
+
+
+def save_state(obj: object, f: IO[bytes]) -> None:
+    """``torch.save(obj, f)`` into the open file ``f``; a write that fails (a full disk, a file size
+    limit) raises the OSError that failed it, not torch's ``[enforce fail ...]`` RuntimeError, so
+    that the caller can say in one line what happened."""
+    try:
+        torch.save(obj, f)
+    except RuntimeError as e:
+        if isinstance(e.__context__, OSError):
+            raise e.__context__ from None
+        raise
 
 
 def file_digest(path: Path) -> dict[str, Any]:
@@ -40,7 +53,7 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
     """``run_dir/summary.json`` as a mapping (DatasetError naming it when missing or unreadable)."""
     path = Path(run_dir) / SUMMARY
     try:
-        body = json.loads(path.read_text())
+        body = json.loads(read_text_bounded(path))
     except FileNotFoundError:
         raise DatasetError(f"{path} is missing: not a finished run folder") from None
     except (OSError, ValueError) as e:

@@ -20,7 +20,7 @@ OWNED = re.compile(
     r"config\.yaml|metrics\.csv|summary\.json|checkpoint\.pt|preprocessing\.json|cell\.json|aggregate\.(json|md)"
     r"|demo\.(json|png|pdf|svg)|(metric_vs_rounds_and_bits|map_norms_.*|edge_weights_.*)\.(png|pdf|svg)"
     r"|\.(config\.yaml|metrics\.csv|summary\.json|checkpoint\.pt|preprocessing\.json)\.tmp.*"
-    r"|\.?best\.pt(\.tmp)?"  # the best evaluation's models (early stopping), and their temporary file
+    r"|\.?best\.pt(\.tmp.*)?"  # the best evaluation's models (early stopping), and their temporary file
 )
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ...config import PROVENANCE_KEYS, ConfigError, read_config_file
+from ...data.bounded import read_text_bounded
 from ...metrics.final import file_digest
 from .rundir import CHECKPOINTS
 
@@ -111,7 +112,7 @@ def check_manifest(folder: Path, *, shards: bool = True) -> dict[str, Any] | Non
     if path.is_symlink() or not path.is_file():
         raise _bad(path, "is not a regular file")
     try:
-        manifest = json.loads(path.read_bytes().decode("utf-8"))
+        manifest = json.loads(read_text_bounded(path))
     except (OSError, ValueError) as e:
         raise _bad(path, f"cannot be read ({type(e).__name__}: {str(e)[:120]})") from None
     found = ROUND_DIR.fullmatch(folder.name)

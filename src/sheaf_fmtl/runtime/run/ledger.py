@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ...config.files import replace_file
+from ...data.bounded import read_text_bounded
 
 LEDGER = ".sheaf-fmtl-owned"
 _MARKER = ".sheaf-fmtl-run"  # (:data:`.folderlock.MARKER`)
@@ -29,7 +30,7 @@ def owned_names(folder: str | Path) -> set[str]:
     if path.is_symlink() or not path.is_file():
         return set()
     try:
-        names = json.loads(path.read_text())
+        names = json.loads(read_text_bounded(path))
     except (OSError, ValueError):
         return set()
     return {n for n in names if isinstance(n, str) and _plain(n)} if isinstance(names, list) else set()

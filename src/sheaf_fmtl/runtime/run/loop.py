@@ -127,7 +127,10 @@ def _execute(
     agreement: RoundAgreement | None,
 ) -> RunOutcome:
     hooks = Hooks([*from_config(config), *checked(callbacks)])
-    state = prepare(config, out_dir, resume_from, agreement, sim=sim, overwrite=overwrite, build=build)
+    try:
+        state = prepare(config, out_dir, resume_from, agreement, sim=sim, overwrite=overwrite, build=build)
+    except OSError as e:  # a full disk as the folder's first files are written: one line too
+        raise disk_full(None if out_dir is None else Path(out_dir), [], e) from None
     try:
         return _run(state, progress, hooks, resumed=resume_from is not None)
     except OSError as e:  # a full disk: one line naming the folder and what it kept

@@ -26,6 +26,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from ...data.bounded import read_text_bounded
 from .folderlock import (
     MARKER,
     FolderError,
@@ -117,7 +118,7 @@ def marker_kind(path: str | Path) -> str | None:
     """What wrote the marked folder ``path`` (``run``, ``seeds``, ``sweep``, ``reproduce``, ...):
     its marker's ``kind``; ``None`` for a marker without one (made by hand)."""
     try:
-        body = json.loads((Path(path) / MARKER).read_text())
+        body = json.loads(read_text_bounded(Path(path) / MARKER))
     except (OSError, ValueError):
         return None
     kind = body.get("kind") if isinstance(body, dict) else None

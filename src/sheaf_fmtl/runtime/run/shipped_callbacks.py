@@ -17,7 +17,9 @@ from typing import Any
 import torch
 
 from ...config import ConfigError, RunConfig
-from ...metrics.final import BEST, file_digest
+from ...config.files import replace_file
+from ...data.bounded import read_text_bounded
+from ...metrics.final import BEST, file_digest, save_state
 from .callbacks import RunView, Stop
 from .clearing import check_replaceable, claim_entry
 from .integrity import CheckpointError
@@ -170,11 +172,10 @@ class BestCheckpoint:
         if view.out is not None and view.rank == 0 and len(self.thetas) == view.num_clients:
             payload = {"round": round, "metric": view.metric, "value": value}
             payload["thetas"] = [self.thetas[i] for i in range(view.num_clients)]
-            tmp, path = view.out / f".{self.filename}.tmp", view.out / self.filename
+            path = view.out / self.filename
             if not self.written:  # (a file of yours of that name was refused above)
                 claim_entry(view.out, path)
-            torch.save(payload, tmp)
-            tmp.replace(path)
+            replace_file(path, lambda f: save_state(payload, f))  # (a full disk: its OSError)
             self.written = True
 
 
@@ -221,7 +222,7 @@ def check_kept_best(run_dir: Path) -> None:
     if saved is None:
         return
     try:
-        want = json.loads((run_dir / "summary.json").read_text()).get("best")
+        want = json.loads(read_text_bounded(run_dir / "summary.json")).get("best")
     except (OSError, ValueError, AttributeError):
         return  # (no summary: a run killed before it wrote one)
     if isinstance(want, dict) and file_digest(path)["sha256"] != want.get("sha256"):
