@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .base import DataRequest, DatasetError, RawClient, RawFederated, register
-from .files import check_options
+from .options import check_options
 
 SYNTHETIC_DEFAULTS: dict[str, Any] = {
     "alpha": 1.0,
