@@ -175,8 +175,8 @@ def _modules(config: dict[str, Any], record: dict[str, Any], model: Any) -> list
         elif isinstance(model, str):
             if model not in (spelled, *user) or (model != spelled and len(user) > 1):
                 raise ConfigError(
-                    f"--model {model} (Python: load(model='{model}')): the run's config key 'model' is "
-                    f"'{spelled}'; name that code"
+                    f"--model {model} (Python: sheaf_fmtl.load(run, model='{model}')): the run's config key "
+                    f"'model' is '{spelled}'; name that code"
                 )
         else:
             held = hold(model, "model")  # kept referenced while the modules are built

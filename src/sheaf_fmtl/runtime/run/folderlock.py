@@ -43,6 +43,12 @@ class FolderError(ValueError):
     """A folder the library may not write or clear (one line naming it)."""
 
 
+#: How a refusal names the way out, in both spellings: the command line's flag and the keyword of
+#: ``sheaf_fmtl.run`` (the same message reaches both).
+ANOTHER_OUT = "choose another --out (Python: out=...)"
+OVERWRITE = "--overwrite (Python: overwrite=True)"
+
+
 def is_marked(path: str | Path) -> bool:
     """``path`` is a folder (not a link) holding the library's marker (a regular file)."""
     p = Path(path)
@@ -176,7 +182,7 @@ def _lock(p: Path) -> int:
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise FolderError(
                 f"{p} is in use by another sheaf-fmtl process that is still running; wait for it to end "
-                "or choose another --out"
+                f"or {ANOTHER_OUT}"
             ) from None
         raise
     return fd

@@ -98,7 +98,7 @@ def config_digest(mapping: dict[str, Any]) -> str:
 def _bad(path: Path, what: str) -> CheckpointError:
     return CheckpointError(
         f"checkpoint {path} {what}; nothing was changed (remove its folder {path.parent} to resume "
-        "from an earlier checkpoint, if any, or start the run again with --overwrite)"
+        "from an earlier checkpoint, if any, or start the run again with --overwrite, Python: overwrite=True)"
     )
 
 
@@ -180,7 +180,7 @@ def check_config(run_dir: Path, manifest: dict[str, Any]) -> None:
         raise CheckpointError(
             f"checkpoint {where} records "
             "no digest of the config it was written with, so the run it continues is unknown; nothing was "
-            "changed (start the run again with --overwrite)"
+            "changed (start the run again with --overwrite; Python: overwrite=True)"
         )
     now = run_config(run_dir)
     if now is None or config_digest(now) != want:

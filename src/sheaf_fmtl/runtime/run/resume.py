@@ -67,8 +67,8 @@ def resume_config(
         raise ConfigError(
             f"--resume {run_dir}: its config.yaml names code ({key} = {spec}), and a run folder never runs "
             f"its own code; if you trust it, name it again (--set {key}={spec}; Python: "
-            f"sheaf_fmtl.run(resume=..., {key}='{spec}')) or pass --trust-plugins (Python: resume(..., "
-            "trust=True))"
+            f"sheaf_fmtl.run(resume=..., {key}='{spec}')) or pass --trust-plugins (Python: "
+            "sheaf_fmtl.run(resume=..., trust_plugins=True))"
         )
     saved = load_config(path)
     config = load_config(path, overrides, keys)

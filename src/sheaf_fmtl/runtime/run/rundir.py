@@ -28,7 +28,9 @@ from pathlib import Path
 
 from ...data.bounded import read_text_bounded
 from .folderlock import (
+    ANOTHER_OUT,
     MARKER,
+    OVERWRITE,
     FolderError,
     _held,
     _lock,
@@ -52,10 +54,10 @@ def check_path(path: str | Path) -> Path:
     """``path`` can be a folder: it is not a file, nor under one (FolderError otherwise)."""
     p = Path(path)
     if p.exists() and not p.is_dir():
-        raise FolderError(f"output folder {p} is an existing file; choose another --out")
+        raise FolderError(f"output folder {p} is an existing file; {ANOTHER_OUT}")
     for parent in p.parents:
         if parent.exists() and not parent.is_dir():
-            raise FolderError(f"output folder {p} is under {parent}, which is a file; choose another --out")
+            raise FolderError(f"output folder {p} is under {parent}, which is a file; {ANOTHER_OUT}")
     return p
 
 
@@ -102,12 +104,12 @@ def check_out_dir(
     if marked and not group_member and held_elsewhere(p):
         raise FolderError(
             f"{p} is being written by another thread of this process; two runs never write one folder: "
-            "wait for it to end or choose another --out (Python: out=...)"
+            f"wait for it to end or {ANOTHER_OUT}"
         )
     if marked and not group_member and is_locked(p):
         raise FolderError(
             f"{p} is in use by another sheaf-fmtl process that is still running; wait for it to end "
-            "or choose another --out"
+            f"or {ANOTHER_OUT}"
         )
     if reuse and marked and kind is not None:
         _check_kind(p, kind)
@@ -131,7 +133,7 @@ def _check_kind(p: Path, kind: str) -> None:
     if found is not None and found != kind:
         raise FolderError(
             f"output folder {p} holds a sheaf-fmtl {found} folder, not a {kind} one; a {kind} continues "
-            "only what a command of its kind wrote: choose another --out (nothing was changed)"
+            f"only what a command of its kind wrote: {ANOTHER_OUT} (nothing was changed)"
         )
 
 
@@ -155,19 +157,19 @@ def _check_clearable(p: Path, overwrite: bool, marked: bool) -> None:
     """A non-empty folder a new run would write: only one sheaf-fmtl marked, with ``overwrite``."""
     if not marked:
         how = (
-            "--overwrite clears only folders sheaf-fmtl wrote; a run folder of a version before "
+            f"{OVERWRITE} clears only folders sheaf-fmtl wrote; a run folder of a version before "
             f"markers: create an empty {MARKER} in it to overwrite it"
             if overwrite
-            else "--overwrite"
+            else OVERWRITE
         )
         raise FolderError(
             f"output folder {p} is not empty and was not written by sheaf-fmtl (no {MARKER} file in "
-            f"it); choose another --out (nothing was changed; {how})"
+            f"it); {ANOTHER_OUT} (nothing was changed; {how})"
         )
     if not overwrite:
         raise FolderError(
-            f"output folder {p} is not empty (an earlier run?); choose another --out, or pass "
-            "--overwrite (Python: overwrite=True) to clear it first"
+            f"output folder {p} is not empty (an earlier run?); {ANOTHER_OUT}, or pass {OVERWRITE} to "
+            "clear it first"
         )
 
 
@@ -207,9 +209,7 @@ def claim(
     ok = False
     try:
         if not created and not (overwrite or resume or reuse) and _entries(p):
-            raise FolderError(
-                f"output folder {p} is not empty (another run started into it); choose another --out"
-            )
+            raise FolderError(f"output folder {p} is not empty (another run started into it); {ANOTHER_OUT}")
         yield p
         ok = True
     finally:
