@@ -123,7 +123,7 @@ def run_demo(
 
     base = load_config(config_path, overrides, flags)
     check_out_dir(out, overwrite)
-    prepare_out_dir(out, overwrite)
+    prepare_out_dir(out, overwrite, kind="demo")  # (a folder of runs: --overwrite clears them too)
     clusters = base.dataset == "synthetic-clusters"
     problems = DEMO_PROBLEMS if clusters else DEMO_PROBLEMS[:1]
     finals: dict[str, dict[str, dict]] = {}

@@ -5,6 +5,7 @@ sweep, a resume. The ledger names only what sheaf-fmtl itself created."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,10 @@ import pytest
 import sheaf_fmtl
 from sheaf_fmtl.callbacks import BestCheckpoint
 from sheaf_fmtl.cli import main
+from sheaf_fmtl.runtime.run.clearing import clear
 from sheaf_fmtl.runtime.run.folderlock import FolderError
-from sheaf_fmtl.runtime.run.ledger import owned_names
+from sheaf_fmtl.runtime.run.ledger import owned_names, record_owned
+from sheaf_fmtl.runtime.run.rundir import mark
 
 KEYS = {"clients": 4, "rounds": 3, "eval_every": 1, "batch_size": 4}
 SETS = [a for k, v in KEYS.items() for a in ("--set", f"{k}={v}")]
@@ -94,3 +97,38 @@ def test_overwrite_of_a_sweep_keeps_what_the_user_saved_in_it_and_its_cells(tmp_
     assert (out / "my-ranking.csv").read_text() == "mine" and (cell / "note.txt").read_text() == "mine too"
     assert not (out / "sweep.csv").exists()
     capsys.readouterr()
+
+
+def test_a_file_of_yours_inside_a_folder_sheaf_fmtl_created_stays_with_that_folder(tmp_path):
+    out = tmp_path / "r"
+    sheaf_fmtl.run(out=out, log_tensorboard=str(out / "tb" / "deep"), **KEYS)
+    (out / "tb" / "deep" / "my-notes.txt").write_text("mine")
+    sheaf_fmtl.run(out=out, overwrite=True, **KEYS)
+    left = sorted(p.relative_to(out / "tb").as_posix() for p in (out / "tb").rglob("*"))
+    assert left == ["deep", "deep/my-notes.txt"], left  # TensorBoard's event files gone, yours kept
+    sheaf_fmtl.run(out=out, overwrite=True, **KEYS)
+    assert (out / "tb" / "deep" / "my-notes.txt").read_text() == "mine"
+
+
+def test_a_copy_of_a_run_kept_in_a_run_folder_is_yours(tmp_path):
+    out, copy = tmp_path / "r", tmp_path / "r" / "backup"
+    sheaf_fmtl.run(out=out, **KEYS)
+    sheaf_fmtl.run(out=tmp_path / "other", **KEYS)
+    shutil.copytree(tmp_path / "other", copy)  # (with its marker)
+    before = {p.name: p.read_bytes() for p in copy.iterdir() if p.is_file()}
+    sheaf_fmtl.run(out=out, overwrite=True, **KEYS)
+    assert {p.name: p.read_bytes() for p in copy.iterdir() if p.is_file()} == before
+
+
+def test_a_nested_ledger_names_only_its_own_files(tmp_path):
+    """A reproduction's figures: each file in its own folder's ledger; a file of yours beside them stays."""
+    out = mark(tmp_path / "rep", "reproduce")
+    figures = out / "figures" / "exp"
+    figures.mkdir(parents=True)
+    for name in ("curve.png", "mine.png"):
+        (figures / name).write_bytes(b"png")
+    record_owned(figures, ["curve.png"])
+    record_owned(out, ["figures"])
+    assert clear(out)
+    assert sorted(p.name for p in figures.iterdir()) == ["mine.png"]
+    assert owned_names(out) == {"figures"}  # (still there: it holds a file of yours)
