@@ -133,6 +133,9 @@ def load(run_dir: str | Path, *, model: Any = None, round: str = "final") -> Tra
     if round not in ROUNDS:
         raise ValueError(f"load(round={round!r}): allowed: {', '.join(ROUNDS)}")
     folder = Path(run_dir)
+    if not folder.is_dir():
+        what = "no such folder" if not folder.exists() else "a file, not a folder"
+        raise DatasetError(f"{folder} is not a run folder ({what}); give the folder a run wrote (--out)")
     config = read_config_file(folder / "config.yaml")
     summary = read_summary(folder)
     record = preprocessing.read(folder)
