@@ -61,3 +61,17 @@ def test_a_narrow_dtype_counts_as_the_float32_it_becomes(tmp_path):
     path = _archive(tmp_path / "d.npz", {**_base(), "x_0.npy": _npy(np.zeros((1000, 10), np.uint8))})
     assert stored_bytes(path) >= 1000 * 10 * 4
     assert read_npz_clients(path)[0]["x"].shape == (1000, 10)  # (a small one still reads)
+
+
+@pytest.mark.parametrize(
+    "dataset, option",
+    [("synthetic-clusters", "groups"), ("synthetic-hetero", "groups"), ("synthetic", "features")],
+)
+def test_a_generated_datasets_every_size_key_counts_before_anything_is_drawn(dataset, option):
+    from sheaf_fmtl.data.sizes import check_generated, generated_bytes
+
+    small = generated_bytes(dataset, 4, {})
+    big = generated_bytes(dataset, 4, {option: 10**9})
+    assert small is not None and big is not None and big > 1000 * small
+    with pytest.raises(DatasetError, match=r"needs about .* GiB"):
+        check_generated(dataset, 4, {option: 10**9})

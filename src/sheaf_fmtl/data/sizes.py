@@ -140,8 +140,10 @@ def generated_bytes(name: str, clients: int | None, options: dict[str, object]) 
 
     n = float(clients or default_clients)
     rows = number("max_samples") + max(number("test_samples"), number("max_samples"))
-    d, c = number("features"), number("classes")
-    return int(n * (rows * (d + 1) + d * c) * 8 * 3)  # float64 drawn, float32 kept, standardised copy
+    d, c, groups = number("features"), number("classes"), number("groups")
+    per_client = rows * (d + 1) + d * c  # samples and labels, the client's own weights
+    shared = groups * d * c  # the groups' (clusters') weights, drawn once
+    return int((n * per_client + shared) * 8 * 3)  # float64 drawn, float32 kept, standardised copy
 
 
 def check_generated(name: str, clients: int | None, options: dict[str, object]) -> None:
