@@ -218,18 +218,20 @@ def check_kept_best(run_dir: Path) -> None:
     as a best evaluation and, when ``summary.json`` records it (``best``), is the file recorded
     (CheckpointError in one line otherwise)."""
     path = run_dir / BEST
-    saved = _saved_best(path, None)
-    if saved is None:
+    if path.is_symlink() or not path.is_file():
         return
     try:
         want = json.loads(read_text_bounded(run_dir / "summary.json")).get("best")
     except (OSError, ValueError, AttributeError):
-        return  # (no summary: a run killed before it wrote one)
-    if isinstance(want, dict) and file_digest(path)["sha256"] != want.get("sha256"):
+        want = None  # (no summary: a run killed before it wrote one)
+    if isinstance(want, dict) and (  # (the size first: a file of gigabytes is not even read)
+        path.stat().st_size != want.get("bytes") or file_digest(path)["sha256"] != want.get("sha256")
+    ):
         raise CheckpointError(
             f"{path} differs from the best evaluation its summary.json recorded (altered, or from another "
             "run); remove it to keep the best of the rounds still to run (nothing was changed)"
         )
+    _saved_best(path, None)  # readable as a best evaluation
 
 
 def best_record(callbacks: list[Any], folder: Path | None) -> dict[str, Any]:
