@@ -71,7 +71,7 @@ def test_a_file_of_another_run_is_never_exported_as_this_runs(two_runs, tmp_path
 
 def test_a_best_round_left_from_before_a_resume_without_early_stopping_is_not_exported(tmp_path, capsys):
     out = tmp_path / "r"
-    _run(out, "early_stop_patience=1", "alpha=1e-9", "lam=0", "rounds=30")  # stops early
+    _run(out, "early_stop_patience=1", "alpha=1e-9", "lam=0", "rounds=12")  # stops early
     assert json.loads((out / "summary.json").read_text())["status"] == "stopped"
     assert main(["run", "--resume", str(out), "--quiet", "--set", "early_stop_patience=0"]) == 0
     assert (out / "best.pt").is_file() and "best" not in json.loads((out / "summary.json").read_text())
@@ -99,13 +99,17 @@ def test_a_standardisation_that_would_divide_by_zero_or_nan_is_refused(tmp_path,
         preprocessing.read(tmp_path)
 
 
-@pytest.mark.parametrize(
-    "body",
-    [b"not a checkpoint", b"", "dict", "short", "huge"],
-)
-def test_a_malformed_best_round_on_resume_is_one_line_and_changes_nothing(tmp_path, capsys, body):
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("s") / "r"
+    _run(out, "early_stop_patience=1", "alpha=1e-9", "lam=0", "rounds=12")  # stops early, keeps best.pt
+    return out
+
+
+@pytest.mark.parametrize("body", [b"not a checkpoint", b"", "dict", "short", "huge"])
+def test_a_malformed_best_round_on_resume_is_one_line_and_changes_nothing(stopped, tmp_path, capsys, body):
     out = tmp_path / "r"
-    _run(out, "early_stop_patience=1", "alpha=1e-9", "lam=0", "rounds=30")
+    shutil.copytree(stopped, out)
     if body == "dict":
         torch.save({"round": 2, "value": float("nan"), "thetas": []}, out / "best.pt")
     elif body == "short":
