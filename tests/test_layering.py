@@ -363,3 +363,52 @@ def test_the_function_size_check_sees_a_long_function() -> None:
     body = "    x = 1\n" * MAX_FUNCTION_LINES
     assert _long_functions(f"def f():\n{body}", "m.py") == {("m.py", "f")}
     assert not _long_functions(f"def f():\n{body[10:]}", "m.py")
+
+
+def _module_of(target: list[str]) -> str | None:
+    """The module file ``target`` (from :func:`_imports`) names, dotted; ``None`` for a package's
+    ``__init__`` or a name outside the package's files."""
+    path = ROOT.joinpath(*target)
+    if path.with_suffix(".py").exists():
+        return ".".join(target)
+    if (path / "__init__.py").exists() or not target:
+        return None
+    parent = ROOT.joinpath(*target[:-1])
+    return ".".join(target[:-1]) if parent.with_suffix(".py").exists() else None
+
+
+def _room_cycles(texts: dict[Path, str] | None = None) -> list[list[str]]:
+    """Circles of imports among the modules of one top-level package (``from .b import x`` in ``a``
+    and ``from .a import y`` in ``b``), counting imports inside functions and under
+    ``TYPE_CHECKING``; ``texts`` replaces some modules' source."""
+    texts = texts or {}
+    graph = nx.DiGraph()
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = list(path.relative_to(ROOT).with_suffix("").parts)
+        if rel[-1] == "__init__":
+            continue
+        me = ".".join(rel)
+        for target in _imports(path, texts.get(path)):
+            other = _module_of(target)
+            if other is not None and other != me and other.split(".")[0] == rel[0]:
+                graph.add_edge(me, other)
+    return [sorted(c) for c in nx.simple_cycles(graph)]
+
+
+def test_no_circle_of_imports_inside_a_package() -> None:
+    """Inside a package the modules import each other along one direction: no two of them (nor a
+    longer ring: ``data/files`` -> ``data/sizes`` -> ``data/synthetic`` -> ``data/files``) import
+    each other, not even for a type."""
+    assert _room_cycles() == []
+
+
+def test_the_circle_check_sees_a_circle() -> None:
+    rules = ROOT / "config" / "rules.py"
+    typed = (
+        rules.read_text()
+        + "\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .schema import RunConfig\n"
+    )
+    assert ["config.rules", "config.schema"] in _room_cycles({rules: typed})
+    options = ROOT / "data" / "options.py"
+    ring = options.read_text() + "\ndef f():\n    from .files import find_file\n"
+    assert any("data.options" in c and "data.files" in c for c in _room_cycles({options: ring}))

@@ -82,6 +82,12 @@ __all__ = [
 _SUBMODULES = ("callbacks",)
 
 
+def fill_registries() -> None:
+    """Import the algorithms package, which registers every built-in algorithm and map mode; the
+    config's registries call this on their first lookup (``sheaf_fmtl.config.registry``)."""
+    importlib.import_module(".algorithms", __name__)
+
+
 def __getattr__(name: str) -> Any:  # noqa: ANN401 - whatever the public name is
     if name in _SUBMODULES:
         module = importlib.import_module(f".{name}", __name__)

@@ -143,6 +143,7 @@ def run(
     progress: bool = False,
     resume: str | Path | None = None,
     callbacks: Sequence[Any] = (),
+    trust_plugins: bool = False,
     **keys: Any,
 ) -> RunResult:
     """Run one experiment, as ``sheaf-fmtl run`` does; on the user's own data, models, loss,
@@ -163,6 +164,9 @@ def run(
         callbacks: objects with ``on_round_end(round, metrics, view)`` and/or ``on_run_end(summary)``
             (:mod:`sheaf_fmtl.callbacks`: loggers, early stopping, the best round); one returning a
             ``Stop`` ends the run after that round, resumable (``summary["status"] == "stopped"``).
+        trust_plugins: with ``resume``, import the ``module:function`` code the folder's config
+            names (as ``sheaf-fmtl run --resume --trust-plugins``); by default a run folder never
+            runs its own code.
         **keys: config keys (`sheaf-fmtl run --help-keys`), applied on top of ``config``; ``data`` (a
             list, one entry per client), ``model``, ``loss``, ``metric``, ``graph`` may be Python
             objects instead (:class:`sheaf_fmtl.Federation` says which; such a run's config cannot
@@ -188,12 +192,19 @@ def run(
             )
         fed = Federation()
         return fed.run(config, out=out, overwrite=overwrite, progress=progress, callbacks=callbacks, **keys)
+    if trust_plugins and resume is None:
+        raise ConfigError(
+            "trust_plugins=True is for resume=FOLDER (a run folder's own code); a new run imports the "
+            "code its keys name"
+        )
     if resume is not None:
         if config is not None or out is not None or overwrite:
             raise ConfigError(
                 "resume= continues a run folder with its own config: give no config, out or overwrite"
             )
-        outcome = resume_run(resume, keys=keys, progress=progress, build=build, callbacks=callbacks)
+        outcome = resume_run(
+            resume, keys=keys, progress=progress, build=build, callbacks=callbacks, trust=trust_plugins
+        )
         return RunResult(outcome.config, outcome.summary, outcome.rows, outcome.final, Path(resume))
     resolved = resolve_config(config, **keys)
     folder = None if out is None else Path(out)
@@ -208,14 +219,16 @@ def read_result(out: str | Path) -> RunResult:
     """The :class:`RunResult` of a finished run folder ``out`` (``config.yaml``, ``summary.json``,
     ``metrics.csv``, ``checkpoint.pt`` read back)."""
     import csv
+    import io
 
+    from .data.bounded import LARGE, read_text_bounded
     from .metrics.final import read_final, read_summary
 
     folder = Path(out)
     rows = []
-    with open(folder / "metrics.csv", newline="") as f:
-        for row in csv.DictReader(f):
-            rows.append({k: _number(v) for k, v in row.items()})
+    text = read_text_bounded(folder / "metrics.csv", LARGE)  # (a received folder: bounded)
+    for row in csv.DictReader(io.StringIO(text, newline="")):
+        rows.append({k: _number(v) for k, v in row.items()})
     summary = read_summary(folder)
     state = read_final(folder, finished=False)  # checked against summary.json's record of it
     return RunResult(load_config(folder / "config.yaml"), summary, rows, state, folder)

@@ -20,6 +20,7 @@ from typing import Any
 from .config import RunConfig, load_config
 from .config.files import replace_file
 from .config.usage import UnusedKeysWarning
+from .data.bounded import read_text_bounded
 from .metrics.results import format_summary, interrupted_line, interrupted_status
 
 
@@ -98,7 +99,7 @@ def _unused(run_dir: Path) -> set[str]:
     """The keys the run in ``run_dir`` did not read (its ``config.yaml``'s ``unused``)."""
     import yaml
 
-    return set(yaml.safe_load((run_dir / "config.yaml").read_text()).get("unused") or ())
+    return set(yaml.safe_load(read_text_bounded(run_dir / "config.yaml")).get("unused") or ())
 
 
 def run_demo(
@@ -122,7 +123,7 @@ def run_demo(
 
     base = load_config(config_path, overrides, flags)
     check_out_dir(out, overwrite)
-    prepare_out_dir(out, overwrite)
+    prepare_out_dir(out, overwrite, kind="demo")  # (a folder of runs: --overwrite clears them too)
     clusters = base.dataset == "synthetic-clusters"
     problems = DEMO_PROBLEMS if clusters else DEMO_PROBLEMS[:1]
     finals: dict[str, dict[str, dict]] = {}

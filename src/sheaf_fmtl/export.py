@@ -16,6 +16,7 @@ or hands the object over, ``load(run, model=make_model)``.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -32,13 +33,13 @@ from .config import ConfigError, read_config_file
 from .data import preprocessing
 from .data.base import ClientSplit, DatasetError, FederatedDataset, Task
 from .federation.user import UserModels, is_user_model
-from .metrics.final import FINAL, read_final, read_summary
+from .metrics.final import BEST, FINAL, check_vouched, read_best, read_final, read_summary, save_state
 from .models import build_model, default_model
 from .plugins import hold, is_held, is_spec
 
 EXPORT_FORMAT = 1
 #: What ``load(run, round=...)`` reads: the final checkpoint, or the best validation evaluation's models.
-ROUNDS = {"final": FINAL, "best": "best.pt"}
+ROUNDS = {"final": FINAL, "best": BEST}
 
 
 class Preprocessed(nn.Module):
@@ -132,22 +133,18 @@ def load(run_dir: str | Path, *, model: Any = None, round: str = "final") -> Tra
     if round not in ROUNDS:
         raise ValueError(f"load(round={round!r}): allowed: {', '.join(ROUNDS)}")
     folder = Path(run_dir)
+    if not folder.is_dir():
+        what = "no such folder" if not folder.exists() else "a file, not a folder"
+        raise DatasetError(f"{folder} is not a run folder ({what}); give the folder a run wrote (--out)")
     config = read_config_file(folder / "config.yaml")
     summary = read_summary(folder)
     record = preprocessing.read(folder)
+    check_vouched(folder, summary)  # config.yaml and preprocessing.json are this run's
     path = folder / ROUNDS[round]
     if round == "final":
         state = read_final(folder)  # checked against summary.json; a run that did not finish is refused
-    elif not path.is_file():
-        raise DatasetError(
-            f"{path} is missing: the run kept no best round (early_stop_patience > 0 keeps one)"
-        )
     else:
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:  # noqa: BLE001 - unpickling, zip and truncation errors alike
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
-            raise DatasetError(f"{path} cannot be read with weights_only=True ({first})") from None
+        state = read_best(folder, summary)  # checked against summary.json's best
     thetas = list(state["thetas"]) if isinstance(state, dict) and "thetas" in state else None
     if thetas is None or len(thetas) != len(record["clients"]):
         raise DatasetError(
@@ -181,8 +178,8 @@ def _modules(config: dict[str, Any], record: dict[str, Any], model: Any) -> list
         elif isinstance(model, str):
             if model not in (spelled, *user) or (model != spelled and len(user) > 1):
                 raise ConfigError(
-                    f"--model {model} (Python: load(model='{model}')): the run's config key 'model' is "
-                    f"'{spelled}'; name that code"
+                    f"--model {model} (Python: sheaf_fmtl.load(run, model='{model}')): the run's config key "
+                    f"'model' is '{spelled}'; name that code"
                 )
         else:
             held = hold(model, "model")  # kept referenced while the modules are built
@@ -212,12 +209,17 @@ def _program(trained: TrainedRun, i: int, path: Path) -> Path | None:
             program = torch.export.export(
                 trained.client(i), (example,), dynamic_shapes=({0: torch.export.Dim.AUTO},)
             )
-            torch.export.save(program, path)
+            buffer = io.BytesIO()  # (torch.export.save aborts the interpreter when a write fails)
+            torch.export.save(program, buffer)
     except Exception as e:  # noqa: BLE001 - whatever torch.export refuses, the state_dict stays
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         warnings.warn(f"client {i}: no {path.name} (torch.export: {first})", stacklevel=3)
         path.unlink(missing_ok=True)
         return None
+    with open(path, "wb") as f:  # a full disk: an OSError, reported in one line by export()
+        f.write(buffer.getbuffer())
+        f.flush()
+        os.fsync(f.fileno())
     return path
 
 
@@ -295,7 +297,7 @@ def _write_export(trained: TrainedRun, folder: Path, programs: bool) -> list[str
     for i in range(trained.num_clients):
         name = f"client-{i:05d}.pt"
         with open(folder / name, "wb") as f:
-            torch.save(trained.modules[i].state_dict(), f)
+            save_state(trained.modules[i].state_dict(), f)
             f.flush()
             os.fsync(f.fileno())
         record["clients"][i].update(file=name, model=parts[i % len(parts)])

@@ -1,5 +1,5 @@
-"""``--overwrite`` leaves nothing of the earlier run (what its callbacks and TensorBoard logger wrote
-into the folder, a sweep's ``sweep.csv`` / ``best.yaml``) and nothing of the user's goes; a command
+"""``--overwrite`` leaves nothing of the earlier run (what its shipped callbacks and TensorBoard logger
+wrote into the folder, a sweep's ``sweep.csv`` / ``best.yaml``) and nothing of the user's goes; a command
 that continues its folder continues only a folder of its own kind; ``table`` and ``bench`` never
 replace a file of the user's; the folder's lock is never lifted by the environment."""
 
@@ -34,28 +34,16 @@ def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
     return err
 
 
-class WritesANote:
-    """A callback of the user's that writes a file of its own into the run folder."""
-
-    def on_run_end(self, summary: dict) -> None:
-        (self.out / "callback-note.txt").write_text(str(summary["final"]))
-
-    def __init__(self, out: Path) -> None:
-        self.out = out
-
-
 def test_overwrite_removes_what_the_runs_callbacks_and_logger_wrote(tmp_path):
     out = tmp_path / "run"
-    callbacks = [BestCheckpoint(), WritesANote(out)]
+    callbacks = [BestCheckpoint(), BestCheckpoint(filename="kept.pt")]
     sheaf_fmtl.run(out=out, callbacks=callbacks, log_tensorboard=str(out / "tb"), **KEYS)
-    assert (
-        (out / "best.pt").is_file() and any((out / "tb").iterdir()) and (out / "callback-note.txt").exists()
-    )
-    assert owned_names(out) >= {"tb", "callback-note.txt"}  # (best.pt: a run folder's own file)
+    assert (out / "best.pt").is_file() and any((out / "tb").iterdir()) and (out / "kept.pt").is_file()
+    assert owned_names(out) == {"tb", "kept.pt"}  # (best.pt: a run folder's own file)
     (out / "notes.md").write_text("mine")  # the user's, written after the run
     sheaf_fmtl.run(out=out, overwrite=True, **KEYS)
     left = {p.name for p in out.iterdir()}
-    assert not left & {"best.pt", "tb", "callback-note.txt"}, left
+    assert not left & {"best.pt", "tb", "kept.pt"}, left
     assert (out / "notes.md").read_text() == "mine" and "summary.json" in left
 
 

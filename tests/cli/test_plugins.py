@@ -22,7 +22,6 @@ from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.runtime.run import loop
 from sheaf_fmtl.runtime.run.launch import spawn
-from sheaf_fmtl.runtime.run.resume import resume
 
 from ..runtime.test_checkpoint import _stopped
 
@@ -151,7 +150,12 @@ def test_user_code_checkpoints_and_resumes_to_the_uninterrupted_run(user_module:
     config = RunConfig(**_config(user_module))
     loop.execute(config, tmp_path / "full")
     assert _stopped(config, tmp_path / "part", at=2)["status"] == "interrupted"
-    assert resume(tmp_path / "part", trust=True).summary["status"] == "ok"  # the folder names user code
+    with pytest.raises(ValueError, match="never runs its own code") as refused:
+        sheaf_fmtl.run(resume=tmp_path / "part")
+    assert "sheaf_fmtl.run(resume=..., trust_plugins=True)" in str(refused.value)  # the hint, followed:
+    assert sheaf_fmtl.run(resume=tmp_path / "part", trust_plugins=True).summary["status"] == "ok"
+    with pytest.raises(ValueError, match="trust_plugins=True is for resume=FOLDER"):
+        sheaf_fmtl.run(config, trust_plugins=True)
     full, part = (json.loads((tmp_path / p / "summary.json").read_text()) for p in ("full", "part"))
     assert part["final"] == full["final"] and part["flops"] == full["flops"]
     a, b = (torch.load(tmp_path / p / "checkpoint.pt")["thetas"] for p in ("full", "part"))

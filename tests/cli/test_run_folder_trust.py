@@ -91,7 +91,8 @@ def test_resume_of_a_folder_naming_code_imports_nothing(sent, capsys, monkeypatc
     with pytest.raises(ValueError, match="never runs its own code") as refused:  # the Python API
         sheaf_fmtl.run(resume=target)
     assert "Python: sheaf_fmtl.run(resume=..., model='hostile_mod:make')" in str(refused.value)
-    assert "Python: resume(..., trust=True)" in str(refused.value) and _listing(sent) == before
+    assert "Python: sheaf_fmtl.run(resume=..., trust_plugins=True)" in str(refused.value)
+    assert _listing(sent) == before
 
 
 def test_python_resume_imports_nothing_either(sent):

@@ -46,9 +46,9 @@ def _relative_imports(module: str) -> tuple[set[str], bool]:
 
 
 @pytest.mark.parametrize("module", READER_MODULES)
-def test_readers_import_only_base_and_files(module):
+def test_readers_import_only_base_files_and_options(module):
     siblings, nested = _relative_imports(module)
-    assert siblings <= {"base", "files"}, f"data/{module}.py imports {sorted(siblings)}"
+    assert siblings <= {"base", "files", "options"}, f"data/{module}.py imports {sorted(siblings)}"
     assert not nested
 
 

@@ -13,6 +13,7 @@ from typing import IO, Any
 
 import yaml
 
+from ..data.bounded import UnboundedFile, read_text_bounded
 from .errors import ConfigError, shown
 from .schema import RunConfig, from_mapping
 from .usage import unused_keys
@@ -49,6 +50,55 @@ _UniqueKeyLoader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"),
     list("-+0123456789."),
 )
+
+
+class _AmbiguousNumber(Exception):
+    """A number YAML 1.1 reads otherwise than it reads to a person (``010`` is 8, ``1:30`` is 90)."""
+
+    def __init__(self, node: yaml.ScalarNode, why: str) -> None:
+        super().__init__(why)
+        self.node, self.why = node, why
+
+
+_LEADING_ZERO = re.compile(r"[-+]?0[0-7_]+")  # YAML 1.1's octal: 010 is 8
+_SEXAGESIMAL = re.compile(r"[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?")  # base 60: 1:30 is 90
+
+
+def _construct_int(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int:
+    text = str(node.value)
+    if _LEADING_ZERO.fullmatch(text):
+        octal = loader.construct_yaml_int(node)  # type: ignore[no-untyped-call]
+        raise _AmbiguousNumber(
+            node,
+            f"{text} has a leading zero, which YAML 1.1 reads as the octal number {octal}; write "
+            f"{int(text.replace('_', ''))} for that many in decimal, or '{text}' for text",
+        )
+    if _SEXAGESIMAL.fullmatch(text):
+        raise _AmbiguousNumber(node, _base60(loader, node, text))
+    return loader.construct_yaml_int(node)  # type: ignore[no-untyped-call, no-any-return]
+
+
+def _base60(loader: _UniqueKeyLoader, node: yaml.ScalarNode, text: str) -> str:
+    value = (
+        loader.construct_yaml_float(node)  # type: ignore[no-untyped-call]
+        if "." in text
+        else loader.construct_yaml_int(node)  # type: ignore[no-untyped-call]
+    )
+    return (
+        f"{text} is read by YAML 1.1 as a base-60 number ({value}); write {value} for that number, "
+        f"or '{text}' for text"
+    )
+
+
+def _construct_float(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> float:
+    text = str(node.value)
+    if _SEXAGESIMAL.fullmatch(text):
+        raise _AmbiguousNumber(node, _base60(loader, node, text))
+    return loader.construct_yaml_float(node)  # type: ignore[no-untyped-call, no-any-return]
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)  # type: ignore[arg-type]
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)  # type: ignore[arg-type]
 
 
 def _yaml_problem(e: yaml.YAMLError) -> str:
@@ -127,6 +177,10 @@ def parse_yaml(text: str, where: str) -> Any:
         ) from None
     except RecursionError:
         raise ConfigError(f"{where} is nested too deeply to be a config") from None
+    except _AmbiguousNumber as e:
+        line = e.node.start_mark.line + 1
+        at = f", line {line}" if "\n" in text.strip() or where.startswith("config file") else ""
+        raise ConfigError(f"{where}{at}: {e.why}") from None
     finally:
         loader.dispose()  # type: ignore[no-untyped-call]
 
@@ -159,7 +213,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     if p.is_dir():
         raise ConfigError(f"config file {p} is a folder; give a YAML file (e.g. {p / 'config.yaml'})")
     try:
-        text = p.read_bytes().decode("utf-8")
+        text = read_text_bounded(p, stream=True)  # (a config may come through a pipe: <(...))
+    except UnboundedFile as e:
+        raise ConfigError(f"config file {e}") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"config file {p} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
     except OSError as e:

@@ -5,13 +5,12 @@ default ``lam`` and label), kept with the one entry that registers it.
 Config sits below the algorithms in the package's layers, so it holds these facts as data that
 the algorithms package fills as it is imported (``algorithms.base.register`` and
 ``register_maps``, beside each implementation), and it reads them as they are: nothing in config
-imports the algorithms, by name or by string (``tests/test_layering.py`` reads both). Whoever
-reads a config fills them first by importing ``sheaf_fmtl.algorithms``: the entry points (the
-package's public names, the command line once its arguments are parsed, the API) and the modules
-above the algorithms that read an entry (plots). Importing any module of the algorithms package
-registers every built-in entry, so the registries are either empty or hold every built-in
-algorithm and map mode, plus those a user registers; a lookup while they are empty raises
-(:data:`NOT_FILLED`) rather than finding no choices.
+imports the algorithms, by name or by string (``tests/test_layering.py`` reads both). The first
+lookup fills them through the package root's ``fill_registries`` (the root is imported before any
+module of the package, and imports the algorithms package when asked), so ``from
+sheaf_fmtl.config import RunConfig; RunConfig()`` works as ``sheaf_fmtl.RunConfig()`` does.
+Importing any module of the algorithms package registers every built-in entry; a lookup that
+still finds no algorithm raises (:data:`NOT_FILLED`) rather than finding no choices.
 
 Why no list of the built-in names in a module without torch: no place needs the choices without
 it. ``sheaf-fmtl --help`` and each command's ``--help`` read no config, and reading a config
@@ -21,6 +20,7 @@ one more file to edit for a new algorithm or map mode.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,8 +120,8 @@ def add_map_mode(spec: MapModeSpec) -> None:
 
 #: Why a lookup finds nothing: no module has imported the algorithms package yet.
 NOT_FILLED = (
-    "no algorithm is registered: import sheaf_fmtl.algorithms before reading a config "
-    "(sheaf_fmtl.RunConfig, sheaf_fmtl.load_config, sheaf_fmtl.run and the command line do)"
+    "no algorithm is registered, and the package root (sheaf_fmtl) could not fill the registries: "
+    "import sheaf_fmtl.algorithms before reading a config"
 )
 
 
@@ -148,9 +148,26 @@ def _check_fields(spec: Any, **types: type) -> None:  # noqa: ANN401 - a spec da
 
 
 def _filled() -> None:
-    """Raise unless the algorithms package has filled the registries (:data:`NOT_FILLED`)."""
+    """Fill the registries on the first lookup, then raise unless they hold an algorithm
+    (:data:`NOT_FILLED`): ``from sheaf_fmtl.config import RunConfig; RunConfig()`` works."""
+    if not _ASKED:
+        _ASKED.append(True)  # (once: a lookup while the algorithms import does not start it again)
+        _fill()
     if not ALGORITHMS:
         raise RuntimeError(NOT_FILLED)
+
+
+_ASKED: list[bool] = []  # the root was asked to fill the registries (an entry of the user's may come first)
+
+
+def _fill() -> None:
+    """Ask the package root to fill the registries: Python imports it before any of its modules, so
+    it is always there, and it knows the algorithms package (this module names neither: it sits
+    below them). A root without the hook (a partial copy of the package) fills nothing."""
+    root = sys.modules.get(__name__.partition(".")[0])
+    fill = getattr(root, "fill_registries", None)
+    if callable(fill):
+        fill()
 
 
 def algorithm_names() -> tuple[str, ...]:

@@ -3,16 +3,12 @@ every key's own value is (:mod:`.schema`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from . import registry
 from .errors import ConfigError
-
-if TYPE_CHECKING:
-    from .schema import RunConfig
+from .keys_run import StepKeys  # (every key of a run: the schema's RunConfig, which calls these, adds checks)
 
 
-def _check_together(config: RunConfig) -> None:
+def _check_together(config: StepKeys) -> None:
     """Rules that involve several keys."""
     if config.graph == "file" and not config.graph_file:
         raise ConfigError("config key 'graph_file' must name an edge-list file when graph = file")
@@ -37,7 +33,7 @@ def _check_together(config: RunConfig) -> None:
     _check_compression(config)
 
 
-def _check_compression(config: RunConfig) -> None:
+def _check_compression(config: StepKeys) -> None:
     """``compressor`` only where an algorithm gossips whole models (its registry entry reads it)."""
     if config.compressor == "none":
         return
@@ -74,7 +70,7 @@ _IGNORED_UNLESS = {
 }
 
 
-def _check_optimizer(config: RunConfig) -> None:
+def _check_optimizer(config: StepKeys) -> None:
     """``optimizer`` / ``lr_schedule`` where the algorithm's local steps may take them; their keys
     only with them."""
     defaults = type(config).__dataclass_fields__
@@ -104,7 +100,7 @@ def _check_optimizer(config: RunConfig) -> None:
         )
 
 
-def _check_maps(config: RunConfig) -> None:
+def _check_maps(config: StepKeys) -> None:
     """The map modes: which keys go together (what each mode reads: :mod:`.registry`)."""
     if config.maps not in ("learned", registry.AUTO) and config.algorithm != "sheaf-fmtl":
         raise ConfigError(

@@ -1,4 +1,4 @@
-"""Locating dataset files, checking options, the container formats several readers share (per-client
+"""Locating dataset files, the container formats several readers share (per-client
 ``.npz``, MATLAB cell arrays) and validating what the readers return.
 
 Where dataset files are looked for (paper, Appendix "Additional Details on Datasets", lists the six
@@ -12,10 +12,9 @@ ever read.
 
 from __future__ import annotations
 
-import numbers
 import os
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,76 +109,6 @@ def find_file(
 def try_find(names: Sequence[str], data_dir: Path | str | None = None, search: bool = False) -> Path | None:
     """Like :func:`find_file` but returns ``None`` when nothing exists."""
     return next((p for p in candidates(names, data_dir, search) if p.exists()), None)
-
-
-def _integer(v: Any) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def _number(v: Any) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
-
-
-#: Option kinds: what the error message says, and the test.
-OPTION_KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "bool": ("true or false", lambda v: isinstance(v, bool)),
-    "int": ("an integer", _integer),
-    "number": ("a number", _number),
-    "str": ("a string", lambda v: isinstance(v, str)),
-    "ints": ("a list of integers", lambda v: isinstance(v, list) and all(_integer(x) for x in v)),
-    "int or ints": (
-        "an integer or a list of integers",
-        lambda v: _integer(v) or (isinstance(v, list) and all(_integer(x) for x in v)),
-    ),
-    "any": ("anything", lambda v: True),
-}
-
-
-def _kind_of(default: Any) -> str:
-    """The kind a default declares (``bool``, ``int``, ``number``, ``str``, ``ints``; ``any``)."""
-    if isinstance(default, bool):
-        return "bool"
-    if _integer(default):
-        return "int"
-    if _number(default):
-        return "number"
-    if isinstance(default, str):
-        return "str"
-    if isinstance(default, list | tuple):
-        return "ints"
-    return "any"
-
-
-def check_options(
-    name: str, given: Mapping[str, Any], defaults: Mapping[str, Any], kinds: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """``defaults`` updated by ``given``, each given value checked against its declared kind.
-
-    Args:
-        name: the dataset (named in errors).
-        given: the request's options (``data.KEY=VALUE``).
-        defaults: every allowed option and its default; the default's type is the option's kind
-            (bool, integer, number, string, list of integers).
-        kinds: kinds that differ from the default's type, from :data:`OPTION_KINDS`; a trailing
-            ``?`` allows ``None`` too (e.g. ``{"task": "str?"}``).
-    Returns:
-        The options to use.
-    Raises:
-        DatasetError: an unknown option, or a value of the wrong kind (naming the option and the kind).
-    """
-    unknown = set(given) - set(defaults)
-    if unknown:
-        raise DatasetError(f"{name}: unknown option(s) {sorted(unknown)}; allowed: {sorted(defaults)}")
-    kinds = kinds or {}
-    for key, value in given.items():
-        kind = kinds.get(key) or _kind_of(defaults[key])
-        optional = kind.endswith("?")
-        words, ok = OPTION_KINDS[kind.rstrip("?")]
-        if not (ok(value) or (optional and value is None)):
-            raise DatasetError(
-                f"{name}: option {key} must be {words}{' or null' if optional else ''}, got {value!r}"
-            )
-    return {**defaults, **given}
 
 
 def mat_cells(mat: Mapping[str, Any], key: str, path: Path) -> list[Any]:

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from .base import DataRequest, DatasetError, RawClient, RawFederated, register
-from .files import check_options, find_file
+from .files import find_file
+from .options import check_options
 
 HAR_DIR = "UCI HAR Dataset"
 HAR_FILES = (f"{HAR_DIR}/train/X_train.txt", f"har/{HAR_DIR}/train/X_train.txt")  # marks the folder

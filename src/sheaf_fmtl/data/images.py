@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from .base import DataRequest, DatasetError, RawClient, RawFederated, register
-from .files import check_options, find_file
+from .files import find_file
+from .options import check_options
 
 MNIST_IDX = {
     "x_train": "train-images-idx3-ubyte",

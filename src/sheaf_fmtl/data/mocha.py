@@ -16,7 +16,8 @@ import scipy.io
 
 from ..warn import user_stacklevel
 from .base import DataRequest, DatasetError, RawClient, RawFederated, register
-from .files import as_features, as_targets, check_options, find_file, map_labels, mat_cells, read_npz_clients
+from .files import as_features, as_targets, find_file, map_labels, mat_cells, read_npz_clients
+from .options import check_options
 
 VEHICLE = {"clients": 23, "features": 100}
 GLEAM = {"clients": 38, "features": 180}

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .base import DatasetError, FederatedDataset
+from .bounded import LARGE, read_text_bounded
 
 FILE = "preprocessing.json"
 FORMAT = 1
@@ -59,8 +60,12 @@ def write(folder: Path, dataset: FederatedDataset) -> Path:
     """Write ``folder/preprocessing.json`` (whole or not at all: a temporary file renamed onto it)."""
     path = folder / FILE
     tmp = folder / f".{FILE}.tmp"
-    tmp.write_text(json.dumps(describe(dataset)) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(describe(dataset)) + "\n")
+        os.replace(tmp, path)
+    except BaseException:  # (a full disk: no part of it left behind)
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -88,7 +93,7 @@ def read(folder: str | Path) -> dict[str, Any]:
     """``folder/preprocessing.json``, checked (:class:`DatasetError` naming the file otherwise)."""
     path = Path(folder) / FILE
     try:
-        body = json.loads(path.read_text())
+        body = json.loads(read_text_bounded(path, LARGE))
     except FileNotFoundError:
         raise DatasetError(
             f"{path} is missing: the run was written by a version that did not keep its preprocessing "
@@ -112,4 +117,24 @@ def read(folder: str | Path) -> dict[str, Any]:
             isinstance(std, dict) and len(std.get("mean", ())) == size and len(std.get("std", ())) == size
         ):
             raise DatasetError(f"{path}: client {i}'s standardize needs mean and std of {size} numbers each")
+        if std is not None:
+            _check_numbers(path, i, std["mean"], std["std"])
     return body
+
+
+def _check_numbers(path: Path, i: int, mean: list[Any], std: list[Any]) -> None:
+    """Every ``mean`` a finite number, every ``std`` a finite number above zero (the pipeline writes
+    1 for a constant feature): a program that divides by it never outputs NaN or infinity."""
+    bad = [v for v in mean if not _finite(v)]
+    if bad:
+        raise DatasetError(f"{path}: client {i}'s standardize mean holds {bad[0]!r}; expected finite numbers")
+    bad = [v for v in std if not (_finite(v) and float(v) > 0)]
+    if bad:
+        raise DatasetError(
+            f"{path}: client {i}'s standardize std holds {bad[0]!r}; expected finite numbers above 0 "
+            "(features are divided by them)"
+        )
+
+
+def _finite(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and bool(np.isfinite(float(v)))

@@ -13,7 +13,8 @@ import numpy as np
 import scipy.io
 
 from .base import DataRequest, DatasetError, RawClient, RawFederated, register
-from .files import as_features, as_targets, check_options, find_file, mat_cells, read_npz_clients
+from .files import as_features, as_targets, find_file, mat_cells, read_npz_clients
+from .options import check_options
 
 N_SCHOOLS, N_FEATURES = 139, 28
 SCHOOL_FILES = ("school.mat", "school.npz", "school/school.mat")

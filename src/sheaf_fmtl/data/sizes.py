@@ -1,5 +1,6 @@
 """Sizes known before anything is allocated: the bytes an ``.npy`` / ``.npz`` file's arrays take once
-read (from their headers, reading no data), and the memory this process may still use (its own
+read and cast to float32 (from their headers, reading no data; every member of an ``.npz``, named
+``*.npy`` or not), and the memory this process may still use (its own
 limits first: ``RLIMIT_AS``, the cgroup's ``memory.max``; then the host's available memory).
 A reader compares the two and refuses in one line (:func:`check_fits`) instead of ending in a
 ``MemoryError`` traceback, or in minutes of swapping."""
@@ -18,12 +19,28 @@ from .base import DatasetError
 _GIB = float(1 << 30)
 
 
+#: The readers cast features to float32: a narrower stored type (``uint8`` images) widens to this.
+_WIDEST_CAST = 4
+
+
 def _header_bytes(f: IO[bytes]) -> int:
-    """The bytes of the array whose ``.npy`` header starts at ``f`` (ValueError: not one)."""
+    """The bytes of the array whose ``.npy`` header starts at ``f`` once read and cast to float32 at
+    least (ValueError: not one)."""
     version = np.lib.format.read_magic(f)
     read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
     shape, _, dtype = read(f)
-    return math.prod(int(s) for s in shape) * max(1, np.dtype(dtype).itemsize)
+    return math.prod(int(s) for s in shape) * max(_WIDEST_CAST, np.dtype(dtype).itemsize)
+
+
+def _member_bytes(z: zipfile.ZipFile, info: zipfile.ZipInfo) -> int:
+    """The bytes one member of an ``.npz`` takes once numpy reads it: an array's from its header
+    (whatever the member's name: numpy reads ``x_0`` as it reads ``x_0.npy``), any other member's
+    whole size (numpy hands it over as bytes)."""
+    with z.open(info) as f:
+        if f.read(6) != b"\x93NUMPY":
+            return int(info.file_size)
+    with z.open(info) as f:
+        return _header_bytes(f)
 
 
 def stored_bytes(path: str | Path) -> int:
@@ -33,12 +50,7 @@ def stored_bytes(path: str | Path) -> int:
     try:
         if zipfile.is_zipfile(p):
             with zipfile.ZipFile(p) as z:
-                total = 0
-                for member in z.namelist():
-                    if member.endswith(".npy"):
-                        with z.open(member) as f:
-                            total += _header_bytes(f)
-                return total
+                return sum(_member_bytes(z, info) for info in z.infolist())
         with open(p, "rb") as f:
             return _header_bytes(f)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
@@ -128,10 +140,12 @@ def generated_bytes(name: str, clients: int | None, options: dict[str, object]) 
 
     n = float(clients or default_clients)
     rows = number("max_samples") + number("test_samples")  # (synthetic: the protocol splits its rows)
-    d, c = number("features"), number("classes")
+    d, c, groups = number("features"), number("classes"), number("groups")
     # per value: float32 kept, its split and its standardised copies (a client's float64 draw and
     # its teacher ``d x c`` live one client at a time, counted per client to stay an upper bound)
-    return int(n * (rows * (d + 1) * 4 * 3 + d * c * 8))
+    per_client = rows * (d + 1) * 4 * 3 + d * c * 8
+    shared = groups * d * c * 8 * 3  # the groups' (clusters') weights, drawn once
+    return int(n * per_client + shared)
 
 
 def check_generated(name: str, clients: int | None, options: dict[str, object]) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .base import DataRequest, DatasetError, RawClient, RawFederated, register
-from .files import check_options
+from .options import check_options
 
 SYNTHETIC_DEFAULTS: dict[str, Any] = {
     "alpha": 1.0,
@@ -48,14 +48,25 @@ HETERO_DEFAULTS: dict[str, Any] = {
 }
 
 
+def _need(name: str, o: Mapping[str, Any], key: str, ok: bool, rule: str) -> None:
+    """DatasetError naming the option as it is set (``data.KEY``), its value and the rule."""
+    if not ok:
+        raise DatasetError(f"{name}: data.{key} = {o[key]!r}; expected {rule} (set data.{key}=...)")
+
+
+def _samples(name: str, o: Mapping[str, Any]) -> None:
+    _need(name, o, "min_samples", o["min_samples"] >= 2, "min_samples >= 2")
+    rule = f"max_samples >= min_samples = {o['min_samples']}"
+    _need(name, o, "max_samples", o["max_samples"] >= o["min_samples"], rule)
+
+
 def _options(defaults: Mapping[str, Any], given: Mapping[str, Any], name: str) -> dict[str, Any]:
     opts = check_options(name, given, defaults)
-    if opts["alpha"] < 0 or opts["beta"] < 0:
-        raise DatasetError(f"{name}: alpha and beta must be >= 0")
-    if opts["classes"] < 2 or opts["features"] < 1:
-        raise DatasetError(f"{name}: need classes >= 2 and features >= 1")
-    if not 2 <= opts["min_samples"] <= opts["max_samples"]:
-        raise DatasetError(f"{name}: need 2 <= min_samples <= max_samples")
+    for key in ("alpha", "beta"):
+        _need(name, opts, key, opts[key] >= 0, f"{key} >= 0")
+    _need(name, opts, "classes", opts["classes"] >= 2, "classes >= 2")
+    _need(name, opts, "features", opts["features"] >= 1, "features >= 1")
+    _samples(name, opts)
     return opts
 
 
@@ -93,13 +104,11 @@ def synthetic(request: DataRequest) -> RawFederated:
 @register("synthetic-hetero")
 def synthetic_hetero(request: DataRequest) -> RawFederated:
     o = _options(HETERO_DEFAULTS, request.options, "synthetic-hetero")
-    if not 0.0 <= o["relatedness"] <= 1.0:
-        raise DatasetError("synthetic-hetero: relatedness must be in [0, 1]")
-    if o["groups"] < 1:
-        raise DatasetError("synthetic-hetero: groups must be >= 1")
+    _need("synthetic-hetero", o, "relatedness", 0.0 <= o["relatedness"] <= 1.0, "0 <= relatedness <= 1")
+    _need("synthetic-hetero", o, "groups", o["groups"] >= 1, "groups >= 1")
     sizes = [int(s) for s in o["feature_counts"]]
-    if not sizes or min(sizes) < 1 or max(sizes) > o["features"]:
-        raise DatasetError(f"synthetic-hetero: feature_counts must lie in [1, features={o['features']}]")
+    ok = bool(sizes) and min(sizes) >= 1 and max(sizes) <= o["features"]
+    _need("synthetic-hetero", o, "feature_counts", ok, f"counts in [1, features = {o['features']}]")
     n_clients = request.clients or 20
     rng = np.random.default_rng(np.random.SeedSequence([request.seed, 202]))
     d, c, r = o["features"], o["classes"], o["relatedness"]
@@ -141,22 +150,19 @@ CLUSTERS_CLIENTS = 30  # clients unless the run asks for another number
 def _clusters_options(given: Mapping[str, Any]) -> dict[str, Any]:
     name = "synthetic-clusters"
     o = check_options(name, given, CLUSTERS_DEFAULTS, {"feature_counts": "int or ints"})
-    if o["classes"] < 2 or o["features"] < 1 or o["groups"] < 1:
-        raise DatasetError(f"{name}: need classes >= 2, features >= 1 and groups >= 1")
-    if not 0.0 <= o["relatedness"] <= 1.0:
-        raise DatasetError(f"{name}: relatedness must be in [0, 1]")
-    if not 0.0 <= o["label_noise"] < 1.0:
-        raise DatasetError(f"{name}: label_noise must be in [0, 1)")
-    if not 2 <= o["min_samples"] <= o["max_samples"]:
-        raise DatasetError(f"{name}: need 2 <= min_samples <= max_samples")
-    if o["test_samples"] < 1:
-        raise DatasetError(f"{name}: test_samples must be >= 1")
+    _need(name, o, "classes", o["classes"] >= 2, "classes >= 2")
+    _need(name, o, "features", o["features"] >= 1, "features >= 1")
+    _need(name, o, "groups", o["groups"] >= 1, "groups >= 1")
+    _need(name, o, "relatedness", 0.0 <= o["relatedness"] <= 1.0, "0 <= relatedness <= 1")
+    _need(name, o, "label_noise", 0.0 <= o["label_noise"] < 1.0, "0 <= label_noise < 1")
+    _samples(name, o)
+    _need(name, o, "test_samples", o["test_samples"] >= 1, "test_samples >= 1")
     sizes = o["feature_counts"]
     if isinstance(sizes, int):
         sizes = [sizes]
     sizes = [int(s) for s in sizes]
-    if not sizes or min(sizes) < 1 or max(sizes) > o["features"]:
-        raise DatasetError(f"{name}: feature_counts must lie in [1, features={o['features']}]")
+    ok = bool(sizes) and min(sizes) >= 1 and max(sizes) <= o["features"]
+    _need(name, o, "feature_counts", ok, f"counts in [1, features = {o['features']}]")
     o["feature_counts"] = sizes
     return o
 

@@ -34,7 +34,8 @@ import numpy as np
 
 from ..warn import user_stacklevel
 from .base import DataRequest, DatasetError, RawClient, RawFederated, Task
-from .files import as_features, as_targets, check_options, read_npz_clients
+from .files import as_features, as_targets, read_npz_clients
+from .options import check_options
 
 #: ``reduce=false`` keeps every client's whole training split (no "half of the clients keep 20%").
 USER_DEFAULTS: dict[str, Any] = {"task": None, "max_classes": 100, "reduce": True}

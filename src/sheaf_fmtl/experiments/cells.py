@@ -15,6 +15,7 @@ from typing import Any
 from ..config import RunConfig, from_mapping, parse_overrides, save_config
 from ..config.defaults import default_lam
 from ..config.files import replace_file
+from ..data.bounded import read_text_bounded
 from ..metrics.aggregate import FINISHED, read_summary
 from .paper import COMMON, DATASET_BASE, QUICK, Experiment, Setting
 
@@ -104,7 +105,7 @@ def finished(folder: str | Path, config: RunConfig) -> dict[str, Any] | None:
     if summary is None or summary.get("status") not in DONE:
         return None
     try:
-        saved = json.loads((folder / CELL_FILE).read_text())
+        saved = json.loads(read_text_bounded(folder / CELL_FILE))
     except (OSError, json.JSONDecodeError):
         return None
     return summary if _same_config(saved.get("config"), config) else None

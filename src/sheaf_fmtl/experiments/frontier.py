@@ -20,11 +20,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from ..config import RunConfig, from_mapping, parse_overrides
 from ..progress import bar
@@ -32,6 +29,7 @@ from ..runtime.run.interrupt import signalled
 from ..runtime.run.ledger import record_owned
 from ..runtime.run.rundir import claim
 from .cells import finished, run_folder
+from .frontier_points import Method, Point
 from .reproduce import data_present, missing_note
 
 VALIDATION = 0.2
@@ -51,22 +49,6 @@ PROBLEMS: dict[str, tuple[dict[str, Any], str]] = {
 }
 DFEDU_LAMS = (0.1, 0.3, 1.0)
 QUICK_LAMS = (0.1, 1.0)
-
-
-@dataclass(frozen=True)
-class Method:
-    """A curve: ``keys`` at each of ``levels`` (values of ``knob``), each level's strength tuned
-    over ``grid`` (key sets; a callable of the level for the sheaf's ``lam``)."""
-
-    label: str
-    slug: str
-    keys: dict[str, Any]
-    knob: str | None = None
-    levels: tuple[Any, ...] = (None,)
-    quick_levels: tuple[Any, ...] | None = None
-    grid: str = "dfedu"  # dfedu | choco | sheaf | estimates | none
-    quick: bool = True  # part of --quick
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 METHODS = (
@@ -151,19 +133,6 @@ def strength_grid(method: Method, level: Any, quick: bool) -> list[dict[str, Any
     if method.grid == "sheaf":  # the lam rule (pull 0.1/q), and pulls 0.03 and 0.3 beside it
         return [{"lam": None}] + ([] if quick else [{"lam": p / level} for p in (0.03, 0.3)])
     return [{"lam": None}]  # estimates: half the consensus step's stability limit
-
-
-@dataclass(frozen=True)
-class Point:
-    problem: str
-    method: Method
-    level: Any
-    config: RunConfig  # the test run's config for seed 0 (the tuned strength)
-    strength: dict[str, Any]
-    summaries: list[dict[str, Any]]
-
-    def values(self, key: str) -> np.ndarray:
-        return np.array([s[key] for s in self.summaries if s.get("final") is not None], dtype=float)
 
 
 def problem_config(problem: str, keys: dict[str, Any], overrides: Sequence[str], quick: bool) -> RunConfig:

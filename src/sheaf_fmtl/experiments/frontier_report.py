@@ -16,7 +16,7 @@ from ..config.files import replace_file
 from ..plots.style import color, marker, paper_style, plt, save_figure
 
 if TYPE_CHECKING:
-    from .frontier import Point
+    from .frontier_points import Point
 
 COLUMNS = (
     "problem",

@@ -11,9 +11,8 @@ from dataclasses import fields
 from typing import Any
 
 import numpy as np
-import yaml
 
-from ..config import ConfigError, RunConfig, from_mapping
+from ..config import ConfigError, RunConfig, from_mapping, parse_yaml
 
 RANGE = re.compile(r"^(?P<a>[^:]+):(?P<b>[^:]+):(?P<kind>log|lin)(?P<n>[-+]?\d+)$")
 _INT_KEYS = {f.name for f in fields(RunConfig) if str(f.type).startswith("int")}
@@ -59,7 +58,7 @@ def _number(text: str, spec: str) -> float:
 
 
 def _scalar(text: str) -> Any:
-    value = yaml.safe_load(text)
+    value = parse_yaml(text, f"grid value {_short(text)!r}")  # (010 and 1:30 refused, as in a config)
     if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
         try:
             return float(value)

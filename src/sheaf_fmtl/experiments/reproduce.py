@@ -177,7 +177,10 @@ def reproduce(
             )
             written += paths
             top = Path(out)  # (its tables and figures: --overwrite of the folder clears them)
-            record_owned(top, {q.relative_to(top).parts[0] for q in paths if q.is_relative_to(top)})
+            for q in paths:  # each file in its folder's ledger, each new top-level name in out's
+                if q.is_relative_to(top):
+                    record_owned(q.parent, [q.name])
+                    record_owned(top, [q.relative_to(top).parts[0]])
             if stopped:
                 break
         return written

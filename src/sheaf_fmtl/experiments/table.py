@@ -71,9 +71,13 @@ def _flops_unit(aggs: Sequence[Mapping[str, Any] | None]) -> tuple[str, float]:
     return next((u for u in FLOPS_UNITS if top >= u[1]), FLOPS_UNITS[-1])
 
 
-def _cell_text(col: str, agg: Mapping[str, Any], spec: Experiment) -> str:
+def _cell_text(col: str, agg: Mapping[str, Any], spec: Experiment, mixed: bool = False) -> str:
+    """One cell; in a table whose rows measure different metrics (``mixed``: accuracy beside MSE)
+    the metric cell names its own metric, under a column headed ``test metric``."""
     stats, scale, fmt = _ours(col, agg, spec)
     text = format_pm(stats, scale, fmt)
+    if col == "metric" and mixed:
+        text = f"{agg['metric']}{' (%)' if scale == 100.0 else ''}: {text}"
     cuda: SeedStats = agg["cuda_max_allocated_bytes"]
     if col == "memory" and cuda.mean is not None:
         text += f" (CUDA max allocated {format_pm(cuda, 1e-6, '.1f')})"
@@ -112,7 +116,9 @@ def compose(rows: Sequence[Row], spec: Experiment) -> tuple[str, str]:
     aggs = [aggregate_runs(r.runs) if r.runs else None for r in rows]
     if spec.flops_unit is None:
         spec = dataclasses.replace(spec, flops_unit=_flops_unit(aggs))
-    metric = next((a["metric"] for a in aggs if a and a["metric"] != "metric"), "accuracy")
+    measured = list(dict.fromkeys(a["metric"] for a in aggs if a and a["metric"] != "metric"))
+    mixed = len(measured) > 1  # (one column header cannot name them all: each cell names its own)
+    metric = "metric" if mixed else next(iter(measured), "accuracy")
     heads = [_header(c, spec, metric) for c in spec.columns]
     md = [f"# {spec.title}", "", f"Paper: {spec.reference}. Ours: mean ± standard error over seeds.", ""]
     cols = ["dataset", "setting", "seeds"]
@@ -131,10 +137,10 @@ def compose(rows: Sequence[Row], spec: Experiment) -> tuple[str, str]:
             "slug": row.slug,
             "seeds": seeds,
             "status": status,
-            "metric": metric,
+            "metric": agg["metric"] if agg and mixed else metric,
         }
         for col in spec.columns:
-            ours = _cell_text(col, agg, spec) if agg else "n/a"
+            ours = _cell_text(col, agg, spec, mixed) if agg else "n/a"
             paper = row.paper.get(col, NO_PAPER)
             cells += [ours, paper]
             stats, scale, _ = _ours(col, agg, spec) if agg else (SeedStats(None, None, 0, ()), 1.0, "")

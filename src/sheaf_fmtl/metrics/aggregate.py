@@ -9,6 +9,7 @@ on five runs" (Section 5, Evaluation): standard error = sample standard deviatio
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.files import replace_file
+from ..data.bounded import LARGE, read_text_bounded
 
 #: Statuses of a run that finished (``ok`` is what :func:`sheaf_fmtl.runtime.run.loop.run` writes).
 FINISHED = ("ok", "finished", "complete")
@@ -66,7 +68,7 @@ def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
     """``summary.json`` of a run folder, or ``None`` when it is absent or unreadable."""
     path = Path(run_dir) / "summary.json"
     try:
-        summary = json.loads(path.read_bytes().decode("utf-8"))
+        summary = json.loads(read_text_bounded(path))
     except (OSError, ValueError):  # (JSON and UTF-8 errors are ValueErrors)
         return None
     return summary if isinstance(summary, dict) else None
@@ -81,8 +83,10 @@ def final_metric(run_dir: str | Path, summary: dict[str, Any] | None = None) -> 
     path = Path(run_dir) / "metrics.csv"
     if not path.is_file():
         return None
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+    try:
+        rows = list(csv.DictReader(io.StringIO(read_text_bounded(path, LARGE), newline="")))
+    except (OSError, ValueError, csv.Error):
+        return None
     for row in reversed(rows):
         for col in METRIC_COLUMNS:
             if row.get(col):

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from ..config import PROVENANCE_KEYS, RunConfig
+from ..data.bounded import read_text_bounded
 
 # Keys that say where or how a run was executed, not what was computed (or that give the same
 # iterates by design): two runs differing only in these are the same experiment.
@@ -51,7 +52,7 @@ def read_config(run_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
     try:
-        config = yaml.safe_load(path.read_bytes().decode("utf-8")) or {}
+        config = yaml.safe_load(read_text_bounded(path)) or {}
     except (OSError, ValueError, yaml.YAMLError) as e:  # (UnicodeDecodeError is a ValueError)
         raise ValueError(f"{path} cannot be read as a run config ({type(e).__name__})") from None
     if not isinstance(config, dict):

@@ -5,10 +5,13 @@ columns read back, and the lines the terminal shows of a summary."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from pathlib import Path
 from typing import Any
+
+from ..data.bounded import LARGE, UnboundedFile, read_text_bounded
 
 #: Columns of ``metrics.csv``; ``test_metric`` is written as ``test_accuracy`` or ``test_mse``.
 METRIC_COLUMNS = (
@@ -38,11 +41,12 @@ def read_metrics(run_dir: str | Path) -> dict[str, list[float]]:
     run_dir = Path(run_dir)
     path = run_dir / "metrics.csv"
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            header = list(reader.fieldnames or [])
-            rows = list(reader)
+        reader = csv.DictReader(io.StringIO(read_text_bounded(path, LARGE), newline=""))
+        header = list(reader.fieldnames or [])
+        rows = list(reader)
         columns = {c: [float(r[c]) if r.get(c) else math.nan for r in rows] for c in header}
+    except UnboundedFile as e:  # a link to /dev/zero, a file of gigabytes
+        raise ValueError(str(e)) from None
     except (ValueError, TypeError, csv.Error) as e:  # not UTF-8, not numbers, ragged rows
         raise ValueError(
             f"{path} cannot be read as metrics ({type(e).__name__}); is it a run's file?"
@@ -59,7 +63,7 @@ def read_metrics(run_dir: str | Path) -> dict[str, list[float]]:
 
 def _summary_metric(run_dir: Path) -> str | None:
     try:
-        return str(json.loads((run_dir / "summary.json").read_text())["metric"])
+        return str(json.loads(read_text_bounded(run_dir / "summary.json"))["metric"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..data.bounded import read_text_bounded
 from .labels import long_label
 from .records import load_run
 from .style import PALETTE, algorithm_color, integer_ticks, metric_label, paper_style, save_figure
@@ -39,7 +40,7 @@ def plot_demo(
         for (name, runs), (ax_r, ax_b) in zip(rows, axes, strict=True):
             records = [load_run(r) for r, _ in runs]
             ylabel = metric_label(records[0].metric)
-            summary = json.loads((runs[0][0] / "summary.json").read_text())
+            summary = json.loads(read_text_bounded(runs[0][0] / "summary.json"))
             dims = summary.get("model_dims", [])
             sizes = f"model sizes d_i = {', '.join(map(str, dims))}" if dims else ""
             used: set[str] = set()

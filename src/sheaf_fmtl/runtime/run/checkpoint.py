@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ...metrics.final import file_digest
+from ...metrics.final import file_digest, save_state
 from .integrity import (
     FORMAT,
     MANIFEST,
@@ -98,7 +98,7 @@ def write_shard(run_dir: Path, round_: int, shard: dict[str, Any], rank: int = 0
     folder = round_dir(run_dir, round_)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / shard_name(rank)
-    atomic_write(path, lambda f: torch.save(shard, f))
+    atomic_write(path, lambda f: save_state(shard, f))  # (a full disk: its OSError)
     digest = json.dumps(file_digest(path)).encode()  # gathered into the manifest
     atomic_write(sidecar(path), lambda f: f.write(digest))
     return folder

@@ -5,10 +5,13 @@ written, and taking one: :mod:`.rundir`."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 try:
@@ -31,10 +34,19 @@ HELD_FD_ENV = "SHEAF_FMTL_HELD_FD"
 
 
 _HELD: dict[str, int] = {}  # resolved folder -> file descriptor of its locked marker
+_OWNER: dict[str, int] = {}  # resolved folder -> the thread that took its lock
+_WRITING: set[str] = set()  # resolved folders a round loop of this process writes now
+_GUARD = threading.Lock()
 
 
 class FolderError(ValueError):
     """A folder the library may not write or clear (one line naming it)."""
+
+
+#: How a refusal names the way out, in both spellings: the command line's flag and the keyword of
+#: ``sheaf_fmtl.run`` (the same message reaches both).
+ANOTHER_OUT = "choose another --out (Python: out=...)"
+OVERWRITE = "--overwrite (Python: overwrite=True)"
 
 
 def is_marked(path: str | Path) -> bool:
@@ -48,7 +60,51 @@ def _key(p: Path) -> str:
 
 
 def _held(p: Path) -> bool:
-    return _key(p) in _HELD or (os.environ.get(HELD_ENV) == _key(p) and _inherited_lock(p))
+    """This thread holds ``p``'s lock (or this process was started with it): another thread of the
+    same process does not, so two threads never both write one folder."""
+    key = _key(p)
+    if key in _HELD:
+        return _OWNER.get(key) == threading.get_ident()
+    return os.environ.get(HELD_ENV) == key and _inherited_lock(p)
+
+
+def take(p: Path, fd: int) -> None:
+    """Record that this thread holds ``p``'s lock through ``fd`` (:func:`_lock`)."""
+    _HELD[_key(p)], _OWNER[_key(p)] = fd, threading.get_ident()
+
+
+def release(p: Path) -> None:
+    _HELD.pop(_key(p), None)
+    _OWNER.pop(_key(p), None)
+
+
+def held_elsewhere(p: Path) -> bool:
+    """Another thread of this process holds ``p``'s lock."""
+    key = _key(p)
+    return key in _HELD and _OWNER.get(key) != threading.get_ident()
+
+
+@contextlib.contextmanager
+def writing(path: str | Path | None) -> Iterator[None]:
+    """Around one round loop that writes the run folder ``path``: a second one of this process into
+    the same folder (a callback that starts a run into its own run's folder, another thread) is
+    refused in one line before it touches anything (FolderError)."""
+    if path is None:
+        yield
+        return
+    key = _key(Path(path))
+    with _GUARD:
+        if key in _WRITING:
+            raise FolderError(
+                f"{path} is being written by another run of this process (a callback's run, or another "
+                "thread); two runs never write one folder: give this run another out (nothing was changed)"
+            )
+        _WRITING.add(key)
+    try:
+        yield
+    finally:
+        with _GUARD:
+            _WRITING.discard(key)
 
 
 def _inherited_lock(p: Path) -> bool:
@@ -106,6 +162,15 @@ def _write_marker(p: Path, kind: str) -> bool:
     return True
 
 
+def set_kind(p: Path, kind: str) -> None:
+    """Rewrite the marker of ``p`` (held by this process) to say ``kind`` wrote it: in place, so the
+    lock on it stays (``--overwrite`` makes a sweep's folder a run's, and so on)."""
+    body = json.dumps({"written_by": "sheaf-fmtl", "kind": kind, "created": time.time()})
+    fd = os.open(p / MARKER, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "w") as f:
+        f.write(body + "\n")
+
+
 def _lock(p: Path) -> int:
     fd = os.open(p / MARKER, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     if fcntl is None:
@@ -117,7 +182,7 @@ def _lock(p: Path) -> int:
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise FolderError(
                 f"{p} is in use by another sheaf-fmtl process that is still running; wait for it to end "
-                "or choose another --out"
+                f"or {ANOTHER_OUT}"
             ) from None
         raise
     return fd

@@ -12,7 +12,7 @@ from typing import Any
 from .integrity import CheckpointError, find_checkpoint
 
 #: What a full disk (or a spent quota) raises.
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # (EFBIG: a file size limit, ulimit -f)
 
 
 def disk_full(folder: Path | None, rows: list[dict[str, Any]], error: OSError) -> OSError:
@@ -20,6 +20,7 @@ def disk_full(folder: Path | None, rows: list[dict[str, Any]], error: OSError) -
     full; ``error`` itself otherwise (or without a folder)."""
     if folder is None or error.errno not in DISK_FULL:
         return error
+    limit = error.errno == errno.EFBIG
     kept = [f"metrics.csv to round {rows[-1]['round']}" if rows else "no evaluated round"]
     try:
         checkpoint = find_checkpoint(folder)[0]
@@ -27,8 +28,10 @@ def disk_full(folder: Path | None, rows: list[dict[str, Any]], error: OSError) -
         checkpoint = None
     if checkpoint is not None:
         kept.append(f"the checkpoint of round {int(checkpoint.name.split('-')[1])}")
-    how = f"free space, then sheaf-fmtl run --resume {folder}" if checkpoint else "free space, run it again"
+    room = "raise the file size limit (ulimit -f)" if limit else "free space"
+    how = f"{room}, then sheaf-fmtl run --resume {folder}" if checkpoint else f"{room}, run it again"
+    what = "a file reached this process's file size limit" if limit else "the disk is full"
     return OSError(  # (no errno: its "[Errno 28]" would open the line)
-        f"{folder}: the disk is full ({error.strerror or error}); the run stopped and kept "
+        f"{folder}: {what} ({error.strerror or error}); the run stopped and kept "
         f"{' and '.join(kept)}, every file whole: {how}",
     )

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ...config import PROVENANCE_KEYS, ConfigError, read_config_file
+from ...data.bounded import read_text_bounded
 from ...metrics.final import file_digest
 from .rundir import CHECKPOINTS
 
@@ -97,7 +98,7 @@ def config_digest(mapping: dict[str, Any]) -> str:
 def _bad(path: Path, what: str) -> CheckpointError:
     return CheckpointError(
         f"checkpoint {path} {what}; nothing was changed (remove its folder {path.parent} to resume "
-        "from an earlier checkpoint, if any, or start the run again with --overwrite)"
+        "from an earlier checkpoint, if any, or start the run again with --overwrite, Python: overwrite=True)"
     )
 
 
@@ -111,7 +112,7 @@ def check_manifest(folder: Path, *, shards: bool = True) -> dict[str, Any] | Non
     if path.is_symlink() or not path.is_file():
         raise _bad(path, "is not a regular file")
     try:
-        manifest = json.loads(path.read_bytes().decode("utf-8"))
+        manifest = json.loads(read_text_bounded(path))
     except (OSError, ValueError) as e:
         raise _bad(path, f"cannot be read ({type(e).__name__}: {str(e)[:120]})") from None
     found = ROUND_DIR.fullmatch(folder.name)
@@ -179,7 +180,7 @@ def check_config(run_dir: Path, manifest: dict[str, Any]) -> None:
         raise CheckpointError(
             f"checkpoint {where} records "
             "no digest of the config it was written with, so the run it continues is unknown; nothing was "
-            "changed (start the run again with --overwrite)"
+            "changed (start the run again with --overwrite; Python: overwrite=True)"
         )
     now = run_config(run_dir)
     if now is None or config_digest(now) != want:

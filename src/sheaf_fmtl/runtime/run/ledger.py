@@ -1,8 +1,10 @@
 """A folder's ledger, ``.sheaf-fmtl-owned`` beside its marker: the names of what sheaf-fmtl wrote
-there beyond the files a run folder always holds (a run's callbacks' files, a TensorBoard folder
-inside it, a sweep's ranking, a table or bench result), as a JSON list. ``--overwrite`` removes
-what it names (:func:`.clearing.clear`), and a command replaces a file only if it names it
-(:func:`.clearing.check_replaceable`)."""
+there beyond the files a run folder always holds (a ``log_tensorboard`` folder it created inside
+the run folder, a sweep's ranking, a table or bench result), as a JSON list. Only what sheaf-fmtl
+itself creates is recorded, at the moment it creates it: a file or folder of yours that appears in
+a run folder (saved there while a run writes it, or written by a callback of yours) is never
+named. ``--overwrite`` removes what it names (:func:`.clearing.clear`), and a command replaces a
+file only if it names it (:func:`.clearing.check_replaceable`)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ...config.files import replace_file
+from ...data.bounded import read_text_bounded
 
 LEDGER = ".sheaf-fmtl-owned"
 _MARKER = ".sheaf-fmtl-run"  # (:data:`.folderlock.MARKER`)
@@ -27,7 +30,7 @@ def owned_names(folder: str | Path) -> set[str]:
     if path.is_symlink() or not path.is_file():
         return set()
     try:
-        names = json.loads(path.read_text())
+        names = json.loads(read_text_bounded(path))
     except (OSError, ValueError):
         return set()
     return {n for n in names if isinstance(n, str) and _plain(n)} if isinstance(names, list) else set()
@@ -42,8 +45,3 @@ def record_owned(folder: str | Path, names: Iterable[str]) -> None:
     new = {n for n in names if _plain(n)} - known
     if new:
         replace_file(p / LEDGER, json.dumps(sorted(known | new)) + "\n")
-
-
-def entry_names(folder: str | Path | None) -> set[str]:
-    """The names in ``folder`` now (empty for ``None`` or a folder not there)."""
-    return {c.name for c in Path(folder).iterdir()} if folder is not None and Path(folder).is_dir() else set()

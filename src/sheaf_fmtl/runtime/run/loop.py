@@ -27,14 +27,13 @@ from ..engine.simulate import DivergenceError, Simulation
 from .agreement import RoundAgreement
 from .callbacks import Hooks, RunView, agreed, checked
 from .checkpoint import rank_and_world, remove_checkpoints
-from .clearing import record_written
+from .folderlock import writing
 from .full import disk_full
 from .gather import final_state
 from .interrupt import StopRequest
-from .ledger import entry_names
 from .prepare import RunState, prepare, record
-from .shipped_callbacks import from_config
-from .summary import summarize
+from .shipped_callbacks import best_record, from_config
+from .summary import summarize, vouched
 
 
 @dataclass
@@ -112,16 +111,30 @@ def execute(
             the last good evaluation, the last checkpoint, and a summary with ``status = diverged``
             and no final metric.
     """
+    with writing(out_dir):  # a second run of this process into the same folder: refused
+        return _execute(config, out_dir, progress, sim, overwrite, build, resume_from, callbacks, agreement)
+
+
+def _execute(
+    config: RunConfig,
+    out_dir: str | Path | None,
+    progress: bool,
+    sim: Simulation[Any] | None,
+    overwrite: bool,
+    build: Callable[[RunConfig], Simulation[Any]] | None,
+    resume_from: Path | None,
+    callbacks: Sequence[Any],
+    agreement: RoundAgreement | None,
+) -> RunOutcome:
     hooks = Hooks([*from_config(config), *checked(callbacks)])
-    state = prepare(config, out_dir, resume_from, agreement, sim=sim, overwrite=overwrite, build=build)
-    before = entry_names(state.folder)  # what appears in the folder from now on is the run's
+    try:
+        state = prepare(config, out_dir, resume_from, agreement, sim=sim, overwrite=overwrite, build=build)
+    except OSError as e:  # a full disk as the folder's first files are written: one line too
+        raise disk_full(None if out_dir is None else Path(out_dir), [], e) from None
     try:
         return _run(state, progress, hooks, resumed=resume_from is not None)
     except OSError as e:  # a full disk: one line naming the folder and what it kept
         raise disk_full(state.folder, state.recorder.rows, e) from None
-    finally:
-        if state.folder is not None:  # (a callback's files, a TensorBoard folder: --overwrite clears them)
-            record_written(state.folder, before)
 
 
 def _run(state: RunState, progress: bool, hooks: Hooks, *, resumed: bool) -> RunOutcome:
@@ -131,7 +144,7 @@ def _run(state: RunState, progress: bool, hooks: Hooks, *, resumed: bool) -> Run
     finally:
         state.counter.detach()
         state.recorder.close()
-    outcome = _finish(state, ending, resumed=resumed)
+    outcome = _finish(state, ending, resumed=resumed, kept=hooks.callbacks)
     hooks.run_end(outcome.summary)
     return outcome
 
@@ -206,8 +219,9 @@ def _loop(state: RunState, show: bool, hooks: Hooks) -> _Ending:
     return ending
 
 
-def _finish(state: RunState, ending: _Ending, *, resumed: bool) -> RunOutcome:
-    """The summary, and the final checkpoint (or, for a diverged run, :class:`DivergenceError`)."""
+def _finish(state: RunState, ending: _Ending, *, resumed: bool, kept: list[Any]) -> RunOutcome:
+    """The summary, and the final checkpoint (or, for a diverged run, :class:`DivergenceError`);
+    ``summary.json`` vouches for the files an export reads (``checkpoint``, ``files``, ``best``)."""
     config, sim, recorder, diverged_at = state.config, state.sim, state.recorder, ending.diverged_at
     status = "diverged" if diverged_at is not None else "interrupted" if ending.signum is not None else "ok"
     if status == "ok" and ending.stopped_by is not None:
@@ -234,7 +248,9 @@ def _finish(state: RunState, ending: _Ending, *, resumed: bool) -> RunOutcome:
     final = final_state(sim)
     digest = recorder.checkpoint(final)
     if digest is not None:  # what a reader of checkpoint.pt checks it against
-        summary["checkpoint"] = digest
+        summary.update(
+            checkpoint=digest, **vouched(state.recorder.dir), **best_record(kept, state.recorder.dir)
+        )
     recorder.summary(summary)
     if status == "ok" and state.writer.dir is not None and state.writer.leads:
         remove_checkpoints(state.writer.dir)  # checkpoint.pt (rank 0's folder) holds the final state

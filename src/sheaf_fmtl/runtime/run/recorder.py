@@ -15,7 +15,7 @@ import torch
 from ..._version import __version__
 from ...config import RunConfig, save_config
 from ...config.files import replace_file
-from ...metrics.final import FINAL, file_digest
+from ...metrics.final import FINAL, file_digest, save_state
 from ...metrics.results import LEGACY_METRIC_COLUMN, METRIC_COLUMNS, metric_column
 
 
@@ -81,7 +81,7 @@ class Recorder:
         reader checks them: :mod:`sheaf_fmtl.metrics.final`), ``None`` without a folder."""
         if self.dir is None:
             return None
-        replace_file(self.dir / FINAL, lambda f: torch.save(payload, f))
+        replace_file(self.dir / FINAL, lambda f: save_state(payload, f))
         return file_digest(self.dir / FINAL)
 
     def summary(self, payload: dict[str, Any]) -> None:

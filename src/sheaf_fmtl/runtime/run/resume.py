@@ -29,6 +29,7 @@ from .integrity import RESUMABLE_KEYS, check_config, find_checkpoint, pinned, re
 from .interrupt import leave_summary
 from .loop import RunOutcome, execute
 from .rundir import check_out_dir, claim
+from .shipped_callbacks import check_kept_best
 
 __all__ = ["RESUMABLE_KEYS", "checkpoint_to_resume", "resume", "resume_config"]
 
@@ -59,14 +60,15 @@ def resume_config(
     manifest = read_manifest(folder) if folder is not None else None
     if manifest is not None:
         check_config(Path(run_dir), manifest)
+    check_kept_best(Path(run_dir))  # a best.pt that cannot be read or was swapped: refused, nothing changed
     untrusted = untrusted_specs(read_config_file(path), {**parse_overrides(overrides or []), **(keys or {})})
     if untrusted and not trust:  # checked before anything is imported
         spec, key = next(iter(untrusted.items()))
         raise ConfigError(
             f"--resume {run_dir}: its config.yaml names code ({key} = {spec}), and a run folder never runs "
             f"its own code; if you trust it, name it again (--set {key}={spec}; Python: "
-            f"sheaf_fmtl.run(resume=..., {key}='{spec}')) or pass --trust-plugins (Python: resume(..., "
-            "trust=True))"
+            f"sheaf_fmtl.run(resume=..., {key}='{spec}')) or pass --trust-plugins (Python: "
+            "sheaf_fmtl.run(resume=..., trust_plugins=True))"
         )
     saved = load_config(path)
     config = load_config(path, overrides, keys)

@@ -26,7 +26,21 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from .folderlock import _HELD, MARKER, FolderError, _held, _key, _lock, _write_marker, is_locked, is_marked
+from ...data.bounded import read_text_bounded
+from .folderlock import (
+    ANOTHER_OUT,
+    MARKER,
+    OVERWRITE,
+    FolderError,
+    _held,
+    _lock,
+    _write_marker,
+    held_elsewhere,
+    is_locked,
+    is_marked,
+    release,
+    take,
+)
 from .ledger import LEDGER
 
 CHECKPOINTS = "checkpoints"
@@ -40,10 +54,10 @@ def check_path(path: str | Path) -> Path:
     """``path`` can be a folder: it is not a file, nor under one (FolderError otherwise)."""
     p = Path(path)
     if p.exists() and not p.is_dir():
-        raise FolderError(f"output folder {p} is an existing file; choose another --out")
+        raise FolderError(f"output folder {p} is an existing file; {ANOTHER_OUT}")
     for parent in p.parents:
         if parent.exists() and not parent.is_dir():
-            raise FolderError(f"output folder {p} is under {parent}, which is a file; choose another --out")
+            raise FolderError(f"output folder {p} is under {parent}, which is a file; {ANOTHER_OUT}")
     return p
 
 
@@ -87,10 +101,15 @@ def check_out_dir(
         _check_resumable(p, marked)
     if _entries(p) and not resume and not (reuse and marked):
         _check_clearable(p, overwrite, marked)
+    if marked and not group_member and held_elsewhere(p):
+        raise FolderError(
+            f"{p} is being written by another thread of this process; two runs never write one folder: "
+            f"wait for it to end or {ANOTHER_OUT}"
+        )
     if marked and not group_member and is_locked(p):
         raise FolderError(
             f"{p} is in use by another sheaf-fmtl process that is still running; wait for it to end "
-            "or choose another --out"
+            f"or {ANOTHER_OUT}"
         )
     if reuse and marked and kind is not None:
         _check_kind(p, kind)
@@ -101,7 +120,7 @@ def marker_kind(path: str | Path) -> str | None:
     """What wrote the marked folder ``path`` (``run``, ``seeds``, ``sweep``, ``reproduce``, ...):
     its marker's ``kind``; ``None`` for a marker without one (made by hand)."""
     try:
-        body = json.loads((Path(path) / MARKER).read_text())
+        body = json.loads(read_text_bounded(Path(path) / MARKER))
     except (OSError, ValueError):
         return None
     kind = body.get("kind") if isinstance(body, dict) else None
@@ -114,7 +133,7 @@ def _check_kind(p: Path, kind: str) -> None:
     if found is not None and found != kind:
         raise FolderError(
             f"output folder {p} holds a sheaf-fmtl {found} folder, not a {kind} one; a {kind} continues "
-            "only what a command of its kind wrote: choose another --out (nothing was changed)"
+            f"only what a command of its kind wrote: {ANOTHER_OUT} (nothing was changed)"
         )
 
 
@@ -138,19 +157,19 @@ def _check_clearable(p: Path, overwrite: bool, marked: bool) -> None:
     """A non-empty folder a new run would write: only one sheaf-fmtl marked, with ``overwrite``."""
     if not marked:
         how = (
-            "--overwrite clears only folders sheaf-fmtl wrote; a run folder of a version before "
+            f"{OVERWRITE} clears only folders sheaf-fmtl wrote; a run folder of a version before "
             f"markers: create an empty {MARKER} in it to overwrite it"
             if overwrite
-            else "--overwrite"
+            else OVERWRITE
         )
         raise FolderError(
             f"output folder {p} is not empty and was not written by sheaf-fmtl (no {MARKER} file in "
-            f"it); choose another --out (nothing was changed; {how})"
+            f"it); {ANOTHER_OUT} (nothing was changed; {how})"
         )
     if not overwrite:
         raise FolderError(
-            f"output folder {p} is not empty (an earlier run?); choose another --out, or pass "
-            "--overwrite (Python: overwrite=True) to clear it first"
+            f"output folder {p} is not empty (an earlier run?); {ANOTHER_OUT}, or pass {OVERWRITE} to "
+            "clear it first"
         )
 
 
@@ -186,17 +205,15 @@ def claim(
     p.mkdir(parents=True, exist_ok=True)
     created = _write_marker(p, kind)
     fd = _lock(p)
-    _HELD[_key(p)] = fd
+    take(p, fd)
     ok = False
     try:
         if not created and not (overwrite or resume or reuse) and _entries(p):
-            raise FolderError(
-                f"output folder {p} is not empty (another run started into it); choose another --out"
-            )
+            raise FolderError(f"output folder {p} is not empty (another run started into it); {ANOTHER_OUT}")
         yield p
         ok = True
     finally:
-        _HELD.pop(_key(p), None)
+        release(p)
         os.close(fd)
         if not ok and new and not _entries(p):
             (p / MARKER).unlink(missing_ok=True)

@@ -8,18 +8,21 @@ and the fourth (:func:`from_config`)."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ...config import ConfigError, RunConfig
-
-if TYPE_CHECKING:
-    pass
+from ...config.files import replace_file
+from ...data.bounded import read_text_bounded
+from ...metrics.final import BEST, file_digest, save_state
 from .callbacks import RunView, Stop
+from .clearing import check_replaceable, claim_entry
+from .integrity import CheckpointError
 
 
 class CSVLogger:
@@ -71,6 +74,7 @@ class TensorBoardLogger:
         if metrics is None or view.rank != 0:
             return
         if self._writer is None:
+            claim_entry(view.out, self.log_dir)  # (a folder it creates in the run folder is its own)
             self._writer = self._make(log_dir=str(self.log_dir))
         for key, value in metrics.items():
             if key != "round" and isinstance(value, int | float) and math.isfinite(value):
@@ -145,18 +149,20 @@ class BestCheckpoint:
     a list in client order) each time the evaluated metric improves. A resumed run starts from the
     ``best.pt`` its folder holds (``sheaf_fmtl.load(run, round="best")`` reads it)."""
 
-    def __init__(self, goal: str = "auto", filename: str = "best.pt") -> None:
+    def __init__(self, goal: str = "auto", filename: str = BEST) -> None:
         self.goal, self.filename = goal, filename
         self.best: float | None = None
         self.round: int | None = None
         self.thetas: dict[int, torch.Tensor] = {}
+        self.written = False  #: this run wrote its file (``summary.json`` then records it)
 
     def on_round_end(self, round: int, metrics: dict[str, Any] | None, view: RunView) -> None:
         if metrics is None:
             return
-        if self.best is None and view.out is not None and (view.out / self.filename).is_file():
-            saved = torch.load(view.out / self.filename, map_location="cpu", weights_only=True)
-            if int(saved["round"]) < round:  # kept before a stop: the best so far
+        if self.best is None and not self.written and view.out is not None:
+            check_replaceable(view.out, [self.filename], "BestCheckpoint(filename=...)")  # not yours
+            saved = _saved_best(view.out / self.filename, view.num_clients)
+            if saved is not None and int(saved["round"]) < round:  # kept before a stop: the best so far
                 self.best, self.round = float(saved["value"]), int(saved["round"])
                 self.thetas = dict(enumerate(saved["thetas"]))
         value = float(metrics[view.metric_column])
@@ -166,9 +172,78 @@ class BestCheckpoint:
         if view.out is not None and view.rank == 0 and len(self.thetas) == view.num_clients:
             payload = {"round": round, "metric": view.metric, "value": value}
             payload["thetas"] = [self.thetas[i] for i in range(view.num_clients)]
-            tmp = view.out / f".{self.filename}.tmp"
-            torch.save(payload, tmp)
-            tmp.replace(view.out / self.filename)
+            path = view.out / self.filename
+            if not self.written:  # (a file of yours of that name was refused above)
+                claim_entry(view.out, path)
+            replace_file(path, lambda f: save_state(payload, f))  # (a full disk: its OSError)
+            self.written = True
+
+
+def _saved_best(path: Path, clients: int | None) -> dict[str, Any] | None:
+    """The best evaluation a stopped run kept in ``path`` (``None``: none kept), checked: a file that
+    cannot be read, or does not hold a round, a finite value and one vector per client, is refused in
+    one line (CheckpointError) before the run goes on."""
+    if not path.is_file() or path.is_symlink():
+        return None
+    why: str | None
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - unpickling, zip and truncation errors alike
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+    else:
+        why = _not_a_best(saved, clients)
+        if why is None:
+            return dict(saved)
+    raise CheckpointError(
+        f"{path} cannot be read as the best evaluation this run kept ({why}); remove it to keep the "
+        "best of the rounds still to run (nothing was changed)"
+    )
+
+
+def _not_a_best(saved: object, clients: int | None) -> str | None:
+    if not isinstance(saved, dict) or not {"round", "value", "thetas"} <= set(saved):
+        return "no round, value and thetas"
+    thetas, value = saved["thetas"], saved["value"]
+    if not isinstance(saved["round"], int) or not isinstance(value, float) or not math.isfinite(value):
+        return "its round or value is not a number"
+    if not isinstance(thetas, list) or not all(torch.is_tensor(t) for t in thetas):
+        return "its thetas are not a list of parameter vectors"
+    if clients is not None and len(thetas) != clients:
+        return f"{len(thetas)} parameter vectors for {clients} clients"
+    return None
+
+
+def check_kept_best(run_dir: Path) -> None:
+    """Before a resume changes anything: the run folder's ``best.pt`` (when there is one) can be read
+    as a best evaluation and, when ``summary.json`` records it (``best``), is the file recorded
+    (CheckpointError in one line otherwise)."""
+    path = run_dir / BEST
+    if path.is_symlink() or not path.is_file():
+        return
+    try:
+        want = json.loads(read_text_bounded(run_dir / "summary.json")).get("best")
+    except (OSError, ValueError, AttributeError):
+        want = None  # (no summary: a run killed before it wrote one)
+    if isinstance(want, dict) and (  # (the size first: a file of gigabytes is not even read)
+        path.stat().st_size != want.get("bytes") or file_digest(path)["sha256"] != want.get("sha256")
+    ):
+        raise CheckpointError(
+            f"{path} differs from the best evaluation its summary.json recorded (altered, or from another "
+            "run); remove it to keep the best of the rounds still to run (nothing was changed)"
+        )
+    _saved_best(path, None)  # readable as a best evaluation
+
+
+def best_record(callbacks: list[Any], folder: Path | None) -> dict[str, Any]:
+    """``summary.json``'s ``best``: the round, value, size and SHA-256 of ``best.pt`` as this run's
+    :class:`BestCheckpoint` left it; ``{}`` when this run kept none (e.g. resumed without
+    ``early_stop_patience``: a ``best.pt`` left from before is then not vouched for)."""
+    for cb in callbacks:
+        if isinstance(cb, BestCheckpoint) and cb.filename == BEST and cb.round is not None:
+            path = None if folder is None else folder / BEST
+            if path is not None and path.is_file() and not path.is_symlink():
+                return {"best": {"round": cb.round, "value": cb.best, **file_digest(path)}}
+    return {}
 
 
 def _unwritable(folder: Path) -> str | None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from ...config import RunConfig
+from ...data.bounded import read_text_bounded
 from .folderlock import HELD_ENV, HELD_FD_ENV, held_lock
 from .precheck import check_processes
 from .rank import RankLostError
@@ -118,7 +119,7 @@ def _spawn(config: RunConfig, out: Path, *, progress: bool, overwrite: bool, res
         raise ValueError(_refusal(errors[0]))
     if errors:
         raise RankLostError(f"{world} processes: " + "; ".join(errors))
-    summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
+    summary: dict[str, Any] = json.loads(read_text_bounded(out / "summary.json"))
     return summary
 
 

@@ -4,6 +4,7 @@ counted (:func:`config_with_clients`)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -11,6 +12,7 @@ import torch
 from ...config import RunConfig
 from ...config.registry import edge_weights_of
 from ...federation import Cohorts
+from ...metrics.final import VOUCHED, file_digest
 from ...metrics.flops import SampleCounter
 from ...metrics.memory import peak_memory
 from ...plugins import higher_is_better
@@ -73,6 +75,15 @@ def summarize(
     if kept is not None:
         summary["coupling_state_bytes"] = int(sim.ctx.comm.all_sum(torch.tensor(kept, dtype=torch.int64)))
     return summary
+
+
+def vouched(folder: Path | None) -> dict[str, Any]:
+    """``summary.json``'s ``files``: the size and SHA-256 of the run folder's ``config.yaml`` and
+    ``preprocessing.json`` as the run leaves them (an export checks them before reading them)."""
+    if folder is None:
+        return {}
+    files = {n: file_digest(folder / n) for n in VOUCHED if (folder / n).is_file()}
+    return {"files": files}
 
 
 def _bits_side_by_side(sim: Simulation[Any], measured: int, rounds: int) -> dict[str, Any]:
