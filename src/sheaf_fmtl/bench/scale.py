@@ -101,7 +101,7 @@ def run_scale(
     path.write_text(json.dumps(result, indent=1) + "\n")
     from .scale_plot import plot_scale
 
-    plot_scale(finished, out / "scale.png")
+    plot_scale(finished, out / "scale.png", REFERENCE)
     return result
 
 

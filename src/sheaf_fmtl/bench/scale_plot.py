@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .scale import REFERENCE
-
 PANELS = (
     ("seconds_per_client_round", "seconds per client-round", 0),
     ("startup_seconds", "start-up seconds (to round 0)", 1),
@@ -15,8 +13,8 @@ PANELS = (
 )
 
 
-def plot_scale(points: list[dict[str, Any]], path: Path) -> None:
-    """One panel per quantity, one line per problem; dashed: ``value(1,000) (N / 1,000)^slope``
+def plot_scale(points: list[dict[str, Any]], path: Path, reference: int = 1_000) -> None:
+    """One panel per quantity, one line per problem; dashed: ``value(reference) (N / reference)^slope``
     (slope 0 for the per client-round cost, 1 for the totals); dotted in the memory panel: the floor."""
     import matplotlib
 
@@ -30,9 +28,9 @@ def plot_scale(points: list[dict[str, Any]], path: Path) -> None:
             pts = sorted((p for p in done if p["problem"] == problem), key=lambda p: p["clients"])
             x = [p["clients"] for p in pts]
             (line,) = ax.plot(x, [p[key] for p in pts], "o-", label=problem)
-            ref = next((p for p in pts if p["clients"] == REFERENCE), None)
+            ref = next((p for p in pts if p["clients"] == reference), None)
             if ref is not None:
-                linear = [ref[key] * (n / REFERENCE) ** slope for n in x]
+                linear = [ref[key] * (n / reference) ** slope for n in x]
                 ax.plot(x, linear, "--", color=line.get_color(), lw=1)
             if key == "memory_bytes":
                 floors = [sum(p["floor_bytes"].values()) for p in pts]
