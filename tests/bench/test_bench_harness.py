@@ -71,6 +71,7 @@ def test_frozen_gradients_reuse_one_draw_and_restore_the_batches() -> None:
     )
 
 
+@pytest.mark.slow  # (its process or its size: make test-slow, CI's second step)
 def test_bench_smoke_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--smoke", "--threads", "1", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

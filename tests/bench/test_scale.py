@@ -46,6 +46,7 @@ def test_ratios_against_the_reference_size_by_hand():
     assert r["p"]["memory_over_linear"] == pytest.approx(0.5)
 
 
+@pytest.mark.slow  # (its process or its size: make test-slow, CI's second step)
 def test_a_point_in_its_own_process_and_a_failing_one_recorded(tmp_path, monkeypatch):
     args = {"problem": "school-shaped", "clients": 30, "rounds": 2, "degree": 4.0}
     p = scale.summarise(scale.run_point(args, timeout=300))

@@ -182,6 +182,7 @@ def test_export_writes_state_dicts_and_the_preprocessing(tmp_path, capsys):
     assert not (tmp_path / "e2").exists()
 
 
+@pytest.mark.slow  # (its process or its size: make test-slow, CI's second step)
 def test_a_script_model_exports_from_the_cli_as_programs_that_need_no_code(tmp_path, monkeypatch, capsys):
     """A run whose model was a function of the user's script: ``export`` names the flag to give,
     takes ``--model MODULE:FUNCTION``, and each ``.pt2`` loads in a fresh interpreter that never

@@ -23,6 +23,7 @@ CASES = {
 
 @pytest.mark.filterwarnings("ignore:vehicle")
 @pytest.mark.parametrize("dataset", sorted(CASES))
+@pytest.mark.slow  # (its process or its size: make test-slow, CI's second step)
 def test_bfloat16_maps_keep_the_float32_metric(tmp_path, dataset):
     overrides, tol, relative = CASES[dataset]
     finals = {}

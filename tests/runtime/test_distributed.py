@@ -130,6 +130,7 @@ def three_cnns(tmp_path: Path) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow  # (its process or its size: make test-slow, CI's second step)
 def test_three_processes_match_one_aligned_maps_between_three_cnns(tmp_path: Path) -> None:
     """Default suite: a rank builds the supports of edges to architectures it does not hold, and
     the shared slices start equal from the same draws whichever rank holds which cohort."""

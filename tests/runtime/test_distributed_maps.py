@@ -11,7 +11,7 @@ import pytest
 from .test_distributed import TINY, _compare, three_cnns
 
 
-@pytest.mark.parametrize("processes", [pytest.param(2, marks=pytest.mark.slow), 3])
+@pytest.mark.parametrize("processes", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_processes_match_one_proxy_maps_between_three_cnns_with_faults(
     tmp_path: Path, processes: int
 ) -> None:

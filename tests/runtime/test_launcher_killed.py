@@ -62,6 +62,7 @@ LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /
 
 
 @LINUX
+@pytest.mark.slow  # (its process or its size: make test-slow, CI's second step)
 def test_a_killed_launcher_ends_its_ranks_which_hold_the_folder_meanwhile(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

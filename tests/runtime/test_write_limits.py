@@ -47,6 +47,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("limit, programs", [(8 * 1024, True), (1024, False)])
+@pytest.mark.slow  # (its process or its size: make test-slow, CI's second step)
 def test_export_past_a_write_limit_is_one_line_and_leaves_nothing(finished, tmp_path, limit, programs):
     before = _files(finished)
     argv = ["export", str(finished), "--out", str(tmp_path / "m"), *([] if programs else ["--no-programs"])]
