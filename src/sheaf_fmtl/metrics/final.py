@@ -95,14 +95,7 @@ def read_final(run_dir: str | Path, *, finished: bool = True) -> dict[str, Any]:
             f"{path} differs from the size and SHA-256 its {SUMMARY} recorded (altered, cut short, or "
             "from another run): not read"
         )
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - unpickling, zip and truncation errors alike
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
-        raise DatasetError(f"{path} cannot be read with weights_only=True ({first})") from None
-    if not isinstance(state, dict):
-        raise DatasetError(f"{path} does not hold a run's final state")
-    return state
+    return _load(path, "a run's final state")
 
 
 def check_vouched(run_dir: str | Path, summary: dict[str, Any]) -> None:
@@ -126,7 +119,7 @@ def read_best(run_dir: str | Path, summary: dict[str, Any]) -> dict[str, Any]:
         )
     want = summary.get("best")
     _check_digest(path, want, "best")
-    state = _load(path)
+    state = _load(path, "a run's models")
     if not isinstance(want, dict) or state.get("round") != want.get("round"):
         raise DatasetError(f"{path} holds another round than its {SUMMARY} recorded: not read")
     return state
@@ -153,12 +146,14 @@ def _check_digest(path: Path, want: object, key: str) -> None:
         )
 
 
-def _load(path: Path) -> dict[str, Any]:
+def _load(path: Path, what: str) -> dict[str, Any]:
+    """``torch.load(path, weights_only=True)`` as a dict, or DatasetError in one line naming ``what``
+    the file should hold."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - unpickling, zip and truncation errors alike
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         raise DatasetError(f"{path} cannot be read with weights_only=True ({first})") from None
     if not isinstance(state, dict):
-        raise DatasetError(f"{path} does not hold a run's models")
+        raise DatasetError(f"{path} does not hold {what}")
     return state
