@@ -306,3 +306,22 @@ def test_the_bits_axis_labels_never_overlap(tmp_path, bits):
     ]
     assert len(shown) >= 2 and not _crowded(shown), [(b.x0, b.x1) for b in shown]
     plt.close(fig)
+
+
+def test_separation_counts_within_and_between_group_edges_by_hand() -> None:
+    from sheaf_fmtl.plots.edge_weights import edge_weight_figure, separation
+
+    groups = np.array([0, 0, 1, 1])
+    edges = np.array([[0, 1], [2, 3], [1, 2], [0, 3]])  # two within, two between
+    final = np.zeros((4, 4))
+    for (i, j), w in zip(edges, [0.9, 0.5, 0.5, 0.1], strict=True):
+        final[i, j] = final[j, i] = w
+    sep = separation(final, edges, groups)
+    # within {0.9, 0.5}, between {0.5, 0.1}: pairs 0.9>0.5, 0.9>0.1, 0.5=0.5 (half), 0.5>0.1
+    assert sep == pytest.approx({"within": 0.7, "between": 0.3, "auc": 3.5 / 4})
+    one_kind = separation(final, edges[:2], groups)
+    assert one_kind["within"] == pytest.approx(0.7) and np.isnan(one_kind["auc"])
+    weights = {"final": final, "edges": edges, "history": np.zeros((0, 4)), "rounds": np.zeros(0, int)}
+    fig = edge_weight_figure(weights, groups, "a graph saved once")
+    assert len(fig.axes) == 2  # the heatmap and its colour bar; no rounds panel without a history
+    assert "P(within > between) = 0.88" in fig.axes[0].get_title()

@@ -32,10 +32,11 @@ def load_edge_weights(run_dir: str | Path) -> dict[str, np.ndarray] | None:
     if ckpt.get("edge_weights") is None or n > MAX_HEATMAP_CLIENTS:
         return None
     edges = np.asarray(ckpt["edges"]).reshape(-1, 2)
+    history = ckpt.get("edge_weight_history")
     return {
         "final": half_edge_matrix(np.asarray(ckpt["edge_weights"], dtype=float), edges, n),
-        "history": np.asarray(ckpt["edge_weight_history"], dtype=float),
-        "rounds": np.asarray(ckpt["edge_weight_rounds"], dtype=int),
+        "history": np.zeros((0, len(edges))) if history is None else np.asarray(history, dtype=float),
+        "rounds": np.asarray(ckpt.get("edge_weight_rounds", ()), dtype=int),
         "edges": edges,
     }
 
@@ -48,10 +49,26 @@ def client_groups(config: dict[str, Any], n: int) -> np.ndarray | None:
     return np.asarray(clusters_groups(n, groups))
 
 
+def separation(final: np.ndarray, edges: np.ndarray, groups: np.ndarray) -> dict[str, float]:
+    """How well edge weights ``final [N, N]`` recover known groups: the mean weight of the edges
+    within a group and between groups, and the probability that a within-group edge weighs more
+    than a between-group one (ties count half: the area under the ROC curve; 0.5 is chance, 1 a
+    perfect separation). ``nan`` where either kind of edge is missing."""
+    w = final[edges[:, 0], edges[:, 1]]
+    same = groups[edges[:, 0]] == groups[edges[:, 1]]
+    inside, across = w[same], w[~same]
+    if not len(inside) or not len(across):
+        nan = float("nan")
+        return {"within": float(inside.mean()) if len(inside) else nan, "between": nan, "auc": nan}
+    greater = (inside[:, None] > across[None, :]).mean() + 0.5 * (inside[:, None] == across[None, :]).mean()
+    return {"within": float(inside.mean()), "between": float(across.mean()), "auc": float(greater)}
+
+
 def edge_weight_figure(weights: dict[str, np.ndarray], groups: np.ndarray | None, title: str) -> Figure:
     """Left: ``a_ij`` of the last round per pair (non-edges hatched; group blocks outlined).
     Right: the weights over rounds (mean within groups and between them, or the mean and the
-    10-90% band of every edge)."""
+    10-90% band of every edge). With groups, the heatmap's title gives their :func:`separation`;
+    without a history (a rival's graph saved once), the right panel is left out."""
     final, edges = weights["final"], weights["edges"]
     n = final.shape[0]
     edge = adjacency(edges, n)
@@ -63,6 +80,12 @@ def edge_weight_figure(weights: dict[str, np.ndarray], groups: np.ndarray | None
     ax.set(xlim=(-0.5, n - 0.5), ylim=(n - 0.5, -0.5), aspect="equal", xlabel="client j", ylabel="client i")
     ax.grid(False)
     if groups is not None:
+        sep = separation(final, edges, groups)
+        ax.set_title(
+            f"mean weight within groups {sep['within']:.2f}, between {sep['between']:.2f};\n"
+            f"P(within > between) = {sep['auc']:.2f} (0.5: chance)",
+            fontsize="medium",
+        )
         for g in np.unique(groups):
             members = np.flatnonzero(groups == g)
             lo, size = members.min() - 0.5, len(members)
@@ -73,6 +96,11 @@ def edge_weight_figure(weights: dict[str, np.ndarray], groups: np.ndarray | None
         handles.append(Patch(fill=False, ec="black", label="a group of related clients"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False, ncol=2)
     rounds, per_edge = weights["rounds"], weights["history"]  # [K, E], in the order of ``edges``
+    if not len(per_edge):  # weights saved once, without their rounds
+        cx.remove()
+        fig.suptitle(title)
+        fig.tight_layout()
+        return fig
     if groups is not None:
         same = groups[edges[:, 0]] == groups[edges[:, 1]]
         for mask, label in ((same, "within a group"), (~same, "between groups")):
