@@ -183,6 +183,7 @@ class PFedGraph(Algorithm[PFedGraphState]):
             gossip=gossip,
             origin=ctx.fed.architecture(0).initial_model(ctx.config.seed, True).to(theta),
             anchor=torch.zeros_like(theta),
+            self_weights=theta.new_ones(len(theta)),  # (a row per client from the start: faults keep rows)
         )
 
     def local(self, state: PFedGraphState, ctx: Context) -> PFedGraphState:
