@@ -97,6 +97,8 @@ PROBLEMS = [
     Problem("ditto", {**SYNTH, "algorithm": "ditto"}),
     Problem("pfedme", {**SYNTH, "algorithm": "pfedme"}),
     Problem("perfedavg", {**SYNTH, "algorithm": "perfedavg"}),
+    Problem("pfedgraph", {**SYNTH, "algorithm": "pfedgraph"}),
+    Problem("dpfl", {**SYNTH, "algorithm": "dpfl", "dpfl_period": 1}),
 ]
 BY_NAME = {p.name: p for p in PROBLEMS}
 

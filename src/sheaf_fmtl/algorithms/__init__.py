@@ -7,6 +7,7 @@ from __future__ import annotations
 # isort: off
 from . import sheaf_fmtl, sheaf_coordinates, sheaf_proxy, sheaf_functional
 from . import local, dfedu, dpsgd, fedavg, ditto, pfedme, perfedavg
+from . import pfedgraph, dpfl
 
 # isort: on
 from .base import ALGORITHMS, Algorithm, Context, State, make_algorithm, register
@@ -20,10 +21,12 @@ __all__ = [
     "register",
     "ditto",
     "dfedu",
+    "dpfl",
     "dpsgd",
     "fedavg",
     "local",
     "perfedavg",
+    "pfedgraph",
     "pfedme",
     "sheaf_coordinates",
     "sheaf_functional",

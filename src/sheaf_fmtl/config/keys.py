@@ -23,7 +23,7 @@ class ProblemKeys:
     algorithm: str = _key(
         "sheaf-fmtl",
         "What runs: `sheaf-fmtl` (the paper's Algorithm 1), `local` (no communication), or a baseline: "
-        "`dpsgd`, `dfedu`, `fedavg`, `ditto`, `pfedme`, `perfedavg`.",
+        "`dpsgd`, `dfedu`, `fedavg`, `ditto`, `pfedme`, `perfedavg`, `pfedgraph`, `dpfl`.",
     )
     dataset: str = _key(
         "synthetic-clusters",

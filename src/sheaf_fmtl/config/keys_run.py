@@ -118,6 +118,27 @@ class StepKeys(CompressionKeys):
     inner_lr: float = _key(0.05, "pFedMe: step size of the inner solve.")
     pfedme_beta: float = _key(1.0, "pFedMe: server mixing `w <- (1 - beta) w + beta mean_i w_i`.")
     perfedavg_beta: float = _key(0.01, "Per-FedAvg: meta (outer) step size; `alpha` is the adaptation step.")
+    pfedgraph_alpha: float = _key(
+        0.8,
+        "pFedGraph: weight `alpha` of the data-size prior in each client's graph step, `min_w sum_j w_j "
+        "(-cos_ij) + alpha ||w - p||^2` over the simplex of itself and its neighbours (larger: closer to "
+        "averaging by sample counts; smaller: to the most similar updates).",
+    )
+    dpfl_budget: int = _key(
+        9,
+        "DPFL: most collaborators (graph neighbours) a client chooses besides itself (the authors' "
+        "cardinality 10 counts the client); it stops earlier when no neighbour lowers its held-out loss.",
+    )
+    dpfl_period: int = _key(
+        2,
+        "DPFL: rounds between two exchanges (each one chooses the collaborators again and averages with "
+        "them); the first comes after two rounds of local training, as in the authors' code.",
+    )
+    dpfl_holdout: float = _key(
+        0.2,
+        "DPFL: fraction of each client's training samples held out of training to choose its "
+        "collaborators on (their validation loss).",
+    )
     # The local optimizer and schedule (algorithms/optim.py), the loop's callbacks (runtime/run/callbacks.py)
     optimizer: str = _key(
         "sgd",

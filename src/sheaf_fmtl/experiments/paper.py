@@ -179,6 +179,9 @@ COMPARISON = Experiment(
         _alg("Ditto", "ditto"),
         _alg("pFedMe", "pfedme"),
         _alg("Per-FedAvg", "perfedavg"),
+        # beyond the paper: baselines that learn a collaboration graph (the paper reports none)
+        _alg("pFedGraph", "pfedgraph"),
+        _alg("DPFL", "dpfl"),
         LOCAL,
     ),
     columns=COLUMNS,

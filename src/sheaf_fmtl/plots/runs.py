@@ -57,16 +57,16 @@ def plot_runs(
         written += save_figure(metric_figure(records), out / "metric_vs_rounds_and_bits", formats)
         names: set[str] = set()
         for i, record in enumerate(records):
-            maps = load_map_norms(record.path)
-            if maps is None:
+            maps, weights = load_map_norms(record.path), load_edge_weights(record.path)
+            if maps is None and weights is None:
                 continue
             name = record.path.name if record.path.name not in names else f"{i}_{record.path.name}"
             names.add(name)
             about = title(describe(record.config, keys))
-            heading = f"{object_name(record.dataset)}: " + r"$\|P_{ij}\|_F$" + f"\n{about}"
-            written += save_figure(map_norm_figure(*maps, heading), out / f"map_norms_{name}", formats)
-            weights = load_edge_weights(record.path)
-            if weights is not None:
+            if maps is not None:
+                heading = f"{object_name(record.dataset)}: " + r"$\|P_{ij}\|_F$" + f"\n{about}"
+                written += save_figure(map_norm_figure(*maps, heading), out / f"map_norms_{name}", formats)
+            if weights is not None:  # (also a rival's graph: pfedgraph, dpfl)
                 groups = client_groups(record.config, weights["final"].shape[0])
                 heading = f"{object_name(record.dataset)}: learned edge weights\n{about}"
                 figure = edge_weight_figure(weights, groups, heading)
