@@ -7,6 +7,7 @@ from __future__ import annotations
 # isort: off
 from . import sheaf_fmtl, sheaf_coordinates, sheaf_proxy, sheaf_functional
 from . import local, dfedu, dpsgd, fedavg, ditto, pfedme, perfedavg
+from . import fedavg_ft, dpsgd_ft, partial
 
 # isort: on
 from .base import ALGORITHMS, Algorithm, Context, State, make_algorithm, register
@@ -21,8 +22,11 @@ __all__ = [
     "ditto",
     "dfedu",
     "dpsgd",
+    "dpsgd_ft",
     "fedavg",
+    "fedavg_ft",
     "local",
+    "partial",
     "perfedavg",
     "pfedme",
     "sheaf_coordinates",

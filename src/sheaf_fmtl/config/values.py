@@ -59,6 +59,8 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "inner_lr": (0.0, False, None, False, "inner_lr > 0"),
     "pfedme_beta": (0.0, False, None, False, "pfedme_beta > 0"),
     "perfedavg_beta": (0.0, False, None, False, "perfedavg_beta > 0"),
+    "finetune_epochs": (1, True, None, False, "finetune_epochs >= 1"),
+    "personal_layers": (1, True, None, False, "personal_layers >= 1"),
     "drop_prob": (0.0, True, 1.0, False, "0 <= drop_prob < 1"),
     "link_drop_prob": (0.0, True, 1.0, False, "0 <= link_drop_prob < 1"),
     "processes": (1, True, None, False, "processes >= 1"),
