@@ -97,6 +97,9 @@ PROBLEMS = [
     Problem("ditto", {**SYNTH, "algorithm": "ditto"}),
     Problem("pfedme", {**SYNTH, "algorithm": "pfedme"}),
     Problem("perfedavg", {**SYNTH, "algorithm": "perfedavg"}),
+    Problem("fedavg-ft", {**SYNTH, "algorithm": "fedavg-ft", "local_epochs": 1}),
+    Problem("dpsgd-ft", {**SYNTH, "algorithm": "dpsgd-ft", "local_epochs": 1}),
+    Problem("partial-cnn", {"algorithm": "partial", "batch_size": 8, "alpha": 0.05}, "cnn"),
 ]
 BY_NAME = {p.name: p for p in PROBLEMS}
 

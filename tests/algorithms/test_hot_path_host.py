@@ -114,7 +114,10 @@ def _known(key: str) -> bool:
 
 @pytest.mark.parametrize(
     "name",
-    ["sheaf-compact-defer3", "sheaf-hetero-cohorts", "sheaf-cnn", "sheaf-epochs", "dpsgd", "fedavg"],
+    [
+        *("sheaf-compact-defer3", "sheaf-hetero-cohorts", "sheaf-cnn", "sheaf-epochs", "dpsgd", "fedavg"),
+        *("fedavg-ft", "dpsgd-ft", "partial-cnn"),
+    ],
 )
 def test_a_round_reads_nothing_back(name: str) -> None:
     p = BY_NAME[name]

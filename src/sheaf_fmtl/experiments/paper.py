@@ -179,6 +179,11 @@ COMPARISON = Experiment(
         _alg("Ditto", "ditto"),
         _alg("pFedMe", "pfedme"),
         _alg("Per-FedAvg", "perfedavg"),
+        # beyond the paper: the shared models fine-tuned before scoring (algorithms/finetune.py), and
+        # partial personalisation, the CNN's last layer personal (algorithms/partial.py)
+        _alg("FedAvg+FT", "fedavg-ft"),
+        _alg("D-PSGD+FT", "dpsgd-ft"),
+        _alg("DFedAlt (partial personalisation)", "partial"),
         LOCAL,
     ),
     columns=COLUMNS,
