@@ -14,11 +14,10 @@ import torch
 
 import sheaf_fmtl
 from sheaf_fmtl.algorithms.dpsgd_ft import TunedGossipState
-from sheaf_fmtl.algorithms.finetune import FINETUNE
+from sheaf_fmtl.algorithms.finetune import client_seeds
 from sheaf_fmtl.algorithms.server import ServerState
 from sheaf_fmtl.metrics.flops import per_sample_flops
 from sheaf_fmtl.runtime.engine.simulate import build_simulation
-from sheaf_fmtl.streams import BATCH, stream, stream_seed
 
 from .._baselines_problems import (
     client_arrays,
@@ -91,7 +90,7 @@ def test_the_scored_models_are_the_shared_ones_after_full_batch_passes(algorithm
 
 
 def test_the_mini_batches_walk_each_clients_own_fine_tuning_stream() -> None:
-    """Batches of 3 in the order of each client's keys from ``(seed, FINETUNE, round)`` and its id:
+    """Batches of 3 in the order of each client's keys from its seed for that round (``client_seeds``):
     two passes over its own samples, a shorter last batch (``DataLoader(shuffle=True)`` per client)."""
     b, epochs, alpha, seed = 3, 2, 0.05, 3
     sim = simulation("fedavg-ft", FED, path_graph(4), batch_size=b, finetune_epochs=epochs, local_epochs=1)
@@ -99,7 +98,7 @@ def test_the_mini_batches_walk_each_clients_own_fine_tuning_stream() -> None:
     shared = sim.state.global_copies.double().numpy()
     expected = []
     for client, (theta, (x, y)) in enumerate(zip(shared, XY, strict=True)):
-        gen = stream(stream_seed(seed, FINETUNE, 1), BATCH, client)
+        gen = torch.Generator().manual_seed(int(client_seeds(seed, 1, np.arange(4))[client]))
         for _ in range(epochs):
             order = torch.rand(len(y), generator=gen).argsort().numpy()
             for s in range(math.ceil(len(y) / b)):
@@ -153,3 +152,10 @@ def test_fine_tuning_learns_above_local_training_on_related_clients(algorithm: s
     local = sheaf_fmtl.run(algorithm="local", **RELATED).summary["final"]
     tuned = sheaf_fmtl.run(algorithm=algorithm, **RELATED).summary["final"]
     assert tuned > local + 0.05, (tuned, local)
+
+
+def test_the_client_seeds_are_distinct_per_client_and_round_and_fixed_by_the_seed() -> None:
+    ids = np.arange(1000)
+    seeds = np.stack([client_seeds(seed, draw, ids) for seed in (0, 1) for draw in (0, 1, 2)])
+    assert len(np.unique(seeds)) == seeds.size and (seeds < 2**63).all()
+    np.testing.assert_array_equal(client_seeds(1, 2, ids[500:]), seeds[5, 500:])  # a shard's own ids

@@ -21,10 +21,11 @@ from typing import ClassVar
 
 import torch
 
+from ..config import RunConfig
 from ..messages import Payload
 from .base import Context, register
 from .dpsgd import DPSGD, mixing_flops
-from .finetune import extended, finetune
+from .finetune import FinetuneStreams, extended, finetune, finetune_streams
 from .gossip import GossipState
 
 
@@ -47,7 +48,12 @@ class TunedGossipState(GossipState):
 class DPSGDFT(DPSGD):
     name = "dpsgd-ft"
 
+    def __init__(self, config: RunConfig) -> None:
+        super().__init__(config)
+        self.streams: FinetuneStreams | None = None  # the fine-tuning's (set by init)
+
     def init(self, ctx: Context) -> GossipState:
+        self.streams = finetune_streams(ctx)
         return self._tune(extended(super().init(ctx), TunedGossipState), ctx)
 
     def local(self, state: GossipState, ctx: Context) -> GossipState:
@@ -61,8 +67,8 @@ class DPSGDFT(DPSGD):
     def _tune(self, state: GossipState, ctx: Context) -> GossipState:
         """``models``: D-PSGD's ``x_i`` (in ``thetas`` after its round); ``thetas``: them fine-tuned
         (:func:`.finetune.finetune`)."""
-        assert isinstance(state, TunedGossipState)
+        assert isinstance(state, TunedGossipState) and self.streams is not None
         state.models = state.thetas[0]
-        state.thetas = finetune(ctx, state.thetas, state.tuned)
+        state.thetas = finetune(ctx, state.thetas, self.streams, state.tuned)
         state.tuned += 1
         return state

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ..config import RunConfig
 from .base import Context, register
 from .fedavg import FedAvg
-from .finetune import extended, finetune
+from .finetune import FinetuneStreams, extended, finetune, finetune_streams
 from .server import ServerState, server_flops
 
 
@@ -37,7 +38,12 @@ class TunedServerState(ServerState):
 class FedAvgFT(FedAvg):
     name = "fedavg-ft"
 
+    def __init__(self, config: RunConfig) -> None:
+        super().__init__(config)
+        self.streams: FinetuneStreams | None = None  # the fine-tuning's (set by init)
+
     def init(self, ctx: Context) -> ServerState:
+        self.streams = finetune_streams(ctx)
         return self._tune(extended(super().init(ctx), TunedServerState), ctx)
 
     def local_update(self, state: ServerState, ctx: Context) -> ServerState:
@@ -53,6 +59,7 @@ class FedAvgFT(FedAvg):
     def _tune(self, state: ServerState, ctx: Context) -> ServerState:
         """``thetas``: the global copies fine-tuned (:func:`.finetune.finetune`)."""
         assert isinstance(state, TunedServerState) and state.global_copies is not None
-        state.thetas = finetune(ctx, [state.global_copies], state.tuned)
+        assert self.streams is not None
+        state.thetas = finetune(ctx, [state.global_copies], self.streams, state.tuned)
         state.tuned += 1
         return state
