@@ -104,3 +104,14 @@ def grads(thetas: np.ndarray, data: list[tuple[np.ndarray, np.ndarray]], l2: flo
 def thetas_np(sim: Simulation) -> np.ndarray:
     """``[N, d]`` float64 thetas in client order (one cohort)."""
     return sim.state.thetas[0].detach().double().numpy().copy()
+
+
+def mlp(input_shape: tuple[int, ...], num_outputs: int) -> torch.nn.Module:
+    """One hidden layer of 32 ReLU units (``model = tests._baselines_problems:mlp``): a body and a
+    head for ``algorithm = partial`` on tabular data."""
+    return torch.nn.Sequential(
+        torch.nn.Flatten(),
+        torch.nn.Linear(int(np.prod(input_shape)), 32),
+        torch.nn.ReLU(),
+        torch.nn.Linear(32, num_outputs),
+    )

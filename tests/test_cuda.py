@@ -99,6 +99,9 @@ PROBLEMS = [
     Problem("perfedavg", {**SYNTH, "algorithm": "perfedavg"}),
     Problem("pfedgraph", {**SYNTH, "algorithm": "pfedgraph"}),
     Problem("dpfl", {**SYNTH, "algorithm": "dpfl", "dpfl_period": 1}),
+    Problem("fedavg-ft", {**SYNTH, "algorithm": "fedavg-ft", "local_epochs": 1}),
+    Problem("dpsgd-ft", {**SYNTH, "algorithm": "dpsgd-ft", "local_epochs": 1}),
+    Problem("partial-cnn", {"algorithm": "partial", "batch_size": 8, "alpha": 0.05}, "cnn"),
 ]
 BY_NAME = {p.name: p for p in PROBLEMS}
 

@@ -123,6 +123,7 @@ def _known(key: str) -> bool:
         "fedavg",
         "pfedgraph",
         "dpfl",
+        *("fedavg-ft", "dpsgd-ft", "partial-cnn"),
     ],
 )
 def test_a_round_reads_nothing_back(name: str) -> None:

@@ -113,6 +113,8 @@ def test_schedules_by_hand():
         ({"algorithm": "perfedavg", "optimizer": "momentum"}, "MAML"),
         ({"algorithm": "sheaf-fmtl", "optimizer": "adam", "local_epochs": 0}, "needs local_epochs > 0"),
         ({"algorithm": "dfedu", "lr_schedule": "step", "local_epochs": 0}, "needs local_epochs > 0"),
+        ({"algorithm": "dpsgd-ft", "optimizer": "adam", "local_epochs": 0}, "needs local_epochs > 0"),
+        ({"algorithm": "partial", "optimizer": "momentum"}, "one part of the model at a time"),
         ({"momentum": 0.5}, "'momentum' is set but optimizer = sgd"),
         (
             {"optimizer": "momentum", "adam_eps": 1e-6, "algorithm": "local"},

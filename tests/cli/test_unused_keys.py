@@ -50,6 +50,13 @@ def _numbers(metrics: Path) -> list[list[str]]:
         ),
         ({"algorithm": "dpsgd", "dpsgd_order": "atc"}, []),
         ({"algorithm": "pfedme", "inner_steps": 3, "perfedavg_beta": 0.5}, ["perfedavg_beta"]),
+        (
+            {"algorithm": "fedavg", "finetune_epochs": 3, "personal_layers": 2},
+            ["finetune_epochs", "personal_layers"],
+        ),
+        ({"algorithm": "fedavg-ft", "finetune_epochs": 3, "dpsgd_order": "atc"}, ["dpsgd_order"]),
+        ({"algorithm": "dpsgd-ft", "finetune_epochs": 3, "dpsgd_order": "atc"}, []),
+        ({"algorithm": "partial", "personal_layers": 2, "finetune_epochs": 2}, ["finetune_epochs"]),
         ({"graph": "complete", "graph_p": 0.5, "graph_k": 6}, ["graph_p", "graph_k"]),
         ({"graph": "watts-strogatz", "graph_p": 0.5, "graph_k": 6, "graph_m": 3}, ["graph_m"]),
         ({"local_epochs": 1, "local_steps": 3}, ["local_steps"]),

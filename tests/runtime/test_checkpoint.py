@@ -64,6 +64,9 @@ CASES = {
     "ditto": {"algorithm": "ditto"},
     "pfedme": {"algorithm": "pfedme", "inner_steps": 2},
     "perfedavg": {"algorithm": "perfedavg"},
+    "fedavg-ft": {"algorithm": "fedavg-ft", "finetune_epochs": 2},
+    "dpsgd-ft-faults": {"algorithm": "dpsgd-ft", "drop_prob": 0.2, "link_drop_prob": 0.2},
+    "partial": {"algorithm": "partial", "model": "tests._baselines_problems:mlp"},
 }
 
 
@@ -115,7 +118,7 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(tmp_path, case):
     learned = config.algorithm == "sheaf-fmtl" and config.maps in ("learned", "fixed")
     if learned:  # resumable checkpoints hold the maps, deferred factors pending
         assert shard["state"]["store"]["base"] and any(shard["state"]["store"]["count"])
-    outcome = resume(tmp_path / "part")
+    outcome = resume(tmp_path / "part", trust=":" in config.model)  # (a test module's model)
     assert outcome.summary["resumed_from_round"] == 3 and outcome.summary["status"] == "ok"
     _assert_same_run(tmp_path / "full", tmp_path / "part")
     if config.drop_prob > 0:  # the simulated faults resume with their draws and counts

@@ -177,6 +177,9 @@ def test_three_processes_match_one_aligned_maps_between_three_cnns(tmp_path: Pat
             "maps": "features",
             "partition": "community",
         },
+        {"algorithm": "fedavg-ft", "dataset": "synthetic", "finetune_epochs": 2},
+        {"algorithm": "dpsgd-ft", "dataset": "synthetic", "local_epochs": 1},
+        {"algorithm": "partial", "dataset": "synthetic", "model": "tests._baselines_problems:mlp"},
     ],
     ids=[
         "sheaf-literal",
@@ -191,6 +194,9 @@ def test_three_processes_match_one_aligned_maps_between_three_cnns(tmp_path: Pat
         "dpsgd-qsgd",
         "dpsgd-powergossip",
         "features",
+        "fedavg-ft",
+        "dpsgd-ft",
+        "partial",
     ],
 )
 def test_k_processes_match_one(tmp_path: Path, settings: dict[str, Any], processes: int) -> None:

@@ -23,6 +23,8 @@ from sheaf_fmtl.sheaf.graph import ClientGraph
 from .._baselines_problems import config, federation, regression_dataset, simulation
 from ..conftest import make_dataset
 
+BODY_AND_HEAD = "tests._baselines_problems:tiny_network"  # two layers: what algorithm=partial needs
+
 GRAPH = ClientGraph(4, np.array([[0, 1], [1, 2], [2, 3], [0, 3], [0, 2]]))
 
 
@@ -337,6 +339,7 @@ def test_dropout_runs_of_every_algorithm_finish(algorithm: str, tmp_path) -> Non
         drop_prob=0.3,
         link_drop_prob=0.3,
         data={"features": 5, "classes": 3, "min_samples": 20, "max_samples": 40},
+        model=BODY_AND_HEAD if algorithm == "partial" else "auto",  # (a personal head needs a body)
     )
     out = execute(cfg, tmp_path / "run")
     assert out.summary["status"] == "ok" and np.isfinite(out.summary["final"])
@@ -373,7 +376,8 @@ def test_no_drops_is_bit_identical_to_no_fault_handling(algorithm: str, mode: st
         pytest.skip("message_mode is Sheaf-FMTL's")
     runs = []
     for plain in (False, True):
-        sim = simulation(algorithm, batch_size=4, message_mode=mode, lam=0.1)
+        fed = federation(model=BODY_AND_HEAD) if algorithm == "partial" else None
+        sim = simulation(algorithm, fed, batch_size=4, message_mode=mode, lam=0.1)
         if plain:
             sim.transport = PlainTransport()
         for _ in range(4):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from . import sheaf_fmtl, sheaf_coordinates, sheaf_proxy, sheaf_functional
 from . import local, dfedu, dpsgd, fedavg, ditto, pfedme, perfedavg
 from . import pfedgraph, dpfl
+from . import fedavg_ft, dpsgd_ft, partial
 
 # isort: on
 from .base import ALGORITHMS, Algorithm, Context, State, make_algorithm, register
@@ -23,8 +24,11 @@ __all__ = [
     "dfedu",
     "dpfl",
     "dpsgd",
+    "dpsgd_ft",
     "fedavg",
+    "fedavg_ft",
     "local",
+    "partial",
     "perfedavg",
     "pfedgraph",
     "pfedme",

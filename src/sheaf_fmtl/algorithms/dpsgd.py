@@ -34,14 +34,14 @@ import numpy as np
 import torch
 
 from ..config import RunConfig
-from ..messages import EdgeTensor, Payload
+from ..messages import EdgeTensor, Payload, ServerTensor
 from ..sheaf.graph import ClientGraph
 from ..warn import user_stacklevel
 from .base import Algorithm, Context, register
 from .compressed import DifferenceExchange, analytic_bits, make_exchange
 from .coupling_strength import graph_lambda_max
 from .epoch import local_epochs
-from .gossip import GossipState, gossip_init
+from .gossip import GossipState, ModelGossip, gossip_init
 from .steps import gradient, sgd_steps
 
 
@@ -53,12 +53,53 @@ def metropolis_weights(graph: ClientGraph) -> tuple[np.ndarray, np.ndarray]:
     return w, self_w
 
 
-def _mixing_flops(config: RunConfig, dim: int, clients: int, half_edges: int) -> int:
+def mixing_flops(config: RunConfig, dim: int, clients: int, half_edges: int) -> int:
     """A round's gossip average: one term per half-edge and one self term per client."""
     return 2 * dim * (half_edges + clients)
 
 
-@register("dpsgd", display="D-PSGD", reads=("dpsgd_order", "compressor"), color=2, aggregation=_mixing_flops)
+def warn_weighted(ctx: Context, name: str) -> None:
+    """Warn that the graph's edge weights are ignored (the mixing weights come from the degrees)."""
+    if ctx.graph.weighted:
+        warnings.warn(
+            f"{name} ignores the graph's edge weights a_ij: it mixes with Metropolis-Hastings weights "
+            "from the degrees (dfedu uses a_ij as its coupling weights)",
+            UserWarning,
+            stacklevel=user_stacklevel(),
+        )
+
+
+def mixing_tensors(
+    gossip: ModelGossip, w: np.ndarray, self_w: np.ndarray, ref: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(w per held half-edge [H, 1], w_ii per held client [N, 1])`` on ``ref``'s device and dtype,
+    from :func:`metropolis_weights`'s graph-wide arrays."""
+    w, self_w = gossip.on_half_edges(w), gossip.on_clients(self_w)
+    return (
+        torch.as_tensor(w, dtype=ref.dtype, device=ref.device)[:, None],
+        torch.as_tensor(self_w, dtype=ref.dtype, device=ref.device)[:, None],
+    )
+
+
+def mix(
+    gossip: ModelGossip,
+    own: torch.Tensor,
+    mixing: tuple[torch.Tensor, torch.Tensor],
+    item: EdgeTensor | ServerTensor,
+) -> torch.Tensor:
+    """``x_i <- w_ii x_i + sum_j w_ij x_j`` (``own``: the ``x_i [N, k]``, ``item``: the neighbours'),
+    renormalised over the neighbours heard when some message did not arrive (module docstring)."""
+    w, self_w = mixing
+    terms, heard = w * gossip.received(item), gossip.heard(item)
+    if heard is None:
+        return self_w * own + gossip.neighbour_sum(terms)
+    # over the neighbours heard: w_ii + sum_{j heard} w_ij = 1 - sum_{j missed} w_ij
+    missed = gossip.neighbour_sum(torch.where(heard, w.new_zeros(()), w))
+    terms = torch.where(heard, terms, terms.new_zeros(()))
+    return (self_w * own + gossip.neighbour_sum(terms)) / (1.0 - missed)
+
+
+@register("dpsgd", display="D-PSGD", reads=("dpsgd_order", "compressor"), color=2, aggregation=mixing_flops)
 class DPSGD(Algorithm[GossipState]):
     name = "dpsgd"
 
@@ -71,25 +112,14 @@ class DPSGD(Algorithm[GossipState]):
 
     def init(self, ctx: Context) -> GossipState:
         state = gossip_init(ctx, self.name)
-        if ctx.graph.weighted:
-            warnings.warn(
-                "dpsgd ignores the graph's edge weights a_ij: it mixes with Metropolis-Hastings weights "
-                "from the degrees (dfedu uses a_ij as its coupling weights)",
-                UserWarning,
-                stacklevel=user_stacklevel(),
-            )
+        warn_weighted(ctx, self.name)
         w, self_w = metropolis_weights(ctx.graph)
         assert state.gossip is not None
         if ctx.config.compressor != "none":  # I - W: the Laplacian of the mixing weights
             mu = graph_lambda_max(ClientGraph(ctx.graph.num_nodes, ctx.graph.edges, w[0::2]))
             self.exchange = make_exchange(ctx.config, ctx, state, 1.0, mu)
             self.gamma = state.consensus_step or 1.0
-        w, self_w = state.gossip.on_half_edges(w), state.gossip.on_clients(self_w)
-        ref = state.thetas[0]
-        state.mixing = (
-            torch.as_tensor(w, dtype=ref.dtype, device=ref.device)[:, None],
-            torch.as_tensor(self_w, dtype=ref.dtype, device=ref.device)[:, None],
-        )
+        state.mixing = mixing_tensors(state.gossip, w, self_w, state.thetas[0])
         return state
 
     def local(self, state: GossipState, ctx: Context) -> GossipState:
@@ -116,20 +146,13 @@ class DPSGD(Algorithm[GossipState]):
     def receive(self, state: GossipState, incoming: Payload, phase: int, ctx: Context) -> GossipState:
         gossip, own, mixing = state.gossip, state.outgoing, state.mixing
         assert gossip is not None and own is not None and mixing is not None
-        w, self_w = mixing
         if self.exchange is not None:  # x_i <- x_i - gamma sum_j w_ij (x_i - x_j)~
             item = incoming["model"]
             assert isinstance(item, EdgeTensor)
             diff = self.exchange.differences(state, self.exchange.receive(state, item))
-            state.thetas = [own - self.gamma * gossip.neighbour_sum(w * diff)]
+            state.thetas = [own - self.gamma * gossip.neighbour_sum(mixing[0] * diff)]
             return state
-        terms, heard = w * gossip.received(incoming["model"]), gossip.heard(incoming["model"])
-        if heard is None:
-            mixed = self_w * own + gossip.neighbour_sum(terms)
-        else:  # over the neighbours heard: w_ii + sum_{j heard} w_ij = 1 - sum_{j missed} w_ij
-            missed = gossip.neighbour_sum(torch.where(heard, w.new_zeros(()), w))
-            terms = torch.where(heard, terms, terms.new_zeros(()))
-            mixed = (self_w * own + gossip.neighbour_sum(terms)) / (1.0 - missed)
+        mixed = mix(gossip, own, mixing, incoming["model"])
         grads = state.grads if self.order == "lian" else None  # None too after local epochs
         state.thetas = [mixed if grads is None else mixed - self.alpha * grads]
         return state

@@ -16,8 +16,8 @@ the host (no sync) and takes the same graph each time; the optimizer's state is 
 
 Which algorithms take it: those whose local epochs are plain local steps of their models
 (:attr:`STATIC_EPOCH`); the others (two models a step: ``proxy``, ``ditto``; inner loops:
-``pfedme``, ``perfedavg``; ``functional``), cohorts with dropout, and ``local_epochs = 0`` keep the
-loop, and the run says so (:func:`resolve_compile`).
+``pfedme``, ``perfedavg``; one part of the model a step: ``partial``; ``functional``), cohorts with
+dropout, and ``local_epochs = 0`` keep the loop, and the run says so (:func:`resolve_compile`).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 #: ``algorithm`` (or ``sheaf-fmtl``'s ``maps`` mode) whose local epochs take the static step.
 STATIC_EPOCH = frozenset(
     {"local", "dfedu", "dpsgd", "fedavg", "learned", "fixed", "redrawn", "features", "aligned"}
+    | {"fedavg-ft", "dpsgd-ft"}  # their federations' local epochs (fine-tuning before scoring: the loop)
 )
 #: ``compile = null`` (auto) per device type: whether the static step runs compiled. On the CPU the
 #: compiled step measured slower than the loop (``benchmarks/compile_step.py``); a GPU has no

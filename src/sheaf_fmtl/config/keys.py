@@ -23,7 +23,8 @@ class ProblemKeys:
     algorithm: str = _key(
         "sheaf-fmtl",
         "What runs: `sheaf-fmtl` (the paper's Algorithm 1), `local` (no communication), or a baseline: "
-        "`dpsgd`, `dfedu`, `fedavg`, `ditto`, `pfedme`, `perfedavg`, `pfedgraph`, `dpfl`.",
+        "`dpsgd`, `dfedu`, `fedavg`, `ditto`, `pfedme`, `perfedavg`, `pfedgraph`, `dpfl`, `fedavg-ft`, "
+        "`dpsgd-ft` (fine-tuned before scoring), `partial` (a gossiped body, a personal head).",
     )
     dataset: str = _key(
         "synthetic-clusters",

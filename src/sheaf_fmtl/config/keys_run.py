@@ -139,13 +139,25 @@ class StepKeys(CompressionKeys):
         "DPFL: fraction of each client's training samples held out of training to choose its "
         "collaborators on (their validation loss).",
     )
+    finetune_epochs: int = _key(
+        1,
+        "`fedavg-ft`, `dpsgd-ft`: passes of plain mini-batch SGD (step `alpha`, batch `batch_size`) over "
+        "each client's own training data that turn the shared model into the model the client is scored "
+        "with, after every round; the shared model goes on unchanged (fine-tuning never feeds back).",
+    )
+    personal_layers: int = _key(
+        1,
+        "`partial`: how many of the model's last layers (modules with parameters, e.g. the last "
+        "`nn.Linear`'s weight and bias) stay personal and are never sent; the layers before them are "
+        "gossiped. At least one layer must be shared: a one-layer model (`logistic`, `linear`) is refused.",
+    )
     # The local optimizer and schedule (algorithms/optim.py), the loop's callbacks (runtime/run/callbacks.py)
     optimizer: str = _key(
         "sgd",
         "The local steps' optimizer: `sgd` (the paper's), `momentum` (`momentum`) or `adam` (`adam_beta1`, "
         "`adam_beta2`, `adam_eps`), as torch.optim defines them, with state per client; learning rate "
-        "`alpha`. Other than `sgd`: with `local` and `fedavg`, and with `sheaf-fmtl`, `dfedu`, `dpsgd` when "
-        "`local_epochs > 0`.",
+        "`alpha`. Other than `sgd`: with `local`, `fedavg` and `fedavg-ft`, and with `sheaf-fmtl`, `dfedu`, "
+        "`dpsgd`, `dpsgd-ft` when `local_epochs > 0` (the fine-tuning before scoring stays plain SGD).",
     )
     momentum: float = _key(0.9, "`optimizer=momentum`: the momentum `mu` (`buf <- mu buf + g`).")
     adam_beta1: float = _key(0.9, "`optimizer=adam`: decay of the first moment.")

@@ -58,8 +58,9 @@ _SGD_BY_PAPER = {
     "ditto": "Ditto's personal step adds the proximal pull to the SGD step",
     "pfedme": "pFedMe's steps solve its Moreau envelope by SGD",
     "perfedavg": "Per-FedAvg's steps are MAML's SGD adaptation and meta step",
+    "partial": "its SGD steps move one part of the model at a time (the personal head, then the body)",
 }
-_SGD_WITHOUT_EPOCHS = ("sheaf-fmtl", "dfedu", "dpsgd")
+_SGD_WITHOUT_EPOCHS = ("sheaf-fmtl", "dfedu", "dpsgd", "dpsgd-ft")
 _IGNORED_UNLESS = {
     "momentum": ("optimizer", "momentum"),
     "adam_beta1": ("optimizer", "adam"),
@@ -89,8 +90,8 @@ def _check_optimizer(config: StepKeys) -> None:
     if config.algorithm in _SGD_BY_PAPER:
         raise ConfigError(
             f"config key '{key}' = {value} does not apply to algorithm={config.algorithm}: "
-            f"{_SGD_BY_PAPER[config.algorithm]} (plain SGD at alpha); allowed with local and fedavg, and "
-            f"with {', '.join(_SGD_WITHOUT_EPOCHS)} when local_epochs > 0"
+            f"{_SGD_BY_PAPER[config.algorithm]} (plain SGD at alpha); allowed with local, fedavg and "
+            f"fedavg-ft, and with {', '.join(_SGD_WITHOUT_EPOCHS)} when local_epochs > 0"
         )
     if config.algorithm in _SGD_WITHOUT_EPOCHS and config.local_epochs == 0:
         raise ConfigError(

@@ -63,6 +63,8 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "dpfl_budget": (1, True, None, False, "dpfl_budget >= 1"),
     "dpfl_period": (1, True, None, False, "dpfl_period >= 1"),
     "dpfl_holdout": (0.0, False, 1.0, False, "0 < dpfl_holdout < 1"),
+    "finetune_epochs": (1, True, None, False, "finetune_epochs >= 1"),
+    "personal_layers": (1, True, None, False, "personal_layers >= 1"),
     "drop_prob": (0.0, True, 1.0, False, "0 <= drop_prob < 1"),
     "link_drop_prob": (0.0, True, 1.0, False, "0 <= link_drop_prob < 1"),
     "processes": (1, True, None, False, "processes >= 1"),

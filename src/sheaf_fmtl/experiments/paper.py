@@ -182,6 +182,11 @@ COMPARISON = Experiment(
         # beyond the paper: baselines that learn a collaboration graph (the paper reports none)
         _alg("pFedGraph", "pfedgraph"),
         _alg("DPFL", "dpfl"),
+        # beyond the paper: the shared models fine-tuned before scoring (algorithms/finetune.py), and
+        # partial personalisation, the CNN's last layer personal (algorithms/partial.py)
+        _alg("FedAvg+FT", "fedavg-ft"),
+        _alg("D-PSGD+FT", "dpsgd-ft"),
+        _alg("DFedAlt (partial personalisation)", "partial"),
         LOCAL,
     ),
     columns=COLUMNS,

@@ -18,9 +18,11 @@ elementwise op). Evaluation (test metric, reported training loss) is not trainin
   (eq. (19) ``pijaupdate``). :func:`sheaf_products` says how many of each a run takes.
 - ``flops_aggregation`` (baselines): combining whole models, 2 FLOPs per coordinate combined:
   dFedU ``2 d H`` per coupling step (``theta_i - theta_j`` and the sum over neighbours, ``H``
-  half-edges), D-PSGD ``2 d (H + N)`` per round (the mixing ``sum_j w_ij x_j``), the server
-  baselines ``2 d N`` per round (the weighted average). Their proximal terms and SGD updates are
-  elementwise and not counted, like Sheaf-FMTL's residuals and SGD updates.
+  half-edges), D-PSGD ``2 d (H + N)`` per round (the mixing ``sum_j w_ij x_j``; ``partial`` mixes
+  its body's ``d_u`` coordinates only), the server baselines ``2 d N`` per round (the weighted
+  average). Their proximal terms and SGD updates are elementwise and not counted, like Sheaf-FMTL's
+  residuals and SGD updates. Fine-tuning before scoring (``fedavg-ft``, ``dpsgd-ft``) is local
+  training: its gradients are in ``flops_local``.
 
 The paper's FLOPs column is in units of 1e12.
 """
@@ -198,6 +200,7 @@ def run_flops(
         sheaf = own_sheaf
     else:
         sheaf = sheaf_flops(config, layout, rounds) if layout is not None else 0
-    agg = aggregation_flops(config, fed.cohorts[0].dim, graph, rounds)
+    mixed = getattr(state, "mixed_dim", None)  # a model averaged in part (algorithm=partial): that part
+    agg = aggregation_flops(config, mixed or fed.cohorts[0].dim, graph, rounds)
     total = local + sheaf + agg
     return {"flops": total, "flops_local": local, "flops_sheaf": sheaf, "flops_aggregation": agg}
