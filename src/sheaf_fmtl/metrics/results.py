@@ -118,6 +118,11 @@ def format_summary(summary: dict[str, Any], out: Path | str | None) -> str:
         f"over {over} clients, "
         f"{summary['transmitted_bits']:,} bits transmitted, {summary['wall_seconds']:.1f} s"
     )
+    best = summary.get(f"best_test_{summary['metric']}")
+    if best is not None:  # a validation split chose the best models: their test score
+        text += (
+            f"\nbest models (round {summary.get('best_round')}): mean test {summary['metric']} = {best:.4f}"
+        )
     if out is not None:
         text += f"\nresults: {out}/ (config.yaml, metrics.csv, summary.json, checkpoint.pt)"
     return text
