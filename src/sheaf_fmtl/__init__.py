@@ -100,3 +100,10 @@ def __getattr__(name: str) -> Any:  # noqa: ANN401 - whatever the public name is
     value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    """The public API (:data:`__all__`, imported when first used) and the module's dunders: what
+    ``dir(sheaf_fmtl)`` and tab completion list."""
+    dunders = [n for n in globals() if n.startswith("__") and n.endswith("__")]
+    return sorted({*__all__, *dunders})
