@@ -8,6 +8,7 @@ For notebooks::
     sheaf_fmtl.run(data=[(x_train, y_train, x_test, y_test), ...], model=make_model, graph=G)
     trained = sheaf_fmtl.load("runs/school")          # a finished run folder
     trained.client(3)(x_raw)                           # client 3's model, with its preprocessing
+    sheaf_fmtl.load("runs/early", round="best").evaluate(split="test")  # the chosen models on test
 
 (:func:`run`, :class:`Federation` for one's own data and models, :func:`load` for a run folder,
 :mod:`sheaf_fmtl.callbacks` for code run each round; the command line is ``sheaf-fmtl``.) The names
@@ -99,3 +100,10 @@ def __getattr__(name: str) -> Any:  # noqa: ANN401 - whatever the public name is
     value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    """The public API (:data:`__all__`, imported when first used) and the module's dunders: what
+    ``dir(sheaf_fmtl)`` and tab completion list."""
+    dunders = [n for n in globals() if n.startswith("__") and n.endswith("__")]
+    return sorted({*__all__, *dunders})

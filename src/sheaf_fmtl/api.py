@@ -66,7 +66,8 @@ class RunResult:
             fixed keys).
         summary: what ``summary.json`` holds (``final``, ``metric``, ``status``, bits, times, ...).
         metrics: one dict per evaluated round (``metrics.csv``'s rows: ``round``,
-            ``test_accuracy`` or ``test_mse``, ``train_loss``, ``objective``, ...).
+            ``test_accuracy`` or ``test_mse``, ``train_loss``, ``objective``, ...; ``val_accuracy``
+            or ``val_mse`` when a validation split is scored, ``validation > 0``).
         state: what ``checkpoint.pt`` holds (``thetas``, ``edges``, Sheaf-FMTL's ``maps`` per
             shape bucket and ``map_norms``).
         out: the run folder, or ``None`` when nothing was written.
@@ -85,7 +86,8 @@ class RunResult:
 
     @property
     def final(self) -> float | None:
-        """The final mean test metric over the clients (``None`` if the run had no evaluation)."""
+        """The final mean metric over the clients (``None`` if the run had no evaluation), on the
+        test split, or on the validation split when one is held out (``summary["evaluated_on"]``)."""
         return self.summary["final"]
 
     @property

@@ -6,6 +6,8 @@ export``.
 early stopping keeps), wrapped with the preprocessing the data pipeline applied to its features
 (``preprocessing.json``: the standardisation with its training data's mean and std), so that it
 takes raw features: ``load(run).client(i)(x_raw)`` gives the outputs the run evaluated.
+``load(run).evaluate(split="test")`` (``sheaf-fmtl evaluate RUN``) scores the models on the run's
+test split, e.g. those a validation split chose, ``load(run, round="best")``.
 
 Loading never runs code from the folder: ``checkpoint.pt`` is read with ``torch.load(...,
 weights_only=True)``, the config and the preprocessing are YAML and JSON, built-in models are
@@ -88,6 +90,48 @@ class TrainedRun:
     thetas: list[torch.Tensor] = field(repr=False)
     modules: list[nn.Module] = field(repr=False)
     round: int | None = None
+    given_model: Any = field(default=None, repr=False)  # load(..., model=...): what builds the models
+
+    def evaluate(
+        self,
+        split: str = "test",
+        *,
+        trust_plugins: bool = False,
+        data_dir: str | Path | None = None,
+        device: str = "cpu",
+    ) -> dict[str, Any]:
+        """These models' metric on ``split`` (``test``, or ``validation`` for a run that held one out)
+        of the run's data, read as the run read them (the same training data and standardisation), as
+        the run's evaluations compute it: ``{"split", "metric", "mean", "per_client", "round"}``.
+        After early stopping, ``load(run, round="best").evaluate()`` is the chosen models' test score.
+
+        Args:
+            trust_plugins: import the ``module:function`` code (data, loss, metric) the run's config
+                names; by default a run folder never runs its own code.
+            data_dir: where the data lie now, if not where the run read them.
+            device: where to compute (``cpu``, ``cuda``, ``cuda:N``).
+        Raises:
+            ConfigError: the config names code not named again and ``trust_plugins`` is false.
+            DatasetError: the data cannot be read, or do not fit the models.
+        """
+        from .runtime.run.scoring import folder_config, score
+
+        keys: dict[str, Any] = {"device": device, **({"data_dir": str(data_dir)} if data_dir else {})}
+        spelled = str(self.config.get("model", "auto"))
+        held = (
+            None
+            if self.given_model is None or isinstance(self.given_model, str)
+            else hold(self.given_model, "model")
+        )
+        if self.given_model is not None:
+            given = self.given_model if held is None else held.token
+            parts = [p.strip() for p in spelled.split(",")]
+            named = [given if is_user_model(p) and (held is not None or is_held(p)) else p for p in parts]
+            keys["model"] = ",".join(named)
+        config = folder_config(self.out, keys, trust_plugins)
+        scored = score(config, self.thetas, split)
+        del held
+        return {**scored, "round": self.round}
 
     @property
     def num_clients(self) -> int:
@@ -158,7 +202,7 @@ def load(run_dir: str | Path, *, model: Any = None, round: str = "final") -> Tra
         torch.nn.utils.vector_to_parameters(theta.to(torch.float32), module.parameters())
         module.eval()
     best = int(state["round"]) if round == "best" else None
-    return TrainedRun(config, summary, record, folder, thetas, modules, best)
+    return TrainedRun(config, summary, record, folder, thetas, modules, best, model)
 
 
 def _modules(config: dict[str, Any], record: dict[str, Any], model: Any) -> list[nn.Module]:  # noqa: ANN401

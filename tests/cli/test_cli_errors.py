@@ -89,7 +89,11 @@ CASES = [
     ("alpha-nan", ["run", "--set", "alpha=nan"], "'alpha' = nan is not a finite number"),
     ("lam-inf", ["run", "--set", "lam=inf"], "'lam' = inf is not a finite number"),
     ("eta-yaml-inf", ["run", "--set", "eta=.inf"], "'eta' = inf is not a finite number"),
-    ("graph-file-without-graph", ["run", "--set", "graph_file=edges.txt"], "add graph=file"),
+    (
+        "graph-file-with-another-graph",
+        ["run", "--set", "graph_file=edges.txt", "graph=complete"],
+        "'graph_file' = edges.txt is read with graph = file, but config key 'graph' = complete",
+    ),
     ("graph-file-missing-name", ["run", "--set", "graph=file"], "'graph_file' must name"),
     ("unknown-key", ["run", "--set", "bogus=3"], "unknown config key 'bogus'"),
     ("int-as-text", ["run", "--set", "rounds=ten"], "'rounds': expected int"),

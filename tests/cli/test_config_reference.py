@@ -64,6 +64,16 @@ def test_the_documentation_page_is_generated_with_every_key():
 def test_the_cli_page_is_generated_with_every_command():
     page = (ROOT / "docs" / "reference" / "cli.md").read_text()
     made = _hooks().on_page_markdown(page, page=None, config=None, files=None)
-    for command in ("run", "demo", "plot", "data list", "data describe", "data fetch", "bench", "sweep"):
+    for command in (
+        "run",
+        "demo",
+        "plot",
+        "evaluate",
+        "data list",
+        "data describe",
+        "data fetch",
+        "bench",
+        "sweep",
+    ):
         assert f"## `sheaf-fmtl {command}`" in made
     assert "--help-keys" in made and "\r" not in made

@@ -72,28 +72,44 @@ def test_a_saved_config_reads_back_the_same(tmp_path):
     assert load_config(tmp_path / "c.yaml") == config
 
 
-def _run(folder: Path, metric: str, final: float) -> Path:
+def _run(folder: Path, metric: str, final: float, evaluated_on: str = "test") -> Path:
     folder.mkdir(parents=True)
     dataset = "synthetic" if metric == "accuracy" else "school"
     save_config(RunConfig(dataset=dataset), folder / "config.yaml")
     summary = {"dataset": dataset, "seed": 0, "metric": metric, "status": "ok", "final": final}
+    summary["evaluated_on"] = evaluated_on
     (folder / "summary.json").write_text(json.dumps(summary))
     (folder / "metrics.csv").write_text(f"round,test_{metric}\n0,{final}\n")
     return folder
 
 
-def test_a_table_of_different_metrics_names_each_rows_metric(tmp_path):
+def test_a_table_of_different_metrics_gives_each_its_own_column(tmp_path):
     runs = [_run(tmp_path / "acc", "accuracy", 0.9), _run(tmp_path / "mse", "mse", 0.0123)]
     md, csv_path = render(group_runs(runs), table_spec(), tmp_path / "t")
     text = md.read_text()
-    assert "test accuracy" not in text and "| ours: test metric |" in text
-    assert "accuracy (%): 90.00" in text or "accuracy: 0.9000" in text, text
-    assert "mse: 0.0123" in text
+    assert "| ours: test accuracy | paper: test accuracy | ours: test MSE | paper: test MSE |" in text
+    lines = {line.split(" | ")[0].strip("| "): line for line in text.splitlines()}
+    assert "| 0.9000 ± " not in text and " 0.9000 | — |  |  |" in lines["synthetic"], lines["synthetic"]
+    assert " |  |  | 0.0123 | — |" in lines["school"], lines["school"]
     recs = {r["dataset"]: r for r in csv.DictReader(open(csv_path))}
     assert recs["synthetic"]["metric"] == "accuracy" and recs["school"]["metric"] == "mse"
+    assert float(recs["school"]["ours_metric_test_mse"]) == 0.0123
+    assert recs["school"]["ours_metric_test_accuracy"] == ""
+
+
+def test_a_table_names_a_validation_score_and_keeps_it_apart(tmp_path):
+    """A run scored on a validation split (here an older folder, whose metrics.csv said test_*) is
+    headed as such, and never shares a column with test scores of the same metric."""
+    runs = [_run(tmp_path / "v", "mse", 0.25, "validation"), _run(tmp_path / "t", "mse", 0.5)]
+    save_config(RunConfig(dataset="school", validation=0.2), runs[0] / "config.yaml")
+    text = render(group_runs(runs), table_spec(), tmp_path / "t")[0].read_text()
+    assert "| ours: validation MSE | paper: validation MSE | ours: test MSE | paper: test MSE |" in text
+    lines = [line for line in text.splitlines() if line.startswith("| school")]
+    assert any(" 0.2500 | — |  |  |" in line for line in lines), lines
+    assert any(" |  |  | 0.5000 | — |" in line for line in lines), lines
 
 
 def test_a_table_of_one_metric_keeps_its_header(tmp_path):
     runs = [_run(tmp_path / "a", "mse", 0.5)]
     md, _ = render(group_runs(runs), table_spec(), tmp_path / "t")
-    assert "| ours: test mse |" in md.read_text() and "mse: 0.5" not in md.read_text()
+    assert "| ours: test MSE |" in md.read_text() and "mse: 0.5" not in md.read_text()

@@ -176,7 +176,7 @@ def test_the_cli_keys_log_to_tensorboard_and_stop_early(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "stopped" and summary["stopped_by"] == "EarlyStopping"
     rows = _rows(out)
-    metric = [float(r["test_accuracy"]) for r in rows]
+    metric = [float(r["val_accuracy"]) for r in rows]
     first_bad = next(i for i in range(1, len(metric)) if not metric[i] > max(metric[:i]))
     assert summary["rounds_done"] == int(rows[first_bad]["round"]) == int(rows[-1]["round"])
     assert "stopped by EarlyStopping" in capsys.readouterr().out
@@ -187,7 +187,7 @@ def test_the_cli_keys_log_to_tensorboard_and_stop_early(tmp_path, capsys):
     assert main(["run", "--resume", str(out), "--quiet", "--set", "early_stop_patience=100"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "ok" and [int(r["round"]) for r in _rows(out)] == list(range(0, 41, 2))
-    metric = [float(r["test_accuracy"]) for r in _rows(out)]
+    metric = [float(r["val_accuracy"]) for r in _rows(out)]
     best_round = int(_rows(out)[metric.index(max(metric))]["round"])
     saved = torch.load(out / "best.pt", weights_only=True)
     assert saved["round"] == best_round and saved["value"] == max(metric)
@@ -197,7 +197,7 @@ def test_the_cli_keys_log_to_tensorboard_and_stop_early(tmp_path, capsys):
     )
     events = EventAccumulator(str(tb))  # both runs' event files: every round once
     events.Reload()
-    assert [e.step for e in events.Scalars("test_accuracy")] == list(range(0, 41, 2))
+    assert [e.step for e in events.Scalars("val_accuracy")] == list(range(0, 41, 2))
     with pytest.raises(ConfigError, match="early_stop_patience"):
         RunConfig(early_stop_patience=-1)
 
@@ -216,7 +216,7 @@ def test_early_stopping_never_watches_the_test_split(tmp_path: Path) -> None:
 
 
 class _View:
-    metric, metric_column, higher_is_better = "mse", "test_mse", False
+    metric, metric_column, higher_is_better = "mse", "val_mse", False
     config = RunConfig(validation=0.2)
 
 
@@ -231,7 +231,7 @@ class _View:
 )
 def test_early_stopping_by_hand(values, patience, min_delta, goal, stop_at):
     stopper = EarlyStopping(patience, min_delta, goal)
-    answers = [stopper.on_round_end(k, {"test_mse": v}, _View()) for k, v in enumerate(values)]  # type: ignore[arg-type]
+    answers = [stopper.on_round_end(k, {"val_mse": v}, _View()) for k, v in enumerate(values)]  # type: ignore[arg-type]
     stops = [k for k, a in enumerate(answers) if isinstance(a, Stop)]
     assert (stops[0] if stops else None) == stop_at
     assert stopper.on_round_end(99, None, _View()) is None  # type: ignore[arg-type]

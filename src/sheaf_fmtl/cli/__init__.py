@@ -7,8 +7,8 @@ SIGINT/SIGTERM).
 
 This module is the entry point: the table of commands (built lazily, so ``--help`` imports no
 torch) and the one place that turns every error into its one line. Each command is a module beside
-it (``run``, ``demo``, ``plot``, ``export``, ``data``; ``bench``, ``reproduce``, ``table`` and
-``sweep`` live with their packages), and ``options`` holds what every command shares: the config
+it (``run``, ``demo``, ``plot``, ``export`` and ``evaluate``, ``data``; ``bench``, ``reproduce``,
+``table`` and ``sweep`` live with their packages), and ``options`` holds what every command shares: the config
 options, the parser class and the error line."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 from .._version import __version__
 from ..runtime.run.interrupt import SecondSignal
 from .demo import add_demo_parser
-from .export import add_export_parser
+from .export import add_evaluate_parser, add_export_parser
 from .options import PROG, Parser, UsageError, error_line
 from .plot import add_plot_parser
 from .run import add_run_parser
@@ -63,6 +63,7 @@ REGISTRARS: list[Callable[[Any], None]] = [
     add_demo_parser,
     add_plot_parser,
     add_export_parser,
+    add_evaluate_parser,
     _add_data_parser,
     _add_bench_parser,
     _add_experiments_parsers,
@@ -76,6 +77,7 @@ COMMANDS: dict[str, tuple[str, Callable[[Any], None]]] = {
     "demo": ("Sheaf-FMTL vs local training and dFedU on the built-in problem, with plots", add_demo_parser),
     "plot": ("plot recorded runs", add_plot_parser),
     "export": ("write a finished run's client models and their preprocessing", add_export_parser),
+    "evaluate": ("score a finished run's models on its test (or validation) split", add_evaluate_parser),
     "data": ("list, describe and fetch datasets", _add_data_parser),
     "bench": ("time Sheaf-FMTL rounds against the memory-bandwidth floor", _add_bench_parser),
     "reproduce": ("run one of the paper's experiments, tables beside the paper's", _add_experiments_parsers),

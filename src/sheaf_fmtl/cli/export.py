@@ -40,3 +40,61 @@ def add_export_parser(subparsers: Any) -> None:
         "folded in) that load without the model's code",
     )
     p.set_defaults(func=cmd_export)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    import json
+
+    from ..export import load
+
+    trained = load(args.run, model=args.model, round=args.round)
+    scored = trained.evaluate(
+        args.split, trust_plugins=args.trust_plugins, data_dir=args.data_dir, device=args.device
+    )
+    if args.json:
+        print(json.dumps(scored))
+        return 0
+    which = "final models" if scored["round"] is None else f"best models (round {scored['round']})"
+    value = "n/a" if scored["mean"] is None else f"{scored['mean']:.4f}"
+    tested = [v for v in scored["per_client"] if v is not None]
+    print(
+        f"evaluate: {args.run}: {which}: mean {scored['split']} {scored['metric']} = {value} over "
+        f"{len(tested)} of {len(scored['per_client'])} clients"
+    )
+    return 0
+
+
+def add_evaluate_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "evaluate", help="score a finished run's models on its test (or validation) split"
+    )
+    p.add_argument("run", metavar="RUN_DIR", help="a finished run folder")
+    p.add_argument(
+        "--round",
+        choices=("final", "best"),
+        default="final",
+        help="final: the last checkpoint; best: the best validation evaluation's models (kept by early "
+        "stopping)",
+    )
+    p.add_argument(
+        "--split",
+        choices=("test", "validation"),
+        default="test",
+        help="the split scored (validation: the split a run with validation > 0 held out; the training "
+        "data and their standardisation are the run's either way)",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="the run's own model, named again (a run folder's code is imported only when named here)",
+    )
+    p.add_argument(
+        "--trust-plugins",
+        action="store_true",
+        help="import the module:function code (data, loss, metric) the run's config.yaml names",
+    )
+    p.add_argument("--data-dir", default=None, help="where the data lie now, if not where the run read them")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    p.add_argument("--json", action="store_true", help="print the scores as one JSON object")
+    p.set_defaults(func=cmd_evaluate)

@@ -70,7 +70,9 @@ class ProblemKeys:
     graph_k: int = _key(4, "Neighbours of each client on the `watts-strogatz` ring.")
     graph_m: int = _key(2, "Edges each new client attaches with (`barabasi-albert`).")
     graph_file: str = _key(
-        "", "Edge list for `graph=file`: `i j` or `i j a_ij` (a positive weight, default 1) per line."
+        "",
+        "Edge list for `graph=file`: `i j` or `i j a_ij` (a positive weight, default 1) per line; given "
+        "without `graph`, it implies `graph=file`.",
     )
     topology: str = _key(
         "none",
@@ -123,14 +125,16 @@ class MapKeys(TrainingKeys):
     maps: str = _key(
         "auto",
         "Restriction maps of `sheaf-fmtl`: `auto` (chosen at start-up for the clients' models: `redrawn` "
-        "when neighbouring models have the same size, `features` for linear/logistic clients that see "
-        "different features, `aligned` for networks of different sizes; the run records the mode that "
-        "ran), `learned` (the paper's Algorithm 1), `fixed` (the same with "
-        "`eta = 0`), `redrawn` (drawn afresh each round from a seed both ends know, never stored; "
-        "`map_kind`, `estimates`), `features` (the weights of the features two tabular clients both "
-        "see), `aligned` (the parameter slices two network architectures share), `proxy` (each client "
-        "also trains a proxy of one common architecture, the only part that is coupled), `functional` (the "
-        "models' outputs on probe inputs both ends draw from the seed). See the maps page.",
+        "for neighbouring models of the same size, `features` for linear/logistic models of clients "
+        "seeing different features, `proxy` for networks of different sizes on one input shape, `aligned`"
+        " for networks of different sizes where no proxy can run, `learned` for tabular models of "
+        "different sizes without feature ids; the run records the mode that ran), `learned` (the paper's "
+        "Algorithm 1), `fixed` (the same with `eta = 0`), `redrawn` (drawn afresh each round from a seed "
+        "both ends know, never stored; `map_kind`, `estimates`), `features` (the weights of the features "
+        "two tabular clients both see), `aligned` (the parameter slices two network architectures share),"
+        " `proxy` (each client also trains a proxy of one common architecture, the only part that is "
+        "coupled), `functional` (the models' outputs on probe inputs both ends draw from the seed). See "
+        "the maps page.",
     )
     edge_weights: str = _key(
         "auto",

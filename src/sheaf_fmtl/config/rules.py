@@ -14,8 +14,9 @@ def _check_together(config: StepKeys) -> None:
         raise ConfigError("config key 'graph_file' must name an edge-list file when graph = file")
     if config.graph_file and config.graph != "file":
         raise ConfigError(
-            f"config key 'graph_file' is set but graph = {config.graph}, which ignores it; "
-            "add graph=file to use the edge list"
+            f"config key 'graph_file' = {config.graph_file} is read with graph = file, but config key "
+            f"'graph' = {config.graph}, which ignores it; set graph=file (or leave graph out: graph_file "
+            "alone implies graph=file)"
         )
     if config.map_init in ("gaussian", "uniform", "orthogonal") and config.map_scale == 0.0:
         raise ConfigError(

@@ -148,9 +148,12 @@ def validate(config: RunConfig) -> RunConfig:
 
 
 def from_mapping(mapping: Mapping[str, Any]) -> RunConfig:
-    """A validated config from a mapping of keys (a saved ``config.yaml``'s provenance is ignored)."""
+    """A validated config from a mapping of keys (a saved ``config.yaml``'s provenance is ignored);
+    ``graph_file`` given without ``graph`` implies ``graph = file``."""
     values = {k: v for k, v in mapping.items() if k not in PROVENANCE_KEYS}
     unknown = sorted(str(k) for k in set(values) - _KNOWN)
     if unknown:
         raise ConfigError(_unknown_key(unknown[0]))
+    if values.get("graph_file") and "graph" not in values:  # an edge list alone: the graph is that file
+        values["graph"] = "file"
     return RunConfig(**values)

@@ -22,6 +22,9 @@ class ProtocolOptions:
     reduced_keep: float = 0.2  # "... keep only 20% of their training data"
     standardize: bool = True
     validation: float = 0.0  # > 0: this fraction of each client's training data replaces its test split
+    #: with ``validation > 0``: keep the test split (the training data and their standardisation stay
+    #: the validated run's, the validation split held out): how its models are scored on test data
+    keep_test: bool = False
 
 
 def _rng(seed: int, *stream: int) -> np.random.Generator:
@@ -104,7 +107,9 @@ def apply_protocol(raw: RawFederated, seed: int, options: ProtocolOptions | None
             x_tr, y_tr = x_tr[keep], y_tr[keep]
         if options.validation > 0:  # tuning (sweep): held out of the training data, test data unused
             tr, va = train_test_indices(y_tr, 1.0 - options.validation, stratify, _rng(seed, 3, i))
-            x_tr, y_tr, x_te, y_te = x_tr[tr], y_tr[tr], x_tr[va], y_tr[va]
+            x_va, y_va, x_tr, y_tr = x_tr[va], y_tr[va], x_tr[tr], y_tr[tr]
+            if not options.keep_test:
+                x_te, y_te = x_va, y_va
         x_tr = np.asarray(x_tr, dtype=np.float32)
         x_te = np.asarray(x_te, dtype=np.float32)
         if options.standardize:

@@ -37,14 +37,24 @@ class Row:
     note: str = ""
 
 
-def _header(col: str, spec: Experiment, metric: str) -> str:
+#: What a metric column measured: (the split it was scored on, the metric's name).
+Measured = tuple[str, str]
+
+
+def _header(col: str, spec: Experiment, measured: Measured) -> str:
     if col == "metric":
-        return f"test {metric}" + (" (%)" if spec.percent and metric == "accuracy" else "")
+        split, metric = measured
+        name = {"mse": "MSE"}.get(metric, metric)
+        return f"{split} {name}" + (" (%)" if spec.percent and metric == "accuracy" else "")
     if col == "bits":
         return f"transmitted bits ({spec.bits_unit[0]})"
     if col == "flops":
         return f"FLOPs ({(spec.flops_unit or FLOPS_UNITS[0])[0]})"
     return {"memory": "peak memory (MB)", "time": "wall time (s)"}[col]
+
+
+def _measured(agg: Mapping[str, Any]) -> Measured:
+    return str(agg.get("evaluated_on", "test")), str(agg["metric"])
 
 
 def _ours(col: str, agg: Mapping[str, Any], spec: Experiment) -> tuple[SeedStats, float, str]:
@@ -71,17 +81,21 @@ def _flops_unit(aggs: Sequence[Mapping[str, Any] | None]) -> tuple[str, float]:
     return next((u for u in FLOPS_UNITS if top >= u[1]), FLOPS_UNITS[-1])
 
 
-def _cell_text(col: str, agg: Mapping[str, Any], spec: Experiment, mixed: bool = False) -> str:
-    """One cell; in a table whose rows measure different metrics (``mixed``: accuracy beside MSE)
-    the metric cell names its own metric, under a column headed ``test metric``."""
+def _cell_text(col: str, agg: Mapping[str, Any], spec: Experiment) -> str:
     stats, scale, fmt = _ours(col, agg, spec)
     text = format_pm(stats, scale, fmt)
-    if col == "metric" and mixed:
-        text = f"{agg['metric']}{' (%)' if scale == 100.0 else ''}: {text}"
     cuda: SeedStats = agg["cuda_max_allocated_bytes"]
     if col == "memory" and cuda.mean is not None:
         text += f" (CUDA max allocated {format_pm(cuda, 1e-6, '.1f')})"
     return text
+
+
+def _columns(spec: Experiment, aggs: Sequence[Mapping[str, Any] | None]) -> list[tuple[str, Measured]]:
+    """The table's columns: the experiment's, its metric column once per metric and split the rows
+    measured (accuracy never shares a column with MSE, nor a validation score with a test score)."""
+    measured = list(dict.fromkeys(_measured(a) for a in aggs if a and a["metric"] != "metric"))
+    measured = measured or [("test", "accuracy")]
+    return [(c, m) for c in spec.columns for m in (measured if c == "metric" else measured[:1])]
 
 
 def _status(row: Row, agg: Mapping[str, Any] | None) -> str:
@@ -116,20 +130,23 @@ def compose(rows: Sequence[Row], spec: Experiment) -> tuple[str, str]:
     aggs = [aggregate_runs(r.runs) if r.runs else None for r in rows]
     if spec.flops_unit is None:
         spec = dataclasses.replace(spec, flops_unit=_flops_unit(aggs))
-    measured = list(dict.fromkeys(a["metric"] for a in aggs if a and a["metric"] != "metric"))
-    mixed = len(measured) > 1  # (one column header cannot name them all: each cell names its own)
-    metric = "metric" if mixed else next(iter(measured), "accuracy")
-    heads = [_header(c, spec, metric) for c in spec.columns]
+    columns = _columns(spec, aggs)
+    mixed = len({m for c, m in columns if c == "metric"}) > 1
+    heads = [_header(c, spec, m) for c, m in columns]
     md = [f"# {spec.title}", "", f"Paper: {spec.reference}. Ours: mean ± standard error over seeds.", ""]
     cols = ["dataset", "setting", "seeds"]
     for h in heads:
         cols += [f"ours: {h}", f"paper: {h}"]
     md += ["| " + " | ".join([*cols, "status"]) + " |", "|" + " --- |" * (len(cols) + 1)]
     csv_rows: list[dict[str, Any]] = []
+    known = [(r, a) for r, a in zip(rows, aggs, strict=True) if a and a["metric"] != "metric"]
+    by_dataset = {r.dataset: _measured(a) for r, a in known}
     for row, agg in zip(rows, aggs, strict=True):
         status = _status(row, agg)
         seeds = str(agg["final"].n) if agg else "0"
         cells = [row.dataset, row.label, seeds]
+        mine = by_dataset.get(row.dataset, columns[0][1])  # (a row not run yet: its dataset's)
+        mine = _measured(agg) if agg and agg["metric"] != "metric" else mine
         rec: dict[str, Any] = {
             "experiment": spec.name,
             "dataset": row.dataset,
@@ -137,16 +154,19 @@ def compose(rows: Sequence[Row], spec: Experiment) -> tuple[str, str]:
             "slug": row.slug,
             "seeds": seeds,
             "status": status,
-            "metric": agg["metric"] if agg and mixed else metric,
+            "evaluated_on": mine[0],
+            "metric": mine[1],
         }
-        for col in spec.columns:
-            ours = _cell_text(col, agg, spec, mixed) if agg else "n/a"
-            paper = row.paper.get(col, NO_PAPER)
+        for col, measured in columns:
+            other = col == "metric" and measured != mine  # a column of another row's metric
+            ours = "" if other else _cell_text(col, agg, spec) if agg else "n/a"
+            paper = "" if other else row.paper.get(col, NO_PAPER)
             cells += [ours, paper]
             stats, scale, _ = _ours(col, agg, spec) if agg else (SeedStats(None, None, 0, ()), 1.0, "")
-            rec[f"ours_{col}"] = "" if stats.mean is None else stats.mean * scale
-            rec[f"ours_{col}_se"] = "" if stats.se is None else stats.se * scale
-            rec[f"paper_{col}"] = paper
+            name = f"{col}_{measured[0]}_{measured[1]}" if col == "metric" and mixed else col
+            rec[f"ours_{name}"] = "" if stats.mean is None or other else stats.mean * scale
+            rec[f"ours_{name}_se"] = "" if stats.se is None or other else stats.se * scale
+            rec[f"paper_{name}"] = paper
         md.append("| " + " | ".join([*cells, status]).replace("\n", " ") + " |")
         csv_rows.append(rec)
     text = io.StringIO()

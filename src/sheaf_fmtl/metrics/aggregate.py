@@ -22,8 +22,8 @@ from ..data.bounded import LARGE, read_text_bounded
 
 #: Statuses of a run that finished (``ok`` is what :func:`sheaf_fmtl.runtime.run.loop.run` writes).
 FINISHED = ("ok", "finished", "complete")
-#: ``metrics.csv`` names of the test metric, old and new.
-METRIC_COLUMNS = ("test_metric", "test_accuracy", "test_mse")
+#: ``metrics.csv`` names of the evaluated metric, old and new (``val_*``: a validation split's).
+METRIC_COLUMNS = ("test_metric", "test_accuracy", "test_mse", "val_accuracy", "val_mse")
 #: Quantities aggregated over seeds: name -> summary.json key.
 QUANTITIES = {
     "final": "final",
@@ -75,8 +75,8 @@ def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
 
 
 def final_metric(run_dir: str | Path, summary: dict[str, Any] | None = None) -> float | None:
-    """The run's final test metric: ``summary.json``'s ``final``, else the last value of the test
-    column of ``metrics.csv`` (``test_metric``, ``test_accuracy`` or ``test_mse``)."""
+    """The run's final evaluated metric: ``summary.json``'s ``final``, else the last value of the
+    metric column of ``metrics.csv`` (``test_metric``, ``test_accuracy``, ``val_accuracy``, ...)."""
     summary = read_summary(run_dir) if summary is None else summary
     if summary is not None and summary.get("final") is not None:
         return float(summary["final"])
@@ -96,13 +96,15 @@ def final_metric(run_dir: str | Path, summary: dict[str, Any] | None = None) -> 
 
 def aggregate_runs(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
     """Per-quantity :class:`SeedStats` over the run folders (one per seed), plus their seeds,
-    statuses and metric name (``accuracy`` / ``mse``)."""
+    statuses, metric name (``accuracy`` / ``mse``) and the split it was scored on (``evaluated_on``:
+    ``test``, or ``validation`` when a run held one out)."""
     summaries = [(Path(d), read_summary(d) or {}) for d in run_dirs]
     out: dict[str, Any] = {
         "runs": [str(d) for d, _ in summaries],
         "seeds": [s.get("seed") for _, s in summaries],
         "status": [s.get("status", "missing") for _, s in summaries],
         "metric": next((s["metric"] for _, s in summaries if s.get("metric")), "metric"),
+        "evaluated_on": next((str(s["evaluated_on"]) for _, s in summaries if s.get("evaluated_on")), "test"),
     }
     for name, key in QUANTITIES.items():
         vals: list[float | None] = []
@@ -145,7 +147,7 @@ def write_aggregate(run_dirs: Sequence[str | Path], out_dir: str | Path) -> dict
     ]
     for name in QUANTITIES:
         st: SeedStats = agg[name]
-        label = f"final test {agg['metric']}" if name == "final" else name
+        label = f"final {agg['evaluated_on']} {agg['metric']}" if name == "final" else name
         per_seed = ", ".join(f"{v:.6g}" for v in st.values) or "n/a"
         lines.append(f"| {label} | {format_pm(st, spec='.6g')} | {st.n} | {per_seed} |")
     replace_file(out / "aggregate.md", "\n".join(lines) + "\n")

@@ -13,7 +13,9 @@ from typing import Any
 
 from ..data.bounded import LARGE, UnboundedFile, read_text_bounded
 
-#: Columns of ``metrics.csv``; ``test_metric`` is written as ``test_accuracy`` or ``test_mse``.
+#: Columns of ``metrics.csv``; ``test_metric`` is written as the evaluated metric's column,
+#: ``test_accuracy`` / ``test_mse`` on the test split, ``val_accuracy`` / ``val_mse`` on a validation
+#: split (``validation > 0``): :func:`metric_column`.
 METRIC_COLUMNS = (
     "round",
     "test_metric",
@@ -26,18 +28,34 @@ METRIC_COLUMNS = (
     "wall_seconds",
 )
 LEGACY_METRIC_COLUMN = "test_metric"  # the metric column's name before it said which metric it is
+#: What :func:`read_metrics` also keys the evaluated metric's column by, whatever its split and name.
+METRIC = "metric"
+#: The prefix of the evaluated metric's column per split (``summary.json``'s ``evaluated_on``).
+PREFIXES = {"test": "test_", "validation": "val_"}
 
 
-def metric_column(metric: str) -> str:
-    """The ``metrics.csv`` column of the test metric: ``test_accuracy`` or ``test_mse``."""
-    return f"test_{metric}"
+def split_of(validation: float) -> str:
+    """The split a run's evaluations score: ``validation`` when it holds one out, else ``test``."""
+    return "validation" if validation > 0 else "test"
+
+
+def metric_column(metric: str, split: str = "test") -> str:
+    """The ``metrics.csv`` column of the evaluated metric: ``test_accuracy`` / ``test_mse`` on the
+    test split, ``val_accuracy`` / ``val_mse`` on the validation split."""
+    return f"{PREFIXES[split]}{metric}"
+
+
+def evaluated_split(columns: dict[str, list[float]]) -> str:
+    """The split the metric column of :func:`read_metrics`' columns was scored on."""
+    return "validation" if any(c.startswith(PREFIXES["validation"]) for c in columns) else "test"
 
 
 def read_metrics(run_dir: str | Path) -> dict[str, list[float]]:
     """Columns of ``metrics.csv`` as float lists (missing values as NaN), keyed by their names
-    (``test_accuracy`` or ``test_mse``). Files written before the rename (a ``test_metric`` column)
-    are read too, their column named from ``summary.json``'s metric. ``test_metric`` is also kept
-    as an alias of the metric column, for readers that do not care which metric it is."""
+    (``test_accuracy``, ``val_accuracy``, ``test_mse``, ...), the metric column also under
+    :data:`METRIC`. Older files are read too: a ``test_metric`` column is named from
+    ``summary.json``'s metric, and a ``test_*`` column of a run whose ``summary.json`` says
+    ``evaluated_on: validation`` (written before validation had its own names) as ``val_*``."""
     run_dir = Path(run_dir)
     path = run_dir / "metrics.csv"
     try:
@@ -51,19 +69,30 @@ def read_metrics(run_dir: str | Path) -> dict[str, list[float]]:
         raise ValueError(
             f"{path} cannot be read as metrics ({type(e).__name__}); is it a run's file?"
         ) from None
-    named = [c for c in header if c.startswith("test_") and c != LEGACY_METRIC_COLUMN]
-    if LEGACY_METRIC_COLUMN in columns and not named:
-        metric = _summary_metric(run_dir)
-        if metric is not None:
-            columns[metric_column(metric)] = columns[LEGACY_METRIC_COLUMN]
-    elif named:
-        columns[LEGACY_METRIC_COLUMN] = columns[named[0]]
+    named = [c for c in header if c.startswith(tuple(PREFIXES.values())) and c != LEGACY_METRIC_COLUMN]
+    if not named and LEGACY_METRIC_COLUMN in columns:
+        metric = _summary_field(run_dir, "metric")
+        named = [LEGACY_METRIC_COLUMN if metric is None else metric_column(metric)]
+        columns[named[0]] = columns[LEGACY_METRIC_COLUMN]
+    if named and named[0].startswith("test_") and _summary_field(run_dir, "evaluated_on") == "validation":
+        values = columns.pop(named[0])
+        columns.pop(LEGACY_METRIC_COLUMN, None)
+        named = [_as_validation(named[0])]
+        columns[named[0]] = values
+    if named:
+        columns[METRIC] = columns[named[0]]
     return columns
 
 
-def _summary_metric(run_dir: Path) -> str | None:
+def _as_validation(column: str) -> str:
+    """An old validation run's ``test_*`` metric column under its name, ``val_*``."""
+    prefix = PREFIXES["test"]
+    return PREFIXES["validation"] + column[len(prefix) :] if column.startswith(prefix) else column
+
+
+def _summary_field(run_dir: Path, key: str) -> str | None:
     try:
-        return str(json.loads(read_text_bounded(run_dir / "summary.json"))["metric"])
+        return str(json.loads(read_text_bounded(run_dir / "summary.json"))[key])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -85,10 +114,15 @@ def format_summary(summary: dict[str, Any], out: Path | str | None) -> str:
         over = f"{len(tested)} of {summary['num_clients']}"
     text = (
         f"{summary['algorithm']} on {summary['dataset']}{done}: "
-        f"final mean test {summary['metric']} = {value} "
+        f"final mean {summary.get('evaluated_on', 'test')} {summary['metric']} = {value} "
         f"over {over} clients, "
         f"{summary['transmitted_bits']:,} bits transmitted, {summary['wall_seconds']:.1f} s"
     )
+    best = summary.get(f"best_test_{summary['metric']}")
+    if best is not None:  # a validation split chose the best models: their test score
+        text += (
+            f"\nbest models (round {summary.get('best_round')}): mean test {summary['metric']} = {best:.4f}"
+        )
     if out is not None:
         text += f"\nresults: {out}/ (config.yaml, metrics.csv, summary.json, checkpoint.pt)"
     return text

@@ -1,5 +1,6 @@
-"""Test metric against rounds and against transmitted bits: one row of panels per metric (MSE
-and accuracy never share an axis), one curve per configuration, seeds as mean +- standard error."""
+"""The evaluated metric against rounds and against transmitted bits: one row of panels per metric
+and split (MSE and accuracy, test and validation scores never share an axis), one curve per
+configuration, seeds as mean +- standard error."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ class Curve:
 
     Attributes:
         rounds: the common evaluated rounds.
-        mean, stderr: mean test metric and its standard error ``s / sqrt(n)`` (``s`` with
+        mean, stderr: mean evaluated metric and its standard error ``s / sqrt(n)`` (``s`` with
             ``n - 1`` degrees of freedom; zeros for one run).
         bits: mean bits transmitted by the whole network up to each round.
         n: number of runs.
@@ -126,27 +127,28 @@ def _bits_ticks(ax: Axes) -> None:
 
 
 def metric_figure(records: Sequence[RunRecord]) -> Figure:
-    """One row per metric (``accuracy``, ``mse``, ...): test metric vs communication rounds
-    (left) and vs bits transmitted by the whole network (right, log scale; a run that sends
-    nothing is a dashed line at its final value). Titles name the datasets; legends name the
+    """One row per metric and split (test ``accuracy``, validation ``mse``, ...): the metric vs
+    communication rounds (left) and vs bits transmitted by the whole network (right, log scale; a
+    run that sends nothing is a dashed line at its final value). Titles name the datasets; legends name the
     algorithm and the config keys that differ between the runs of the row; runs differing only
     in ``seed`` are one curve, their mean with a standard-error band."""
     by_path = {r.path: r for r in records}
     groups = group_by_config([r.path for r in records], configs=[r.config for r in records])
-    metrics = list(dict.fromkeys(r.metric for r in records))
-    keys = {m: legend_keys([r.config for r in records if r.metric == m]) for m in metrics}
+    metrics = list(dict.fromkeys((r.split, r.metric) for r in records))  # a row each: never a shared axis
+    keys = {m: legend_keys([r.config for r in records if (r.split, r.metric) == m]) for m in metrics}
     fig, axes = plt.subplots(len(metrics), 2, figsize=(14, 4.2 * len(metrics)), squeeze=False)
-    datasets: dict[str, list[str]] = {m: [] for m in metrics}
+    datasets: dict[tuple[str, str], list[str]] = {m: [] for m in metrics}
     for i, group in enumerate(groups):
         members = [by_path[p] for p in group.runs]
-        row = metrics.index(members[0].metric)
-        datasets[members[0].metric] += [r.dataset for r in members]
+        measured = (members[0].split, members[0].metric)
+        row = metrics.index(measured)
+        datasets[measured] += [r.dataset for r in members]
         dashed = members[0].config.get("algorithm") == "local"
-        label = group_label(group, keys[members[0].metric])
+        label = group_label(group, keys[measured])
         _draw(axes[row][0], axes[row][1], aggregate(members), label, i, dashed)
-    for metric, (ax_r, ax_b) in zip(metrics, axes, strict=True):
-        ylabel = metric_label(metric)
-        names = ", ".join(dict.fromkeys(object_name(d) for d in datasets[metric]))
+    for (split, metric), (ax_r, ax_b) in zip(metrics, axes, strict=True):
+        ylabel = metric_label(metric, split)
+        names = ", ".join(dict.fromkeys(object_name(d) for d in datasets[(split, metric)]))
         ax_r.set(xlabel="communication round", ylabel=ylabel, title=title(f"{names}: {ylabel} vs rounds"))
         ax_b.set(
             xlabel="bits transmitted by the whole network",

@@ -39,7 +39,7 @@ def plot_demo(
         )
         for (name, runs), (ax_r, ax_b) in zip(rows, axes, strict=True):
             records = [load_run(r) for r, _ in runs]
-            ylabel = metric_label(records[0].metric)
+            ylabel = metric_label(records[0].metric, records[0].split)
             summary = json.loads(read_text_bounded(runs[0][0] / "summary.json"))
             dims = summary.get("model_dims", [])
             sizes = f"model sizes d_i = {', '.join(map(str, dims))}" if dims else ""

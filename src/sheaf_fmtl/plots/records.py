@@ -1,5 +1,6 @@
 """A run folder's recorded curve: its config, its metric (accuracy or MSE) and, per evaluated
-round, the test metric and the bits transmitted so far."""
+round, the metric (on the test split, or the validation split it was scored on) and the bits
+transmitted so far."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 
 from ..metrics.aggregate import read_summary
 from ..metrics.groups import read_config
-from ..metrics.results import LEGACY_METRIC_COLUMN, read_metrics
+from ..metrics.results import METRIC, PREFIXES, evaluated_split, read_metrics
 
 
 @dataclass(frozen=True)
@@ -22,8 +23,10 @@ class RunRecord:
         path: the run folder.
         config: its ``config.yaml``.
         metric: ``accuracy``, ``mse`` or ``""`` (unknown: an old folder without ``summary.json``).
-        rounds, values, bits: per evaluated round, the round, the test metric (NaN where not
+        rounds, values, bits: per evaluated round, the round, the evaluated metric (NaN where not
             recorded) and the bits the whole network had transmitted.
+        split: what the metric was scored on: ``test``, or ``validation`` (``val_*`` columns, or an
+            older folder's ``test_*`` columns with ``summary.json``'s ``evaluated_on: validation``).
     """
 
     path: Path
@@ -32,6 +35,7 @@ class RunRecord:
     rounds: np.ndarray
     values: np.ndarray
     bits: np.ndarray
+    split: str = "test"
 
     @property
     def dataset(self) -> str:
@@ -42,7 +46,8 @@ class RunRecord:
 
 def load_run(run_dir: str | Path) -> RunRecord:
     """Read ``config.yaml``, ``metrics.csv`` (the metric column ``test_accuracy`` / ``test_mse``,
-    or ``test_metric`` in older folders) and, if present, ``summary.json`` of a run folder.
+    ``val_accuracy`` / ``val_mse`` for a validation split, or ``test_metric`` in older folders) and,
+    if present, ``summary.json`` of a run folder.
 
     Raises:
         FileNotFoundError: not a run folder.
@@ -54,10 +59,11 @@ def load_run(run_dir: str | Path) -> RunRecord:
         raise FileNotFoundError(f"{path} is not a run folder (no metrics.csv)")
     config = read_config(path)
     columns = read_metrics(path)
-    values = np.array(columns.get(LEGACY_METRIC_COLUMN, []), dtype=float)  # alias of the metric column
+    values = np.array(columns.get(METRIC, []), dtype=float)  # alias of the metric column
     if not np.isfinite(values).any():
         raise ValueError(f"nothing to plot: {csv_path} has no evaluated rounds")
-    metric = next((m for m in ("accuracy", "mse") if f"test_{m}" in columns), "")
+    split = evaluated_split(columns)
+    metric = next((m for m in ("accuracy", "mse") if PREFIXES[split] + m in columns), "")
     summary = path / "summary.json"
     if summary.is_file():
         saved = read_summary(path)
@@ -72,4 +78,5 @@ def load_run(run_dir: str | Path) -> RunRecord:
         rounds=np.array(columns.get("round", nan), dtype=float),
         values=values,
         bits=np.array(columns.get("transmitted_bits", nan), dtype=float),
+        split=split,
     )

@@ -68,9 +68,10 @@ def integer_ticks(ax: Axes, axis: str = "x") -> None:
     target.set_major_locator(MaxNLocator(integer=True))
 
 
-def metric_label(metric: str) -> str:
-    """``accuracy`` -> ``test accuracy``, ``mse`` -> ``test MSE``; anything else ``test metric``."""
-    return {"accuracy": "test accuracy", "mse": "test MSE"}.get(metric, "test metric")
+def metric_label(metric: str, split: str = "test") -> str:
+    """``accuracy`` -> ``test accuracy``, ``mse`` -> ``test MSE``, anything else ``test metric``;
+    ``validation accuracy``, ... for a validation split (``split = "validation"``)."""
+    return f"{split} " + {"accuracy": "accuracy", "mse": "MSE"}.get(metric, "metric")
 
 
 def check_formats(formats: Sequence[str]) -> None:

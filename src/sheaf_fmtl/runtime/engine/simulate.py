@@ -172,7 +172,9 @@ def _non_finite(tensors: list[torch.Tensor]) -> torch.Tensor:
     return (~torch.stack(flags).all()).to(torch.int32)
 
 
-def load_dataset(config: RunConfig) -> FederatedDataset:
+def load_dataset(config: RunConfig, split: str | None = None) -> FederatedDataset:
+    """The config's dataset, its test split scored (``validation > 0``: the validation split, or with
+    ``split = "test"`` the test split, the training data the same)."""
     request = DataRequest(
         clients=config.clients,
         seed=config.seed,
@@ -180,7 +182,9 @@ def load_dataset(config: RunConfig) -> FederatedDataset:
         data_search=config.data_search,
         options=config.data,
     )
-    protocol = ProtocolOptions(standardize=config.standardize, validation=config.validation)
+    protocol = ProtocolOptions(
+        standardize=config.standardize, validation=config.validation, keep_test=split == "test"
+    )
     dataset = load(config.dataset, request, protocol)
     return dataclasses.replace(dataset, loss=config.loss, metric=config.metric)
 

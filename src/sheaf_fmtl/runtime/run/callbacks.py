@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ...config import RunConfig
+from ...metrics.results import metric_column, split_of
 from ...plugins import higher_is_better
 from ..engine.transport import InProcessTransport
 
@@ -39,7 +40,8 @@ class Callback(Protocol):
 
     ``on_round_end(round, metrics, view)``: after every round (and for round 0, the initial
     models, in a run that is not resumed); ``metrics`` is the round's row of ``metrics.csv``
-    (``round``, ``test_accuracy`` or ``test_mse``, ``train_loss``, ...) when the round was
+    (``round``, ``test_accuracy`` or ``test_mse``, ``train_loss``, ...; ``val_accuracy`` or
+    ``val_mse`` in a run that scores a validation split, ``validation > 0``) when the round was
     evaluated, else ``None``; ``view`` reads the clients' models (:class:`RunView`). Return a
     :class:`Stop` (or ``True``, also a NumPy or one-element torch boolean) to end the run after this
     round (from round 1 on); ``None`` or ``False`` goes on; anything else is refused.
@@ -65,7 +67,8 @@ class RunView:
         fed = sim.ctx.fed
         self.num_clients: int = fed.num_clients
         self.metric: str = fed.metric_name  #: ``accuracy``, ``mse`` or the user metric's name
-        self.metric_column = f"test_{self.metric}"  #: its key in the rows
+        #: its key in the rows: ``test_accuracy``, or ``val_accuracy`` when a validation split is scored
+        self.metric_column = metric_column(self.metric, split_of(sim.config.validation))
         self.higher_is_better: bool | None = higher_is_better(
             sim.config.metric_goal, sim.config.metric, self.metric
         )

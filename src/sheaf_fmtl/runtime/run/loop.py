@@ -32,6 +32,7 @@ from .full import disk_full
 from .gather import final_state
 from .interrupt import StopRequest
 from .prepare import RunState, prepare, record
+from .scoring import best_on_test
 from .shipped_callbacks import best_record, from_config
 from .summary import summarize, vouched
 
@@ -245,6 +246,7 @@ def _finish(state: RunState, ending: _Ending, *, resumed: bool, kept: list[Any])
         summary["message"] = "; ".join([divergence_message(diverged_at, config), *late])
         recorder.summary(summary)
         raise DivergenceError(summary["message"])
+    summary.update(best_on_test(config, kept, sim.ctx.fed.num_clients))  # validation > 0: on test too
     final = final_state(sim)
     digest = recorder.checkpoint(final)
     if digest is not None:  # what a reader of checkpoint.pt checks it against

@@ -16,7 +16,7 @@ from ..._version import __version__
 from ...config import RunConfig, save_config
 from ...config.files import replace_file
 from ...metrics.final import FINAL, file_digest, save_state
-from ...metrics.results import LEGACY_METRIC_COLUMN, METRIC_COLUMNS, metric_column
+from ...metrics.results import LEGACY_METRIC_COLUMN, METRIC_COLUMNS, PREFIXES, metric_column, split_of
 
 
 def software_versions() -> dict[str, str]:
@@ -25,7 +25,8 @@ def software_versions() -> dict[str, str]:
 
 
 class Recorder:
-    """Rows of evaluated rounds (``log`` takes them with the key ``test_metric``), and the run
+    """Rows of evaluated rounds (``log`` takes them with the key ``test_metric``, stored as the
+    evaluated split's column: ``test_accuracy``, or ``val_accuracy`` with ``validation > 0``), and the run
     folder when ``out_dir`` is given (created here: callers check and clear it before,
     :mod:`sheaf_fmtl.runtime.run.rundir`).
 
@@ -42,9 +43,9 @@ class Recorder:
     ) -> None:
         self.dir = None if out_dir is None else Path(out_dir)
         self.config = config
-        self.column = metric_column(metric)
+        self.column = metric_column(metric, split_of(config.validation))
         self.columns = tuple(self.column if c == LEGACY_METRIC_COLUMN else c for c in METRIC_COLUMNS)
-        self.rows: list[dict[str, Any]] = list(rows or [])
+        self.rows: list[dict[str, Any]] = [self._renamed(r, metric) for r in rows or []]
         self._file = None
         if self.dir is None:
             return
@@ -57,6 +58,12 @@ class Recorder:
         replace_file(path, text.getvalue())
         self._file = open(path, "a", newline="")
         self._csv = csv.writer(self._file, lineterminator="\n")
+
+    def _renamed(self, row: dict[str, Any], metric: str) -> dict[str, Any]:
+        """A resumed run's row under this recorder's names (a validation run checkpointed before
+        validation had its own names kept its metric as ``test_*``)."""
+        old = PREFIXES["test"] + metric
+        return {self.column if k == old else k: v for k, v in row.items()}
 
     def _cells(self, named: dict[str, Any]) -> list[str]:
         return ["" if named.get(c) is None else _fmt(named[c]) for c in self.columns]

@@ -54,9 +54,10 @@ def _cell(v: Any) -> str:
 
 
 class TensorBoardLogger:
-    """Every evaluated number of a row as a scalar (tag = its ``metrics.csv`` column, step = the
-    round) with ``torch.utils.tensorboard.SummaryWriter`` into ``log_dir`` (needs the
-    ``tensorboard`` package: ``pip install 'sheaf-fmtl[tensorboard]'``)."""
+    """Every evaluated number of a row as a scalar (tag = its ``metrics.csv`` column, e.g.
+    ``test_accuracy``, or ``val_accuracy`` when a validation split is scored; step = the round)
+    with ``torch.utils.tensorboard.SummaryWriter`` into ``log_dir`` (needs the ``tensorboard``
+    package: ``pip install 'sheaf-fmtl[tensorboard]'``)."""
 
     def __init__(self, log_dir: str | Path) -> None:
         try:
@@ -94,8 +95,8 @@ def _improves(value: float, best: float | None, higher: bool, min_delta: float) 
 
 
 class EarlyStopping:
-    """Stop when the evaluated metric (``metrics.csv``'s ``test_*`` column; the validation split
-    with ``validation > 0``) has not improved by more than ``min_delta`` for ``patience``
+    """Stop when the validation metric (``metrics.csv``'s ``val_*`` column: ``validation > 0``) has
+    not improved by more than ``min_delta`` for ``patience``
     evaluations in a row. ``goal``: ``max`` / ``min``, or ``auto`` from the run's ``metric_goal``
     (accuracy: higher is better, MSE: lower)."""
 
