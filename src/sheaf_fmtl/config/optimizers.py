@@ -1,0 +1,285 @@
+"""The local steps' optimizer and learning-rate scheduler as PyTorch defines them (config keys
+``optimizer``, ``optimizer_args``, ``weight_decay``, ``grad_clip``, ``lr_scheduler``,
+``lr_scheduler_args``; the earlier ``sgd``, ``momentum``, ``adam`` and ``lr_schedule``).
+
+``optimizer`` names a ``torch.optim`` class (``AdamW``) or ``module:Class``; the algorithms run one
+instance of it over a cohort's stacked ``[C, d]`` parameters (``algorithms/optim.py``), which is
+each client's own optimizer only when the update is elementwise. :func:`layout` checks that by a
+probe, once per setting: a few steps on a stacked ``[2, 3]`` parameter against each row alone, and
+state that is either shaped like the parameter (a row per client) or one number (a step count,
+kept per client). LBFGS (it needs a closure), optimizers with per-tensor norms or factored moments
+(Adafactor and the like) fail the probe and are refused in one line.
+
+``lr_scheduler`` names a ``torch.optim.lr_scheduler`` class, stepped once per round; its arguments
+that depend on the run's length (:data:`LENGTH_ARGS`) default to ``rounds``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..plugins import PluginError, is_spec, load_spec
+from .errors import ConfigError, shown
+
+#: The earlier spellings (their numbers unchanged): the torch class each stands for.
+LEGACY = {"sgd": torch.optim.SGD, "momentum": torch.optim.SGD, "adam": torch.optim.Adam}
+#: Scheduler arguments that default to ``rounds`` (the scheduler steps once per round).
+LENGTH_ARGS = ("T_max", "total_steps")
+#: Schedulers that cannot be given by name and keyword arguments alone.
+UNSCHEDULABLE = {
+    "ReduceLROnPlateau": "it steps on a validation metric, not once per round",
+    "LambdaLR": "its lr_lambda is a function",
+    "MultiplicativeLR": "its lr_lambda is a function",
+    "SequentialLR": "it takes other schedulers",
+    "ChainedScheduler": "it takes other schedulers",
+}
+_PROBE_STEPS = 3
+
+
+@dataclass(frozen=True)
+class Layout:
+    """An optimizer's state per parameter: ``rows`` (keys of tensors shaped like the parameter: a
+    row per client) and ``scalars`` (keys of single numbers, e.g. the step count: one per client),
+    with the type each scalar is kept as (a torch dtype, or ``int``/``float``)."""
+
+    rows: tuple[str, ...]
+    scalars: tuple[str, ...]
+    kinds: tuple[torch.dtype | type, ...]
+    on_device: bool  # scalars on the parameter's device (fused or capturable), else on the CPU
+
+
+def custom(config: Any) -> bool:
+    """Whether the local steps are other than the paper's plain SGD at ``alpha``."""
+    return bool(
+        config.optimizer != "sgd"
+        or config.optimizer_args
+        or config.weight_decay
+        or config.grad_clip > 0
+        or config.lr_schedule != "constant"
+        or config.lr_scheduler
+    )
+
+
+def _torch_names(module: Any, base: type) -> list[str]:
+    """The public subclasses of ``base`` in ``module`` that can be named here."""
+    return sorted(
+        n
+        for n, c in vars(module).items()
+        if isinstance(c, type) and issubclass(c, base) and c is not base
+        if not n.startswith("_") and n not in UNSCHEDULABLE
+    )
+
+
+def _load(key: str, name: str, module: Any, base: type) -> type:
+    """The class ``name`` (a class of ``module`` or ``module:Class``) for config key ``key``."""
+    if is_spec(name):
+        try:
+            cls = load_spec(key, name)
+        except PluginError as e:
+            raise ConfigError(str(e)) from None
+    else:
+        cls = getattr(module, name, None) if name and not name.startswith("_") else None
+    if isinstance(cls, type) and issubclass(cls, base) and cls is not base:
+        return cls
+    names = _torch_names(module, base)
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    close += [n for n in names if n.lower() == name.lower()]
+    hint = f"did you mean {close[-1]!r}? " if close else ""
+    legacy = "sgd, momentum, adam, " if key == "optimizer" else ""
+    raise ConfigError(
+        f"config key '{key}': {shown(name)} is not allowed; {hint}allowed: {legacy}a {module.__name__} "
+        f"class ({', '.join(names)}) or module:Class"
+    )
+
+
+def optimizer_class(name: str) -> type[torch.optim.Optimizer]:
+    """The optimizer class ``optimizer`` names (:data:`LEGACY`, a ``torch.optim`` class or
+    ``module:Class``)."""
+    return LEGACY.get(name) or _load("optimizer", name, torch.optim, torch.optim.Optimizer)
+
+
+def optimizer_kwargs(config: Any) -> dict[str, Any]:
+    """Keyword arguments of the optimizer besides its parameters and ``lr`` (``alpha``, or the
+    schedule's): the earlier keys' (``momentum``, ``adam_*``), ``optimizer_args``, ``weight_decay``,
+    and ``foreach=True`` where the class takes it (one kernel per op over the tensors)."""
+    cls = optimizer_class(config.optimizer)
+    accepted = inspect.signature(cls).parameters
+    out: dict[str, Any] = {}
+    if config.optimizer == "momentum":
+        out["momentum"] = config.momentum
+    elif config.optimizer == "adam":
+        out.update(betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps)
+    out.update(config.optimizer_args)
+    if config.weight_decay is not None:
+        out["weight_decay"] = config.weight_decay
+    if "foreach" in accepted and "foreach" not in out and not out.get("fused"):
+        out["foreach"] = True
+    return out
+
+
+def build(config: Any, params: list[torch.Tensor], lr: float) -> torch.optim.Optimizer:
+    """The configured optimizer over ``params`` at learning rate ``lr``."""
+    cls: Any = optimizer_class(config.optimizer)  # (a subclass: its own keyword arguments)
+    return cls(params, lr=lr, **optimizer_kwargs(config))  # type: ignore[no-any-return]
+
+
+_LAYOUTS: dict[str, Layout] = {}
+
+
+def _setting(config: Any) -> str:
+    return repr((config.optimizer, sorted(optimizer_kwargs(config).items(), key=lambda kv: kv[0])))
+
+
+def layout(config: Any) -> Layout:
+    """The state layout of the configured optimizer, from the probe (cached per setting);
+    ConfigError in one line when it cannot serve stacked clients."""
+    key = _setting(config)
+    if key not in _LAYOUTS:
+        try:
+            found = _probe(config)
+        except Exception as e:  # noqa: BLE001 - any failure of the user's optimizer is its refusal
+            why = f"{type(e).__name__}: {' '.join(str(e).split())}"
+            found = f"it cannot step a tensor from its gradient alone ({shown(why, 160)})"
+        if isinstance(found, str):
+            raise ConfigError(
+                f"config key 'optimizer' = {config.optimizer} is refused: {found}; the local steps run one "
+                "optimizer over every client's stacked parameters, which needs an elementwise update (each "
+                "client's row moved by its own gradient and state alone); use an elementwise one, e.g. "
+                "optimizer=AdamW, SGD, RMSprop, Adagrad"
+            )
+        _LAYOUTS[key] = found
+    return _LAYOUTS[key]
+
+
+def _check_args(config: Any) -> None:
+    cls = optimizer_class(config.optimizer)
+    for bad, fix in (("lr", "the learning rate is alpha"), ("params", "the parameters are the clients'")):
+        if bad in config.optimizer_args:
+            raise ConfigError(f"config key 'optimizer_args' sets {bad!r}, which the run sets: {fix}")
+    if config.weight_decay is not None and "weight_decay" in config.optimizer_args:
+        raise ConfigError(
+            "config key 'weight_decay' and optimizer_args.weight_decay are both set; keep one of them"
+        )
+    accepted = inspect.signature(cls).parameters
+    if config.weight_decay is not None and "weight_decay" not in accepted:
+        raise ConfigError(
+            f"config key 'weight_decay' = {config.weight_decay}: optimizer={config.optimizer} takes no "
+            "weight_decay; remove it, or choose an optimizer that takes one (SGD, Adam, AdamW, RMSprop)"
+        )
+
+
+def _probe(config: Any) -> Layout | str:
+    """A few steps on a stacked ``[2, 3]`` parameter and on each row alone: the same rows, and
+    state rows or single numbers, or why not (a string)."""
+    gen = torch.Generator().manual_seed(0)
+    p0 = torch.randn(2, 3, generator=gen, dtype=torch.float64)
+    grads = torch.randn(_PROBE_STEPS, 2, 3, generator=gen, dtype=torch.float64)
+    stacked, alone = p0.clone(), [p0[i].clone() for i in range(2)]
+    opt, opts = build(config, [stacked], 0.01), [build(config, [a], 0.01) for a in alone]
+    for g in grads:
+        stacked.grad = g.clone()
+        opt.step()
+        for a, o, gi in zip(alone, opts, g, strict=True):
+            a.grad = gi.clone()
+            o.step()
+    if not torch.allclose(stacked, torch.stack(alone), rtol=1e-9, atol=1e-12):
+        return "its update of one row depends on the others (stepped stacked it differs from each row alone)"
+    rows: list[str] = []
+    scalars: list[str] = []
+    kinds: list[torch.dtype | type] = []
+    for name, value in sorted(opt.state[stacked].items()):
+        if isinstance(value, torch.Tensor) and value.shape == stacked.shape and value.dtype == stacked.dtype:
+            rows.append(name)
+        elif isinstance(value, torch.Tensor) and value.numel() == 1:
+            scalars.append(name)
+            kinds.append(value.dtype)
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            scalars.append(name)
+            kinds.append(type(value))
+        else:
+            return f"it keeps state {name!r} that is neither shaped like the parameter nor one number"
+    on_device = bool(opt.defaults.get("fused") or opt.defaults.get("capturable"))
+    return Layout(tuple(rows), tuple(scalars), tuple(kinds), on_device)
+
+
+def scheduler_class(name: str) -> type:
+    """The ``torch.optim.lr_scheduler`` class (or ``module:Class``) ``lr_scheduler`` names."""
+    if name in UNSCHEDULABLE:
+        raise ConfigError(
+            f"config key 'lr_scheduler' = {name} is refused: {UNSCHEDULABLE[name]}; name a scheduler "
+            "built from keyword arguments alone (StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, ...)"
+        )
+    sched = torch.optim.lr_scheduler
+    return _load("lr_scheduler", name, sched, sched.LRScheduler)
+
+
+def scheduler_kwargs(config: Any) -> dict[str, Any]:
+    """``lr_scheduler_args``, with :data:`LENGTH_ARGS` the scheduler takes defaulting to ``rounds``."""
+    accepted = inspect.signature(scheduler_class(config.lr_scheduler)).parameters
+    out = dict(config.lr_scheduler_args)
+    for name in LENGTH_ARGS:
+        if name in accepted and name not in out:
+            out[name] = config.rounds
+    return out
+
+
+def rounds_dependent(values: Any) -> bool:
+    """Whether a config (a mapping of its keys) anneals over ``rounds``: ``lr_schedule = cosine``,
+    or an ``lr_scheduler`` whose length (:data:`LENGTH_ARGS`) defaults to it."""
+    if values.get("lr_schedule") == "cosine":
+        return True
+    name, given = values.get("lr_scheduler") or "", values.get("lr_scheduler_args") or {}
+    try:
+        accepted = inspect.signature(scheduler_class(name)).parameters if name else {}
+    except ConfigError:
+        return False
+    return any(a in accepted and a not in given for a in LENGTH_ARGS)
+
+
+_TABLES: dict[str, tuple[float, ...]] = {}
+
+
+def lr_table(config: Any, rounds: int | None = None) -> tuple[float, ...]:
+    """The learning rate of each round ``0 .. rounds - 1`` under ``lr_scheduler`` (one scheduler
+    step per round, from ``alpha``), cached per setting."""
+    n = config.rounds if rounds is None else rounds
+    key = repr((config.lr_scheduler, sorted(scheduler_kwargs(config).items()), config.alpha, n))
+    if key not in _TABLES:
+        p = torch.zeros(1)
+        opt = torch.optim.SGD([p], lr=config.alpha)
+        try:
+            sched = scheduler_class(config.lr_scheduler)(opt, **scheduler_kwargs(config))
+            lrs = [float(opt.param_groups[0]["lr"])]
+            for _ in range(n - 1):
+                opt.step()  # (no gradient: nothing moves; the scheduler sees the order it expects)
+                sched.step()
+                lrs.append(float(opt.param_groups[0]["lr"]))
+        except (TypeError, ValueError, ZeroDivisionError) as e:
+            raise ConfigError(
+                f"config key 'lr_scheduler' = {config.lr_scheduler} cannot be built with lr_scheduler_args "
+                f"{shown(dict(config.lr_scheduler_args))}: {' '.join(str(e).split())}; give its arguments "
+                "as lr_scheduler_args.NAME=VALUE"
+            ) from None
+        _TABLES[key] = tuple(lrs)
+    return _TABLES[key]
+
+
+def check(config: Any) -> None:
+    """Refuse (ConfigError, one line) an optimizer or scheduler the local steps cannot run."""
+    if config.lr_scheduler_args and not config.lr_scheduler:
+        raise ConfigError("config key 'lr_scheduler_args' is set but lr_scheduler is empty; name a scheduler")
+    if config.lr_scheduler and config.lr_schedule != "constant":
+        raise ConfigError(
+            f"config keys 'lr_scheduler' = {config.lr_scheduler} and 'lr_schedule' = {config.lr_schedule} "
+            "are both set; keep one of them"
+        )
+    if custom(config):
+        _check_args(config)
+        layout(config)
+    if config.lr_scheduler:
+        lr_table(config, rounds=2)
