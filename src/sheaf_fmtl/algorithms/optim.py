@@ -138,14 +138,25 @@ def step_cohort(
     lr: float,
 ) -> torch.Tensor:
     """One optimizer step of cohort ``k``'s stack ``theta`` from its gradients ``g`` on the clients
-    ``active`` (on the CPU; ``None``: all); the new theta, its optimizer state replaced in ``state``."""
+    ``active`` (on the CPU; ``None``: all); the new theta, its optimizer state replaced in ``state``.
+    Each group of clients is one parameter of one optimizer instance (one ``step()``, the state of
+    each group its own)."""
     lay = layout(config)
     g = clip_rows(g, config.grad_clip)
     counts, scalars = state.opt_t[k].cpu(), state.opt_scalars[k].cpu()
     rows = state.opt_rows[k]
+    grouped = groups(counts, scalars, active)
+    parts = [_gather(lay, theta, g, rows, scalars, idx, first) for idx, first in grouped]
     new_theta, new_rows, new_scalars = theta, rows, scalars
-    for idx, first in groups(counts, scalars, active):
-        p, buf, values = _step_group(config, lay, theta, g, rows, scalars, idx, first, lr)
+    if parts:
+        opt = build(config, [p for p, _, _, _ in parts], lr)
+        for p, grad, _, saved in parts:
+            p.grad = grad
+            if saved is not None:
+                opt.state[p] = saved
+        opt.step()
+    for (idx, _), (p, _, buf, _) in zip(grouped, parts, strict=True):
+        values = _collect(lay, opt.state[p], buf)
         if idx is None:  # every client: the group's tensors are the new ones
             new_theta, new_rows, new_scalars = p, buf, values.expand(len(counts), -1).clone()
             continue
@@ -166,8 +177,7 @@ def _replaced(items: list[torch.Tensor], k: int, value: torch.Tensor) -> list[to
     return [value if j == k else t for j, t in enumerate(items)]
 
 
-def _step_group(
-    config: RunConfig,
+def _gather(
     lay: Layout,
     theta: torch.Tensor,
     g: torch.Tensor,
@@ -175,39 +185,38 @@ def _step_group(
     scalars: torch.Tensor,
     idx: torch.Tensor | None,
     first: bool,
-    lr: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One ``step()`` of the optimizer on the clients ``idx`` (``None``: all), whose single numbers
-    agree: their new rows of theta, of the state ``[n, J, d]`` and of the numbers ``[1, S]``."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, object] | None]:
+    """The clients ``idx`` (``None``: all), whose single numbers agree, as one parameter: copies of
+    their rows of theta, of the gradients and of the state ``[n, J, d]``, and the optimizer's state
+    over views of the latter (``None`` for a first step: the optimizer's own fresh state)."""
     if idx is None:
         p, grad, buf, one = theta.clone(), g.clone(), rows.clone(), 0
     else:
         where = idx.to(theta.device)
-        p, grad, buf, one = (
-            theta.index_select(0, where),
-            g.index_select(0, where),
-            rows.index_select(0, where),
-            int(idx[0]),
-        )
-    opt = build(config, [p], lr)
-    views = [buf[:, j] for j in range(len(lay.rows))]
-    if not first:
-        saved: dict[str, object] = dict(zip(lay.rows, views, strict=True))
-        for j, (name, kind) in enumerate(zip(lay.scalars, lay.kinds, strict=True)):
-            value = scalars[one, j]
-            if isinstance(kind, torch.dtype):
-                saved[name] = value.to(p.device if lay.on_device else "cpu", kind, copy=True)
-            else:
-                saved[name] = kind(value.item())
-        opt.state[p] = saved
-    p.grad = grad
-    opt.step()
-    after = opt.state[p]
-    for name, view in zip(lay.rows, views, strict=True):
-        if after[name] is not view:  # (a fresh state, or an optimizer that replaced the tensor)
-            view.copy_(after[name])
+        p, grad, buf = theta.index_select(0, where), g.index_select(0, where), rows.index_select(0, where)
+        one = int(idx[0])
+    if first:
+        return p, grad, buf, None
+    saved: dict[str, object] = {name: buf[:, j] for j, name in enumerate(lay.rows)}
+    for j, (name, kind) in enumerate(zip(lay.scalars, lay.kinds, strict=True)):
+        value = scalars[one, j]
+        if isinstance(kind, torch.dtype):
+            saved[name] = value.to(p.device if lay.on_device else "cpu", kind, copy=True)
+        else:
+            saved[name] = kind(value.item())
+    return p, grad, buf, saved
+
+
+def _collect(lay: Layout, after: dict[str, object], buf: torch.Tensor) -> torch.Tensor:
+    """A group's state after the step: its tensors into ``buf`` (where the optimizer did not
+    update the views in place, or made them afresh), its single numbers as ``[1, S]`` float64."""
+    for j, name in enumerate(lay.rows):
+        view, now = buf[:, j], after[name]
+        assert isinstance(now, torch.Tensor)
+        if now.data_ptr() != view.data_ptr() or now.stride() != view.stride():
+            view.copy_(now)
     values = [torch.as_tensor(after[name]).to("cpu", torch.float64) for name in lay.scalars]
-    return p, buf, torch.stack(values).view(1, -1) if values else scalars.new_zeros(1, 0)
+    return torch.stack(values).view(1, -1) if values else torch.zeros(1, 0, dtype=torch.float64)
 
 
 def local_steps(ctx: Context, state: State, theta: torch.Tensor, steps: int, alpha: float) -> torch.Tensor:

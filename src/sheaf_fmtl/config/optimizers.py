@@ -103,12 +103,21 @@ def optimizer_class(name: str) -> type[torch.optim.Optimizer]:
     return LEGACY.get(name) or _load("optimizer", name, torch.optim, torch.optim.Optimizer)
 
 
+_ACCEPTED: dict[type, frozenset[str]] = {}
+
+
+def _accepted(cls: type) -> frozenset[str]:
+    """The keyword arguments a class's constructor names (read once per class)."""
+    if cls not in _ACCEPTED:
+        _ACCEPTED[cls] = frozenset(inspect.signature(cls).parameters)
+    return _ACCEPTED[cls]
+
+
 def optimizer_kwargs(config: Any) -> dict[str, Any]:
     """Keyword arguments of the optimizer besides its parameters and ``lr`` (``alpha``, or the
     schedule's): the earlier keys' (``momentum``, ``adam_*``), ``optimizer_args``, ``weight_decay``,
     and ``foreach=True`` where the class takes it (one kernel per op over the tensors)."""
-    cls = optimizer_class(config.optimizer)
-    accepted = inspect.signature(cls).parameters
+    accepted = _accepted(optimizer_class(config.optimizer))
     out: dict[str, Any] = {}
     if config.optimizer == "momentum":
         out["momentum"] = config.momentum
@@ -165,7 +174,7 @@ def _check_args(config: Any) -> None:
         raise ConfigError(
             "config key 'weight_decay' and optimizer_args.weight_decay are both set; keep one of them"
         )
-    accepted = inspect.signature(cls).parameters
+    accepted = _accepted(cls)
     if config.weight_decay is not None and "weight_decay" not in accepted:
         raise ConfigError(
             f"config key 'weight_decay' = {config.weight_decay}: optimizer={config.optimizer} takes no "
@@ -189,6 +198,8 @@ def _probe(config: Any) -> Layout | str:
             o.step()
     if not torch.allclose(stacked, torch.stack(alone), rtol=1e-9, atol=1e-12):
         return "its update of one row depends on the others (stepped stacked it differs from each row alone)"
+    if not _separate(config, p0, grads, torch.stack(alone)):
+        return "its update of one tensor depends on the others it is given (a norm or mean over them)"
     rows: list[str] = []
     scalars: list[str] = []
     kinds: list[torch.dtype | type] = []
@@ -207,6 +218,18 @@ def _probe(config: Any) -> Layout | str:
     return Layout(tuple(rows), tuple(scalars), tuple(kinds), on_device)
 
 
+def _separate(config: Any, p0: torch.Tensor, grads: torch.Tensor, want: torch.Tensor) -> bool:
+    """Whether one instance over the rows as separate tensors (clients grouped by their step
+    counts, ``algorithms/optim.py``) moves them as each alone."""
+    rows = [p0[i].clone() for i in range(len(p0))]
+    opt = build(config, rows, 0.01)
+    for g in grads:
+        for r, gi in zip(rows, g, strict=True):
+            r.grad = gi.clone()
+        opt.step()
+    return torch.allclose(torch.stack(rows), want, rtol=1e-9, atol=1e-12)
+
+
 def scheduler_class(name: str) -> type:
     """The ``torch.optim.lr_scheduler`` class (or ``module:Class``) ``lr_scheduler`` names."""
     if name in UNSCHEDULABLE:
@@ -220,7 +243,7 @@ def scheduler_class(name: str) -> type:
 
 def scheduler_kwargs(config: Any) -> dict[str, Any]:
     """``lr_scheduler_args``, with :data:`LENGTH_ARGS` the scheduler takes defaulting to ``rounds``."""
-    accepted = inspect.signature(scheduler_class(config.lr_scheduler)).parameters
+    accepted = _accepted(scheduler_class(config.lr_scheduler))
     out = dict(config.lr_scheduler_args)
     for name in LENGTH_ARGS:
         if name in accepted and name not in out:
@@ -235,7 +258,7 @@ def rounds_dependent(values: Any) -> bool:
         return True
     name, given = values.get("lr_scheduler") or "", values.get("lr_scheduler_args") or {}
     try:
-        accepted = inspect.signature(scheduler_class(name)).parameters if name else {}
+        accepted = _accepted(scheduler_class(name)) if name else frozenset()
     except ConfigError:
         return False
     return any(a in accepted and a not in given for a in LENGTH_ARGS)
