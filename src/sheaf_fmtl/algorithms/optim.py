@@ -162,7 +162,7 @@ def step_cohort(
             continue
         if new_theta is theta:  # (copies, written in place from here on: the state's are kept)
             new_theta, new_rows, new_scalars = theta.clone(), rows.clone(), scalars.clone()
-        where = idx.to(theta.device)
+        where = to_device(idx, theta.device)
         new_theta.index_copy_(0, where, p)
         new_rows.index_copy_(0, where, buf)
         new_scalars.index_copy_(0, idx, values.expand(len(idx), -1))
@@ -170,6 +170,13 @@ def step_cohort(
     state.opt_rows = _replaced(state.opt_rows, k, new_rows)
     state.opt_scalars = _replaced(state.opt_scalars, k, new_scalars)
     return new_theta
+
+
+def to_device(idx: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host index on ``device``, without waiting for the device (pinned, non-blocking on CUDA)."""
+    if device.type != "cuda":
+        return idx.to(device)
+    return idx.pin_memory().to(device, non_blocking=True)
 
 
 def _replaced(items: list[torch.Tensor], k: int, value: torch.Tensor) -> list[torch.Tensor]:
@@ -192,7 +199,7 @@ def _gather(
     if idx is None:
         p, grad, buf, one = theta.clone(), g.clone(), rows.clone(), 0
     else:
-        where = idx.to(theta.device)
+        where = to_device(idx, theta.device)
         p, grad, buf = theta.index_select(0, where), g.index_select(0, where), rows.index_select(0, where)
         one = int(idx[0])
     if first:
