@@ -32,8 +32,9 @@ import math
 import torch
 
 from ..config import RunConfig
-from ..config.optimizers import Layout, build, custom, layout, lr_table
-from ..federation import Batch
+from ..config.optimizers import Layout, build, custom, layout
+from ..config.schedulers import lr_table
+from ..federation import Batch, Cohort
 from .base import Context, State
 from .steps import gradient, sgd_step, sgd_steps
 
@@ -78,9 +79,11 @@ def local_step(
     init_state(config, state, thetas)
     lr = round_rate(ctx, state)
     batches = ctx.last_batches if len(ctx.last_batches) == len(thetas) else [True] * len(thetas)
+    fed = getattr(ctx, "fed", None)  # (None: a bare context, e.g. a test's)
+    cohorts = fed.cohorts if fed is not None and len(fed.cohorts) == len(thetas) else [None] * len(thetas)
     return [
-        step_cohort(config, state, k, theta, g, stepping(b, len(theta)), lr)
-        for k, (theta, g, b) in enumerate(zip(thetas, grads, batches, strict=True))
+        step_cohort(config, state, k, theta, g, stepping(b, len(theta), c), lr)
+        for k, (theta, g, b, c) in enumerate(zip(thetas, grads, batches, cohorts, strict=True))
     ]
 
 
@@ -94,14 +97,15 @@ def init_state(config: RunConfig, state: State, thetas: list[torch.Tensor]) -> N
     state.opt_scalars = [torch.zeros(len(t), len(lay.scalars), dtype=torch.float64) for t in thetas]
 
 
-def stepping(batch: Batch | bool | None, size: int) -> torch.Tensor | None:
+def stepping(batch: Batch | bool | None, size: int, cohort: Cohort | None = None) -> torch.Tensor | None:
     """Which of the ``size`` clients a gradient step on ``batch`` moves, on the CPU (``None``: all of
-    them; a gradient not drawn from batches, ``True``: all of them too)."""
+    them; a gradient not drawn from batches, ``True``: all of them too); ``cohort``: the batch's,
+    which knows its epoch steps' clients on the CPU (no device read)."""
     if batch is None:
         return torch.zeros(size, dtype=torch.bool)
     if isinstance(batch, bool) or batch.active is None:
         return None
-    rows = batch.active_host if batch.active_host is not None else batch.active.cpu()
+    rows = batch.active.cpu() if cohort is None else cohort.active_host(batch.active)
     return torch.zeros(size, dtype=torch.bool).index_fill_(0, rows, True)
 
 

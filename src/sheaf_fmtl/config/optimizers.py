@@ -10,14 +10,14 @@ state that is either shaped like the parameter (a row per client) or one number 
 kept per client). LBFGS (it needs a closure), optimizers with per-tensor norms or factored moments
 (Adafactor and the like) fail the probe and are refused in one line.
 
-``lr_scheduler`` names a ``torch.optim.lr_scheduler`` class, stepped once per round; its arguments
-that depend on the run's length (:data:`LENGTH_ARGS`) default to ``rounds``.
+The scheduler (``lr_scheduler``): :mod:`.schedulers`.
 """
 
 from __future__ import annotations
 
 import difflib
 import inspect
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,16 +28,6 @@ from .errors import ConfigError, shown
 
 #: The earlier spellings (their numbers unchanged): the torch class each stands for.
 LEGACY = {"sgd": torch.optim.SGD, "momentum": torch.optim.SGD, "adam": torch.optim.Adam}
-#: Scheduler arguments that default to ``rounds`` (the scheduler steps once per round).
-LENGTH_ARGS = ("T_max", "total_steps")
-#: Schedulers that cannot be given by name and keyword arguments alone.
-UNSCHEDULABLE = {
-    "ReduceLROnPlateau": "it steps on a validation metric, not once per round",
-    "LambdaLR": "its lr_lambda is a function",
-    "MultiplicativeLR": "its lr_lambda is a function",
-    "SequentialLR": "it takes other schedulers",
-    "ChainedScheduler": "it takes other schedulers",
-}
 _PROBE_STEPS = 3
 
 
@@ -65,18 +55,19 @@ def custom(config: Any) -> bool:
     )
 
 
-def _torch_names(module: Any, base: type) -> list[str]:
-    """The public subclasses of ``base`` in ``module`` that can be named here."""
+def _torch_names(module: Any, base: type, refused: Iterable[str]) -> list[str]:
+    """The public subclasses of ``base`` in ``module``, less those ``refused``."""
     return sorted(
         n
         for n, c in vars(module).items()
         if isinstance(c, type) and issubclass(c, base) and c is not base
-        if not n.startswith("_") and n not in UNSCHEDULABLE
+        if not n.startswith("_") and n not in refused
     )
 
 
-def _load(key: str, name: str, module: Any, base: type) -> type:
-    """The class ``name`` (a class of ``module`` or ``module:Class``) for config key ``key``."""
+def load_class(key: str, name: str, module: Any, base: type, refused: Iterable[str] = ()) -> type:
+    """The class ``name`` (a class of ``module`` or ``module:Class``) for config key ``key``; the
+    refusal lists ``module``'s classes less ``refused``."""
     if is_spec(name):
         try:
             cls = load_spec(key, name)
@@ -86,7 +77,7 @@ def _load(key: str, name: str, module: Any, base: type) -> type:
         cls = getattr(module, name, None) if name and not name.startswith("_") else None
     if isinstance(cls, type) and issubclass(cls, base) and cls is not base:
         return cls
-    names = _torch_names(module, base)
+    names = _torch_names(module, base, refused)
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     close += [n for n in names if n.lower() == name.lower()]
     hint = f"did you mean {close[-1]!r}? " if close else ""
@@ -100,24 +91,24 @@ def _load(key: str, name: str, module: Any, base: type) -> type:
 def optimizer_class(name: str) -> type[torch.optim.Optimizer]:
     """The optimizer class ``optimizer`` names (:data:`LEGACY`, a ``torch.optim`` class or
     ``module:Class``)."""
-    return LEGACY.get(name) or _load("optimizer", name, torch.optim, torch.optim.Optimizer)
+    return LEGACY.get(name) or load_class("optimizer", name, torch.optim, torch.optim.Optimizer)
 
 
-_ACCEPTED: dict[type, frozenset[str]] = {}
+_ARGS: dict[type, frozenset[str]] = {}
 
 
-def _accepted(cls: type) -> frozenset[str]:
+def accepted_args(cls: type) -> frozenset[str]:
     """The keyword arguments a class's constructor names (read once per class)."""
-    if cls not in _ACCEPTED:
-        _ACCEPTED[cls] = frozenset(inspect.signature(cls).parameters)
-    return _ACCEPTED[cls]
+    if cls not in _ARGS:
+        _ARGS[cls] = frozenset(inspect.signature(cls).parameters)
+    return _ARGS[cls]
 
 
 def optimizer_kwargs(config: Any) -> dict[str, Any]:
     """Keyword arguments of the optimizer besides its parameters and ``lr`` (``alpha``, or the
     schedule's): the earlier keys' (``momentum``, ``adam_*``), ``optimizer_args``, ``weight_decay``,
     and ``foreach=True`` where the class takes it (one kernel per op over the tensors)."""
-    accepted = _accepted(optimizer_class(config.optimizer))
+    accepted = accepted_args(optimizer_class(config.optimizer))
     out: dict[str, Any] = {}
     if config.optimizer == "momentum":
         out["momentum"] = config.momentum
@@ -174,7 +165,7 @@ def _check_args(config: Any) -> None:
         raise ConfigError(
             "config key 'weight_decay' and optimizer_args.weight_decay are both set; keep one of them"
         )
-    accepted = _accepted(cls)
+    accepted = accepted_args(cls)
     if config.weight_decay is not None and "weight_decay" not in accepted:
         raise ConfigError(
             f"config key 'weight_decay' = {config.weight_decay}: optimizer={config.optimizer} takes no "
@@ -230,79 +221,8 @@ def _separate(config: Any, p0: torch.Tensor, grads: torch.Tensor, want: torch.Te
     return torch.allclose(torch.stack(rows), want, rtol=1e-9, atol=1e-12)
 
 
-def scheduler_class(name: str) -> type:
-    """The ``torch.optim.lr_scheduler`` class (or ``module:Class``) ``lr_scheduler`` names."""
-    if name in UNSCHEDULABLE:
-        raise ConfigError(
-            f"config key 'lr_scheduler' = {name} is refused: {UNSCHEDULABLE[name]}; name a scheduler "
-            "built from keyword arguments alone (StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, ...)"
-        )
-    sched = torch.optim.lr_scheduler
-    return _load("lr_scheduler", name, sched, sched.LRScheduler)
-
-
-def scheduler_kwargs(config: Any) -> dict[str, Any]:
-    """``lr_scheduler_args``, with :data:`LENGTH_ARGS` the scheduler takes defaulting to ``rounds``."""
-    accepted = _accepted(scheduler_class(config.lr_scheduler))
-    out = dict(config.lr_scheduler_args)
-    for name in LENGTH_ARGS:
-        if name in accepted and name not in out:
-            out[name] = config.rounds
-    return out
-
-
-def rounds_dependent(values: Any) -> bool:
-    """Whether a config (a mapping of its keys) anneals over ``rounds``: ``lr_schedule = cosine``,
-    or an ``lr_scheduler`` whose length (:data:`LENGTH_ARGS`) defaults to it."""
-    if values.get("lr_schedule") == "cosine":
-        return True
-    name, given = values.get("lr_scheduler") or "", values.get("lr_scheduler_args") or {}
-    try:
-        accepted = _accepted(scheduler_class(name)) if name else frozenset()
-    except ConfigError:
-        return False
-    return any(a in accepted and a not in given for a in LENGTH_ARGS)
-
-
-_TABLES: dict[str, tuple[float, ...]] = {}
-
-
-def lr_table(config: Any, rounds: int | None = None) -> tuple[float, ...]:
-    """The learning rate of each round ``0 .. rounds - 1`` under ``lr_scheduler`` (one scheduler
-    step per round, from ``alpha``), cached per setting."""
-    n = config.rounds if rounds is None else rounds
-    key = repr((config.lr_scheduler, sorted(scheduler_kwargs(config).items()), config.alpha, n))
-    if key not in _TABLES:
-        p = torch.zeros(1)
-        opt = torch.optim.SGD([p], lr=config.alpha)
-        try:
-            sched = scheduler_class(config.lr_scheduler)(opt, **scheduler_kwargs(config))
-            lrs = [float(opt.param_groups[0]["lr"])]
-            for _ in range(n - 1):
-                opt.step()  # (no gradient: nothing moves; the scheduler sees the order it expects)
-                sched.step()
-                lrs.append(float(opt.param_groups[0]["lr"]))
-        except (TypeError, ValueError, ZeroDivisionError) as e:
-            raise ConfigError(
-                f"config key 'lr_scheduler' = {config.lr_scheduler} cannot be built with lr_scheduler_args "
-                f"{shown(dict(config.lr_scheduler_args))}: {' '.join(str(e).split())}; give its arguments "
-                "as lr_scheduler_args.NAME=VALUE"
-            ) from None
-        _TABLES[key] = tuple(lrs)
-    return _TABLES[key]
-
-
 def check(config: Any) -> None:
-    """Refuse (ConfigError, one line) an optimizer or scheduler the local steps cannot run."""
-    if config.lr_scheduler_args and not config.lr_scheduler:
-        raise ConfigError("config key 'lr_scheduler_args' is set but lr_scheduler is empty; name a scheduler")
-    if config.lr_scheduler and config.lr_schedule != "constant":
-        raise ConfigError(
-            f"config keys 'lr_scheduler' = {config.lr_scheduler} and 'lr_schedule' = {config.lr_schedule} "
-            "are both set; keep one of them"
-        )
+    """Refuse (ConfigError, one line) an optimizer the stacked local steps cannot run."""
     if custom(config):
         _check_args(config)
         layout(config)
-    if config.lr_scheduler:
-        lr_table(config, rounds=2)

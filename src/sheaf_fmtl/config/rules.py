@@ -3,7 +3,7 @@ every key's own value is (:mod:`.schema`)."""
 
 from __future__ import annotations
 
-from . import optimizers, registry
+from . import optimizers, registry, schedulers
 from .errors import ConfigError
 from .keys_run import StepKeys  # (every key of a run: the schema's RunConfig, which calls these, adds checks)
 
@@ -73,7 +73,7 @@ _IGNORED_UNLESS = {
 def _check_optimizer(config: StepKeys) -> None:
     """``optimizer`` / ``lr_schedule`` / ``lr_scheduler`` (and ``weight_decay``, ``grad_clip``) where
     the algorithm's local steps may take them; their keys only with them; an optimizer or scheduler
-    the stacked local steps can run (:func:`.optimizers.check`)."""
+    the stacked local steps can run (:func:`.optimizers.check`, :func:`.schedulers.check`)."""
     defaults = type(config).__dataclass_fields__
     for key, (owner, value) in _IGNORED_UNLESS.items():
         if getattr(config, key) != defaults[key].default and getattr(config, owner) != value:
@@ -81,6 +81,7 @@ def _check_optimizer(config: StepKeys) -> None:
                 f"config key '{key}' is set but {owner} = {getattr(config, owner)}, which ignores it; "
                 f"add {owner}={value} to use it"
             )
+    schedulers.check(config)
     optimizers.check(config)
     if not optimizers.custom(config):
         return

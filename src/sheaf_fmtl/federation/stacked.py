@@ -23,14 +23,13 @@ EVAL_SUBSAMPLE_SEED = 1_000_003  # their streams: per client, independent of the
 class Batch(NamedTuple):
     """One mini-batch per client of a cohort: rows ``[C, B, ...]``, labels ``[C, B]``, ``mask [C, B]``
     (1 for a real sample). ``active``: when set, the rows are those of these clients only (the
-    others have no sample at this step and take no step); ``active_host``: the same on the CPU,
-    for code that must know them without reading the device."""
+    others have no sample at this step and take no step; :meth:`StackedClients.active_host` has them
+    on the CPU)."""
 
     x: torch.Tensor
     y: torch.Tensor
     mask: torch.Tensor
     active: torch.Tensor | None = None
-    active_host: torch.Tensor | None = None
 
 
 @dataclass(eq=False)
@@ -172,7 +171,16 @@ class StackedClients:
         idx = flat.reshape(-1)  # a view, except on a last, shorter step
         x = self.x_train.flatten(0, 1).index_select(0, idx).view(*flat.shape, *self.x_train.shape[2:])
         y = self.y_train.flatten().index_select(0, idx).view(flat.shape)
-        return Batch(x, y, mask, active, None if active is None else rows)
+        return Batch(x, y, mask, active)
+
+    def active_host(self, active: torch.Tensor) -> torch.Tensor:
+        """A batch's ``active`` clients on the CPU: the host copy an epoch step was built from (no
+        device read), else a copy."""
+        for static in self._epoch_static.values():
+            hit = next((rows for idx, _, rows in static if idx is active), None)
+            if hit is not None:
+                return hit
+        return active.cpu()
 
     def _plan_index(self, plan: EpochPlan, b: int) -> list[torch.Tensor]:
         """Per step of ``plan``, ``[active clients, b']``: its positions as rows of

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ...config import PROVENANCE_KEYS, ConfigError, read_config_file
-from ...config.optimizers import rounds_dependent
+from ...config.schedulers import rounds_dependent
 from ...data.bounded import read_text_bounded
 from ...metrics.final import file_digest
 from .rundir import CHECKPOINTS
