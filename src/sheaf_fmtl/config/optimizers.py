@@ -1,6 +1,6 @@
-"""The local steps' optimizer and learning-rate scheduler as PyTorch defines them (config keys
-``optimizer``, ``optimizer_args``, ``weight_decay``, ``grad_clip``, ``lr_scheduler``,
-``lr_scheduler_args``; the earlier ``sgd``, ``momentum``, ``adam`` and ``lr_schedule``).
+"""The local steps' optimizer as PyTorch defines it (config keys ``optimizer``, ``optimizer_args``,
+``weight_decay``, ``grad_clip``; the earlier ``sgd``, ``momentum``, ``adam``), and whether the
+local steps are other than plain SGD (:func:`custom`).
 
 ``optimizer`` names a ``torch.optim`` class (``AdamW``) or ``module:Class``; the algorithms run one
 instance of it over a cohort's stacked ``[C, d]`` parameters (``algorithms/optim.py``), which is
