@@ -28,7 +28,7 @@ from typing import Any
 SPEC = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 HELD_PREFIX = "<python: "
 #: Config keys that may name user code.
-PLUGIN_KEYS = ("dataset", "model", "loss", "metric", "graph")
+PLUGIN_KEYS = ("dataset", "model", "loss", "metric", "graph", "optimizer", "lr_scheduler")
 
 
 class PluginError(ValueError):

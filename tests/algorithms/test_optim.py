@@ -20,6 +20,7 @@ from sheaf_fmtl.federation import Batch
 pytestmark = pytest.mark.filterwarnings("ignore:synthetic.*one class:UserWarning")
 
 STEPS_PER_ROUND = 3
+OPT_FIELDS = ("thetas", "opt_rows", "opt_scalars", "opt_t")
 
 
 def _torch_optimizer(config: RunConfig, param: torch.nn.Parameter) -> torch.optim.Optimizer:
@@ -92,7 +93,7 @@ def test_the_defaults_are_plain_sgd_exactly():
     state = State(thetas=thetas)
     got = local_step(ctx, state, thetas, grads, 0.05)  # type: ignore[arg-type]
     assert all(torch.equal(a, b) for a, b in zip(got, sgd_step(thetas, grads, 0.05), strict=True))
-    assert state.opt_m == [] and state.opt_calls == 0  # no state kept, nothing checkpointed
+    assert state.opt_rows == [] and state.opt_calls == 0  # no state kept, nothing checkpointed
 
 
 def test_schedules_by_hand():
@@ -206,13 +207,13 @@ def test_a_client_sitting_a_round_out_keeps_its_optimizer_state(algorithm):
     sim.step()  # round 1: the optimizer state exists from here on
     seen = 0
     for _ in range(4):
-        before = [[t.clone() for t in getattr(sim.state, f)] for f in ("thetas", "opt_m", "opt_v", "opt_t")]
+        before = [[t.clone() for t in getattr(sim.state, f)] for f in OPT_FIELDS]
         sim.step()
         out = sim.transport.faults.sitting_out()
         if out is None:
             continue
         rows = torch.as_tensor(out[sim.ctx.fed.cohorts[0].clients])
-        after = [getattr(sim.state, f) for f in ("thetas", "opt_m", "opt_v", "opt_t")]
+        after = [getattr(sim.state, f) for f in OPT_FIELDS]
         for old, new in zip(before, after, strict=True):
             assert torch.equal(new[0][rows], old[0][rows])  # held back: model and optimizer
             assert not torch.equal(new[0][~rows], old[0][~rows])  # the others stepped

@@ -70,8 +70,15 @@ class StopAt:
         {},
         {"optimizer": "adam", "lr_schedule": "cosine", "drop_prob": 0.2},  # optimizer state resumes too
         {"algorithm": "fedavg", "optimizer": "momentum", "lr_schedule": "step", "lr_step_every": 2},
+        {  # torch's AdamW and scheduler, clipped, on uneven passes with faults: its state resumes bit for bit
+            "optimizer": "AdamW",
+            "lr_scheduler": "CosineAnnealingLR",
+            "grad_clip": 0.5,
+            "drop_prob": 0.2,
+            "batch_size": 3,
+        },
     ],
-    ids=["sgd", "adam-cosine-faults", "fedavg-momentum-step"],
+    ids=["sgd", "adam-cosine-faults", "fedavg-momentum-step", "adamw-scheduler-clip"],
 )
 def test_a_callback_stops_at_round_3_and_the_resumed_run_equals_the_uninterrupted_one(tmp_path, keys):
     config = RunConfig(**{**BASE, **keys})

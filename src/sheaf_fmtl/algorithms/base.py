@@ -32,15 +32,16 @@ class State:
 
     thetas: list[torch.Tensor]
     batch_loss: torch.Tensor | None = None  # last mini-batch losses (divergence check)
-    # The local optimizer's state per cohort (algorithms/optim.py; empty for plain SGD): momentum or
-    # Adam's first moment [C, d], Adam's second moment [C, d], steps taken [C]; local steps so far.
-    opt_m: list[torch.Tensor] = field(default_factory=list)
-    opt_v: list[torch.Tensor] = field(default_factory=list)
+    # The local optimizer's state per cohort (algorithms/optim.py; empty for plain SGD): its state
+    # tensors shaped like the parameters, stacked [C, J, d]; its single numbers per client [C, S]
+    # (float64, on the CPU: e.g. the step count); steps taken [C] (int64, on the CPU); local steps so far.
+    opt_rows: list[torch.Tensor] = field(default_factory=list)
+    opt_scalars: list[torch.Tensor] = field(default_factory=list)
     opt_t: list[torch.Tensor] = field(default_factory=list)
     opt_calls: int = 0
     # Per-client fields (per-cohort stacks, or one [N, ...] stack) that a client sitting a round out
     # keeps as they were (drop_prob, runtime/engine/faults.py); replaced each round, never written in place.
-    client_rows: ClassVar[tuple[str, ...]] = ("thetas", "opt_m", "opt_v", "opt_t")
+    client_rows: ClassVar[tuple[str, ...]] = ("thetas", "opt_rows", "opt_scalars", "opt_t")
     # A field's name in checkpoints saved before it was renamed -> its name now (both are read).
     saved_names: ClassVar[dict[str, str]] = {}
 
@@ -51,8 +52,17 @@ class State:
 
     def restore(self, saved: dict[str, Any], device: torch.device | str) -> None:
         """Put back what :meth:`checkpoint` returned, on ``device`` (a resumed run); fields saved
-        under an earlier name (:attr:`saved_names`) are read under their name now."""
-        load_fields(self, {self.saved_names.get(k, k): v for k, v in saved.items()}, device)
+        under an earlier name (:attr:`saved_names`) are read under their name now. The optimizer
+        state of checkpoints from before ``torch.optim`` ran the local steps (``opt_m``, ``opt_v``) is
+        read when empty (plain SGD kept none) and refused otherwise."""
+        earlier = [k for k in ("opt_m", "opt_v") if k in saved]
+        if any(len(saved[k]) for k in earlier):
+            raise ValueError(
+                "checkpoint holds the local optimizer's state in an earlier layout (opt_m, opt_v); resume it "
+                "with the version that saved it, or start the run afresh"
+            )
+        saved = {self.saved_names.get(k, k): v for k, v in saved.items() if k not in earlier}
+        load_fields(self, saved, device)
 
     def flop_terms(
         self, config: RunConfig, fed: Cohorts, samples: list[int], rounds: int, per_sample: PerSampleFlops

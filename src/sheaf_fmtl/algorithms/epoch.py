@@ -11,8 +11,9 @@ order of float sums, whether the epoch divides evenly or not; what changes is th
 that ran out of samples still takes its share of the step's arithmetic (``benchmarks/
 compile_step.py`` measures what that costs). A step's indices, masks and active flags are built
 from the ``n_i`` and the epoch's permutation before the pass, so a step reads no tensor value on
-the host (no sync) and takes the same graph each time; the optimizer's state is updated with
-``torch.where`` on the active flags, as :func:`.optim.local_step` does.
+the host (no sync) and takes the same graph each time; with another optimizer than plain SGD
+the compiled step gives the gradients and :func:`.optim.step_cohort` steps the clients with a
+sample (their flags known on the CPU from the ``n_i``), as :func:`.optim.local_step` does.
 
 Which algorithms take it: those whose local epochs are plain local steps of their models
 (:attr:`STATIC_EPOCH`); the others (two models a step: ``proxy``, ``ditto``; inner loops:
@@ -30,7 +31,7 @@ import torch
 
 from ..federation import Batch, EpochPlan
 from .base import Context, State
-from .optim import _update, learning_rate, local_step, plain
+from .optim import init_state, local_step, plain, round_rate, step_cohort
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -46,8 +47,10 @@ STATIC_EPOCH = frozenset(
 #: side-by-side yet, so it keeps the loop too.
 COMPILE_AUTO = {"cpu": False, "cuda": False}
 
-#: ``(theta, m, v, t, x rows, y rows, idx [C, B], mask [C, B], active [C], lr) -> (theta, m, v, t, f)``
-StepFn = Callable[..., tuple[torch.Tensor, ...]]
+#: ``(theta, x rows, y rows, idx [C, B], mask [C, B], lr) -> (new theta, or the gradients, f)``
+StepFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+#: Per step of a pass: rows ``[C, B]``, weights ``[C, B]``, active flags ``[C]`` on the CPU.
+Inputs = tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]
 
 
 def static_unsupported(config: RunConfig, fed: Cohorts) -> str | None:
@@ -108,51 +111,36 @@ class StaticEpoch:
         """The round's ``local_epochs`` passes; the same iterates, losses, optimizer state and random
         streams as :func:`loop_epochs`."""
         config, fed = ctx.config, ctx.fed
-        steps = ctx.steps_per_epoch()
         thetas = list(thetas)
-        if not state.opt_t and not plain(config):  # the first step: zero buffers, no steps taken
-            state.opt_t = [t.new_zeros(len(t)) for t in thetas]
-            state.opt_m = [torch.zeros_like(t) for t in thetas] if config.optimizer != "sgd" else []
-            state.opt_v = [torch.zeros_like(t) for t in thetas] if config.optimizer == "adam" else []
+        sgd = plain(config)
+        if not sgd:
+            init_state(config, state, thetas)
         for _ in range(config.local_epochs):
             plans = ctx.epoch_plans()
             per_cohort = [
                 self._inputs(k, cohort, plan, config.batch_size)
                 for k, (cohort, plan) in enumerate(zip(fed.cohorts, plans, strict=True))
             ]
-            for s in range(steps):
-                lr = learning_rate(config, state.opt_calls // max(1, ctx.local_steps()))
-                state.opt_calls += 0 if plain(config) else 1
+            for s in range(ctx.steps_per_epoch()):
+                lr = config.alpha if sgd else round_rate(ctx, state)
                 losses = []
-                for k, (cohort, inputs) in enumerate(zip(fed.cohorts, per_cohort, strict=True)):
-                    idx, masks, active = inputs
+                for k, (cohort, (idx, masks, active)) in enumerate(zip(fed.cohorts, per_cohort, strict=True)):
                     if s >= len(idx):  # the cohort's pass is over: no step
                         losses.append(thetas[k].new_zeros(len(thetas[k])))
                         continue
-                    m = state.opt_m[k] if state.opt_m else thetas[k]
-                    v = state.opt_v[k] if state.opt_v else thetas[k]
-                    t = state.opt_t[k] if state.opt_t else thetas[k].new_zeros(len(thetas[k]))
                     rate = torch.full((), lr, dtype=thetas[k].dtype, device=thetas[k].device)
-                    theta, m, v, t, f = self._step(k, cohort, config)(
-                        thetas[k], m, v, t, cohort.x_train, cohort.y_train, idx[s], masks[s], active[s], rate
+                    out, f = self._step(k, cohort, config)(
+                        thetas[k], cohort.x_train, cohort.y_train, idx[s], masks[s], rate
                     )
-                    thetas[k] = theta
-                    if state.opt_m:
-                        state.opt_m[k] = m
-                    if state.opt_v:
-                        state.opt_v[k] = v
-                    if state.opt_t:
-                        state.opt_t[k] = t
+                    thetas[k] = out if sgd else step_cohort(config, state, k, thetas[k], out, active[s], lr)
                     losses.append(f)
                 state.batch_loss = fed.per_client(losses)
         ctx.last_batches = []
         return thetas
 
-    def _inputs(
-        self, k: int, cohort: Cohort, plan: EpochPlan, batch_size: int
-    ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+    def _inputs(self, k: int, cohort: Cohort, plan: EpochPlan, batch_size: int) -> Inputs:
         """Per step of ``plan``: rows ``[C, B]`` of ``x_train.flatten(0, 1)``, weights ``[C, B]`` and
-        active flags ``[C]`` (the masks from the ``n_i``, once per batch length)."""
+        active flags ``[C]`` on the CPU (the masks from the ``n_i``, once per batch length)."""
         b = cohort.batch_len(batch_size)
         size, n_max = plan.order.shape
         first = torch.arange(size, device=plan.order.device)[:, None] * n_max
@@ -164,7 +152,7 @@ class StaticEpoch:
             device = cohort.x_train.device
             self._masks[(k, b)] = (
                 [m.to(device) for m in mask.unbind(0)],
-                [(m.sum(1) > 0).to(device) for m in mask.unbind(0)],
+                [m.sum(1) > 0 for m in mask.unbind(0)],
             )
         masks, active = self._masks[(k, b)]
         return idx, masks, active
@@ -178,31 +166,24 @@ class StaticEpoch:
 
 def static_step(cohort: Cohort, config: RunConfig) -> StepFn:
     """One local step of every client of ``cohort`` on the rows ``idx`` with weights ``mask``: a
-    function of tensors alone (no host read, the same shapes every step)."""
+    function of tensors alone (no host read, the same shapes every step). Plain SGD returns the new
+    theta; another optimizer, the gradients (it steps outside the graph, :func:`.optim.step_cohort`)."""
     sgd = plain(config)
 
     def step(
         theta: torch.Tensor,
-        m: torch.Tensor,
-        v: torch.Tensor,
-        t: torch.Tensor,
         x_rows: torch.Tensor,
         y_rows: torch.Tensor,
         idx: torch.Tensor,
         mask: torch.Tensor,
-        active: torch.Tensor,
         lr: torch.Tensor,
-    ) -> tuple[torch.Tensor, ...]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         flat = idx.reshape(-1)
         x = x_rows.flatten(0, 1).index_select(0, flat).view(*idx.shape, *x_rows.shape[2:])
         y = y_rows.flatten().index_select(0, flat).view(idx.shape)
         g, f = cohort.gradients(theta, Batch(x, y, mask))
         if sgd:  # a client without a sample has g = 0: theta stays as it is
-            return theta - lr * g, m, v, t, f
-        new, m_new, v_new, t_new = _update(config, lr, theta, g, m, v, t)  # type: ignore[arg-type]
-        keep = active.view(-1, *[1] * (theta.dim() - 1))
-        m_out = m if m_new is None else torch.where(keep, m_new, m)
-        v_out = v if v_new is None else torch.where(keep, v_new, v)
-        return torch.where(keep, new, theta), m_out, v_out, torch.where(active, t_new, t), f
+            return theta - lr * g, f
+        return g, f
 
     return step

@@ -26,7 +26,7 @@ class ServerState(State):
 
     global_copies: torch.Tensor | None = None
     anchor: torch.Tensor | None = None
-    client_rows: ClassVar[tuple[str, ...]] = ("thetas", "global_copies", "opt_m", "opt_v", "opt_t")
+    client_rows: ClassVar[tuple[str, ...]] = ("thetas", "global_copies", "opt_rows", "opt_scalars", "opt_t")
     saved_names: ClassVar[dict[str, str]] = {"glob": "global_copies"}
 
 

@@ -15,7 +15,7 @@ import yaml
 
 from ..data.bounded import UnboundedFile, read_text_bounded
 from .errors import ConfigError, shown
-from .schema import RunConfig, from_mapping
+from .schema import DICT_KEYS, RunConfig, from_mapping
 from .usage import unused_keys
 
 
@@ -237,10 +237,11 @@ def load_config(
     layers = [parse_overrides(overrides or []), dict(keys or {})]
     for layer in layers:
         for key, value in layer.items():
-            if key == "data" and isinstance(value, dict) and isinstance(mapping.get("data", {}), dict):
-                mapping["data"] = {**mapping.get("data", {}), **value}
-            elif isinstance(value, dict) and key != "data":
-                raise ConfigError(f"config key '{key}' has no sub-keys (only 'data.*' does)")
+            if key in DICT_KEYS and isinstance(value, dict) and isinstance(mapping.get(key, {}), dict):
+                mapping[key] = {**mapping.get(key, {}), **value}
+            elif isinstance(value, dict) and key not in DICT_KEYS:
+                subkeyed = ", ".join(f"'{k}.*'" for k in DICT_KEYS)
+                raise ConfigError(f"config key '{key}' has no sub-keys (only {subkeyed} have)")
             else:
                 mapping[key] = value
     return from_mapping(mapping)

@@ -154,10 +154,31 @@ class StepKeys(CompressionKeys):
     # The local optimizer and schedule (algorithms/optim.py), the loop's callbacks (runtime/run/callbacks.py)
     optimizer: str = _key(
         "sgd",
-        "The local steps' optimizer: `sgd` (the paper's), `momentum` (`momentum`) or `adam` (`adam_beta1`, "
-        "`adam_beta2`, `adam_eps`), as torch.optim defines them, with state per client; learning rate "
-        "`alpha`. Other than `sgd`: with `local`, `fedavg` and `fedavg-ft`, and with `sheaf-fmtl`, `dfedu`, "
-        "`dpsgd`, `dpsgd-ft` when `local_epochs > 0` (the fine-tuning before scoring stays plain SGD).",
+        "The local steps' optimizer: `sgd` (the paper's), `momentum` (`momentum`), `adam` (`adam_beta1`, "
+        "`adam_beta2`, `adam_eps`), or any elementwise `torch.optim` class by name (`SGD`, `Adam`, `AdamW`, "
+        "`RMSprop`, `Adagrad`, ...) or `module:Class`, with `optimizer_args`; one instance over each "
+        "cohort's stacked clients, state per client; learning rate `alpha`. Refused when its update is not "
+        "elementwise (LBFGS, per-tensor norms). Other than `sgd`: with `local`, `fedavg` and `fedavg-ft`, "
+        "and with `sheaf-fmtl`, `dfedu`, `dpsgd`, `dpsgd-ft` when `local_epochs > 0` (the fine-tuning "
+        "before scoring stays plain SGD).",
+    )
+    optimizer_args: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "doc": "Keyword arguments of `optimizer`, `optimizer_args.KEY=VALUE` (e.g. "
+            "`optimizer_args.betas=[0.9,0.99]`, `optimizer_args.momentum=0.9`); not `lr` (that is `alpha`)."
+        },
+    )
+    weight_decay: float | None = _key(
+        None,
+        "The optimizer's own `weight_decay` (decoupled for `AdamW`, added to the gradient for `SGD`, "
+        "`Adam`, ...); `null`: the optimizer's default (0; `AdamW`'s 0.01). Beside `l2`, which is in the "
+        "loss.",
+    )
+    grad_clip: float = _key(
+        0.0,
+        "Clip each client's gradient to this norm before the optimizer's step (as "
+        "`torch.nn.utils.clip_grad_norm_` on that client's parameters alone); 0: no clipping.",
     )
     momentum: float = _key(0.9, "`optimizer=momentum`: the momentum `mu` (`buf <- mu buf + g`).")
     adam_beta1: float = _key(0.9, "`optimizer=adam`: decay of the first moment.")
@@ -171,6 +192,18 @@ class StepKeys(CompressionKeys):
     )
     lr_step_every: int = _key(100, "`lr_schedule=step`: rounds between two decays.")
     lr_step_gamma: float = _key(0.1, "`lr_schedule=step`: factor of each decay.")
+    lr_scheduler: str = _key(
+        "",
+        "A `torch.optim.lr_scheduler` class by name (`CosineAnnealingLR`, `StepLR`, `OneCycleLR`, ...) or "
+        "`module:Class`, with `lr_scheduler_args`, stepped once per round from `alpha`; `T_max` and "
+        "`total_steps` default to `rounds`. Instead of `lr_schedule`; empty: none.",
+    )
+    lr_scheduler_args: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "doc": "Keyword arguments of `lr_scheduler`, `lr_scheduler_args.KEY=VALUE` (e.g. `gamma=0.5`)."
+        },
+    )
     log_tensorboard: str = _key(
         "", "Write every evaluated number as a TensorBoard scalar into this folder (needs `[tensorboard]`)."
     )

@@ -3,7 +3,7 @@ every key's own value is (:mod:`.schema`)."""
 
 from __future__ import annotations
 
-from . import registry
+from . import optimizers, registry, schedulers
 from .errors import ConfigError
 from .keys_run import StepKeys  # (every key of a run: the schema's RunConfig, which calls these, adds checks)
 
@@ -73,8 +73,9 @@ _IGNORED_UNLESS = {
 
 
 def _check_optimizer(config: StepKeys) -> None:
-    """``optimizer`` / ``lr_schedule`` where the algorithm's local steps may take them; their keys
-    only with them."""
+    """``optimizer`` / ``lr_schedule`` / ``lr_scheduler`` (and ``weight_decay``, ``grad_clip``) where
+    the algorithm's local steps may take them; their keys only with them; an optimizer or scheduler
+    the stacked local steps can run (:func:`.optimizers.check`, :func:`.schedulers.check`)."""
     defaults = type(config).__dataclass_fields__
     for key, (owner, value) in _IGNORED_UNLESS.items():
         if getattr(config, key) != defaults[key].default and getattr(config, owner) != value:
@@ -82,12 +83,15 @@ def _check_optimizer(config: StepKeys) -> None:
                 f"config key '{key}' is set but {owner} = {getattr(config, owner)}, which ignores it; "
                 f"add {owner}={value} to use it"
             )
-    if config.optimizer != "sgd":
-        key, value = "optimizer", config.optimizer
-    elif config.lr_schedule != "constant":
-        key, value = "lr_schedule", config.lr_schedule
-    else:
+    schedulers.check(config)
+    optimizers.check(config)
+    if not optimizers.custom(config):
         return
+    key, value = next(
+        (k, getattr(config, k))
+        for k in ("optimizer", "optimizer_args", "weight_decay", "grad_clip", "lr_schedule", "lr_scheduler")
+        if getattr(config, k) not in (defaults[k].default, {}, None, 0.0)
+    )
     if config.algorithm in _SGD_BY_PAPER:
         raise ConfigError(
             f"config key '{key}' = {value} does not apply to algorithm={config.algorithm}: "

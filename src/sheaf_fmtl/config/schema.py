@@ -66,6 +66,8 @@ def _types(annotation: str) -> tuple[type, ...]:
 _TYPES: dict[str, tuple[type, ...]] = {f.name: _types(str(f.type)) for f in fields(RunConfig)}
 _OPTIONAL = {f.name for f in fields(RunConfig) if "None" in str(f.type)}
 _KNOWN = set(_TYPES)
+#: Keys holding a mapping (sub-keys ``KEY.NAME=VALUE``).
+DICT_KEYS = tuple(name for name, types in _TYPES.items() if types == (dict,))
 # Keys a saved config.yaml carries besides the config (what produced it, the keys it set that the run
 # did not read: config.usage); ignored when read back.
 PROVENANCE_KEYS = ("versions", "unused")
@@ -98,7 +100,7 @@ def _check(name: str, value: Any) -> Any:
         value = float(value)  # type: ignore[arg-type]  # an int or float, checked above
         if not math.isfinite(value):
             raise ConfigError(f"config key '{name}' = {shown(value)} is not a finite number")
-    if name == "data":
+    if name in DICT_KEYS:
         return dict(value)
     if name in PLUGIN_KEYS:
         _check_code(name, value)

@@ -26,7 +26,6 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "partition": ("contiguous", "community"),
     "topology": ("none", "conventional-fmtl", "personalised-fl", "hybrid-fl"),
     "metric_goal": ("auto", "max", "min"),
-    "optimizer": ("sgd", "momentum", "adam"),
     "lr_schedule": ("constant", "cosine", "step"),
     "compressor": COMPRESSOR_NAMES,
 }
@@ -73,6 +72,8 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "adam_beta1": (0.0, True, 1.0, False, "0 <= adam_beta1 < 1"),
     "adam_beta2": (0.0, True, 1.0, False, "0 <= adam_beta2 < 1"),
     "adam_eps": (0.0, False, None, False, "adam_eps > 0"),
+    "weight_decay": (0.0, True, None, False, "weight_decay >= 0"),
+    "grad_clip": (0.0, True, None, False, "grad_clip >= 0 (0: no clipping)"),
     "lr_step_every": (1, True, None, False, "lr_step_every >= 1"),
     "lr_step_gamma": (0.0, False, 1.0, True, "0 < lr_step_gamma <= 1"),
     "early_stop_patience": (0, True, None, False, "early_stop_patience >= 0 (0: never)"),

@@ -15,6 +15,7 @@ from typing import Any
 from ..config import RunConfig, from_mapping, parse_overrides, save_config
 from ..config.defaults import default_lam
 from ..config.files import replace_file
+from ..config.schema import DICT_KEYS
 from ..data.bounded import read_text_bounded
 from ..metrics.aggregate import FINISHED, read_summary
 from .paper import COMMON, DATASET_BASE, QUICK, Experiment, Setting
@@ -84,8 +85,8 @@ def cell_config(
     if substitute and dataset in substitute:
         mapping.update(substitute[dataset])
     for key, value in parse_overrides(list(overrides)).items():
-        if key == "data" and isinstance(value, dict):
-            mapping["data"] = {**mapping.get("data", {}), **value}
+        if key in DICT_KEYS and isinstance(value, dict):
+            mapping[key] = {**mapping.get(key, {}), **value}
         else:
             mapping[key] = value
     mapping["seed"] = seed

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..config import ConfigError, RunConfig, from_mapping, parse_yaml
+from ..config.schema import DICT_KEYS
 
 RANGE = re.compile(r"^(?P<a>[^:]+):(?P<b>[^:]+):(?P<kind>log|lin)(?P<n>[-+]?\d+)$")
 _INT_KEYS = {f.name for f in fields(RunConfig) if str(f.type).startswith("int")}
@@ -76,7 +77,7 @@ def parse_grid(items: list[str]) -> dict[str, list[Any]]:
         if not sep or not key or not spec.strip():
             raise ConfigError(f"--grid {_short(item)!r} must look like KEY=VALUES (e.g. lam=1e-5:10:log7)")
         top, dot, sub = key.partition(".")
-        if top not in _KEYS or (dot and (top != "data" or not sub)):
+        if top not in _KEYS or (dot and (top not in DICT_KEYS or not sub)):
             raise ConfigError(f"--grid {_short(item)!r}: unknown config key '{_short(key)}'")
         if key == "validation":
             raise ConfigError("--grid validation: the split is set with --validation, not swept")
@@ -100,12 +101,13 @@ def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
 
 
 def apply_point(base: RunConfig, point: dict[str, Any], **extra: Any) -> RunConfig:
-    """``base`` with the grid point's values (``data.KEY`` into ``data``; integral floats of
-    integer keys as ints) and ``extra`` keys; validated."""
+    """``base`` with the grid point's values (``data.KEY`` into ``data``, likewise the other mappings,
+    e.g. ``optimizer_args.KEY``; integral floats of integer keys as ints) and ``extra`` keys; validated."""
     mapping = base.to_dict()
     for key, value in {**point, **extra}.items():
-        if key.startswith("data."):
-            mapping["data"] = {**mapping["data"], key[5:]: value}
+        top, dot, sub = key.partition(".")
+        if dot and top in DICT_KEYS:
+            mapping[top] = {**mapping[top], sub: value}
         else:
             integral = isinstance(value, float) and value.is_integer()
             mapping[key] = int(value) if key in _INT_KEYS and integral else value

@@ -23,7 +23,8 @@ EVAL_SUBSAMPLE_SEED = 1_000_003  # their streams: per client, independent of the
 class Batch(NamedTuple):
     """One mini-batch per client of a cohort: rows ``[C, B, ...]``, labels ``[C, B]``, ``mask [C, B]``
     (1 for a real sample). ``active``: when set, the rows are those of these clients only (the
-    others have no sample at this step and take no step)."""
+    others have no sample at this step and take no step; :meth:`StackedClients.active_host` has them
+    on the CPU)."""
 
     x: torch.Tensor
     y: torch.Tensor
@@ -73,7 +74,7 @@ class StackedClients:
     y_test: torch.Tensor
     n_test: torch.Tensor
     n_host: torch.Tensor = field(init=False)  # n_train on the CPU: plans need no device sync
-    _epoch_static: dict[int, list[tuple[torch.Tensor | None, torch.Tensor]]] = field(
+    _epoch_static: dict[int, list[tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]]] = field(
         init=False, default_factory=dict
     )
     _eval_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = field(init=False, default=None)
@@ -163,14 +164,23 @@ class StackedClients:
                 pos = torch.arange(s * b, min((s + 1) * b, n_max))
                 mask = (pos[None, :] < n[rows][:, None]).to(self.x_train.dtype)
                 idx = None if len(rows) == self.size else rows.to(self.n_train.device)
-                static.append((idx, mask.to(self.n_train.device)))
+                static.append((idx, mask.to(self.n_train.device), rows))
             self._epoch_static[b] = static
-        active, mask = self._epoch_static[b][step]
+        active, mask, rows = self._epoch_static[b][step]
         flat = self._plan_index(plan, b)[step]  # [C or active, b'] rows of x_train.flatten(0, 1)
         idx = flat.reshape(-1)  # a view, except on a last, shorter step
         x = self.x_train.flatten(0, 1).index_select(0, idx).view(*flat.shape, *self.x_train.shape[2:])
         y = self.y_train.flatten().index_select(0, idx).view(flat.shape)
         return Batch(x, y, mask, active)
+
+    def active_host(self, active: torch.Tensor) -> torch.Tensor:
+        """A batch's ``active`` clients on the CPU: the host copy an epoch step was built from (no
+        device read), else a copy."""
+        for static in self._epoch_static.values():
+            hit = next((rows for idx, _, rows in static if idx is active), None)
+            if hit is not None:
+                return hit
+        return active.cpu()
 
     def _plan_index(self, plan: EpochPlan, b: int) -> list[torch.Tensor]:
         """Per step of ``plan``, ``[active clients, b']``: its positions as rows of
@@ -185,12 +195,12 @@ class StackedClients:
         flat = torch.nn.functional.pad(plan.order + first, (0, plan.steps * b - n_max))
         by_step = flat.view(size, plan.steps, b).transpose(0, 1)  # [steps, C, b]
         if b not in self._active_rows:  # rows (s * C + c) of the steps' active clients, from the n_i
-            parts = [torch.arange(size) if a is None else a.cpu() for a, _ in static]
+            parts = [torch.arange(size) if a is None else rows for a, _, rows in static]
             rows = torch.cat([p + s * size for s, p in enumerate(parts)]).to(plan.order.device)
             self._active_rows[b] = (rows, [len(p) for p in parts])
         rows, counts = self._active_rows[b]
         picked = by_step.reshape(-1, b).index_select(0, rows).split(counts)
-        steps = [p[:, : m.shape[1]] for p, (_, m) in zip(picked, static, strict=True)]
+        steps = [p[:, : m.shape[1]] for p, (_, m, _) in zip(picked, static, strict=True)]
         self._plan_rows = (plan, b, steps)
         return steps
 

@@ -73,10 +73,9 @@ def flat_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 @functools.cache
 def _defaults() -> dict[str, Any]:
-    """Today's default of every top-level config key (``data`` options are the dataset's)."""
-    out = RunConfig().to_dict()
-    out.pop("data")
-    return out
+    """Today's default of every top-level config key (``data`` options are the dataset's; the other
+    mappings, e.g. ``optimizer_args``, are empty: a run sets its ``KEY.NAME`` or none)."""
+    return {k: v for k, v in RunConfig().to_dict().items() if not isinstance(v, dict)}
 
 
 def run_keys(config: Mapping[str, Any]) -> dict[str, Any]:

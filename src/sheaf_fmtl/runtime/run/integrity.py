@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ...config import PROVENANCE_KEYS, ConfigError, read_config_file
+from ...config.schedulers import rounds_dependent
 from ...data.bounded import read_text_bounded
 from ...metrics.final import file_digest
 from .rundir import CHECKPOINTS
@@ -45,9 +46,9 @@ RESUMABLE_KEYS = (
 #: step-size schedule that anneals over ``rounds`` follows another curve once ``rounds`` changes.
 PINNED: dict[str, tuple[Callable[[Mapping[str, Any]], bool], str]] = {
     "rounds": (
-        lambda c: c.get("lr_schedule") == "cosine",
-        "lr_schedule = cosine anneals the step size over rounds, so the rounds still to run would follow "
-        "another curve",
+        rounds_dependent,
+        "lr_schedule = cosine anneals the step size over rounds (as an lr_scheduler does whose T_max or "
+        "total_steps defaults to rounds), so the rounds still to run would follow another curve",
     ),
 }
 MANIFEST = "manifest.json"
