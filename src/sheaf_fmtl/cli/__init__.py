@@ -8,8 +8,8 @@ SIGINT/SIGTERM).
 This module is the entry point: the table of commands (built lazily, so ``--help`` imports no
 torch) and the one place that turns every error into its one line. Each command is a module beside
 it (``run``, ``demo``, ``plot``, ``export``, ``data``; ``bench``, ``reproduce``, ``table`` and
-``sweep`` live with their packages), and ``options`` holds what every command shares: the config
-options, the parser class and the error line."""
+``sweep`` live with their packages), and :mod:`sheaf_fmtl.commandline` holds what every command
+shares: the config options, the parser class and the error line."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
+from ..commandline import PROG, Parser, UsageError, error_line
 from ..runtime.run.interrupt import SecondSignal
 from .demo import add_demo_parser
 from .export import add_export_parser
-from .options import PROG, Parser, UsageError, error_line
 from .plot import add_plot_parser
 from .run import add_run_parser
 

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..commandline import UsageError, add_config_options, config_keys
 from ..runtime.run.interrupt import StopRequest, stopped_status
-from .options import UsageError, add_config_options, config_keys
 
 
 def _default_out(algorithm: str, dataset: str) -> Path:

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from ..cli.options import config_keys
+from ..commandline import config_keys
 from ..config import ConfigError, RunConfig, load_config
 from ..config.files import replace_file
 from ..config.usage import UnusedKeysWarning
