@@ -30,6 +30,7 @@ RANK = {
     "data": 0,
     "models": 0,
     "messages": 0,
+    "spelling": 0,
     "streams": 0,
     "plugins": 0,
     "progress": 0,

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from ..commandline import PROG, Parser, UsageError, error_line
+from ..commandline import COMMON_FLAGS, PROG, Parser, UsageError, error_line
 from ..runtime.run.interrupt import SecondSignal
+from ..spelling import command_line
 from .demo import add_demo_parser
 from .export import add_export_parser
 from .plot import add_plot_parser
@@ -145,7 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _config_from_sets(args)
         from .. import algorithms  # noqa: F401 - registers what configs are checked against (after --help)
 
-        return int(args.func(args) or 0)
+        flags = {key: flag for flag, key, _, _ in COMMON_FLAGS if hasattr(args, key)}
+        with command_line(flags):  # refusals name --set KEY=VALUE and this command's flags
+            return int(args.func(args) or 0)
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else 0
     except (UsageError, ValueError, OSError) as e:  # ConfigError, DatasetError, bad --out, ...

@@ -14,6 +14,7 @@ from typing import IO, Any
 import yaml
 
 from ..data.bounded import UnboundedFile, read_text_bounded
+from ..spelling import setting
 from .errors import ConfigError, shown
 from .schema import RunConfig, from_mapping
 from .usage import unused_keys
@@ -240,7 +241,10 @@ def load_config(
             if key == "data" and isinstance(value, dict) and isinstance(mapping.get("data", {}), dict):
                 mapping["data"] = {**mapping.get("data", {}), **value}
             elif isinstance(value, dict) and key != "data":
-                raise ConfigError(f"config key '{key}' has no sub-keys (only 'data.*' does)")
+                raise ConfigError(
+                    f"config key '{key}' takes one value, not a mapping: give {setting(key)} (only data "
+                    f"holds options, e.g. {setting('data.relatedness', 0.5)})"
+                )
             else:
                 mapping[key] = value
     return from_mapping(mapping)
