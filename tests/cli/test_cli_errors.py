@@ -89,7 +89,11 @@ CASES = [
     ("set-bad-yaml", ["run", "--set", "lam=[0.1"], "override 'lam=[0.1' is not valid YAML"),
     ("set-no-equals", ["run", "--set", "lam"], "must look like KEY=VALUE"),
     ("set-empty-key", ["run", "--set", "=3"], "must look like KEY=VALUE"),
-    ("set-subkey-of-scalar", ["run", "--set", "lam.x=1"], "takes one value, not a mapping: give --set lam=..."),
+    (
+        "set-subkey-of-scalar",
+        ["run", "--set", "lam.x=1"],
+        "takes one value, not a mapping: give --set lam=...",
+    ),
     ("alpha-nan", ["run", "--set", "alpha=nan"], "'alpha' = nan is not a finite number"),
     ("lam-inf", ["run", "--set", "lam=inf"], "'lam' = inf is not a finite number"),
     ("eta-yaml-inf", ["run", "--set", "eta=.inf"], "'eta' = inf is not a finite number"),

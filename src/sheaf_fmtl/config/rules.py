@@ -23,7 +23,7 @@ def _check_together(config: StepKeys) -> None:
         )
     if config.map_init in ("gaussian", "uniform", "orthogonal") and config.map_scale == 0.0:
         raise ConfigError(
-            f"config key 'map_scale' = 0 gives zero maps with map_init = {config.map_init}; "
+            f"config key 'map_scale' = 0 gives zero maps with map_init={config.map_init}; "
             "zero restriction maps never learn (allowed: map_scale > 0)"
             + fix("map_scale", type(config).__dataclass_fields__["map_scale"].default)
         )
@@ -46,8 +46,8 @@ def _check_compression(config: StepKeys) -> None:
     readers = [a for a, spec in registry.ALGORITHMS.items() if "compressor" in spec.reads]
     if registry.ALGORITHMS and config.algorithm not in readers:
         raise ConfigError(
-            f"config key 'compressor' = {config.compressor} applies to algorithm = {' or '.join(readers)} "
-            f"(compressed gossip of whole models); got algorithm = {config.algorithm}: add "
+            f"config key 'compressor' = {config.compressor} applies to algorithm={' or '.join(readers)} "
+            f"(compressed gossip of whole models); got algorithm={config.algorithm}: add "
             f"{' or '.join(setting('algorithm', a) for a in readers)}, or {setting('compressor', 'none')} "
             f"(sheaf-fmtl compresses through its maps: {setting('maps', 'redrawn')} with gamma)"
         )
@@ -97,14 +97,14 @@ def _check_optimizer(config: StepKeys) -> None:
         return
     if config.algorithm in _SGD_BY_PAPER:
         raise ConfigError(
-            f"config key '{key}' = {value} does not apply to algorithm = {config.algorithm}: "
+            f"config key '{key}' = {value} does not apply to algorithm={config.algorithm}: "
             f"{_SGD_BY_PAPER[config.algorithm]} (plain SGD at alpha); allowed with local, fedavg and "
             f"fedavg-ft, and with {', '.join(_SGD_WITHOUT_EPOCHS)} when local_epochs > 0; leave {key} out "
             f"for {config.algorithm}"
         )
     if config.algorithm in _SGD_WITHOUT_EPOCHS and config.local_epochs == 0:
         raise ConfigError(
-            f"config key '{key}' = {value} with algorithm = {config.algorithm} needs local_epochs > 0: each "
+            f"config key '{key}' = {value} with algorithm={config.algorithm} needs local_epochs > 0: each "
             "of its steps takes the gradient and the coupling in one SGD formula; with local epochs the "
             f"optimizer runs the local passes and the coupling step follows the exchange: add "
             f"{setting('local_epochs', 1)}, or leave {key} out"
@@ -115,26 +115,26 @@ def _check_maps(config: StepKeys) -> None:
     """The map modes: which keys go together (what each mode reads: :mod:`.registry`)."""
     if config.maps not in ("learned", registry.AUTO) and config.algorithm != "sheaf-fmtl":
         raise ConfigError(
-            f"config key 'maps' = {config.maps} applies to algorithm = sheaf-fmtl only "
-            f"(algorithm = {config.algorithm} has no restriction maps): add "
+            f"config key 'maps' = {config.maps} applies to algorithm=sheaf-fmtl only "
+            f"(algorithm={config.algorithm} has no restriction maps): add "
             f"{setting('algorithm', 'sheaf-fmtl')}, or leave maps out"
         )
     if config.estimates and not _mode_reads(config.maps, "estimates"):
         raise ConfigError(
-            f"config key 'estimates' = true needs maps = {_modes_reading('estimates')} (copies of the "
-            f"neighbours' models are refreshed on each round's redrawn coordinates); got maps = "
+            f"config key 'estimates' = true needs maps={_modes_reading('estimates')} (copies of the "
+            f"neighbours' models are refreshed on each round's redrawn coordinates); got maps="
             f"{config.maps}: add {_settings('maps', _modes_reading('estimates'))}, or leave estimates out"
         )
     if config.map_kind != "selection" and not _mode_reads(config.maps, "map_kind"):
         raise ConfigError(
-            f"config key 'map_kind' = {config.map_kind} applies to maps = {_modes_reading('map_kind')} "
-            f"only; got maps = {config.maps}: add {_settings('maps', _modes_reading('map_kind'))}, or "
+            f"config key 'map_kind' = {config.map_kind} applies to maps={_modes_reading('map_kind')} "
+            f"only; got maps={config.maps}: add {_settings('maps', _modes_reading('map_kind'))}, or "
             "leave map_kind out"
         )
     spec = registry.map_mode_spec(config.maps)
     if spec is not None and spec.builds_maps and config.topology != "none":
         raise ConfigError(
-            f"config key 'maps' = {config.maps} builds its own maps; topology = {config.topology} "
+            f"config key 'maps' = {config.maps} builds its own maps; topology={config.topology} "
             f"(fixed maps of a special case) is not allowed with it: leave out maps or "
             f"{setting('topology', 'none')}"
         )

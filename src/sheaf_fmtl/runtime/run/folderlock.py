@@ -104,7 +104,8 @@ def writing(path: str | Path | None) -> Iterator[None]:
         if key in _WRITING:
             raise FolderError(
                 f"{path} is being written by another run of this process (a callback's run, or another "
-                "thread); two runs never write one folder: give this run another out (nothing was changed)"
+                f"thread); two runs never write one folder: {another_out()} for this run "
+                "(nothing was changed)"
             )
         _WRITING.add(key)
     try:
