@@ -154,7 +154,7 @@ def test_user_code_checkpoints_and_resumes_to_the_uninterrupted_run(user_module:
         sheaf_fmtl.run(resume=tmp_path / "part")
     assert "or pass trust_plugins=True" in str(refused.value)  # the hint, followed:
     assert sheaf_fmtl.run(resume=tmp_path / "part", trust_plugins=True).summary["status"] == "ok"
-    with pytest.raises(ValueError, match="trust_plugins=True is for resume=FOLDER"):
+    with pytest.raises(ValueError, match="trust_plugins=True applies to resume='RUN_DIR'"):
         sheaf_fmtl.run(config, trust_plugins=True)
     full, part = (json.loads((tmp_path / p / "summary.json").read_text()) for p in ("full", "part"))
     assert part["final"] == full["final"] and part["flops"] == full["flops"]

@@ -221,3 +221,31 @@ def test_no_refusal_hard_codes_one_spelling_for_both():
 def test_the_check_sees_a_name_not_exported():
     assert NAMED.findall("use sheaf_fmtl.resume(...)") == ["resume"]
     assert "resume" not in sheaf_fmtl.__all__
+
+
+def test_resume_refusals_read_alike_in_each_spelling(tmp_path, capsys):
+    """``trust_plugins`` without ``resume``, and ``resume`` with a folder of one's own: the same
+    words from the command line and from ``sheaf_fmtl.run``, each naming its own arguments."""
+    ways = [
+        ("trust_plugins=True", "--trust-plugins"),
+        ("resume='RUN_DIR'", "--resume RUN_DIR"),
+        ("out=", "--out"),
+    ]
+    cases = [
+        ({"trust_plugins": True, **KEYS}, ["run", "--trust-plugins", *_argv({}), "--quiet"]),
+        (
+            {"resume": tmp_path / "r", "out": tmp_path / "o"},
+            ["run", "--resume", str(tmp_path / "r"), "--out", "o"],
+        ),
+    ]
+    for keys, argv in cases:
+        with pytest.raises(ValueError) as refused:
+            sheaf_fmtl.run(**keys)
+        said = str(refused.value)
+        assert "--" not in said, said
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        for python, flag in ways:
+            said = said.replace(python, flag)
+        assert err == f"sheaf-fmtl: error: {said}", err
+    assert not (tmp_path / "o").exists()
