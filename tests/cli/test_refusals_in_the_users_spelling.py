@@ -7,6 +7,7 @@ and no hint names a function the package does not export."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import threading
 from pathlib import Path
@@ -188,6 +189,7 @@ ROOT = Path(sheaf_fmtl.__file__).parent
 NAMED = re.compile(r"sheaf_fmtl\.(\w+)")
 
 
+@functools.cache
 def _refusal_texts() -> list[tuple[str, str]]:
     """Every string written into a ``raise``'s message in the package: (where, text)."""
     found = []
