@@ -49,6 +49,7 @@ import torch
 from . import algorithms  # noqa: F401 - registers what configs are checked against
 from .config import ConfigError, RunConfig, load_config
 from .plugins import held_keys
+from .spelling import on_command_line, option
 from .user import UserObjects, has_objects
 
 if TYPE_CHECKING:
@@ -130,6 +131,23 @@ def resolve_config(config: ConfigSource = None, **keys: Any) -> RunConfig:
     raise ConfigError(f"config must be a RunConfig, a mapping or a YAML path, not {type(config).__name__}")
 
 
+def trust_without_resume() -> str:
+    """The refusal of ``trust_plugins`` / ``--trust-plugins`` without a run folder to resume."""
+    return (
+        f"{option('trust_plugins', True)} applies to {option('resume', 'RUN_DIR')} (a run folder's own "
+        "code, which it never imports by itself); a new run imports the code its keys name anyway: drop it"
+    )
+
+
+def resume_with(given: str) -> str:
+    """The refusal of ``resume`` / ``--resume`` given with ``given`` (``config``, ``out``, ...)."""
+    if given == "config":
+        name = "CONFIG" if on_command_line() else "the config (the first argument)"
+    else:
+        name = option(given) if on_command_line() else f"{given}="
+    return f"{option('resume', 'RUN_DIR')} continues RUN_DIR with its own config and folder; drop {name}"
+
+
 def _merge_data(base: Any, keys: dict[str, Any]) -> dict[str, Any]:
     if isinstance(keys.get("data"), Mapping) and isinstance(base, Mapping):
         return {**keys, "data": {**base, **keys["data"]}}
@@ -195,15 +213,13 @@ def run(
         fed = Federation()
         return fed.run(config, out=out, overwrite=overwrite, progress=progress, callbacks=callbacks, **keys)
     if trust_plugins and resume is None:
-        raise ConfigError(
-            "trust_plugins=True is for resume=FOLDER (a run folder's own code); a new run imports the "
-            "code its keys name"
-        )
+        raise ConfigError(trust_without_resume())
     if resume is not None:
-        if config is not None or out is not None or overwrite:
-            raise ConfigError(
-                "resume= continues a run folder with its own config: give no config, out or overwrite"
-            )
+        given = [
+            name for name, value in (("config", config), ("out", out), ("overwrite", overwrite)) if value
+        ]
+        if given:
+            raise ConfigError(resume_with(given[0]))
         outcome = resume_run(
             resume, keys=keys, progress=progress, build=build, callbacks=callbacks, trust=trust_plugins
         )

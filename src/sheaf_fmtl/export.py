@@ -38,6 +38,7 @@ from .federation.user import UserModels, is_user_model
 from .metrics.final import BEST, FINAL, check_vouched, read_best, read_final, read_summary, save_state
 from .models import build_model, default_model
 from .plugins import hold, is_held, is_spec
+from .spelling import on_command_line, option
 
 EXPORT_FORMAT = 1
 #: What ``load(run, round=...)`` reads: the final checkpoint, or the best validation evaluation's models.
@@ -175,11 +176,16 @@ def load(run_dir: str | Path, *, model: Any = None, round: str = "final") -> Tra
             from what ``summary.json`` recorded of it, or the run did not finish (one line naming it).
     """
     if round not in ROUNDS:
-        raise ValueError(f"load(round={round!r}): allowed: {', '.join(ROUNDS)}")
+        raise ValueError(
+            f"{option('round', round)} is not allowed; allowed: {', '.join(ROUNDS)} "
+            f"(e.g. {option('round', 'final')}, the default)"
+        )
     folder = Path(run_dir)
     if not folder.is_dir():
         what = "no such folder" if not folder.exists() else "a file, not a folder"
-        raise DatasetError(f"{folder} is not a run folder ({what}); give the folder a run wrote (--out)")
+        raise DatasetError(
+            f"{folder} is not a run folder ({what}); give the folder a run wrote (its {option('out')})"
+        )
     config = read_config_file(folder / "config.yaml")
     summary = read_summary(folder)
     record = preprocessing.read(folder)
@@ -222,8 +228,8 @@ def _modules(config: dict[str, Any], record: dict[str, Any], model: Any) -> list
         elif isinstance(model, str):
             if model not in (spelled, *user) or (model != spelled and len(user) > 1):
                 raise ConfigError(
-                    f"--model {model} (Python: sheaf_fmtl.load(run, model='{model}')): the run's config key "
-                    f"'model' is '{spelled}'; name that code"
+                    f"{option('model', model)}: the run's config key 'model' is '{spelled}'; name that code "
+                    f"({option('model', spelled)})"
                 )
         else:
             held = hold(model, "model")  # kept referenced while the modules are built
@@ -271,15 +277,22 @@ def _unnamed(spelled: str, first: str, objects: bool) -> str:
     """The refusal of a run whose model is user code that ``load`` was not given."""
     if not objects:
         return (
-            f"config key 'model' = '{spelled}' names user code, which load() never imports by itself: "
-            f"name it again, sheaf-fmtl export RUN --model {first} (or load(run, model='{first}'))"
+            f"config key 'model' = '{spelled}' names user code, which a run folder never imports by itself: "
+            f"name it again, {_given_model(first)}"
         )
+    given = _given_model("MODULE:FUNCTION")
+    if not on_command_line():
+        given += " or the object itself, sheaf_fmtl.load(run, model=make_model)"
     return (
         f"config key 'model' = '{spelled}' was a Python object of the script that ran it, which no file "
-        "holds: give a function i -> nn.Module that builds it, in a module importable from here, as "
-        "sheaf-fmtl export RUN --model MODULE:FUNCTION (or load(run, model='MODULE:FUNCTION')), or the "
-        "object itself, load(run, model=make_model)"
+        f"holds: give a function i -> nn.Module that builds it, in a module importable from here, as {given}"
     )
+
+
+def _given_model(spec: str) -> str:
+    """How the user names the run's model code again: ``--model SPEC`` (the command line) or
+    ``sheaf_fmtl.load(run, model='SPEC')``."""
+    return option("model", spec) if on_command_line() else f"sheaf_fmtl.load(run, model={spec!r})"
 
 
 def _shapes_only(record: dict[str, Any], shapes: list[tuple[int, ...]]) -> FederatedDataset:
@@ -312,7 +325,9 @@ def export(
     trained = load(run_dir, model=model, round=round)
     target = Path(out)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise DatasetError(f"export folder {target} exists and is not an empty folder; choose another --out")
+        raise DatasetError(
+            f"export folder {target} exists and is not an empty folder; choose another {option('out')}"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
@@ -324,7 +339,7 @@ def export(
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).strip().split("\n")[0][:120]
         raise OSError(
             f"export to {target} failed ({why}); nothing of it was kept (the run folder is unchanged): "
-            "free space or choose another --out"
+            f"free space or choose another {option('out')}"
         ) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # (gone once renamed)

@@ -25,6 +25,8 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .spelling import setting
+
 SPEC = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 HELD_PREFIX = "<python: "
 #: Config keys that may name user code.
@@ -136,7 +138,7 @@ def resolve(key: str, value: str) -> Any:
             raise PluginError(
                 f"config key '{key}' = '{value}' stands for a Python object given to sheaf_fmtl.run() that "
                 "this process does not hold (a config file, a resumed run or processes > 1 re-create a run "
-                "from its config); name it as module:function instead"
+                f"from its config); name it as module:function instead ({setting(key, 'mypkg.code:' + key)})"
             )
         return held.obj
     return load_spec(key, value)

@@ -52,7 +52,10 @@ def test_every_map_mode_entry_names_real_keys_and_a_label(mode: str) -> None:
 
 @pytest.mark.parametrize(
     ("keys", "hint"),
-    [({"algorithm": "fedavgg"}, "did you mean 'fedavg'"), ({"maps": "redrawm"}, "did you mean 'redrawn'")],
+    [
+        ({"algorithm": "fedavgg"}, "did you mean algorithm='fedavg'"),
+        ({"maps": "redrawm"}, "did you mean maps='redrawn'"),
+    ],
 )
 def test_an_unknown_name_is_refused_before_any_data_is_loaded(keys: dict[str, str], hint: str) -> None:
     loaded = []

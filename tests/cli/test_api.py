@@ -123,11 +123,19 @@ BAD = [("lam", -1), ("alpha", float("nan")), ("eval_every", 0), ("bogus", 1)]
 
 @pytest.mark.parametrize("key, value", BAD)
 def test_api_rejects_what_the_cli_rejects_with_the_same_words(tmp_path, monkeypatch, capsys, key, value):
+    """The same words, each in its reader's spelling: the API's refusal written as on the command
+    line (:func:`sheaf_fmtl.spelling.command_line`, with ``run``'s flags) is the command line's."""
+    from sheaf_fmtl.commandline import COMMON_FLAGS
+    from sheaf_fmtl.spelling import command_line
+
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError) as raised:
         sheaf_fmtl.run(**{key: value})
+    assert "--" not in str(raised.value)
+    with command_line({k: flag for flag, k, _, _ in COMMON_FLAGS}), pytest.raises(ConfigError) as spelled:
+        sheaf_fmtl.run(**{key: value})
     assert main(["run", "--set", f"{key}={value}"]) == 2
-    assert capsys.readouterr().err.strip() == f"sheaf-fmtl: error: {raised.value}"
+    assert capsys.readouterr().err.strip() == f"sheaf-fmtl: error: {spelled.value}"
     assert list(tmp_path.iterdir()) == []
 
 

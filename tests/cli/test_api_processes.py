@@ -28,7 +28,7 @@ def test_processes_from_python_start_the_ranks_and_match_one_process(tmp_path) -
 
 @pytest.mark.parametrize(
     ("extra", "fragment"),
-    [({}, "give out=FOLDER"), ({"out": "x", "callbacks": [object()]}, "callbacks run in this process")],
+    [({}, "give out='FOLDER'"), ({"out": "x", "callbacks": [object()]}, "callbacks run in this process")],
 )
 def test_processes_refused_in_one_line_where_they_cannot_run(tmp_path, monkeypatch, extra, fragment) -> None:  # noqa: ANN001
     monkeypatch.chdir(tmp_path)

@@ -192,7 +192,7 @@ def test_saved_config_is_resolved_and_records_versions(tmp_path):
 
 def test_set_takes_several_pairs_and_flags_equal_their_keys(tmp_path):
     from sheaf_fmtl.cli import build_parser
-    from sheaf_fmtl.cli.options import config_keys
+    from sheaf_fmtl.commandline import config_keys
     from sheaf_fmtl.config import load_config
 
     args = build_parser().parse_args(

@@ -62,7 +62,7 @@ def test_homogeneous_variant_keeps_clients_samples_and_labels():
 
 
 def test_generator_rejects_bad_options():
-    with pytest.raises(DatasetError, match="unknown option"):
+    with pytest.raises(DatasetError, match="unknown dataset option data.colour"):
         load_raw("synthetic-clusters", DataRequest(options={"colour": 1}))
     with pytest.raises(DatasetError, match="feature_counts"):
         load_raw("synthetic-clusters", DataRequest(options={"feature_counts": [30]}))

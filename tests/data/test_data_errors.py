@@ -83,14 +83,18 @@ def test_reader_files_are_declared_once_and_listed_by_the_cli():
 def test_option_of_the_wrong_type_names_option_and_type(name, key, value, words):
     with pytest.raises(DatasetError) as e:
         load_raw(name, DataRequest(options={key: value}))
-    assert f"{name}: option {key} must be {words}, got {value!r}" == str(e.value)
+    said = str(e.value)  # the option as Python gives it, and its default as the fix
+    assert said.startswith(f"{name}: data.{key} must be {words}, got {value!r}; e.g. data={{'{key}': "), said
+    assert said.endswith("} (its default)"), said
 
 
 def test_user_data_option_types(tmp_path):
     path = _npz(tmp_path / "u.npz", 2)
-    with pytest.raises(DatasetError, match="option task must be a string or null, got 3"):
+    with pytest.raises(
+        DatasetError, match="data.task must be a string or null, got 3; or leave data.task out"
+    ):
         load_raw(f"file:{path}", DataRequest(options={"task": 3}))
-    with pytest.raises(DatasetError, match="option reduce must be true or false, got 'no'"):
+    with pytest.raises(DatasetError, match="data.reduce must be true or false, got 'no'; e.g. data="):
         load_raw(f"file:{path}", DataRequest(options={"reduce": "no"}))
 
 
@@ -111,7 +115,7 @@ def test_env_then_user_data_folder_and_a_named_data_dir_alone(tmp_path, monkeypa
     (given / "f.bin").unlink()  # a named folder lacking the file is an error, not a search
     with pytest.raises(DatasetError) as e:
         find_file("school", ["f.bin"], given)
-    assert f"no data file in data_dir {given}" in str(e.value) and "data_search=true" in str(e.value)
+    assert f"no data file in data_dir {given}" in str(e.value) and "data_search=True" in str(e.value)
     assert find_file("school", ["f.bin"], given, search=True) == user / "f.bin"
 
 

@@ -438,5 +438,5 @@ def test_env_var_is_searched_when_no_data_dir(tmp_path, monkeypatch):
 
 def test_unknown_options_rejected(tmp_path):
     write_mocha(tmp_path / "gleam.mat", 38, 180)
-    with pytest.raises(DatasetError, match="unknown option"):
+    with pytest.raises(DatasetError, match="unknown dataset option data.foo"):
         load_raw("gleam", req(tmp_path, foo=1))

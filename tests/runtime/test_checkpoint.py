@@ -168,7 +168,10 @@ def test_resume_raises_rounds_and_refuses_a_change_of_the_mathematics(tmp_path):
         resume(tmp_path / "part", keys={"seed": 3})
     with pytest.raises(ConfigError, match="below the round"):
         resume(tmp_path / "part", ["rounds=2"])
-    with pytest.raises(ConfigError, match="give no config"):
+    with pytest.raises(
+        ConfigError,
+        match="with its own config and folder; drop the config",
+    ):
         sheaf_fmtl.run(config, resume=tmp_path / "part")
     result = sheaf_fmtl.run(resume=tmp_path / "part", rounds=10)  # the Python API
     assert result.out == tmp_path / "part" and result.summary["resumed_from_round"] == 3

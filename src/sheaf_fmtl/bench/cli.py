@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..cli.options import add_config_options
+from ..commandline import add_config_options
 from ..config import ConfigError, RunConfig
 from ..runtime.run.clearing import check_replaceable
 from ..runtime.run.ledger import record_owned

@@ -8,8 +8,8 @@ SIGINT/SIGTERM).
 This module is the entry point: the table of commands (built lazily, so ``--help`` imports no
 torch) and the one place that turns every error into its one line. Each command is a module beside
 it (``run``, ``demo``, ``plot``, ``export`` and ``evaluate``, ``data``; ``bench``, ``reproduce``,
-``table`` and ``sweep`` live with their packages), and ``options`` holds what every command shares: the config
-options, the parser class and the error line."""
+``table`` and ``sweep`` live with their packages), and :mod:`sheaf_fmtl.commandline` holds what every
+command shares: the config options, the parser class and the error line."""
 
 from __future__ import annotations
 
@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
+from ..commandline import COMMON_FLAGS, PROG, Parser, UsageError, error_line
 from ..runtime.run.interrupt import SecondSignal
+from ..spelling import command_line
 from .demo import add_demo_parser
 from .export import add_evaluate_parser, add_export_parser
-from .options import PROG, Parser, UsageError, error_line
 from .plot import add_plot_parser
 from .run import add_run_parser
 
@@ -147,7 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _config_from_sets(args)
         from .. import algorithms  # noqa: F401 - registers what configs are checked against (after --help)
 
-        return int(args.func(args) or 0)
+        flags = {key: flag for flag, key, _, _ in COMMON_FLAGS if hasattr(args, key)}
+        with command_line(flags):  # refusals name --set KEY=VALUE and this command's flags
+            return int(args.func(args) or 0)
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else 0
     except (UsageError, ValueError, OSError) as e:  # ConfigError, DatasetError, bad --out, ...

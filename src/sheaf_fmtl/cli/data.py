@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..commandline import PROG, Parser, UsageError, add_config_options, config_keys, error_line
 from ..config import ConfigError, RunConfig, load_config
 from ..data.base import DatasetError, FederatedDataset
 from ..data.cards import CARDS
@@ -24,7 +25,6 @@ from ..data.fetch import SOURCES, fetch
 from ..data.files import ENV_VAR, search_dirs, try_find, user_data_dir
 from ..data.protocol import apply_protocol
 from ..data.registry import DataRequest, dataset_files, dataset_names, load_raw
-from .options import PROG, Parser, UsageError, add_config_options, config_keys, error_line
 
 #: Files that make each file-based dataset available (any one of each list suffices), as the readers
 #: declare them (``register(name, files=...)``).

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .options import add_config_options, config_keys
+from ..commandline import add_config_options, config_keys
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..commandline import UsageError, add_config_options, config_keys
 from ..runtime.run.interrupt import StopRequest, stopped_status
-from .options import UsageError, add_config_options, config_keys
 
 
 def _default_out(algorithm: str, dataset: str) -> Path:
@@ -19,13 +19,14 @@ def _default_out(algorithm: str, dataset: str) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ..api import trust_without_resume
     from ..config import load_config
     from ..experiments import cli as experiments_cli
     from ..runtime.run.launch import run_any
     from ..scenarios import build
 
     if args.trust_plugins and not args.resume:
-        raise UsageError("--trust-plugins applies to --resume RUN_DIR (a config you give is imported anyway)")
+        raise UsageError(trust_without_resume())
     if args.resume:
         resumed = _resume(args, build)
         return 0 if resumed is None else _report(resumed, Path(args.resume))  # None: a rank other than 0
@@ -47,13 +48,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace, build: Any) -> dict[str, Any] | None:
     """``run --resume RUN_DIR [--set KEY=VALUE ...]``: continue a stopped run in its own folder (over
     as many processes as it ran on)."""
+    from ..api import resume_with
     from ..runtime.run.launch import resume_any
 
-    options = [("CONFIG", args.config), ("--out", args.out), ("--seeds", args.seeds)]
-    options.append(("--overwrite", args.overwrite))
+    options = [
+        ("config", args.config),
+        ("out", args.out),
+        ("seeds", args.seeds),
+        ("overwrite", args.overwrite),
+    ]
     given = [name for name, value in options if value]
     if given:
-        raise UsageError(f"--resume continues RUN_DIR with its own config and folder; drop {given[0]}")
+        raise UsageError(resume_with(given[0]))
     keys = config_keys(args)
     return resume_any(
         Path(args.resume), args.set, keys, progress=not args.quiet, build=build, trust=args.trust_plugins

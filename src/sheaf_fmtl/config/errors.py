@@ -5,6 +5,8 @@ from __future__ import annotations
 import reprlib
 from typing import Any
 
+from ..spelling import setting
+
 
 class ConfigError(ValueError):
     """One line naming the key and the allowed values."""
@@ -12,6 +14,14 @@ class ConfigError(ValueError):
 
 #: How much of a value an error message echoes.
 SHOWN_CHARS = 200
+
+
+def fix(name: str, default: Any) -> str:  # noqa: ANN401 - any config value
+    """The end of a refusal of config key ``name``'s value: its ``default`` as the user would give
+    it, or (a default of ``None``, which depends on the problem) that leaving the key out gives it."""
+    if default is None or isinstance(default, dict):
+        return f"; or leave {name} out for its default"
+    return f"; e.g. {setting(name, default)} (its default)"
 
 
 def shown(value: Any, limit: int = SHOWN_CHARS) -> str:

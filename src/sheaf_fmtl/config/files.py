@@ -14,6 +14,7 @@ from typing import IO, Any
 import yaml
 
 from ..data.bounded import UnboundedFile, read_text_bounded
+from ..spelling import setting
 from .errors import ConfigError, shown
 from .schema import DICT_KEYS, RunConfig, from_mapping
 from .usage import unused_keys
@@ -240,8 +241,11 @@ def load_config(
             if key in DICT_KEYS and isinstance(value, dict) and isinstance(mapping.get(key, {}), dict):
                 mapping[key] = {**mapping.get(key, {}), **value}
             elif isinstance(value, dict) and key not in DICT_KEYS:
-                subkeyed = ", ".join(f"'{k}.*'" for k in DICT_KEYS)
-                raise ConfigError(f"config key '{key}' has no sub-keys (only {subkeyed} have)")
+                subkeyed = ", ".join(f"{k}" for k in DICT_KEYS)
+                raise ConfigError(
+                    f"config key '{key}' takes one value, not a mapping: give {setting(key)} (only "
+                    f"{subkeyed} hold options, e.g. {setting('data.relatedness', 0.5)})"
+                )
             else:
                 mapping[key] = value
     return from_mapping(mapping)

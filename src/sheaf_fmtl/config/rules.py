@@ -3,31 +3,37 @@ every key's own value is (:mod:`.schema`)."""
 
 from __future__ import annotations
 
+from ..spelling import setting
 from . import optimizers, registry, schedulers
-from .errors import ConfigError
+from .errors import ConfigError, fix
 from .keys_run import StepKeys  # (every key of a run: the schema's RunConfig, which calls these, adds checks)
 
 
 def _check_together(config: StepKeys) -> None:
     """Rules that involve several keys."""
     if config.graph == "file" and not config.graph_file:
-        raise ConfigError("config key 'graph_file' must name an edge-list file when graph = file")
+        raise ConfigError(
+            "config key 'graph_file' must name an edge-list file when graph = file: add "
+            f"{setting('graph_file', 'edges.txt')} (one 'i j' or 'i j weight' per line)"
+        )
     if config.graph_file and config.graph != "file":
         raise ConfigError(
             f"config key 'graph_file' = {config.graph_file} is read with graph = file, but config key "
-            f"'graph' = {config.graph}, which ignores it; set graph=file (or leave graph out: graph_file "
-            "alone implies graph=file)"
+            f"'graph' = {config.graph}, which ignores it; add {setting('graph', 'file')} (or leave graph "
+            "out: graph_file alone implies graph=file)"
         )
     if config.map_init in ("gaussian", "uniform", "orthogonal") and config.map_scale == 0.0:
         raise ConfigError(
             f"config key 'map_scale' = 0 gives zero maps with map_init={config.map_init}; "
             "zero restriction maps never learn (allowed: map_scale > 0)"
+            + fix("map_scale", type(config).__dataclass_fields__["map_scale"].default)
         )
     if config.early_stop_patience > 0 and config.validation == 0:
         raise ConfigError(
             f"config key 'early_stop_patience' = {config.early_stop_patience} watches the validation split, "
             "and validation = 0 holds none out (stopping on the test split would choose by test data); "
-            "add validation=0.2 (a fraction of each client's training data)"
+            f"add {setting('validation', 0.2)} (a fraction of each client's training data), or "
+            f"{setting('early_stop_patience', 0)} to never stop early"
         )
     _check_maps(config)
     _check_optimizer(config)
@@ -42,14 +48,16 @@ def _check_compression(config: StepKeys) -> None:
     if registry.ALGORITHMS and config.algorithm not in readers:
         raise ConfigError(
             f"config key 'compressor' = {config.compressor} applies to algorithm={' or '.join(readers)} "
-            f"(compressed gossip of whole models); got algorithm={config.algorithm} (sheaf-fmtl compresses "
-            "through its maps: maps=redrawn with gamma)"
+            f"(compressed gossip of whole models); got algorithm={config.algorithm}: add "
+            f"{' or '.join(setting('algorithm', a) for a in readers)}, or {setting('compressor', 'none')} "
+            f"(sheaf-fmtl compresses through its maps: {setting('maps', 'redrawn')} with gamma)"
         )
     if config.compressor == "powergossip" and (config.drop_prob > 0 or config.link_drop_prob > 0):
         raise ConfigError(
             "config key 'compressor' = powergossip needs reliable links (both ends of an edge must see the "
-            "same messages to keep the same low-rank factors); set drop_prob=0 and link_drop_prob=0, or "
-            "choose a CHOCO compressor (top-k, rand-k, rand-k-seeded, qsgd, sign)"
+            f"same messages to keep the same low-rank factors); set {setting('drop_prob', 0)} and "
+            f"{setting('link_drop_prob', 0)}, or choose a CHOCO compressor "
+            f"({setting('compressor', 'top-k')}; also rand-k, rand-k-seeded, qsgd, sign)"
         )
 
 
@@ -81,7 +89,7 @@ def _check_optimizer(config: StepKeys) -> None:
         if getattr(config, key) != defaults[key].default and getattr(config, owner) != value:
             raise ConfigError(
                 f"config key '{key}' is set but {owner} = {getattr(config, owner)}, which ignores it; "
-                f"add {owner}={value} to use it"
+                f"add {setting(owner, value)} to use it"
             )
     schedulers.check(config)
     optimizers.check(config)
@@ -96,13 +104,15 @@ def _check_optimizer(config: StepKeys) -> None:
         raise ConfigError(
             f"config key '{key}' = {value} does not apply to algorithm={config.algorithm}: "
             f"{_SGD_BY_PAPER[config.algorithm]} (plain SGD at alpha); allowed with local, fedavg and "
-            f"fedavg-ft, and with {', '.join(_SGD_WITHOUT_EPOCHS)} when local_epochs > 0"
+            f"fedavg-ft, and with {', '.join(_SGD_WITHOUT_EPOCHS)} when local_epochs > 0; leave {key} out "
+            f"for {config.algorithm}"
         )
     if config.algorithm in _SGD_WITHOUT_EPOCHS and config.local_epochs == 0:
         raise ConfigError(
-            f"config key '{key}' = {value} with algorithm={config.algorithm} needs local_epochs > 0: each of "
-            "its steps takes the gradient and the coupling in one SGD formula; with local epochs the "
-            "optimizer runs the local passes and the coupling step follows the exchange"
+            f"config key '{key}' = {value} with algorithm={config.algorithm} needs local_epochs > 0: each "
+            "of its steps takes the gradient and the coupling in one SGD formula; with local epochs the "
+            f"optimizer runs the local passes and the coupling step follows the exchange: add "
+            f"{setting('local_epochs', 1)}, or leave {key} out"
         )
 
 
@@ -111,23 +121,27 @@ def _check_maps(config: StepKeys) -> None:
     if config.maps not in ("learned", registry.AUTO) and config.algorithm != "sheaf-fmtl":
         raise ConfigError(
             f"config key 'maps' = {config.maps} applies to algorithm=sheaf-fmtl only "
-            f"(algorithm={config.algorithm} has no restriction maps)"
+            f"(algorithm={config.algorithm} has no restriction maps): add "
+            f"{setting('algorithm', 'sheaf-fmtl')}, or leave maps out"
         )
     if config.estimates and not _mode_reads(config.maps, "estimates"):
         raise ConfigError(
             f"config key 'estimates' = true needs maps={_modes_reading('estimates')} (copies of the "
-            f"neighbours' models are refreshed on each round's redrawn coordinates); got maps={config.maps}"
+            f"neighbours' models are refreshed on each round's redrawn coordinates); got maps="
+            f"{config.maps}: add {_settings('maps', _modes_reading('estimates'))}, or leave estimates out"
         )
     if config.map_kind != "selection" and not _mode_reads(config.maps, "map_kind"):
         raise ConfigError(
-            f"config key 'map_kind' = {config.map_kind} applies to maps={_modes_reading('map_kind')} only; "
-            f"got maps={config.maps}"
+            f"config key 'map_kind' = {config.map_kind} applies to maps={_modes_reading('map_kind')} "
+            f"only; got maps={config.maps}: add {_settings('maps', _modes_reading('map_kind'))}, or "
+            "leave map_kind out"
         )
     spec = registry.map_mode_spec(config.maps)
     if spec is not None and spec.builds_maps and config.topology != "none":
         raise ConfigError(
             f"config key 'maps' = {config.maps} builds its own maps; topology={config.topology} "
-            "(fixed maps of a special case) is not allowed with it"
+            f"(fixed maps of a special case) is not allowed with it: leave out maps or "
+            f"{setting('topology', 'none')}"
         )
 
 
@@ -135,6 +149,11 @@ def _mode_reads(mode: str, key: str) -> bool:
     """``maps = mode`` reads ``key`` (``auto``: decided once the mode is chosen)."""
     spec = registry.map_mode_spec(mode)
     return mode == registry.AUTO or (spec is not None and key in spec.reads)
+
+
+def _settings(key: str, values: str) -> str:
+    """``values`` (``a or b``) of ``key``, each as the user gives it."""
+    return " or ".join(setting(key, v) for v in values.split(" or "))
 
 
 def _modes_reading(key: str) -> str:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..plugins import PLUGIN_KEYS, PluginError, is_held, is_spec, load_spec
-from .errors import ConfigError, shown
+from ..spelling import ANY, on_command_line, setting
+from .errors import ConfigError, fix, shown
 from .keys_run import StepKeys
 from .rules import _check_together
 from .values import _CHOICES, _DEVICE, _RANGES, choices
@@ -49,7 +50,7 @@ class RunConfig(StepKeys):
         """A copy with ``changes``, validated like any other config."""
         unknown = sorted(set(changes) - _KNOWN)
         if unknown:
-            raise ConfigError(_unknown_key(unknown[0]))
+            raise ConfigError(_unknown_key(unknown[0], changes[unknown[0]]))
         return dataclasses.replace(self, **changes)
 
 
@@ -73,14 +74,19 @@ DICT_KEYS = tuple(name for name, types in _TYPES.items() if types == (dict,))
 PROVENANCE_KEYS = ("versions", "unused")
 
 
-def _unknown_key(key: object) -> str:
-    """The refusal of an unknown key: the closest known keys (``difflib``) when some are close,
-    else every known key."""
+def _unknown_key(key: object, value: Any = ANY) -> str:  # noqa: ANN401 - any config value
+    """The refusal of an unknown key given ``value``: the closest known keys (``difflib``) given
+    that value, in the user's spelling, when some are close, else every known key."""
     name = shown(str(key))[1:-1]
     close = difflib.get_close_matches(str(key).lower().replace("-", "_"), sorted(_KNOWN), n=3, cutoff=0.6)
     if close:
-        return f"unknown config key '{name}'; did you mean {' or '.join(repr(k) for k in close)}?"
+        return f"unknown config key '{name}'; did you mean {' or '.join(setting(k, value) for k in close)}?"
     return f"unknown config key '{name}'; known keys: {', '.join(sorted(_KNOWN))}"
+
+
+def _fix(name: str) -> str:
+    """The end of a refusal of key ``name``'s value (:func:`.errors.fix`)."""
+    return fix(name, RunConfig.__dataclass_fields__[name].default)
 
 
 def _check(name: str, value: Any) -> Any:
@@ -93,13 +99,19 @@ def _check(name: str, value: Any) -> Any:
             value = float(value)
         except ValueError:
             pass
+    if name == "data" and not isinstance(value, dict):
+        raise ConfigError(
+            "config key 'data' holds the dataset's options, as a mapping "
+            f"(e.g. {setting('data.relatedness', 0.5)}); got {type(value).__name__} {shown(value)}"
+        )
     if isinstance(value, bool) and bool not in types or not isinstance(value, types):
         want = " or ".join(t.__name__ for t in types)
-        raise ConfigError(f"config key '{name}': expected {want}, got {type(value).__name__} {shown(value)}")
+        got = f"got {type(value).__name__} {shown(value)}"
+        raise ConfigError(f"config key '{name}': expected {want}, {got}{_fix(name)}")
     if float in types:
         value = float(value)  # type: ignore[arg-type]  # an int or float, checked above
         if not math.isfinite(value):
-            raise ConfigError(f"config key '{name}' = {shown(value)} is not a finite number")
+            raise ConfigError(f"config key '{name}' = {shown(value)} is not a finite number{_fix(name)}")
     if name in DICT_KEYS:
         return dict(value)
     if name in PLUGIN_KEYS:
@@ -109,24 +121,29 @@ def _check(name: str, value: Any) -> Any:
     if name == "map_init" and value == "zeros":
         raise ConfigError(
             "config key 'map_init' = zeros is rejected: zero restriction maps never learn "
-            f"(paper Remark); allowed: {', '.join(_CHOICES[name])}"
+            f"(paper Remark); allowed: {', '.join(_CHOICES[name])}{_fix(name)}"
         )
     allowed = choices(name)
     if allowed is not None and value not in allowed:
         close = difflib.get_close_matches(str(value).lower(), allowed, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        hint = f"did you mean {setting(name, close[0])}? " if close else ""
         raise ConfigError(
             f"config key '{name}': {shown(value)} is not allowed; {hint}allowed: {', '.join(allowed)}"
+            + ("" if close else _fix(name))
         )
     if name == "device" and not _DEVICE.fullmatch(value):
-        raise ConfigError(f"config key 'device': {shown(value)} is not allowed; allowed: cpu, cuda, cuda:N")
+        raise ConfigError(
+            f"config key 'device': {shown(value)} is not allowed; allowed: cpu, cuda, cuda:N{_fix(name)}"
+        )
     if name in _RANGES:
         lo, lo_in, hi, hi_in, text = _RANGES[name]
         bad = (lo is not None and (value < lo if lo_in else value <= lo)) or (
             hi is not None and (value > hi if hi_in else value >= hi)
         )
         if bad:
-            raise ConfigError(f"config key '{name}' = {shown(value)} is out of range; allowed: {text}")
+            raise ConfigError(
+                f"config key '{name}' = {shown(value)} is out of range; allowed: {text}{_fix(name)}"
+            )
     return value
 
 
@@ -140,7 +157,13 @@ def _check_code(name: str, value: str) -> None:
                 raise ConfigError(str(e)) from None
     if name in ("loss", "metric") and value != "auto" and not is_spec(value) and not is_held(value):
         raise ConfigError(
-            f"config key '{name}': {shown(value)} is not allowed; allowed: auto, or module:function"
+            f"config key '{name}': {shown(value)} is not allowed; allowed: auto, or module:function "
+            + (
+                f"(your own, e.g. {setting(name, f'mypkg.code:my_{name}')})"
+                if on_command_line()
+                else f"or a function (your own, e.g. {name}=my_{name})"
+            )
+            + _fix(name)
         )
 
 
@@ -153,9 +176,9 @@ def from_mapping(mapping: Mapping[str, Any]) -> RunConfig:
     """A validated config from a mapping of keys (a saved ``config.yaml``'s provenance is ignored);
     ``graph_file`` given without ``graph`` implies ``graph = file``."""
     values = {k: v for k, v in mapping.items() if k not in PROVENANCE_KEYS}
-    unknown = sorted(str(k) for k in set(values) - _KNOWN)
+    unknown = sorted(set(values) - _KNOWN, key=str)
     if unknown:
-        raise ConfigError(_unknown_key(unknown[0]))
+        raise ConfigError(_unknown_key(unknown[0], values[unknown[0]]))
     if values.get("graph_file") and "graph" not in values:  # an edge list alone: the graph is that file
         values["graph"] = "file"
     return RunConfig(**values)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import platformdirs
 
+from ..spelling import setting
 from .base import DatasetError
 from .sizes import check_fits, stored_bytes
 
@@ -95,14 +96,14 @@ def find_file(
     if data_dir and not search:
         raise DatasetError(
             f"{dataset}: no data file in data_dir {data_dir} (looked for {', '.join(map(str, tried))}). "
-            f"Obtain it: {how} (with --dest {data_dir}); or pass --set data_search=true to search "
+            f"Obtain it: {how} (with --dest {data_dir}); or pass {setting('data_search', True)} to search "
             f"${ENV_VAR} and {user_data_dir()} after it."
         )
     listing = "\n  ".join(str(p) for p in tried)
     raise DatasetError(
         f"{dataset}: data file not found; searched:\n  {listing}\n"
         f"Obtain it: {how} (stores it in {user_data_dir()}); or put it in a folder and pass "
-        f"data_dir (--data-dir) or ${ENV_VAR}."
+        f"{setting('data_dir', 'FOLDER')} or set ${ENV_VAR}."
     )
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..spelling import setting
 from .base import DataRequest, DatasetError, RawClient, RawFederated, register
 from .files import find_file
 from .options import check_options
@@ -125,7 +126,10 @@ def rotated_mnist(
 
     Returns the clients and each client's rotation as a count of 90-degree turns (``np.rot90``)."""
     if len(images) < n_clients:
-        raise DatasetError(f"rmnist: {len(images)} images cannot be split over {n_clients} clients")
+        raise DatasetError(
+            f"rmnist: {len(images)} images cannot be split over {n_clients} clients; give "
+            f"{setting('clients', max(len(images), 2))} or fewer"
+        )
     rng = _rng(seed, 303)
     per = len(images) // n_clients
     order = rng.permutation(len(images))
@@ -250,7 +254,10 @@ def heterogeneous_split(
 def hcifar10(request: DataRequest) -> RawFederated:
     o = check_options("hcifar10", request.options, {"use_test": False, "spread": 0.17})
     if not 0.0 <= float(o["spread"]) < 1.0:
-        raise DatasetError("hcifar10: option spread must be in [0, 1)")
+        raise DatasetError(
+            f"hcifar10: data.spread = {o['spread']!r:.80}; expected 0 <= spread < 1 "
+            f"(e.g. {setting('data.spread', 0.17)}, its default)"
+        )
     x, y = read_cifar10(request.data_dir, bool(o["use_test"]), request.data_search)
     if len(np.unique(y)) != 10:
         raise DatasetError(f"hcifar10: the CIFAR-10 batches hold {len(np.unique(y))} classes; expected 10")

@@ -5,10 +5,12 @@ all stand on it without a circle."""
 
 from __future__ import annotations
 
+import difflib
 import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..spelling import setting
 from .base import DatasetError
 
 
@@ -67,9 +69,9 @@ def check_options(
     Raises:
         DatasetError: an unknown option, or a value of the wrong kind (naming the option and the kind).
     """
-    unknown = set(given) - set(defaults)
+    unknown = sorted(set(given) - set(defaults), key=str)
     if unknown:
-        raise DatasetError(f"{name}: unknown option(s) {sorted(unknown)}; allowed: {sorted(defaults)}")
+        raise DatasetError(_unknown_option(name, unknown[0], given[unknown[0]], defaults))
     kinds = kinds or {}
     for key, value in given.items():
         kind = kinds.get(key) or _kind_of(defaults[key])
@@ -77,6 +79,21 @@ def check_options(
         words, ok = OPTION_KINDS[kind.rstrip("?")]
         if not (ok(value) or (optional and value is None)):
             raise DatasetError(
-                f"{name}: option {key} must be {words}{' or null' if optional else ''}, got {value!r}"
+                f"{name}: data.{key} must be {words}{' or null' if optional else ''}, got {value!r:.80}; "
+                + (
+                    f"or leave data.{key} out for its default"
+                    if defaults[key] is None
+                    else f"e.g. {setting('data.' + key, defaults[key])} (its default)"
+                )
             )
     return {**defaults, **given}
+
+
+def _unknown_option(name: str, key: object, value: Any, defaults: Mapping[str, Any]) -> str:  # noqa: ANN401
+    """The refusal of dataset option ``key`` (given ``value``) that ``name`` does not take: the
+    closest of its options, given that value, in the user's spelling; else all of them."""
+    text = f"{name}: unknown dataset option data.{str(key)[:80]}"
+    close = difflib.get_close_matches(str(key).lower(), sorted(defaults), n=2, cutoff=0.6)
+    if close:
+        text += f"; did you mean {' or '.join(setting('data.' + k, value) for k in close)}?"
+    return text + f" ({name}'s options: {', '.join(sorted(defaults)) or 'none'})"

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..spelling import setting
 from .base import DatasetError, FederatedDataset
 from .bounded import LARGE, read_text_bounded
 
@@ -85,7 +86,8 @@ def check_same(folder: Path, dataset: FederatedDataset) -> None:
         which = f"client {i}'s features or their standardisation"
     raise DatasetError(
         f"the data read now differ from the data the run of {folder} started on ({which}, recorded in "
-        f"{folder / FILE}); a resume continues on the same data: give the data_dir it used"
+        f"{folder / FILE}); a resume continues on the same data: give "
+        f"the data_dir it used ({setting('data_dir', 'FOLDER')})"
     )
 
 

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 
 from ..plugins import call_with, first_line, is_held, is_spec, resolve
+from ..spelling import setting
 from . import har, images, mocha, school, synthetic  # noqa: F401  (each registers its datasets)
 from .base import READERS, DataRequest, DatasetError, FederatedDataset, RawFederated
 from .protocol import ProtocolOptions, apply_protocol
@@ -70,7 +71,8 @@ def _take_clients(name: str, raw: RawFederated, request: DataRequest) -> RawFede
     if request.clients is not None and request.clients != len(raw.clients):
         if request.clients > len(raw.clients):
             raise DatasetError(
-                f"{name}: {request.clients} clients asked for, but the dataset has {len(raw.clients)}"
+                f"{name}: config key 'clients' = {request.clients}, but the dataset has {len(raw.clients)} "
+                f"clients; give {setting('clients', len(raw.clients))} or fewer, or leave clients out for all"
             )
         features = None if raw.features is None else raw.features[: request.clients]
         raw = dataclasses.replace(raw, clients=raw.clients[: request.clients], features=features)

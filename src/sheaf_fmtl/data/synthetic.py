@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..spelling import setting
 from .base import DataRequest, DatasetError, RawClient, RawFederated, register
 from .options import check_options
 
@@ -51,7 +52,9 @@ HETERO_DEFAULTS: dict[str, Any] = {
 def _need(name: str, o: Mapping[str, Any], key: str, ok: bool, rule: str) -> None:
     """DatasetError naming the option as it is set (``data.KEY``), its value and the rule."""
     if not ok:
-        raise DatasetError(f"{name}: data.{key} = {o[key]!r}; expected {rule} (set data.{key}=...)")
+        raise DatasetError(
+            f"{name}: data.{key} = {o[key]!r}; expected {rule} (give {setting('data.' + key)})"
+        )
 
 
 def _samples(name: str, o: Mapping[str, Any]) -> None:

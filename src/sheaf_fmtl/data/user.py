@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ..spelling import setting
 from ..warn import user_stacklevel
 from .base import DataRequest, DatasetError, RawClient, RawFederated, Task
 from .files import as_features, as_targets, read_npz_clients
@@ -85,8 +86,8 @@ def check_label_kinds(spec: str, raw: list[Any]) -> None:
     if ints and floats:
         raise DatasetError(
             f"file:{spec}: mixed label types: client(s) {_few(ints)} hold integer labels, client(s) "
-            f"{_few(floats)} non-integer targets; fix the file, or set data.task=classification or "
-            "data.task=regression"
+            f"{_few(floats)} non-integer targets; fix the file, or give "
+            f"{setting('data.task', 'classification')} or {setting('data.task', 'regression')}"
         )
 
 
@@ -98,7 +99,10 @@ def load_user(spec: str, request: DataRequest) -> RawFederated:
     """Build a :class:`RawFederated` from ``file:PATH`` (``spec`` is PATH)."""
     o = check_options(f"file:{spec}", request.options, USER_DEFAULTS, USER_KINDS)
     if o["task"] not in (None, "classification", "regression"):
-        raise DatasetError(f"file:{spec}: option task must be 'classification' or 'regression'")
+        raise DatasetError(
+            f"file:{spec}: data.task = {o['task']!r:.80} is not allowed; allowed: classification, regression "
+            f"(e.g. {setting('data.task', 'classification')}), or leave it out to tell by the labels"
+        )
     path = Path(spec).expanduser()
     if not path.is_absolute() and request.data_dir is not None and not path.exists():
         path = Path(request.data_dir) / path
@@ -262,7 +266,8 @@ def from_objects(entries: Sequence[Any], name: str = "python") -> RawFederated:
     if isinstance(entries, str | bytes) or not isinstance(entries, Sequence) or len(entries) < 2:
         raise DatasetError(
             "data must be a list with one entry per client (at least 2): (x_train, y_train, x_test, y_test) "
-            "or (train_dataset, test_dataset)"
+            f"or (train_dataset, test_dataset); or a mapping of the dataset's options "
+            f"(e.g. {setting('data.relatedness', 0.5)})"
         )
     datasets = [
         d for e in entries if isinstance(e, tuple | list) and len(e) == 2 for d in e if _is_dataset(d)

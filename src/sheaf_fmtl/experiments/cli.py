@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..cli.options import add_config_options, config_keys
+from ..commandline import add_config_options, config_keys
 from ..config import ConfigError, RunConfig, read_config_file
 from ..metrics.aggregate import read_summary, write_aggregate
 from ..runtime.run.interrupt import StopRequest, stopped_status

@@ -4,6 +4,7 @@ the config of one point."""
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import math
 import re
@@ -78,7 +79,11 @@ def parse_grid(items: list[str]) -> dict[str, list[Any]]:
             raise ConfigError(f"--grid {_short(item)!r} must look like KEY=VALUES (e.g. lam=1e-5:10:log7)")
         top, dot, sub = key.partition(".")
         if top not in _KEYS or (dot and (top not in DICT_KEYS or not sub)):
-            raise ConfigError(f"--grid {_short(item)!r}: unknown config key '{_short(key)}'")
+            close = difflib.get_close_matches(top.lower().replace("-", "_"), sorted(_KEYS), n=2, cutoff=0.6)
+            hint = (
+                f"; did you mean {' or '.join(f'--grid {k}={_short(spec)}' for k in close)}?" if close else ""
+            )
+            raise ConfigError(f"--grid {_short(item)!r}: unknown config key '{_short(key)}'{hint}")
         if key == "validation":
             raise ConfigError("--grid validation: the split is set with --validation, not swept")
         if key in grid:

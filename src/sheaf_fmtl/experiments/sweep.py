@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from ..cli.options import config_keys
+from ..commandline import config_keys
 from ..config import ConfigError, RunConfig, load_config
 from ..config.files import replace_file
 from ..config.usage import UnusedKeysWarning
@@ -37,6 +37,7 @@ from ..plugins import higher_is_better
 from ..runtime.run.interrupt import StopRequest, signalled, stopped_status
 from ..runtime.run.ledger import record_owned
 from ..runtime.run.rundir import claim
+from ..spelling import option, setting
 from .cells import finished, run_folder
 from .grid import apply_point, cell_name, grid_points, parse_grid
 
@@ -121,12 +122,15 @@ def sweep(
         The cells ranked best first, the metric, and the best config (``None`` if no cell finished).
     """
     if not 0.0 < validation < 1.0:
-        raise ConfigError(f"--validation = {validation} is out of range; sweep needs 0 < validation < 1")
+        raise ConfigError(
+            f"{option('validation', validation)} is out of range; sweep needs 0 < validation < 1 "
+            f"(e.g. {option('validation', 0.2)})"
+        )
     if higher_is_better(base.metric_goal, base.metric, "accuracy") is None:  # only a user metric can be
         raise ConfigError(
             f"sweep ranks the cells by config key 'metric' = '{base.metric}', but does not know whether a "
-            "higher value is better: set metric_goal=max or metric_goal=min (or give the function an "
-            "attribute higher_is_better = True/False)"
+            f"higher value is better: add {setting('metric_goal', 'max')} or {setting('metric_goal', 'min')} "
+            "(or give the function an attribute higher_is_better = True/False)"
         )
     out = Path(out)
     points = grid_points(grid)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..cli.options import add_config_options
+from ..commandline import add_config_options
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from ..config import ConfigError, RunConfig
 from ..data.synthetic import CLUSTERS_DEFAULTS, clusters_feature_sets
 from ..federation import build_federation
 from ..runtime.engine.simulate import Simulation, build_graph, build_simulation, load_dataset
+from ..spelling import setting
 from .features import shared_feature_maps
 from .fixed import MapOf, conventional_fmtl, linear_selection, set_fixed_maps, weighted_fmtl, with_fixed_maps
 from .server import empty_split, hybrid_fl, personalised_fl, star, with_server_node
@@ -37,7 +38,8 @@ def build_topology(config: RunConfig) -> Simulation:
     if config.algorithm != "sheaf-fmtl":
         raise ConfigError(
             f"config key 'topology' = {name} runs sheaf-fmtl with fixed maps; algorithm={config.algorithm} "
-            "is not allowed with it (use topology=none)"
+            f"is not allowed with it (use {setting('topology', 'none')}, or "
+            f"{setting('algorithm', 'sheaf-fmtl')})"
         )
     if name == "personalised-fl":
         return personalised_fl(config, load_dataset(config))
@@ -53,7 +55,8 @@ def _hybrid_fl(config: RunConfig) -> Simulation:
     if config.dataset != "synthetic-clusters":
         raise ConfigError(
             "config key 'topology' = hybrid-fl needs dataset=synthetic-clusters (whose clients see known "
-            f"subsets of one feature space); got dataset={config.dataset}"
+            f"subsets of one feature space); got dataset={config.dataset}: add "
+            f"{setting('dataset', 'synthetic-clusters')}"
         )
     dataset = load_dataset(config)
     features = clusters_feature_sets(config.data, config.seed, config.clients)

@@ -19,6 +19,7 @@ import scipy.sparse.csgraph
 
 from ..data.base import DatasetError
 from ..data.sizes import check_fits
+from ..spelling import setting
 
 GRAPH_KINDS = ("erdos-renyi", "watts-strogatz", "barabasi-albert", "complete", "star", "file")
 
@@ -194,12 +195,18 @@ def join_components(graph: ClientGraph, seed: int) -> ClientGraph:
     return ClientGraph(graph.num_nodes, edges, weights, joined_edges=len(others))
 
 
+def _connected_p(num_nodes: int) -> float:
+    """A ``graph_p`` twice the connectivity threshold ``ln(N)/N`` (at most 1), rounded up to 2 digits."""
+    return min(1.0, float(np.ceil(200 * np.log(num_nodes) / num_nodes) / 100))
+
+
 def _probability_of_degree(degree: float, num_nodes: int) -> float:
     """``graph_degree / (clients - 1)``; GraphError when no graph on ``num_nodes`` has that mean degree."""
     if not 0 < degree <= num_nodes - 1:
         raise GraphError(
             f"graph_degree = {degree:g} on {num_nodes} clients: a mean degree lies in (0, clients - 1] "
-            f"= (0, {num_nodes - 1}]; lower graph_degree or raise clients"
+            f"= (0, {num_nodes - 1}]; lower graph_degree "
+            f"(e.g. {setting('graph_degree', max(1, num_nodes // 2))}) or raise clients"
         )
     return degree / (num_nodes - 1)
 
@@ -267,7 +274,8 @@ def make_graph(
     raise GraphError(
         f"{kind} graph with {num_nodes} nodes (p={p}, k={k}, m={m}) was disconnected in all {max_tries} "
         f"draws from seed {seed}; raise graph_p (connectivity needs roughly p > ln(N)/N = "
-        f"{np.log(num_nodes) / num_nodes:.3f}), or give graph_degree (one draw, its components joined)"
+        f"{np.log(num_nodes) / num_nodes:.3f}: e.g. {setting('graph_p', _connected_p(num_nodes))}), or give "
+        f"graph_degree (one draw, its components joined: e.g. {setting('graph_degree', 4)})"
     )
 
 
@@ -282,7 +290,10 @@ def read_edge_list(path: str | Path | None, num_nodes: int) -> ClientGraph:
         The connected, possibly weighted, client graph.
     """
     if path is None or not Path(path).is_file():
-        raise GraphError(f"graph=file needs graph_file pointing to an edge-list file; got {path!r}")
+        raise GraphError(
+            f"graph=file needs graph_file pointing to an edge-list file; got {path!r}: give "
+            f"{setting('graph_file', 'edges.txt')}"
+        )
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as e:

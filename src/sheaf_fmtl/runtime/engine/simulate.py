@@ -27,6 +27,7 @@ from ...federation import Cohorts, build_federation
 from ...metrics.flops import run_flops
 from ...plugins import is_held, resolve
 from ...sheaf.graph import ClientGraph, GraphError, make_graph
+from ...spelling import setting
 from .faults import DropPlan, Faults
 from .transport import InProcessTransport, Transport
 
@@ -225,7 +226,7 @@ def resolve_device(name: str) -> str:
     if not name.startswith("cuda"):
         return name
     if not torch.cuda.is_available():
-        raise ValueError(f"device {name}: no CUDA device is available here; use device=cpu")
+        raise ValueError(f"device {name}: no CUDA device is available here; use {setting('device', 'cpu')}")
     index = int(name.partition(":")[2] or 0)
     if index >= torch.cuda.device_count():
         raise ValueError(f"device {name}: only {torch.cuda.device_count()} CUDA device(s) here (cuda:0..)")
@@ -260,7 +261,9 @@ def build_simulation(
 
         if config.topology != "none" or config.map_draw == "device":
             key = "topology" if config.topology != "none" else "map_draw=device"
-            raise ConfigError(f"config key {key} is not supported across processes; use processes=1")
+            raise ConfigError(
+                f"config key {key} is not supported across processes; use {setting('processes', 1)}"
+            )
         rank, world = rank_world
         shard = Shard(rank, world, partition(graph, world, config.partition, config.seed))
         fed = build_federation(

@@ -14,6 +14,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from ...spelling import option
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX: no locks, markers only
@@ -43,10 +45,15 @@ class FolderError(ValueError):
     """A folder the library may not write or clear (one line naming it)."""
 
 
-#: How a refusal names the way out, in both spellings: the command line's flag and the keyword of
-#: ``sheaf_fmtl.run`` (the same message reaches both).
-ANOTHER_OUT = "choose another --out (Python: out=...)"
-OVERWRITE = "--overwrite (Python: overwrite=True)"
+def another_out() -> str:
+    """How a refusal names the way out, in the user's spelling: ``choose another --out`` on the
+    command line, ``choose another out=...`` in Python (:mod:`sheaf_fmtl.spelling`)."""
+    return f"choose another {option('out')}"
+
+
+def overwrite_option() -> str:
+    """``--overwrite`` on the command line, ``overwrite=True`` in Python."""
+    return option("overwrite", True)
 
 
 def is_marked(path: str | Path) -> bool:
@@ -97,7 +104,8 @@ def writing(path: str | Path | None) -> Iterator[None]:
         if key in _WRITING:
             raise FolderError(
                 f"{path} is being written by another run of this process (a callback's run, or another "
-                "thread); two runs never write one folder: give this run another out (nothing was changed)"
+                f"thread); two runs never write one folder: {another_out()} for this run "
+                "(nothing was changed)"
             )
         _WRITING.add(key)
     try:
@@ -182,7 +190,7 @@ def _lock(p: Path) -> int:
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise FolderError(
                 f"{p} is in use by another sheaf-fmtl process that is still running; wait for it to end "
-                f"or {ANOTHER_OUT}"
+                f"or {another_out()}"
             ) from None
         raise
     return fd

@@ -25,6 +25,7 @@ from ...config import PROVENANCE_KEYS, ConfigError, read_config_file
 from ...config.schedulers import rounds_dependent
 from ...data.bounded import read_text_bounded
 from ...metrics.final import file_digest
+from ...spelling import option
 from .rundir import CHECKPOINTS
 
 #: Config keys a resumed run may change: none of them enters an iterate (``device`` changes the
@@ -99,7 +100,7 @@ def config_digest(mapping: dict[str, Any]) -> str:
 def _bad(path: Path, what: str) -> CheckpointError:
     return CheckpointError(
         f"checkpoint {path} {what}; nothing was changed (remove its folder {path.parent} to resume "
-        "from an earlier checkpoint, if any, or start the run again with --overwrite, Python: overwrite=True)"
+        f"from an earlier checkpoint, if any, or start the run again with {option('overwrite', True)})"
     )
 
 
@@ -181,7 +182,7 @@ def check_config(run_dir: Path, manifest: dict[str, Any]) -> None:
         raise CheckpointError(
             f"checkpoint {where} records "
             "no digest of the config it was written with, so the run it continues is unknown; nothing was "
-            "changed (start the run again with --overwrite; Python: overwrite=True)"
+            f"changed (start the run again with {option('overwrite', True)})"
         )
     now = run_config(run_dir)
     if now is None or config_digest(now) != want:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...config import ConfigError, RunConfig
+from ...spelling import option, setting
 from . import interrupt
 from .rank import run_rank
 from .rankenv import rank_world
@@ -70,12 +71,12 @@ def dispatch(
         if out is None:
             raise ConfigError(
                 f"config key 'processes' = {config.processes}: the ranks hand their results over in the run "
-                "folder; give out=FOLDER (or run with processes=1)"
+                f"folder; give {option('out', 'FOLDER')} (or run with {setting('processes', 1)})"
             )
         if callbacks:
             raise ConfigError(
                 f"config key 'processes' = {config.processes}: callbacks run in this process, not in the "
-                "ranks; run with processes=1 to use them"
+                f"ranks; run with {setting('processes', 1)} to use them"
             )
         return spawn(config, out, progress=progress, overwrite=overwrite)
     owned = claim(out, overwrite=overwrite) if out is not None else contextlib.nullcontext()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ...config import ConfigError, RunConfig
 from ...data.sizes import check_fits, generated_bytes
+from ...spelling import setting
 
 #: The longest wait for a silent peer a run accepts (about 11 days; Python's timedelta and the
 #: process group's timers overflow long before 1e308).
@@ -26,7 +27,7 @@ def check_processes(config: RunConfig, *, data: bool = True) -> None:
         key = f"topology = {config.topology}" if config.topology != "none" else "map_draw = device"
         raise ConfigError(
             f"config key {key} is not supported across processes (processes = {config.processes}); "
-            "use processes=1"
+            f"use {setting('processes', 1)}"
         )
     if config.timeout_s > MAX_TIMEOUT_S:
         raise ConfigError(

@@ -87,8 +87,8 @@ def prepare(
     if sim is None:
         if build is None and config.topology != "none":
             raise ConfigError(
-                f"config key 'topology' = {config.topology} is built by sheaf_fmtl.scenarios: run it with "
-                "`sheaf-fmtl run` or sheaf_fmtl.run(...)"
+                f"config key 'topology' = {config.topology} is a special case that `sheaf-fmtl run` and "
+                "sheaf_fmtl.run(...) build (with its fixed maps); run it through one of them"
             )
         sim = (build or build_simulation)(config)
         config = sim.config  # as it runs (a special case forces eta = 0, ...): what config.yaml records

@@ -22,6 +22,7 @@ from typing import Any
 
 from ...config import ConfigError, RunConfig, load_config, parse_overrides, read_config_file
 from ...plugins import untrusted_specs
+from ...spelling import option, setting
 from ..engine.simulate import Simulation
 from .checkpoint import remove_checkpoints
 from .checkpoint_read import read_manifest
@@ -55,7 +56,7 @@ def resume_config(
     check_out_dir(run_dir, resume=True, group_member=group_member)  # a folder sheaf-fmtl wrote, not a link
     path = Path(run_dir) / "config.yaml"
     if path.is_symlink() or not path.is_file():
-        raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a run folder)")
+        raise ConfigError(f"{option('resume', run_dir)}: no config.yaml there (not a run folder)")
     folder, _ = find_checkpoint(Path(run_dir))  # integrity first: an edited config.yaml imports nothing
     manifest = read_manifest(folder) if folder is not None else None
     if manifest is not None:
@@ -65,10 +66,10 @@ def resume_config(
     if untrusted and not trust:  # checked before anything is imported
         spec, key = next(iter(untrusted.items()))
         raise ConfigError(
-            f"--resume {run_dir}: its config.yaml names code ({key} = {spec}), and a run folder never runs "
-            f"its own code; if you trust it, name it again (--set {key}={spec}; Python: "
-            f"sheaf_fmtl.run(resume=..., {key}='{spec}')) or pass --trust-plugins (Python: "
-            "sheaf_fmtl.run(resume=..., trust_plugins=True))"
+            f"{option('resume', run_dir)}: "
+            f"its config.yaml names code ({key} = {spec}), and a run folder never runs "
+            f"its own code; if you trust it, name it again ({setting(key, spec)}) or pass "
+            f"{option('trust_plugins', True)}"
         )
     saved = load_config(path)
     config = load_config(path, overrides, keys)
@@ -77,15 +78,19 @@ def resume_config(
     changed = [k for k in new if new[k] != old[k] and k not in may]
     if "processes" in changed:  # (under torchrun the group's size is checked by checkpoint_to_resume)
         raise ConfigError(
-            f"--resume {run_dir}: processes = {new['processes']}, but the run ran on {old['processes']}: "
-            "a run resumes over as many processes as it ran on (a shard cannot be split or merged)"
+            f"{option('resume', run_dir)}: "
+            f"processes = {new['processes']}, but the run ran on {old['processes']}: "
+            "a run resumes over as many processes as it ran on (a shard cannot be split or merged): "
+            f"give {setting('processes', old['processes'])} or leave processes out"
         )
     if changed:
         k = changed[0]
         why = pinned(k, old) or "changes its mathematics"
         raise ConfigError(
-            f"--resume {run_dir}: config key '{k}' = {new[k]!r} differs from the run's {old[k]!r}, and "
-            f"{why}; this resumed run may change only {', '.join(may)}"
+            f"{option('resume', run_dir)}: "
+            f"config key '{k}' = {new[k]!r} differs from the run's {old[k]!r}, and "
+            f"{why}; this resumed run may change only {', '.join(may)}: leave {k} out (or give "
+            f"{setting(k, old[k])})"
         )
     return config
 
@@ -112,7 +117,7 @@ def checkpoint_to_resume(
     if folder is None:
         if (run_dir / "summary.json").is_file() and (run_dir / "checkpoint.pt").is_file():
             raise ConfigError(
-                f"--resume {run_dir}: the run has no resumable checkpoint (it finished, or ran with "
+                f"{option('resume', run_dir)}: the run has no resumable checkpoint (it finished, or ran with "
                 "checkpoint_every=0 and was not stopped by a signal)"
             )
         return None
@@ -128,14 +133,15 @@ def checkpoint_to_resume(
         )
     if config.rounds < manifest["round"]:
         raise ConfigError(
-            f"--resume {run_dir}: rounds = {config.rounds} is below the round of its last checkpoint, "
-            f"{manifest['round']}"
+            f"{option('resume', run_dir)}: rounds = {config.rounds} is below the round of its last "
+            f"checkpoint, {manifest['round']}: give {setting('rounds', manifest['round'])} or more"
         )
     shards = len(manifest["shards"])
     if shards != processes:
         how = "`sheaf-fmtl run --resume` (or torchrun) with as many" if shards > 1 else "one process"
         raise ConfigError(
-            f"--resume {run_dir}: its checkpoint was written by {shards} process(es), this resume has "
+            f"{option('resume', run_dir)}: "
+            f"its checkpoint was written by {shards} process(es), this resume has "
             f"{processes}; a shard cannot be split or merged: resume it with {how}"
         )
     if cleanup:

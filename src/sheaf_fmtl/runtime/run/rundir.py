@@ -27,17 +27,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ...data.bounded import read_text_bounded
+from ...spelling import option
 from .folderlock import (
-    ANOTHER_OUT,
     MARKER,
-    OVERWRITE,
     FolderError,
     _held,
     _lock,
     _write_marker,
+    another_out,
     held_elsewhere,
     is_locked,
     is_marked,
+    overwrite_option,
     release,
     take,
 )
@@ -54,10 +55,10 @@ def check_path(path: str | Path) -> Path:
     """``path`` can be a folder: it is not a file, nor under one (FolderError otherwise)."""
     p = Path(path)
     if p.exists() and not p.is_dir():
-        raise FolderError(f"output folder {p} is an existing file; {ANOTHER_OUT}")
+        raise FolderError(f"output folder {p} is an existing file; {another_out()}")
     for parent in p.parents:
         if parent.exists() and not parent.is_dir():
-            raise FolderError(f"output folder {p} is under {parent}, which is a file; {ANOTHER_OUT}")
+            raise FolderError(f"output folder {p} is under {parent}, which is a file; {another_out()}")
     return p
 
 
@@ -104,12 +105,12 @@ def check_out_dir(
     if marked and not group_member and held_elsewhere(p):
         raise FolderError(
             f"{p} is being written by another thread of this process; two runs never write one folder: "
-            f"wait for it to end or {ANOTHER_OUT}"
+            f"wait for it to end or {another_out()}"
         )
     if marked and not group_member and is_locked(p):
         raise FolderError(
             f"{p} is in use by another sheaf-fmtl process that is still running; wait for it to end "
-            f"or {ANOTHER_OUT}"
+            f"or {another_out()}"
         )
     if reuse and marked and kind is not None:
         _check_kind(p, kind)
@@ -133,17 +134,18 @@ def _check_kind(p: Path, kind: str) -> None:
     if found is not None and found != kind:
         raise FolderError(
             f"output folder {p} holds a sheaf-fmtl {found} folder, not a {kind} one; a {kind} continues "
-            f"only what a command of its kind wrote: {ANOTHER_OUT} (nothing was changed)"
+            f"only what a command of its kind wrote: {another_out()} (nothing was changed)"
         )
 
 
 def _check_resumable(p: Path, marked: bool) -> None:
     """``--resume p``: the folder exists, carries the marker, and its checkpoints are no link."""
     if not p.exists():
-        raise FolderError(f"--resume {p}: no such run folder")
+        raise FolderError(f"{option('resume', p)}: no such run folder")
     if marked and (p / CHECKPOINTS).is_symlink():
         raise FolderError(
-            f"--resume {p}: {p / CHECKPOINTS} is a symbolic link; sheaf-fmtl writes only inside the run "
+            f"{option('resume', p)}: "
+            f"{p / CHECKPOINTS} is a symbolic link; sheaf-fmtl writes only inside the run "
             "folder, never through a link (nothing was changed)"
         )
     if not marked:
@@ -157,19 +159,19 @@ def _check_clearable(p: Path, overwrite: bool, marked: bool) -> None:
     """A non-empty folder a new run would write: only one sheaf-fmtl marked, with ``overwrite``."""
     if not marked:
         how = (
-            f"{OVERWRITE} clears only folders sheaf-fmtl wrote; a run folder of a version before "
+            f"{overwrite_option()} clears only folders sheaf-fmtl wrote; a run folder of a version before "
             f"markers: create an empty {MARKER} in it to overwrite it"
             if overwrite
-            else OVERWRITE
+            else overwrite_option()
         )
         raise FolderError(
             f"output folder {p} is not empty and was not written by sheaf-fmtl (no {MARKER} file in "
-            f"it); {ANOTHER_OUT} (nothing was changed; {how})"
+            f"it); {another_out()} (nothing was changed; {how})"
         )
     if not overwrite:
         raise FolderError(
-            f"output folder {p} is not empty (an earlier run?); {ANOTHER_OUT}, or pass {OVERWRITE} to "
-            "clear it first"
+            f"output folder {p} is not empty (an earlier run?); {another_out()}, or pass "
+            f"{overwrite_option()} to clear it first"
         )
 
 
@@ -209,7 +211,9 @@ def claim(
     ok = False
     try:
         if not created and not (overwrite or resume or reuse) and _entries(p):
-            raise FolderError(f"output folder {p} is not empty (another run started into it); {ANOTHER_OUT}")
+            raise FolderError(
+                f"output folder {p} is not empty (another run started into it); {another_out()}"
+            )
         yield p
         ok = True
     finally:

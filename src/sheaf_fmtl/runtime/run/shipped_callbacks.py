@@ -20,6 +20,7 @@ from ...config import ConfigError, RunConfig
 from ...config.files import replace_file
 from ...data.bounded import read_text_bounded
 from ...metrics.final import BEST, file_digest, save_state
+from ...spelling import setting
 from .callbacks import RunView, Stop
 from .clearing import check_replaceable, claim_entry
 from .integrity import CheckpointError
@@ -118,7 +119,8 @@ class EarlyStopping:
         if view.config.validation == 0:
             raise ValueError(
                 "EarlyStopping watches the validation split, and this run has validation = 0 (its "
-                "evaluations are on the test split, which must not choose when to stop); set validation=0.2"
+                "evaluations are on the test split, which must not choose when to stop); set "
+                f"{setting('validation', 0.2)}"
             )
         value = float(metrics[view.metric_column])
         higher = _higher(self.goal, view)
@@ -139,7 +141,8 @@ def _higher(goal: str, view: RunView) -> bool:
         return goal == "max"
     if view.higher_is_better is None:
         raise ValueError(
-            f"EarlyStopping: whether a higher {view.metric} is better is unknown; set metric_goal=max or min"
+            f"EarlyStopping: whether a higher {view.metric} is better is unknown; set "
+            f"{setting('metric_goal', 'max')} or {setting('metric_goal', 'min')}"
         )
     return view.higher_is_better
 

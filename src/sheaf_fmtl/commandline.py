@@ -1,6 +1,10 @@
 """Options shared by every ``sheaf-fmtl`` subcommand: one spelling for config keys
 (``--set KEY=VALUE [KEY=VALUE ...]``, the common ones also as flags), one parser class whose
-usage errors are one line, and one error prefix (``sheaf-fmtl: error: ...``)."""
+usage errors are one line, and one error prefix (``sheaf-fmtl: error: ...``).
+
+It sits outside the ``cli`` package: the commands that live with their own packages
+(``bench/cli.py``, ``experiments/cli.py``) import it without importing the package that imports
+them."""
 
 from __future__ import annotations
 
