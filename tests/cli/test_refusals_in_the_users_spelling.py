@@ -38,7 +38,7 @@ CASES: list[tuple[str, dict[str, Any], list[str], str, str]] = [
     ("unknown-key", {"lamda": 0.1}, ["'lamda'"], "--set lam=0.1", "lam=0.1"),
     (
         "rule-ignored",
-        {"graph_file": "e.txt"},
+        {"graph_file": "e.txt", "graph": "complete"},
         ["'graph_file'", "ignores it"],
         "--set graph=file",
         "graph='file'",

@@ -32,7 +32,7 @@ def test_graph_file_alone_implies_graph_file(tmp_path: Path) -> None:
     refusal = r"'graph_file' = e.txt is read with graph = file, but config key 'graph' = star"
     with pytest.raises(ConfigError, match=refusal):
         load_config(None, ["graph_file=e.txt", "graph=star"])
-    with pytest.raises(ConfigError, match="set graph=file"):
+    with pytest.raises(ConfigError, match="add graph='file'"):
         RunConfig(graph_file="e.txt")  # (a config object built whole: graph is its default, given)
     edges = tmp_path / "edges.txt"
     edges.write_text("0 1\n1 2\n2 3\n3 0\n")

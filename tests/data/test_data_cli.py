@@ -197,7 +197,7 @@ def test_describe_regression_and_bad_option(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "139 clients" in out and "min 22, max 251, total 15362" in out
     assert run(["describe", "school", "--data-dir", str(folder), "-o", "nope=1"]) == 2
-    assert "unknown option" in capsys.readouterr().err
+    assert "unknown dataset option data.nope" in capsys.readouterr().err
 
 
 def test_fetch_unpacks_uci_style_nested_zip(server, tmp_path, monkeypatch):

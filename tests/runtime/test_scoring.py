@@ -86,6 +86,6 @@ def test_the_best_models_are_scored_on_test(stopped: Path, capsys: pytest.Captur
 
 def test_a_folder_naming_code_is_scored_only_when_trusted(tmp_path: Path) -> None:
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({**RunConfig().to_dict(), "metric": "mymod:score"}))
-    with pytest.raises(ConfigError, match=r"names code \(metric = mymod:score\).*--trust-plugins"):
+    with pytest.raises(ConfigError, match=r"names code \(metric = mymod:score\).*trust_plugins=True"):
         folder_config(tmp_path, {}, trust=False)
     assert main(["evaluate", str(tmp_path / "nothing")]) == 2

@@ -20,6 +20,7 @@ from ...data.base import DatasetError
 from ...federation import build_federation
 from ...metrics.results import split_of
 from ...plugins import untrusted_specs
+from ...spelling import option
 from ..engine.simulate import load_dataset, resolve_device
 from .shipped_callbacks import BestCheckpoint
 
@@ -100,7 +101,6 @@ def folder_config(folder: Path, keys: Mapping[str, Any], trust: bool) -> RunConf
         spec, key = next(iter(untrusted.items()))
         raise ConfigError(
             f"{folder}: its config.yaml names code ({key} = {spec}), which scoring its models would run, "
-            f"and a run folder never runs its own code; if you trust it, pass --trust-plugins (Python: "
-            "load(run).evaluate(trust_plugins=True))"
+            f"and a run folder never runs its own code; if you trust it, pass {option('trust_plugins', True)}"
         )
     return load_config(path, None, dict(keys))
