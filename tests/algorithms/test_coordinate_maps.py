@@ -146,6 +146,7 @@ def test_redrawn_rounds_equal_the_dense_oracle_with_lost_messages(
     assert sim.evaluate()["sheaf_energy"] == pytest.approx(energy, rel=1e-4)
 
 
+@pytest.mark.slow
 def test_selection_positions_are_distinct_uniform_and_the_same_for_any_batch_of_edges() -> None:
     m, d, rounds = np.array([50, 7, 1000]), np.array([5, 7, 10]), 2000
     counts = np.zeros(50)

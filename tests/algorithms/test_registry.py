@@ -92,6 +92,7 @@ def _fresh(code: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_config_reads_the_registries_that_fill_on_the_first_lookup() -> None:
     """Config imports nothing of the algorithms: importing it leaves them unimported, and the first
     lookup fills the registries through the package root, so a config built right after ``from
@@ -114,6 +115,7 @@ def test_config_reads_the_registries_that_fill_on_the_first_lookup() -> None:
     assert out.split() == ["['dfedu',", "'local',", "'mine']"]
 
 
+@pytest.mark.slow
 def test_a_root_without_the_hook_is_refused_with_the_one_message() -> None:
     out = _fresh(
         "import sheaf_fmtl\n"
@@ -127,6 +129,7 @@ def test_a_root_without_the_hook_is_refused_with_the_one_message() -> None:
     assert out.split() == ["True"]
 
 
+@pytest.mark.slow
 def test_the_command_line_lists_every_registered_choice() -> None:
     out = _fresh("from sheaf_fmtl.cli import main\nmain(['run', '--help-keys'])\n")
     assert all(name in out for name in (*registry.algorithm_names(), *registry.map_mode_names()))

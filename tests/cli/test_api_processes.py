@@ -14,6 +14,7 @@ from sheaf_fmtl.config import ConfigError
 KEYS = {"dataset": "synthetic", "clients": 4, "rounds": 3, "eval_every": 1, "checkpoint_every": 0}
 
 
+@pytest.mark.slow
 def test_processes_from_python_start_the_ranks_and_match_one_process(tmp_path) -> None:  # noqa: ANN001
     one = sheaf_fmtl.run(out=tmp_path / "one", **KEYS)
     two = sheaf_fmtl.run(out=tmp_path / "two", processes=2, **KEYS)

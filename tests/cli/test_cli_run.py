@@ -134,6 +134,7 @@ def test_divergence_stops_with_round_and_keeps_good_metrics(tmp_path, capsys):
     assert int(rows[-1]["round"]) < s["diverged_at_round"]
 
 
+@pytest.mark.slow
 def test_plot_writes_pngs(tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
     assert main(["run", *FAST, "--out", str(a)]) == 0

@@ -131,6 +131,7 @@ def test_the_environment_never_lifts_a_live_runs_lock(tmp_path, monkeypatch):
         os.close(holder)
 
 
+@pytest.mark.slow
 def test_plot_never_replaces_a_users_figure_but_its_own(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["run", *SETS, "--quiet", "--out", str(run)]) == 0

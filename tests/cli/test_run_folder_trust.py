@@ -101,6 +101,7 @@ def test_python_resume_imports_nothing_either(sent):
     assert not (sent / "IMPORTED").exists()
 
 
+@pytest.mark.slow
 def test_plot_and_table_of_such_a_folder_import_nothing(sent, tmp_path, capsys):
     assert main(["plot", str(sent), "--out", str(tmp_path / "figs")]) == 0
     assert main(["table", str(sent), "--out", str(tmp_path / "tables")]) == 0
@@ -158,6 +159,7 @@ def test_overwrite_replaces_links_in_the_folder_never_writes_through_them(tmp_pa
     assert not (out / "checkpoints").is_symlink()
 
 
+@pytest.mark.slow
 def test_plot_replaces_a_link_named_like_its_figure(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["run", *TINY, "--out", str(out)]) == 0

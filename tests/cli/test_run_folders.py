@@ -94,6 +94,7 @@ def finished(tmp_path_factory):
     return _run(tmp_path_factory.mktemp("finished"))
 
 
+@pytest.mark.slow
 def test_plot_and_table_into_a_user_folder_only_add_their_files(owned, finished, capsys):
     user, _ = owned
     run = finished

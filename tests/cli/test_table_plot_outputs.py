@@ -67,6 +67,7 @@ def test_table_labels_columns_and_units(tmp_path, runs) -> None:  # noqa: ANN001
         assert float(row["ours_time"]) == pytest.approx(summary["wall_seconds"])
 
 
+@pytest.mark.slow
 def test_plot_of_several_runs_needs_out(tmp_path, capsys, runs) -> None:  # noqa: ANN001
     before = [_files(r) for r in runs]
     assert main(["plot", *map(str, runs)]) == 2

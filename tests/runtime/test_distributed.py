@@ -90,6 +90,7 @@ def test_two_processes_match_one_sheaf_fmtl_heterogeneous_compact(tmp_path: Path
 REDRAWN = {"algorithm": "sheaf-fmtl", "dataset": "synthetic", "maps": "redrawn", "gamma": 0.2}
 
 
+@pytest.mark.slow
 def test_three_processes_match_one_redrawn_maps_with_estimates_and_faults(tmp_path: Path) -> None:
     """Default suite: maps redrawn each round from (seed, edge, round) are the same whichever rank
     draws them; the copies of the neighbours are sharded with their half-edges."""
@@ -97,6 +98,7 @@ def test_three_processes_match_one_redrawn_maps_with_estimates_and_faults(tmp_pa
     _compare(tmp_path, settings, 3)
 
 
+@pytest.mark.slow
 def test_three_processes_match_one_compressed_gossip_with_faults(tmp_path: Path) -> None:
     """Default suite: CHOCO's copies are sharded with their half-edges, each message decoded with its
     sender's global id (seeded coordinates drawn again on the receiving rank), the encoded bytes
