@@ -195,7 +195,7 @@ def test_a_script_model_exports_from_the_cli_as_programs_that_need_no_code(tmp_p
     run, out = tmp_path / "run", tmp_path / "exp"
     sheaf_fmtl.run(data=_own_data(), model=make, algorithm="local", rounds=2, out=run)
     assert main(["export", str(run), "--out", str(out)]) == 2
-    assert "sheaf-fmtl export RUN --model MODULE:FUNCTION" in capsys.readouterr().err and not out.exists()
+    assert "as --model MODULE:FUNCTION" in capsys.readouterr().err and not out.exists()
     (tmp_path / "mynets.py").write_text(
         "import torch.nn as nn\n"
         "class Tiny(nn.Module):\n"
