@@ -14,12 +14,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_export_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("export", help="write a finished run's client models and their preprocessing")
-    p.add_argument("run", metavar="RUN_DIR", help="a finished run folder")
-    p.add_argument(
-        "--out", required=True, help="a new or empty folder for client-IIIII.pt(2) and preprocessing.json"
-    )
+def _add_model_and_round(p: Any) -> None:
+    """``--model`` and ``--round``, read alike by ``export`` and ``evaluate``."""
     p.add_argument(
         "--model",
         default=None,
@@ -33,6 +29,15 @@ def add_export_parser(subparsers: Any) -> None:
         help="final: the last checkpoint; best: the best validation evaluation's models (kept by early "
         "stopping)",
     )
+
+
+def add_export_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("export", help="write a finished run's client models and their preprocessing")
+    p.add_argument("run", metavar="RUN_DIR", help="a finished run folder")
+    p.add_argument(
+        "--out", required=True, help="a new or empty folder for client-IIIII.pt(2) and preprocessing.json"
+    )
+    _add_model_and_round(p)
     p.add_argument(
         "--no-programs",
         action="store_true",
@@ -69,25 +74,13 @@ def add_evaluate_parser(subparsers: Any) -> None:
         "evaluate", help="score a finished run's models on its test (or validation) split"
     )
     p.add_argument("run", metavar="RUN_DIR", help="a finished run folder")
-    p.add_argument(
-        "--round",
-        choices=("final", "best"),
-        default="final",
-        help="final: the last checkpoint; best: the best validation evaluation's models (kept by early "
-        "stopping)",
-    )
+    _add_model_and_round(p)
     p.add_argument(
         "--split",
         choices=("test", "validation"),
         default="test",
         help="the split scored (validation: the split a run with validation > 0 held out; the training "
         "data and their standardisation are the run's either way)",
-    )
-    p.add_argument(
-        "--model",
-        default=None,
-        metavar="MODULE:FUNCTION",
-        help="the run's own model, named again (a run folder's code is imported only when named here)",
     )
     p.add_argument(
         "--trust-plugins",
