@@ -79,6 +79,28 @@ def test_the_default_lam_keeps_the_pull_at_every_compression_and_stops_at_averag
     assert "exact averaging" not in sim.lam_rule and "lambda_S" in sim.lam_rule
 
 
+@pytest.mark.parametrize("alpha", [0.05, 2.0])
+def test_dfedu_left_open_takes_the_same_rule_at_q_one_like_for_like(alpha: float) -> None:
+    """dFedU's default ``lam = min(0.1, 1/(alpha lambda_max(L)))`` (the features maps' pull at q = 1),
+    against a dense eigendecomposition; at ``alpha = 2`` the stability cap binds."""
+    config = RunConfig(
+        dataset="synthetic-clusters", data={"homogeneous": True}, clients=12, graph="erdos-renyi", graph_p=0.4
+    )
+    sim = build_simulation(config.replace(algorithm="dfedu", alpha=alpha))
+    graph = sim.ctx.graph
+    lap = np.zeros((12, 12))
+    np.add.at(lap, (graph.edges[:, 0], graph.edges[:, 0]), 1.0)
+    np.add.at(lap, (graph.edges[:, 1], graph.edges[:, 1]), 1.0)
+    lap[graph.edges[:, 0], graph.edges[:, 1]] = lap[graph.edges[:, 1], graph.edges[:, 0]] = -1.0
+    by_hand = min(0.1, 1.0 / (alpha * float(np.linalg.eigvalsh(lap).max())))
+    assert sim.config.lam == pytest.approx(by_hand, rel=1e-3)
+    assert (by_hand < 0.1) == (alpha == 2.0) and "q = 1" in (sim.lam_rule or "")
+    sheaf = build_simulation(config.replace(maps="features", alpha=alpha))
+    assert sheaf.config.lam == pytest.approx(sim.config.lam, rel=1e-3)  # the same pull as dFedU's
+    given = build_simulation(config.replace(algorithm="dfedu", lam=0.02))
+    assert given.config.lam == 0.02 and given.lam_rule is None
+
+
 def test_auto_picks_proxies_for_networks_and_learned_without_anything_to_relate() -> None:
     cnns = build_simulation(RunConfig(model="cnn-small,cnn-medium", clients=4), dataset=image_dataset(4))
     assert (

@@ -29,7 +29,7 @@ from ..config.defaults import default_lam
 from ..config.registry import algorithm_spec
 from ..federation import Cohorts
 from ..sheaf.graph import ClientGraph
-from .coupling_strength import default_strength, graph_lambda_max
+from .coupling_strength import default_strength, dfedu_strength, graph_lambda_max
 from .sheaf_proxy import proxy_dim
 
 
@@ -79,6 +79,8 @@ def resolve_coupling(
             if config.maps == "proxy":
                 dims = np.full(len(dims), proxy_dim(config, fed) or 1, np.int64)
             derived = default_strength(config, dims, graph)
+        elif config.algorithm == "dfedu":  # the same rule at q = 1: like for like with the coordinate maps
+            derived = dfedu_strength(config, graph)
         if derived is not None:
             lam, rule = derived
             config = config.replace(lam=lam)

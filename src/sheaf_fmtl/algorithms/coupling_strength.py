@@ -28,6 +28,10 @@ compression, and never steps past exact averaging of the coordinates drawn:
 (``pull = inf``: the averaging step itself, as ProxyFL averages its proxies). At ``gamma = 0.3`` on
 the demo's graph this is the earlier fixed default; at ``gamma = 0.01`` on R-MNIST's it is 9.4
 where the fixed default gave 0.3.
+
+dFedU couples whole models (``q = 1``): its default is the same rule at the ``features`` mode's pull,
+``lam = min(0.1, 1 / (alpha lambda_max(L)))`` (:func:`dfedu_strength`), so that a comparison of the
+defaults is like for like: both couplings pull a client as hard toward its neighbours.
 """
 
 from __future__ import annotations
@@ -99,5 +103,24 @@ def default_strength(
     why = (
         f"lam = min(pull/q, 1/(alpha lambda_S)) = {lam:.4g} ({pull}; q = {coupled.q_min:.4g}, "
         f"lambda_S = {lam_s:.4g} from lambda_max(L) = {lmax:.4g}, alpha = {config.alpha:g})"
+    )
+    return lam, why
+
+
+#: dFedU's pull: that of the mode that couples whole models with the same strength (``features``).
+DFEDU_PULL = 0.1
+
+
+def dfedu_strength(config: RunConfig, graph: ClientGraph) -> tuple[float, str]:
+    """``(lam, why)`` of dFedU's default, the rule of :func:`default_strength` at ``q = 1``:
+    ``lam = min(pull, 1 / (alpha lambda_max(L)))`` with ``L`` the (weighted) graph Laplacian."""
+    lmax = graph_lambda_max(graph)
+    a_max = float(np.max(graph.half_edge_weights())) if graph.weighted and graph.num_edges else 1.0
+    lam_s = mean_square_lambda(Coupled(1.0, 1.0, 1.0, 1), lmax, a_max)
+    cap = math.inf if lam_s <= 0 else 1.0 / (config.alpha * lam_s)
+    lam = float(f"{min(DFEDU_PULL, cap):.4g}")
+    why = (
+        f"lam = min(pull, 1/(alpha lambda_max)) = {lam:.4g} (dFedU's pull {DFEDU_PULL:g}, as the feature "
+        f"maps'; q = 1, lambda_max(L) = {lmax:.4g}, alpha = {config.alpha:g})"
     )
     return lam, why

@@ -101,7 +101,8 @@ class TrainingKeys(ProblemKeys):
     lam: float | None = _key(
         None,
         "Strength `lambda` of the coupling between neighbours (0: local training). `null`: the default of "
-        "the coupling that runs: 0.01 for the baselines and the paper's learned or fixed maps; for "
+        "the coupling that runs: 0.01 for the paper's learned or fixed maps and the baselines other than "
+        "dFedU; dFedU the same rule at `q = 1`, `min(0.1, 1 / (alpha lambda_max))`; for "
         "Sheaf-FMTL's coordinate maps `min(pull / q, 1 / (alpha lambda_S))`, which keeps the mode's "
         "dFedU-equivalent pull `lam q` (`redrawn` and `features` 0.1, `aligned` 0.3; `proxy`: exact "
         "averaging) at every compression `q = d_ij/d`, with `lambda_S = 2 (1 - q) + q lambda_max` the "

@@ -62,6 +62,8 @@ def summarize(
     if config.algorithm == "sheaf-fmtl":  # the coupling that ran (maps = auto: and why)
         summary.update(maps=config.maps, lam=config.lam, maps_auto=sim.maps_chosen, lam_rule=sim.lam_rule)
         summary["edge_weights"] = edge_weights_of(config)  # (auto: the mode's)
+    elif config.lam is not None:  # a baseline's strength, and how a default one was derived
+        summary.update(lam=config.lam, lam_rule=sim.lam_rule)
     summary.update(_bits_side_by_side(sim, summary["transmitted_bits"], diverged_at or done))
     if getattr(config, "compressor", "none") != "none":  # the compressed gossip that ran
         summary.update(
