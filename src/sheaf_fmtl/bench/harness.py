@@ -35,6 +35,7 @@ from .cohort import cohort_benchmark
 from .machine import kernel_version, machine
 from .map_kernels import map_kernels
 from .measure import copy_bandwidth
+from .memory_check import check_fits
 from .plot import plot_scaling
 from .report import format_gib, ratios, report, summarize
 from .runner import run_setting_subprocess
@@ -144,7 +145,7 @@ def _run_bench(
         s = for_device(dataclasses.replace(s, map_init_on_device=map_init_on_device), device)
         print(f"[bench] setting {s.name}: {s.clients} clients, {s.model}, gamma={s.gamma}", file=sys.stderr)
         t0 = time.perf_counter()
-        r = attempt(f"setting {s.name}", lambda s=s: run_setting_subprocess(s, device, threads))
+        r = attempt(f"setting {s.name}", lambda s=s: _fitting_run(s, device, threads))
         if r is None:
             continue
         r["summary"] = m = summarize(r, bandwidth)
@@ -197,3 +198,9 @@ def _run_bench(
     (out / "bench.json").write_text(json.dumps(results, indent=2))
     (out / "ratios.json").write_text(json.dumps(results["ratios"], indent=2))
     return results
+
+
+def _fitting_run(s: Setting, device: str, threads: int | None) -> dict[str, Any]:
+    """``s`` run in a fresh interpreter once :func:`.memory_check.check_fits` says it fits."""
+    check_fits(s, device)
+    return run_setting_subprocess(s, device, threads)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,11 @@ def run_setting_subprocess(s: Setting, device: str, threads: int | None = None) 
         env=env,
         check=False,
     )
+    if proc.returncode == -signal.SIGKILL:
+        raise RuntimeError(
+            f"benchmark of setting {s.name!r} was killed (SIGKILL), most likely by the out-of-memory "
+            "killer; run `sheaf-fmtl bench --quick` (a few hundred MB of maps) or `--settings small`"
+        )
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark of setting {s.name!r} failed (exit {proc.returncode})")
     return json.loads(proc.stdout.strip().splitlines()[-1])
