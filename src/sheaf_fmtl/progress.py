@@ -44,7 +44,8 @@ def wide_terminal(stream: TextIO | None = None) -> bool:
 
 
 class Lines:
-    """A stand-in for a tqdm bar off a terminal: ``desc: unit n/total, key value, elapsed`` every
+    """A stand-in for a tqdm bar off a terminal: ``desc: unit n/total, key value, elapsed, time left``
+    (at the pace so far, as tqdm's bar estimates it) every
     ``total / LINES`` steps and at the last one; the same calls as the bar (iteration,
     :meth:`update`, :meth:`set_postfix`, :meth:`close`, ``with``)."""
 
@@ -57,7 +58,7 @@ class Lines:
         initial: int,
         stream: TextIO | None,
     ) -> None:
-        self.iterable, self.desc, self.unit, self.n = iterable, desc, unit, initial
+        self.iterable, self.desc, self.unit, self.n, self.start = iterable, desc, unit, initial, initial
         if total is None and iterable is not None and hasattr(iterable, "__len__"):
             total = initial + len(iterable)  # type: ignore[arg-type]  # checked just above
         self.total, self.stream = total, stream
@@ -90,7 +91,10 @@ class Lines:
     def _line(self) -> None:
         of = f"/{self.total}" if self.total else ""
         facts = [f"{self.unit} {self.n}{of}", *(f"{k} {v}" for k, v in self.postfix.items())]
-        facts.append(f"{time.perf_counter() - self.t0:.0f} s")
+        elapsed = time.perf_counter() - self.t0
+        facts.append(f"{elapsed:.0f} s")
+        if self.total and self.start < self.n < self.total:  # the pace so far, over what is left
+            facts.append(f"about {elapsed / (self.n - self.start) * (self.total - self.n):.0f} s left")
         print(f"{self.desc}: {', '.join(facts)}", file=self.stream or sys.stderr, flush=True)
 
 

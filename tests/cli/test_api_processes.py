@@ -36,3 +36,15 @@ def test_processes_refused_in_one_line_where_they_cannot_run(tmp_path, monkeypat
     with pytest.raises(ConfigError, match=fragment):
         sheaf_fmtl.run(processes=2, **KEYS, **extra)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_processes_on_the_command_line_show_rank_zeros_progress(tmp_path, capsys) -> None:  # noqa: ANN001
+    from sheaf_fmtl.cli import main
+
+    keys = [f"{k}={v}" for k, v in {**KEYS, "rounds": 10, "processes": 2}.items()]
+    assert main(["run", "--set", *keys, "--out", str(tmp_path / "two")]) == 0
+    err = capsys.readouterr().err
+    rounds = [ln for ln in err.splitlines() if ln.startswith("sheaf-fmtl on synthetic: round")]
+    assert [ln.split(",")[0].rsplit(" ", 1)[1] for ln in rounds] == [f"{k}/10" for k in range(1, 11)]
+    assert "about" in rounds[0] and "left" in rounds[0] and "left" not in rounds[-1]

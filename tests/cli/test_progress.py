@@ -55,3 +55,15 @@ def test_inner_and_disabled_bars_are_silent_off_a_terminal():
     for _ in progress.bar(range(5), desc="quiet", unit="round", enabled=False, stream=log):
         pass
     assert log.getvalue() == ""
+
+
+def test_lines_say_how_long_is_left_at_the_pace_so_far(monkeypatch):
+    """Two seconds a round from round 10 of 20: at round 12, 4 s gone and 16 s left; none at the end."""
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock[0])
+    log = io.StringIO()
+    for k in progress.bar(range(10, 20), desc="run", unit="round", initial=10, total=20, stream=log):
+        clock[0] = 2.0 * (k + 1 - 10)
+    lines = log.getvalue().splitlines()
+    assert lines[0] == "run: round 12/20, 4 s, about 16 s left"
+    assert lines[-1] == "run: round 20/20, 20 s"

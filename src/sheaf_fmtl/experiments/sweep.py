@@ -158,7 +158,7 @@ def _run_cells(
     points: list[dict[str, Any]], configs: list[RunConfig], out: Path, log: Callable[[str], None]
 ) -> tuple[list[CellResult], bool]:
     """Every cell in turn (a finished one reused); stops after the cell a signal reached."""
-    cache, cells = _FederationCache(), list[CellResult]()
+    cache, cells, ran = _FederationCache(), list[CellResult](), list[float]()
     for i, (point, config) in enumerate(zip(points, configs, strict=True), 1):
         folder = out / "cells" / cell_name(point)
         t0 = time.perf_counter()
@@ -170,7 +170,11 @@ def _run_cells(
             summary = run_cell(config, folder, cache.get(config))
         cell = CellResult(point, folder, summary, reused)
         cells.append(cell)
-        how = "reused" if reused else f"{time.perf_counter() - t0:.1f} s"
+        if not reused:
+            ran.append(time.perf_counter() - t0)
+        how = "reused" if reused else f"{ran[-1]:.1f} s"
+        if ran and i < len(points):  # the cells run so far, their mean time over those left
+            how += f"; about {sum(ran) / len(ran) * (len(points) - i):.0f} s left"
         log(f"[{i}/{len(points)}] {cell_name(point)}: {_describe(cell)} ({how})")
         if summary.get("status") == "interrupted" or signalled():
             return cells, True

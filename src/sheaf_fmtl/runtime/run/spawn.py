@@ -14,9 +14,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import yaml
 
@@ -86,12 +87,13 @@ def _spawn(config: RunConfig, out: Path, *, progress: bool, overwrite: bool, res
         env.update({STORE_FILE: str(tmp / "rendezvous"), "GLOO_SOCKET_IFNAME": _loopback()})
         env.update({**held, LAUNCHER: str(os.getpid())})
         log = open(tmp / f"rank{rank}.err", "w+")  # noqa: SIM115 - read after the rank ends
+        live = progress and rank == 0  # rank 0's progress and warnings shown as they come
         procs.append(  # own session: a signal reaches a rank once, forwarded by _wait
             subprocess.Popen(
-                [*argv, "--quiet"],
+                argv if live else [*argv, "--quiet"],
                 env=env,
                 stdout=subprocess.DEVNULL,
-                stderr=log,
+                stderr=subprocess.PIPE if live else log,
                 start_new_session=True,
                 pass_fds=() if lock is None else (lock,),  # the folder's lock, held while the rank lives
             )
@@ -99,13 +101,17 @@ def _spawn(config: RunConfig, out: Path, *, progress: bool, overwrite: bool, res
         logs.append(log)
     if progress:
         print(f"sheaf-fmtl: {world} processes running ({config.rounds} rounds) ...", file=sys.stderr)
+        relay = threading.Thread(target=_relay, args=(procs[0].stderr, logs[0]), daemon=True)
+        relay.start()
     codes = _wait(procs, config.timeout_s)
+    if progress:
+        relay.join(timeout=10.0)
     errors = []
     for rank, (code, log) in enumerate(zip(codes, logs, strict=True)):
         log.seek(0)
         lines = [s.strip() for s in log.read().splitlines() if s.strip() and not s.startswith(("\r", "  "))]
         log.close()
-        if rank == 0:  # the run's warnings, as one process would have shown them
+        if rank == 0 and not progress:  # the run's warnings, as one process would have shown them
             for line in lines:
                 if line.startswith("sheaf-fmtl: warning:"):
                     print(line, file=sys.stderr)
@@ -121,6 +127,18 @@ def _spawn(config: RunConfig, out: Path, *, progress: bool, overwrite: bool, res
         raise RankLostError(f"{world} processes: " + "; ".join(errors))
     summary: dict[str, Any] = json.loads(read_text_bounded(out / "summary.json"))
     return summary
+
+
+def _relay(stream: IO[bytes] | None, log: IO[str]) -> None:
+    """Rank 0's standard error, line by line, into its log and onto this process's (its progress
+    lines and warnings as one process shows them; its error, if any, is reported once it ends)."""
+    for raw in stream or ():
+        line = raw.decode(errors="replace")
+        log.write(line)
+        if not line.startswith("sheaf-fmtl: error:"):
+            sys.stderr.write(line)
+            sys.stderr.flush()
+    log.flush()
 
 
 def _refusal(error: str) -> str:
