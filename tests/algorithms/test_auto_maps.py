@@ -8,11 +8,14 @@ import json
 import numpy as np
 import pytest
 
+import sheaf_fmtl
+
 from sheaf_fmtl.algorithms.auto_maps import choose_maps
 from sheaf_fmtl.config import ConfigError, RunConfig
 from sheaf_fmtl.config.defaults import default_lam
 from sheaf_fmtl.config.registry import edge_weights_of, map_mode_spec
-from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
+from sheaf_fmtl.data.base import ClientSplit, DatasetError, FederatedDataset
+from sheaf_fmtl.data.user import from_objects as load_user_objects
 from sheaf_fmtl.runtime.engine.simulate import build_simulation
 from sheaf_fmtl.runtime.run.loop import execute
 
@@ -110,6 +113,29 @@ def test_auto_picks_proxies_for_networks_and_learned_without_anything_to_relate(
     assert choose_maps(cnns.ctx.fed, cnns.ctx.graph)[0] == "aligned"  # where no proxy is considered
     tabular = build_simulation(RunConfig(clients=4, graph="complete"), dataset=_tabular_without_feature_ids())
     assert tabular.config.maps == "learned" and tabular.config.lam == 0.01
+    assert any("features_i" in n and "near local training" in n for n in tabular.diagnose())  # said
+
+
+def test_python_data_carry_feature_ids_and_auto_couples_the_shared_features() -> None:
+    """A client given as a mapping with ``features`` (its columns' ids in one shared space): the
+    same ids reach the dataset, ``maps = auto`` picks the feature maps and no fallback is warned."""
+    rng = np.random.default_rng(0)
+    entries = []
+    for k in range(4):
+        ids = np.arange(k % 2, 4 + k % 2)[: 3 + k % 2]  # 3 or 4 columns of a 5-feature space
+        x, xt = rng.normal(size=(12, len(ids))), rng.normal(size=(4, len(ids)))
+        entries.append({"x": x, "y": rng.integers(0, 2, 12), "x_test": xt, "y_test": rng.integers(0, 2, 4)})
+        entries[-1]["features"] = ids
+    result = sheaf_fmtl.run(data=entries, rounds=2, graph="complete")
+    assert result.summary["maps"] == "features" and not result.summary["warnings"]
+    loaded = load_user_objects(entries)
+    assert [f.tolist() for f in loaded.features] == [e["features"].tolist() for e in entries]
+    entries[2] = {**entries[2], "features": entries[2]["features"][:-1]}  # one id short
+    with pytest.raises(DatasetError, match="client 2's features must list one integer id per feature"):
+        load_user_objects(entries)
+    del entries[1]["features"]
+    with pytest.raises(DatasetError, match="client i's features is given for some clients but not"):
+        load_user_objects(entries)
 
 
 def test_edge_weights_auto_learn_relatedness_except_between_proxies_and_the_run_records_them() -> None:

@@ -53,7 +53,23 @@ def choose_maps(fed: Cohorts, graph: ClientGraph, config: RunConfig | None = Non
         if config is not None and proxy_dim(config, fed) is not None:
             return "proxy", "networks of different sizes on one input shape train proxies of one architecture"
         return "aligned", "networks of different sizes share parameter slices"
-    return "learned", "models of different sizes with no feature ids to relate"
+    return "learned", NOTHING_TO_RELATE
+
+
+#: Why ``maps = auto`` fell back to the paper's learned maps; the run warns (:func:`fallback_note`).
+NOTHING_TO_RELATE = "models of different sizes with no feature ids to relate"
+
+
+def fallback_note(why: str | None) -> str | None:
+    """The warning of a run whose ``maps = auto`` found nothing to relate, else ``None``."""
+    if why != NOTHING_TO_RELATE:
+        return None
+    return (
+        "maps=auto runs the paper's learned maps: the clients' linear models have different sizes and "
+        "the data carry no feature ids, and learned maps on such data end near local training; give "
+        "each client's column ids (features_i in a file: npz, a client mapping's 'features' in Python "
+        "data=) for the feature maps, or set maps explicitly"
+    )
 
 
 def resolve_coupling(

@@ -10,8 +10,10 @@ the clients keep 20% of their training data" for users who bring their own split
 
 Python objects (:func:`from_objects`): per-client data handed over as objects (:func:`sheaf_fmtl.run`'s
 ``data=``, or what a ``dataset: module:function`` returns): one entry per client, either arrays or tensors
-``(x_train, y_train, x_test, y_test)`` or a pair of ``torch.utils.data.Dataset`` ``(train, test)``
-whose items are ``(x, y)``.
+``(x_train, y_train, x_test, y_test)``, a pair of ``torch.utils.data.Dataset`` ``(train, test)``
+whose items are ``(x, y)``, or a mapping with the keys ``x``, ``y``, ``x_test``, ``y_test`` and
+``features``, the ids of the client's columns in one shared feature space (as a file's
+``features_i``: what ``maps=features`` couples).
 
 Datasets are read once, item by item, into memory: the federation stacks every client's data in
 one tensor per cohort (on the run's device). Data that would not fit in the free memory is refused
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,8 @@ from .base import DataRequest, DatasetError, RawClient, RawFederated, Task
 from .files import as_features, as_targets, read_npz_clients
 from .options import check_options
 
+#: The keys of a client's entry given as a mapping (beside the optional ``features``, its column ids).
+ENTRY_KEYS = ("x", "y", "x_test", "y_test")
 #: ``reduce=false`` keeps every client's whole training split (no "half of the clients keep 20%").
 USER_DEFAULTS: dict[str, Any] = {"task": None, "max_classes": 100, "reduce": True}
 USER_KINDS = {"task": "str?"}
@@ -152,14 +156,14 @@ def load_user(spec: str, request: DataRequest) -> RawFederated:
         )
         for x, y, xt, yt in arrays
     )
-    features = _feature_ids(spec, [c for _, c in parts], [a[0] for a in arrays])
+    features = _feature_ids(f"file:{spec}", [c for _, c in parts], [a[0] for a in arrays])
     return RawFederated(
         f"file:{path.name}", task, num_classes, clients, reduce=o["reduce"], features=features
     )
 
 
 def _feature_ids(
-    spec: str, parts: list[dict[str, np.ndarray]], xs: list[np.ndarray]
+    spec: str, parts: Sequence[Mapping[str, Any]], xs: list[np.ndarray], key: str = "features_{}"
 ) -> tuple[np.ndarray, ...] | None:
     """The clients' ``features_i`` (ids of their columns in one shared feature space), checked: all
     clients or none, one distinct non-negative integer per column."""
@@ -168,18 +172,20 @@ def _feature_ids(
         return None
     if not all(given):
         missing = given.index(False)
-        raise DatasetError(f"file:{spec}: features_i is given for some clients but not for client {missing}")
+        raise DatasetError(
+            f"{spec}: {key.format('i')} is given for some clients but not for client {missing}"
+        )
     out = []
     for i, (c, x) in enumerate(zip(parts, xs, strict=True)):
         f = np.asarray(c["features"])
         width = int(np.prod(x.shape[1:]))
         if f.ndim != 1 or not np.issubdtype(f.dtype, np.integer) or len(f) != width:
             raise DatasetError(
-                f"file:{spec}: features_{i} must list one integer id per feature column ({width}), "
+                f"{spec}: {key.format(i)} must list one integer id per feature column ({width}), "
                 f"got shape {f.shape} of {f.dtype}"
             )
         if len(np.unique(f)) != len(f) or (len(f) and f.min() < 0):
-            raise DatasetError(f"file:{spec}: features_{i} must be distinct ids >= 0")
+            raise DatasetError(f"{spec}: {key.format(i)} must be distinct ids >= 0")
         out.append(f.astype(np.int64))
     return tuple(out)
 
@@ -231,10 +237,19 @@ def _dataset_bytes(ds: Any) -> int:
 def _arrays(i: int, entry: Any) -> tuple[np.ndarray, ...]:
     """``(x_train, y_train, x_test, y_test)`` of client ``i``'s entry."""
     what = f"data of client {i}"
+    if isinstance(entry, Mapping):
+        unknown = [str(k) for k in sorted(set(entry) - {*ENTRY_KEYS, "features"}, key=str)]
+        missing = [k for k in ENTRY_KEYS if k not in entry]
+        if unknown or missing:
+            raise DatasetError(
+                f"{what}: a mapping needs the keys {', '.join(ENTRY_KEYS)} (and optionally features); "
+                + (f"unknown: {', '.join(unknown)}" if unknown else f"missing: {', '.join(missing)}")
+            )
+        return tuple(_numpy(entry[k]) for k in ENTRY_KEYS)
     if not isinstance(entry, tuple | list) or len(entry) not in (2, 4):
         raise DatasetError(
-            f"{what} is a {type(entry).__name__}; expected (x_train, y_train, x_test, y_test) "
-            "or (train_dataset, test_dataset)"
+            f"{what} is a {type(entry).__name__}; expected (x_train, y_train, x_test, y_test), "
+            "(train_dataset, test_dataset) or a mapping with x, y, x_test, y_test and features"
         )
     if len(entry) == 4:
         return tuple(_numpy(a) for a in entry)
@@ -331,4 +346,6 @@ def from_objects(entries: Sequence[Any], name: str = "python") -> RawFederated:
         RawClient(x.astype(np.float32), y.astype(ydt), xt.astype(np.float32), yt.astype(ydt))
         for x, y, xt, yt in clients
     )
-    return RawFederated(name, task, num_classes, raw, reduce=False)
+    mappings = [e if isinstance(e, Mapping) else {} for e in entries]
+    features = _feature_ids("data", mappings, [c[0] for c in clients], key="client {}'s features")
+    return RawFederated(name, task, num_classes, raw, reduce=False, features=features)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ...algorithms import Algorithm, Context, State, make_algorithm
-from ...algorithms.auto_maps import resolve_coupling
+from ...algorithms.auto_maps import fallback_note, resolve_coupling
 from ...algorithms.epoch import StaticEpoch, resolve_compile
 from ...algorithms.sheaf_fmtl import SheafState
 from ...config import ConfigError, RunConfig
@@ -286,6 +286,8 @@ def build_simulation(
         ctx.comm = transport  # type: ignore[assignment]  # DistributedTransport is a Comm
     algorithm = make_algorithm(config)
     state = algorithm.init(ctx)
+    if (note := fallback_note(chosen)) is not None:
+        algorithm.notes.append(note)  # type: ignore[attr-defined]  # sheaf-fmtl's (maps = auto)
     sim = Simulation(config, ctx, algorithm, state, transport, maps_chosen=chosen, lam_rule=lam_rule)
     sim.compiled, sim.compile_note = compiled, compile_note
     return sim
