@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import sheaf_fmtl
-
 from sheaf_fmtl.algorithms.auto_maps import choose_maps
 from sheaf_fmtl.config import ConfigError, RunConfig
 from sheaf_fmtl.config.defaults import default_lam
