@@ -51,6 +51,7 @@ def raw_metric(trained: sheaf_fmtl.TrainedRun, config: sheaf_fmtl.RunConfig) -> 
 @pytest.mark.parametrize(
     "name", [*GENERATED, *(pytest.param(n, marks=pytest.mark.slow) if n in SMALL else n for n in REAL)]
 )
+@pytest.mark.filterwarnings("ignore:vehicle. vehicle.mat not found:UserWarning")  # (the subset will do)
 def test_a_loaded_client_reproduces_its_test_metric_on_raw_data(name, tmp_path):
     if name in REAL and not _available(name):
         pytest.skip(f"{name}: its files are not under $SHEAF_FMTL_DATA")

@@ -85,7 +85,7 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
         {"model": _Twice},
         "holds one parameter under two names (a.weight and b.weight",
     ),
-    "loss returns a python float": ({"loss": lambda o, t: float(CE(o, t))}, "returned a float"),
+    "loss returns a python float": ({"loss": lambda o, t: float(CE(o, t).detach())}, "returned a float"),
     "loss returns a detached tensor": ({"loss": lambda o, t: CE(o, t).detach()}, "detached from the outputs"),
     "loss returns an integer tensor": (
         {"loss": lambda o, t: (o.argmax(1) != t).sum()},

@@ -30,7 +30,6 @@ BASE = {
     "local_epochs": 1,
     "stability_check": False,
     "algorithm": "sheaf-fmtl",
-    "map_defer": 4,
 }
 
 

@@ -62,22 +62,26 @@ def spawn(
         return _spawn(config, out, progress=progress, overwrite=overwrite, resume=resume)
 
 
-def _spawn(config: RunConfig, out: Path, *, progress: bool, overwrite: bool, resume: bool) -> dict[str, Any]:
+def _rank_command(config: RunConfig, out: Path, tmp: Path, *, overwrite: bool, resume: bool) -> list[str]:
+    """The command line every rank runs: the run's config written to ``tmp``, or its resume.
+    ``-P``: the working directory is not on the ranks' import path (a module there shadows nothing)."""
     from .resume import RESUMABLE_KEYS
 
-    world, port = config.processes, free_port()
-    tmp = Path(tempfile.mkdtemp(prefix="sheaf-fmtl-ranks-"))
-    # -P: the working directory is not on the ranks' import path (a module there shadows nothing)
     if resume:
         keys = config.to_dict()
         pairs = [f"{k}={json.dumps(keys[k])}" for k in RESUMABLE_KEYS]  # JSON values read as YAML
         argv = [sys.executable, "-P", "-m", "sheaf_fmtl", "run", "--resume", str(out), "--trust-plugins"]
-        argv += ["--set", *pairs]  # (--trust-plugins: this process has checked the plug-ins)
-    else:
-        cfg_file = tmp / "config.yaml"
-        cfg_file.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-        argv = [sys.executable, "-P", "-m", "sheaf_fmtl", "run", str(cfg_file), "--out", str(out)]
-        argv += ["--overwrite"] if overwrite else []
+        return [*argv, "--set", *pairs]  # (--trust-plugins: this process has checked the plug-ins)
+    cfg_file = tmp / "config.yaml"
+    cfg_file.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    argv = [sys.executable, "-P", "-m", "sheaf_fmtl", "run", str(cfg_file), "--out", str(out)]
+    return argv + (["--overwrite"] if overwrite else [])
+
+
+def _spawn(config: RunConfig, out: Path, *, progress: bool, overwrite: bool, resume: bool) -> dict[str, Any]:
+    world, port = config.processes, free_port()
+    tmp = Path(tempfile.mkdtemp(prefix="sheaf-fmtl-ranks-"))
+    argv = _rank_command(config, out, tmp, overwrite=overwrite, resume=resume)
     procs, logs = [], []
     lock = held_lock(out)  # ranks inherit it; its descriptor, not the folder's name, lets them in
     held = {HELD_ENV: str(out.resolve()), **({} if lock is None else {HELD_FD_ENV: str(lock)})}
