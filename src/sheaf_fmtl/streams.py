@@ -78,3 +78,16 @@ def fill_keys(
         return
     for r in rows:
         r.uniform_(generator=source)
+
+
+def uniforms(seed: int, kind: int, round_: int, ids: np.ndarray) -> np.ndarray:
+    """``U[0, 1)`` draws, one per id, from ``(seed, kind, round, id)`` alone (splitmix64 of the id
+    under a per-round key), so a process holding some ids draws what a process holding all does."""
+    key = np.uint64(stream_seed(seed, kind, round_))
+    x = np.asarray(ids, np.uint64) ^ key
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return (x >> np.uint64(11)).astype(np.float64) * 2.0**-53

@@ -41,6 +41,26 @@ class RunKeys(MapKeys):
         0.0,
         "Simulated faults: each round each directed link is down (its messages lost) with this probability.",
     )
+    graph_schedule: str = _key(
+        "fixed",
+        "The graph of each round: `fixed` (the `graph`), `random-peers` (each round each client picks "
+        "`peers` random partners out of `peers_from`, and couples with them and with whoever picked it) or "
+        "`exponential` (one-peer exponential graph: round `t` couples `i` with `i + 2^((t-1) mod "
+        "ceil(log2 N))` mod N). Edges off in a round send nothing. See the faults and schedules page.",
+    )
+    peers: int = _key(2, "`graph_schedule=random-peers`: partners each client picks each round.")
+    peers_from: str = _key(
+        "all",
+        "`graph_schedule=random-peers`: pick the partners among every client (`all`) or among the "
+        "`graph`'s neighbours (`graph`; the only choice with `maps=learned` or `fixed`).",
+    )
+    join_round: str = _key(
+        "",
+        "Clients that join a running federation: one first round per client (`0,0,50,...`), or "
+        "`late:K@R` (`K` clients chosen from `seed` join at round `R`); before it a client sends nothing, "
+        "trains nothing and keeps its initial model, and its metrics are left out. Empty: all from the "
+        "start.",
+    )
     processes: int = _key(1, "Run the clients in this many local processes; the numbers of one process.")
     partition: str = _key(
         "contiguous",

@@ -38,6 +38,28 @@ def _check_together(config: StepKeys) -> None:
     _check_maps(config)
     _check_optimizer(config)
     _check_compression(config)
+    check_schedule(config)
+
+
+def check_schedule(config: StepKeys) -> None:
+    """Per-edge state (``maps=learned`` or ``fixed``, PowerGossip's factors) only on the base graph's
+    edges: refused with a schedule whose edges come from every client, or with changing edges."""
+    if config.graph_schedule == "fixed":
+        return
+    everyone = config.graph_schedule == "exponential" or config.peers_from == "all"
+    if everyone and config.algorithm == "sheaf-fmtl" and config.maps in ("learned", "fixed"):
+        how = "graph_schedule=exponential" if config.graph_schedule == "exponential" else "peers_from=all"
+        raise ConfigError(
+            f"config key 'maps' = {config.maps} keeps a map per edge of the graph, and {how} draws edges "
+            f"among every client; add {setting('peers_from', 'graph')} with "
+            f"{setting('graph_schedule', 'random-peers')}, or {setting('maps', 'redrawn')}"
+        )
+    if config.compressor == "powergossip":
+        raise ConfigError(
+            "config key 'compressor' = powergossip needs the same links every round (both ends keep "
+            f"low-rank factors per edge); set {setting('graph_schedule', 'fixed')}, or choose a CHOCO "
+            f"compressor ({setting('compressor', 'top-k')})"
+        )
 
 
 def _check_compression(config: StepKeys) -> None:

@@ -94,6 +94,8 @@ def _check(name: str, value: Any) -> Any:
     if value is None and name in _OPTIONAL:
         return None
     types = _TYPES[name]
+    if name == "join_round" and isinstance(value, (list, tuple)):  # one round per client, as a list
+        value = ",".join(str(v) for v in value)
     if float in types and isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
         try:
             value = float(value)

@@ -18,6 +18,9 @@ Both runtimes call this module; it decides nothing about an algorithm's mathemat
   evaluation) and ``dropped_messages`` (lost to the plan; known on the host). A message is what one
   exchange carries along one half-edge (all its payload kinds together), or one client's row to or
   from the server. Dropped messages are not transmitted bits; rejected ones were transmitted.
+- A :class:`~.schedule.Schedule` (``graph_schedule``, ``join_round``): an edge inactive this round or
+  a client that has not joined yet is treated as lost or sitting out, sends nothing (no bits) and is
+  not counted as a dropped message; the plan's faults apply on top of the round's active edges.
 
 A process holding some clients (a shard) builds ``Faults(plan, graph)`` on the whole graph, calls
 :meth:`Faults.begin_round` each round, :meth:`Faults.sent_bits` on what it sends, :meth:`Faults.accept`
@@ -39,25 +42,13 @@ import torch
 
 from ...messages import EdgeLayout, EdgeTensor
 from ...sheaf.graph import ClientGraph
-from ...streams import stream_seed
+from ...streams import uniforms
 
 if TYPE_CHECKING:
     from ...config import RunConfig
+    from .schedule import Schedule
 
 CLIENT_OUT, LINK_DOWN = 11, 12  # stream kinds of the drop draws (see sheaf_fmtl.streams)
-
-
-def uniforms(seed: int, kind: int, round_: int, ids: np.ndarray) -> np.ndarray:
-    """``U[0, 1)`` draws, one per id, from ``(seed, kind, round, id)`` alone (splitmix64 of the id
-    under a per-round key), so a process holding some ids draws what a process holding all does."""
-    key = np.uint64(stream_seed(seed, kind, round_))
-    x = np.asarray(ids, np.uint64) ^ key
-    with np.errstate(over="ignore"):
-        x = x + np.uint64(0x9E3779B97F4A7C15)
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        x = x ^ (x >> np.uint64(31))
-    return (x >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
 @dataclass(frozen=True)
@@ -159,25 +150,40 @@ class Faults:
     calls :meth:`hold` at the end of the round. Without a graph or an active plan nothing is
     dropped, but every payload is still validated."""
 
-    def __init__(self, plan: DropPlan | None = None, graph: ClientGraph | None = None) -> None:
+    def __init__(
+        self, plan: DropPlan | None = None, graph: ClientGraph | None = None, schedule: Schedule | None = None
+    ) -> None:
         self.plan = plan if plan is not None and plan.active and graph is not None else None
+        self.schedule = schedule if graph is not None else None
         self.graph = graph
         self.round = 0
         self.dropped = 0
         self._rejected: torch.Tensor | int = 0
         self._delivered: np.ndarray | None = None  # [2E] this round, None: everything arrives
+        self._lost: np.ndarray | None = None  # [2E] scheduled this round but lost to the plan
         self._out: np.ndarray | None = None  # [N] clients sitting this round out, None: none
+        self._out_plan: np.ndarray | None = None  # [N] those of them the plan drew (not absent)
 
     # -- the round ---------------------------------------------------------------------------
     def begin_round(self, round_: int | None = None) -> None:
         """Draw round ``round_`` (default: the one after the last) of the plan."""
         self.round = self.round + 1 if round_ is None else round_
-        if self.plan is None or self.graph is None:
+        g = self.graph
+        if (self.plan is None and self.schedule is None) or g is None:
             return
-        self._out = self.plan.sitting_out(self.round, np.arange(self.graph.num_nodes))
-        self._delivered = self.plan.delivered(self.round, self.graph)
-        if not self._out.any():
-            self._out = None
+        r, n, h = self.round, g.num_nodes, g.num_half_edges
+        plan_out = self.plan.sitting_out(r, np.arange(n)) if self.plan else np.zeros(n, bool)
+        link_up = self.plan.link_up(r, np.arange(h)) if self.plan else np.ones(h, bool)
+        active = self.schedule.active(r) if self.schedule else None
+        absent = self.schedule.absent(r) if self.schedule else None
+        scheduled = np.ones(h, bool) if active is None else active  # what would be sent without faults
+        if absent is not None:
+            scheduled = scheduled & ~absent[g.src] & ~absent[g.dst]
+        self._delivered = scheduled & link_up & ~plan_out[g.src] & ~plan_out[g.dst]
+        self._lost = scheduled & ~self._delivered
+        self._out_plan = plan_out if plan_out.any() else None
+        out = plan_out if absent is None else plan_out | absent
+        self._out = out if out.any() else None
 
     def sitting_out(self) -> np.ndarray | None:
         """``[N]`` bool: the clients that miss this round (``None``: none)."""
@@ -217,7 +223,8 @@ class Faults:
         checked = {name: validate(item.data, item.layout) for name, item in received.items()}
         ok = torch.stack([fine for _, fine in checked.values()]).all(0)
         if heard is not None:
-            self.dropped += int((~heard).sum())
+            assert self._lost is not None and self.graph is not None
+            self.dropped += int(self._lost[self.graph.rev[self._ids(first)]].sum())
             lost = to_device(~heard, ok.device)
             self._count(ok | lost)
             ok = ok & ~lost
@@ -237,13 +244,14 @@ class Faults:
         ``(accepted [n] bool, present [n] bool or None, rows sent)``; a non-finite row is rejected,
         an absent client's row never arrives."""
         ok = torch.isfinite(data).all(1) if data.dim() == 2 else torch.zeros(len(data), dtype=torch.bool)
-        out = self._out
+        out, drawn = self._out, self._out_plan
         if out is not None and clients is not None:
             out = out[clients]
+            drawn = None if drawn is None else drawn[clients]
         if out is None:
             self._count(ok)
             return ok, None, len(data)
-        self.dropped += 2 * int(out.sum())  # its uplink and its downlink
+        self.dropped += 0 if drawn is None else 2 * int(drawn.sum())  # its uplink and its downlink
         present = to_device(~out, data.device)
         self._count(ok | ~present)
         return ok & present, present, int((~out).sum())

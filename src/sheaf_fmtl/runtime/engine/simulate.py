@@ -19,6 +19,7 @@ from ...algorithms.auto_maps import fallback_note, resolve_coupling
 from ...algorithms.epoch import StaticEpoch, resolve_compile
 from ...algorithms.sheaf_fmtl import SheafState
 from ...config import ConfigError, RunConfig
+from ...config.rules import check_schedule
 from ...data.base import FederatedDataset
 from ...data.protocol import ProtocolOptions
 from ...data.registry import DataRequest, load
@@ -29,6 +30,7 @@ from ...plugins import is_held, resolve
 from ...sheaf.graph import ClientGraph, GraphError, make_graph
 from ...spelling import setting
 from .faults import DropPlan, Faults
+from .schedule import Schedule, schedule_graph
 from .transport import InProcessTransport, Transport
 
 S = TypeVar("S", bound=State)
@@ -150,6 +152,11 @@ class Simulation(Generic[S]):
             metric = comm.all_sum(fed.per_client([c.test_metric(t) for c, t in pairs]))
             f = comm.all_sum(fed.per_client([c.train_loss(t) for c, t in pairs]))
             tested = comm.all_sum(fed.per_client([(c.n_test > 0).float() for c, _ in pairs])) > 0
+        faults = self.transport.faults
+        present = faults.schedule.present(faults.round) if faults.schedule is not None else None
+        if present is not None:  # clients that have not joined yet (join_round): left out
+            tested = tested & torch.from_numpy(present).to(tested.device)
+            f = f[torch.from_numpy(present).to(f.device)]
         pen = self.algorithm.penalty(self.state, self.ctx)
         return {
             "per_client": [
@@ -203,6 +210,10 @@ def edge_state_bytes(config: RunConfig, dataset: FederatedDataset) -> float:
 def build_graph(config: RunConfig, num_clients: int, edge_bytes: float = 0.0) -> ClientGraph:
     """The config's graph; a graph handed to :func:`sheaf_fmtl.run` (a placeholder) as given.
     ``edge_bytes``: what the run holds per edge, checked with the graph before it is drawn."""
+    if config.graph_schedule == "exponential" or (
+        config.graph_schedule == "random-peers" and config.peers_from == "all"
+    ):  # every edge a round may use, whatever the graph key says (runtime/engine/schedule.py)
+        return schedule_graph(config, num_clients, edge_bytes)
     if is_held(config.graph):
         graph = resolve("graph", config.graph)
         if graph.num_nodes != num_clients:
@@ -253,7 +264,7 @@ def build_simulation(
         dataset = fed.dataset if fed is not None else load_dataset(config)
     if graph is None:
         graph = build_graph(config, dataset.num_clients, edge_state_bytes(config, dataset))
-    faults = Faults(DropPlan.from_config(config), graph)
+    faults = Faults(DropPlan.from_config(config), graph, Schedule.from_config(config, graph))
     transport: Transport = InProcessTransport(faults)
     if rank_world is not None and rank_world[1] > 1:
         from .distributed import DistributedTransport
@@ -278,6 +289,7 @@ def build_simulation(
             f"graph has {graph.num_nodes} nodes but the federation has {fed.num_clients} clients"
         )
     config, chosen, lam_rule = resolve_coupling(config, fed, graph)  # maps = auto, lam = null: what runs
+    check_schedule(config)  # the maps maps = auto chose, with the graph's schedule
     compiled, compile_note = resolve_compile(config, fed)  # compile = null: the device's faster way
     init_gen = torch.Generator().manual_seed(_derive(config.seed, 1))
     fed = fed.with_streams(config.seed)  # each client's own mini-batch stream (sheaf_fmtl.streams)
