@@ -1,6 +1,7 @@
 """Callbacks for :func:`sheaf_fmtl.run` and :meth:`sheaf_fmtl.Federation.run` (``callbacks=[...]``):
-code run after every round and at the end of a run, and the shipped loggers, early stopping and
-best-round checkpoint (:mod:`sheaf_fmtl.runtime.run.callbacks` says how the loop calls them).
+code run after every round and at the end of a run, and the shipped loggers (CSV, TensorBoard,
+MLflow, W&B), early stopping and best-round checkpoint (:mod:`sheaf_fmtl.runtime.run.callbacks`
+says how the loop calls them).
 
 Example::
 
@@ -14,6 +15,18 @@ Example::
 """
 
 from .runtime.run.callbacks import Callback, RunView, Stop
+from .runtime.run.mlflow_logger import MLflowLogger
 from .runtime.run.shipped_callbacks import BestCheckpoint, CSVLogger, EarlyStopping, TensorBoardLogger
+from .runtime.run.wandb_logger import WandbLogger
 
-__all__ = ["BestCheckpoint", "CSVLogger", "Callback", "EarlyStopping", "RunView", "Stop", "TensorBoardLogger"]
+__all__ = [
+    "BestCheckpoint",
+    "CSVLogger",
+    "Callback",
+    "EarlyStopping",
+    "MLflowLogger",
+    "RunView",
+    "Stop",
+    "TensorBoardLogger",
+    "WandbLogger",
+]

@@ -227,6 +227,31 @@ class StepKeys(CompressionKeys):
     log_tensorboard: str = _key(
         "", "Write every evaluated number as a TensorBoard scalar into this folder (needs `[tensorboard]`)."
     )
+    log_mlflow: bool = _key(
+        False,
+        "Log the run to MLflow (needs `[mlflow]`): the config as parameters, every evaluated number by "
+        "round, the per-edge series, the summary and the run folder's files.",
+    )
+    mlflow_tracking_uri: str = _key(
+        "",
+        "`log_mlflow`: where MLflow records the run; empty: `$MLFLOW_TRACKING_URI`, else a file store in "
+        "the run folder (`file:RUN_DIR/mlruns`).",
+    )
+    mlflow_experiment: str = _key("sheaf-fmtl", "`log_mlflow`: the MLflow experiment the run is filed under.")
+    log_wandb: bool = _key(
+        False,
+        "Log the run to Weights & Biases (needs `[wandb]`): the config, every evaluated number by round, "
+        "the per-edge series and the summary.",
+    )
+    wandb_project: str = _key("sheaf-fmtl", "`log_wandb`: the W&B project.")
+    wandb_mode: str = _key(
+        "offline",
+        "`log_wandb`: `offline` (files only, nothing sent; `wandb sync` uploads them later), `online` "
+        "(sends to the W&B server) or `disabled`.",
+    )
+    wandb_dir: str = _key(
+        "", "`log_wandb`: the folder W&B writes its `wandb/` folder into; empty: the run folder."
+    )
     early_stop_patience: int = _key(
         0,
         "`N > 0`: stop when the metric on the validation split (it needs `validation > 0`: the test split "

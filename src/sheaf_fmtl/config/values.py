@@ -29,6 +29,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "topology": ("none", "conventional-fmtl", "personalised-fl", "hybrid-fl"),
     "metric_goal": ("auto", "max", "min"),
     "lr_schedule": ("constant", "cosine", "step"),
+    "wandb_mode": ("offline", "online", "disabled"),
     "compressor": COMPRESSOR_NAMES,
 }
 # key -> (lower, lower inclusive, upper, upper inclusive, text)

@@ -46,6 +46,9 @@ class Callback(Protocol):
     :class:`Stop` (or ``True``, also a NumPy or one-element torch boolean) to end the run after this
     round (from round 1 on); ``None`` or ``False`` goes on; anything else is refused.
     ``on_run_end(summary)``: once, with what ``summary.json`` holds (not for a diverged run).
+    ``on_exception(error)`` (optional too): once, when the run ends with an error instead (a diverged
+    run's :class:`~sheaf_fmtl.runtime.engine.simulate.DivergenceError`, a full disk, ...), before it
+    is raised.
     """
 
     def on_round_end(
@@ -72,6 +75,10 @@ class RunView:
         self.higher_is_better: bool | None = higher_is_better(
             sim.config.metric_goal, sim.config.metric, self.metric
         )
+        #: the run's final state once it has ended (``checkpoint.pt``'s payload: ``thetas``, ``edges``,
+        #: ``map_norms``, ``edge_weight_history``, ...; on rank 0 in a run of several processes), for
+        #: ``on_run_end``; ``None`` before
+        self.final_state: dict[str, Any] | None = None
 
     def clients(self) -> list[int]:
         """The clients this process holds (all of them in one process)."""
@@ -159,6 +166,13 @@ class Hooks:
             fn = getattr(cb, "on_run_end", None)
             if fn is not None:
                 fn(dict(summary))
+
+    def exception(self, error: BaseException) -> None:
+        """Every ``on_exception(error)``: the run ends with ``error`` (raised after them)."""
+        for cb in self.callbacks:
+            fn = getattr(cb, "on_exception", None)
+            if fn is not None:
+                fn(error)
 
 
 def agreed(sim: Simulation[Any], asked: tuple[str, str] | None) -> tuple[str, str] | None:

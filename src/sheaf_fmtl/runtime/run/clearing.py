@@ -1,7 +1,7 @@
 """What the library writes into the run folders it owns (:mod:`.rundir`), and clearing it: only
-what :data:`OWNED` or the folder's ledger (:mod:`.ledger`) names, in marked folders, never
-following a symbolic link; anything else in the folder stays, and a command never replaces a file
-it did not write (:func:`check_replaceable`)."""
+what :data:`OWNED` or the folder's ledger (:mod:`.ledger`) names, in marked folders (a logger's store
+folder it created goes whole, :data:`STORE`), never following a symbolic link; anything else in the
+folder stays, and a command never replaces a file it did not write (:func:`check_replaceable`)."""
 
 from __future__ import annotations
 
@@ -62,6 +62,9 @@ def check_replaceable(folder: str | Path, names: Iterable[str], flag: str = "--o
 #: What a folder sheaf-fmtl created (one its parent's ledger names) holds of its own beyond what its
 #: own ledger names: the event files of a ``log_tensorboard`` folder, which TensorBoard names.
 CREATED = re.compile(r"events\.out\.tfevents\..*")
+#: The mark of a store folder a logger created (MLflow's ``mlruns``, W&B's ``wandb``): MLflow and
+#: W&B name what they write there, so a folder sheaf-fmtl created with this mark goes whole.
+STORE = ".sheaf-fmtl-store"
 
 
 def clear(path: Path, depth: int = 8, created: bool = False) -> bool:
@@ -83,6 +86,10 @@ def clear(path: Path, depth: int = 8, created: bool = False) -> bool:
         if child.is_dir():
             checkpoints, made = marked and child.name == CHECKPOINTS, created or child.name in ledger
             if single and not (checkpoints or made):
+                continue
+            if made and (child / STORE).is_file():  # a logger's store: what MLflow or W&B wrote
+                shutil.rmtree(child)  # (links inside are removed, never followed)
+                removed = True
                 continue
             removed |= _clear_folder(child, depth, checkpoints, made)
         elif (

@@ -40,6 +40,13 @@ RESUMABLE_KEYS = (
     "device",
     "timeout_s",
     "log_tensorboard",
+    "log_mlflow",
+    "mlflow_tracking_uri",
+    "mlflow_experiment",
+    "log_wandb",
+    "wandb_project",
+    "wandb_mode",
+    "wandb_dir",
     "early_stop_patience",
     "early_stop_min_delta",
 )

@@ -139,13 +139,21 @@ def _execute(
 
 
 def _run(state: RunState, progress: bool, hooks: Hooks, *, resumed: bool) -> RunOutcome:
-    """The round loop, the summary and final checkpoint, then the callbacks' ``on_run_end``."""
+    """The round loop, the summary and final checkpoint, then the callbacks' ``on_run_end`` (their
+    ``on_exception`` when the run ends with an error instead)."""
+    view = RunView(state.sim, state.folder, rank_and_world()[0]) if hooks else None
     try:
-        ending = _loop(state, progress, hooks)
-    finally:
-        state.counter.detach()
-        state.recorder.close()
-    outcome = _finish(state, ending, resumed=resumed, kept=hooks.callbacks)
+        try:
+            ending = _loop(state, progress, hooks, view)
+        finally:
+            state.counter.detach()
+            state.recorder.close()
+        outcome = _finish(state, ending, resumed=resumed, kept=hooks.callbacks)
+    except BaseException as e:
+        hooks.exception(e)
+        raise
+    if view is not None:
+        view.final_state = outcome.final
     hooks.run_end(outcome.summary)
     return outcome
 
@@ -160,11 +168,10 @@ class _Ending:
     stopped_by: tuple[str, str] | None = None  # (callback, reason) of a callback's stop request
 
 
-def _loop(state: RunState, show: bool, hooks: Hooks) -> _Ending:
+def _loop(state: RunState, show: bool, hooks: Hooks, view: RunView | None) -> _Ending:
     """Rounds ``start + 1 .. rounds``: evaluations, callbacks, checkpoints, and the stop on divergence,
     a signal or a callback's request."""
     config, sim, recorder, writer = state.config, state.sim, state.recorder, state.writer
-    view = RunView(sim, state.folder, rank_and_world()[0]) if hooks else None
     every = config.eval_every if config.checkpoint_every < 0 else config.checkpoint_every
     bar = progress.bar(
         range(state.start + 1, config.rounds + 1),

@@ -3,7 +3,8 @@
 :class:`EarlyStopping` (on the validation split: it refuses a run with ``validation = 0``, whose
 evaluations are on the test split) and :class:`BestCheckpoint` (the thetas of the best evaluation).
 The config key ``log_tensorboard`` adds the second to any run, ``early_stop_patience`` the third
-and the fourth (:func:`from_config`)."""
+and the fourth, ``log_mlflow`` and ``log_wandb`` the MLflow and W&B loggers (:mod:`.mlflow_logger`,
+:mod:`.wandb_logger`) (:func:`from_config`)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from ...spelling import setting
 from .callbacks import RunView, Stop
 from .clearing import check_replaceable, claim_entry
 from .integrity import CheckpointError
+from .trackers import from_config as trackers
 
 
 class CSVLogger:
@@ -264,7 +266,8 @@ def _unwritable(folder: Path) -> str | None:
 
 
 def from_config(config: RunConfig) -> list[Any]:
-    """The callbacks the config keys ask for: ``log_tensorboard`` and ``early_stop_patience``."""
+    """The callbacks the config keys ask for: ``log_tensorboard``, ``log_mlflow``, ``log_wandb`` and
+    ``early_stop_patience``."""
     out: list[Any] = []
     if config.log_tensorboard:
         problem = _unwritable(Path(config.log_tensorboard).expanduser())
@@ -280,6 +283,7 @@ def from_config(config: RunConfig) -> list[Any]:
                 f"config key 'log_tensorboard' = {config.log_tensorboard} needs the tensorboard package: "
                 "pip install 'sheaf-fmtl[tensorboard]'"
             ) from None
+    out += trackers(config)
     if config.early_stop_patience > 0:
         out.append(EarlyStopping(config.early_stop_patience, config.early_stop_min_delta))
         out.append(BestCheckpoint())
