@@ -104,6 +104,7 @@ def test_mlflow_holds_the_config_rows_edges_summary_and_files(tmp_path: Path) ->
     assert copy.read_text() == (out / "summary.json").read_text()
 
 
+@pytest.mark.slow  # (W&B's service writes its file after finish(): seconds of waiting)
 def test_wandb_offline_holds_the_config_rows_edges_and_summary(tmp_path: Path) -> None:
     pytest.importorskip("wandb", reason="the W&B logger's tests need pip install 'sheaf-fmtl[wandb]'")
     out = tmp_path / "run"
