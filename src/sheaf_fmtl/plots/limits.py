@@ -12,15 +12,17 @@ from matplotlib.transforms import blended_transform_factory
 
 #: Padding above and below the curves, as a fraction of their range.
 MARGIN = 0.05
+#: A first value stays on the axis within this many ranges of the later values (an accuracy
+#: climbing from chance stays whole; an initial MSE several times the trained one does not).
+REACH = 3.0
 
 
 def value_limits(
     firsts: Sequence[float], rest: Sequence[float], margin: float = MARGIN
 ) -> tuple[float, float] | None:
     """``(low, high)`` of the value axis: the range of ``rest`` (every value after each curve's
-    first), widened by the ``firsts`` (each curve's first value) lying within one range of it
-    (farther ones would more than double the axis), padded by ``margin`` of the range; ``None``
-    when nothing is finite."""
+    first), widened by the ``firsts`` (each curve's first value) lying within :data:`REACH` ranges of it,
+    padded by ``margin`` of the range; ``None`` when nothing is finite."""
     later = np.asarray(rest, dtype=float)
     later = later[np.isfinite(later)]
     first = np.asarray(firsts, dtype=float)
@@ -31,7 +33,8 @@ def value_limits(
         return None
     low, high = float(later.min()), float(later.max())
     span = high - low
-    near = first[(first >= low - span) & (first <= high + span)] if span > 0 else first  # flat: no scale
+    reach = REACH * span if span > 0 else np.inf  # a flat rest gives no scale to call one an outlier
+    near = first[(first >= low - reach) & (first <= high + reach)]
     if len(near):
         low, high = min(low, float(near.min())), max(high, float(near.max()))
     span = high - low or abs(high) * 0.1 or 1.0
