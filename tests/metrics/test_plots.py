@@ -276,10 +276,12 @@ def test_labels_name_the_map_mode_and_keep_it_out_of_other_algorithms() -> None:
         {"algorithm": "sheaf-fmtl", "maps": "learned", "eta": 0.01, "lam": 0.1, "gamma": 0.3}
     ) == ("Sheaf-FMTL (gamma=0.3, the paper's learned maps)")
     assert long_label({"algorithm": "sheaf-fmtl", "maps": "features"}) == "Sheaf-FMTL (feature maps)"
-    configs = [{**redrawn, "lam": 1.0}, {"algorithm": "dfedu", "maps": "learned", "lam": 1.0}]
+    learned = {"algorithm": "sheaf-fmtl", "maps": "learned", "lam": 1.0, "gamma": 0.1}
+    configs = [{**redrawn, "lam": 1.0}, learned, {**learned, "algorithm": "dfedu"}]
     keys = legend_keys(configs)
-    assert keys[:2] == ["maps", "estimates"]
-    assert describe(configs[1], keys) == "dFedU"
+    assert keys == ["maps"]  # estimates differ too, but only maps=redrawn reads them
+    assert describe(configs[2], keys) == "dFedU"
+    assert legend_keys([configs[0], configs[2]]) == []  # the algorithm's name tells them apart
 
 
 def _crowded(boxes: list) -> bool:  # noqa: ANN001

@@ -256,6 +256,7 @@ def draw_figures(runs: Sequence[Path], out: Path, *, heatmaps: bool) -> list[Pat
     from ..metrics.aggregate import read_summary
     from ..plots.curves import metric_figure
     from ..plots.heatmap import load_map_norms, map_norm_figure
+    from ..plots.labels import setting_label
     from ..plots.records import load_run
     from ..plots.style import paper_style, save_figure
 
@@ -264,12 +265,13 @@ def draw_figures(runs: Sequence[Path], out: Path, *, heatmaps: bool) -> list[Pat
         return []
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
+    configs = [r.config for r in records]
     with paper_style():
         written += save_figure(metric_figure(records), out / "metric_vs_rounds_and_bits", ("png",))
         for rec in records if heatmaps else ():
             maps = load_map_norms(rec.path) if rec.path.name == "seed0" else None
-            if maps is not None:
-                title = f"{rec.dataset}: " + r"$\|P_{ij}\|_F$" + f", {rec.path.parent.name}"
+            if maps is not None:  # titled by the setting, not by its cell folder's name
+                title = f"{rec.dataset}: " + r"$\|P_{ij}\|_F$" + f"\n{setting_label(rec.config, configs)}"
                 written += save_figure(
                     map_norm_figure(*maps, title), out / f"map_norms_{rec.path.parent.name}", ("png",)
                 )

@@ -16,8 +16,9 @@ from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter
 
 from ..metrics.groups import RunGroup, group_by_config
 from .labels import describe, legend_keys, object_name, title
+from .limits import mark_clipped, value_limits
 from .records import RunRecord
-from .style import color, integer_ticks, marker, metric_label
+from .style import color, integer_ticks, marker, metric_label, place_legend
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,19 @@ def _bits_ticks(ax: Axes) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
+def _fit_values(ax_r: Axes, ax_b: Axes, curves: Sequence[tuple[Curve, str]]) -> None:
+    """Both panels of a row share the value axis of :func:`.limits.value_limits` (bands included);
+    a first round left off it is marked on the rounds panel's edge."""
+    firsts = [(float(c.rounds[0]), float(c.mean[0]), colour) for c, colour in curves]
+    rest = [v for c, _ in curves for v in (*c.mean[1:], *(c.mean - c.stderr)[1:], *(c.mean + c.stderr)[1:])]
+    limits = value_limits([v for _, v, _ in firsts], rest)
+    if limits is None:
+        return
+    for ax in (ax_r, ax_b):
+        ax.set_ylim(*limits)
+    mark_clipped(ax_r, firsts)
+
+
 def metric_figure(records: Sequence[RunRecord]) -> Figure:
     """One row per metric and split (test ``accuracy``, validation ``mse``, ...): the metric vs
     communication rounds (left) and vs bits transmitted by the whole network (right, log scale; a
@@ -138,6 +152,7 @@ def metric_figure(records: Sequence[RunRecord]) -> Figure:
     keys = {m: legend_keys([r.config for r in records if (r.split, r.metric) == m]) for m in metrics}
     fig, axes = plt.subplots(len(metrics), 2, figsize=(14, 4.2 * len(metrics)), squeeze=False)
     datasets: dict[tuple[str, str], list[str]] = {m: [] for m in metrics}
+    drawn: dict[tuple[str, str], list[tuple[Curve, str]]] = {m: [] for m in metrics}
     for i, group in enumerate(groups):
         members = [by_path[p] for p in group.runs]
         measured = (members[0].split, members[0].metric)
@@ -145,7 +160,11 @@ def metric_figure(records: Sequence[RunRecord]) -> Figure:
         datasets[measured] += [r.dataset for r in members]
         dashed = members[0].config.get("algorithm") == "local"
         label = group_label(group, keys[measured])
-        _draw(axes[row][0], axes[row][1], aggregate(members), label, i, dashed)
+        curve = aggregate(members)
+        _draw(axes[row][0], axes[row][1], curve, label, i, dashed)
+        drawn[measured].append((curve, color(i)))
+    for measured, (ax_r, ax_b) in zip(metrics, axes, strict=True):
+        _fit_values(ax_r, ax_b, drawn[measured])
     for (split, metric), (ax_r, ax_b) in zip(metrics, axes, strict=True):
         ylabel = metric_label(metric, split)
         names = ", ".join(dict.fromkeys(object_name(d) for d in datasets[(split, metric)]))
@@ -158,7 +177,6 @@ def metric_figure(records: Sequence[RunRecord]) -> Figure:
         ax_b.set_xscale("log")
         _bits_ticks(ax_b)
         integer_ticks(ax_r)
-        # One legend per row (both panels draw the same curves), outside the axes: it never hides one.
-        ax_b.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+        place_legend(ax_b)  # one legend per row: both panels draw the same curves
     fig.tight_layout()
     return fig

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import MaxNLocator
 
 from ..data.synthetic import CLUSTERS_DEFAULTS, clusters_groups
 from ..metrics.final import FINAL, read_final
@@ -111,6 +112,7 @@ def edge_weight_figure(weights: dict[str, np.ndarray], groups: np.ndarray | None
         low, high = np.quantile(per_edge, [0.1, 0.9], axis=1)
         cx.fill_between(rounds, low, high, alpha=0.25, label="10-90% of the edges")
     cx.set(xlabel="round", ylabel=r"edge weight $a_{ij}$", ylim=(-0.02, 1.02), title="over rounds")
+    cx.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))  # labels apart at any length
     cx.legend(frameon=False)
     fig.suptitle(title)
     fig.tight_layout()

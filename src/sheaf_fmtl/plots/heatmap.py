@@ -3,19 +3,25 @@ column: neighbour ``j``), pairs without an edge hatched so that they differ from
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
+from matplotlib.colors import BoundaryNorm, Colormap, ListedColormap, Normalize
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import MaxNLocator
 
 from ..metrics.final import FINAL, read_final
 from ..sheaf.graph import half_edge_matrix
-from .style import NON_EDGE_HATCH, integer_ticks
+from .style import NON_EDGE_HATCH
 
-MAX_LABELLED_IDS = 30  # beyond this, client-id ticks at round steps only
+MAX_LABELLED_IDS = 20  # beyond this, labels at round steps (every id still ticked up to MAX_MINOR_IDS)
+MAX_MINOR_IDS = 100
+#: Up to this many distinct values, each gets its own colour (a selection's maps: a few norms).
+MAX_DISCRETE = 6
 #: Clients above which no ``N x N`` heatmap is drawn (its cells would be under a pixel).
 MAX_HEATMAP_CLIENTS = 2000
 
@@ -47,29 +53,84 @@ def adjacency(edges: np.ndarray, n: int) -> np.ndarray:
 
 
 def client_ticks(ax: Axes, n: int) -> None:
-    """Ticks at every client id on both axes of an ``n x n`` heatmap, or at round steps beyond
-    :data:`MAX_LABELLED_IDS` clients."""
-    if n <= MAX_LABELLED_IDS:
-        ax.set_xticks(range(n))
-        ax.set_yticks(range(n))
-        ax.tick_params(labelsize=7 if n > 15 else 9)
-    else:
-        integer_ticks(ax, "x")
-        integer_ticks(ax, "y")
+    """A labelled tick at every client id on both axes of an ``n x n`` heatmap up to
+    :data:`MAX_LABELLED_IDS` clients; beyond, labels at round steps (at most 11, apart) and an
+    unlabelled tick at every id up to :data:`MAX_MINOR_IDS`."""
+    for axis in (ax.xaxis, ax.yaxis):
+        if n <= MAX_LABELLED_IDS:
+            axis.set_ticks(range(n))
+        else:
+            axis.set_major_locator(MaxNLocator(nbins=10, integer=True, steps=[1, 2, 5, 10]))
+            if n <= MAX_MINOR_IDS:
+                axis.set_ticks(range(n), minor=True)
+    ax.tick_params(labelsize=8)
+
+
+@dataclass(frozen=True)
+class ColourScale:
+    """How a heatmap colours its values: ``constant`` (the one value, drawn in one colour and
+    said in the panel: no colour bar), else a colour map and norm, with ``ticks`` at each value
+    when there are few (one colour each) and a ``note`` for the colour bar's label."""
+
+    cmap: Colormap
+    norm: Normalize
+    ticks: np.ndarray | None = None
+    constant: float | None = None
+    note: str = ""
+
+
+def colour_scale(values: np.ndarray) -> ColourScale:
+    """The colours of ``values`` (masked entries ignored): one value -> ``constant``; at most
+    :data:`MAX_DISCRETE` distinct values -> a colour each (``BoundaryNorm`` between them); more ->
+    viridis over their own range (not from 0: maps of similar norms would all look alike)."""
+    finite = np.ma.masked_invalid(values).compressed()
+    viridis = plt.get_cmap("viridis")
+    if not len(finite):
+        return ColourScale(viridis, Normalize(0.0, 1.0))
+    distinct = np.unique(finite)
+    if len(distinct) == 1:
+        return ColourScale(
+            ListedColormap([viridis(0.5)]),
+            Normalize(distinct[0] - 1, distinct[0] + 1),
+            constant=float(distinct[0]),
+        )
+    if len(distinct) <= MAX_DISCRETE:
+        middles = (distinct[1:] + distinct[:-1]) / 2
+        bounds = np.concatenate([[2 * distinct[0] - middles[0]], middles, [2 * distinct[-1] - middles[-1]]])
+        cmap = ListedColormap([viridis(t) for t in np.linspace(0.0, 1.0, len(distinct))])
+        return ColourScale(
+            cmap, BoundaryNorm(bounds, len(distinct)), distinct, note=f"{len(distinct)} values"
+        )
+    return ColourScale(viridis, Normalize(float(distinct[0]), float(distinct[-1])), note="min to max")
 
 
 def map_norm_figure(norms: np.ndarray, edges: np.ndarray | None, title: str) -> Figure:
-    """``||P_ij||_F`` per ordered pair, colour from 0 (a zero map) up; pairs that are not edges
-    (the diagonal included) are masked and hatched. Without ``edges`` (old checkpoints), zero
-    entries are taken as non-edges. Ticks at client ids."""
+    """``||P_ij||_F`` per ordered pair, coloured by :func:`colour_scale` (maps all of one norm, as
+    a proxy's selections, in one colour with that norm said below); pairs that are not edges (the
+    diagonal included) are masked and hatched. Without ``edges`` (old checkpoints), zero entries
+    are taken as non-edges. Ticks at client ids."""
     n = norms.shape[0]
     edge = adjacency(edges, n) if edges is not None else norms != 0
     values = np.ma.masked_array(norms, mask=~edge)
+    scale = colour_scale(values)
     fig, ax = plt.subplots(figsize=(6, 5.2))
     cells = np.arange(n + 1) - 0.5  # cell centres at the client ids
     ax.add_patch(Rectangle((-0.5, -0.5), n, n, lw=0, zorder=0, **NON_EDGE_HATCH))
-    mesh = ax.pcolormesh(cells, cells, values, cmap="viridis", vmin=0, zorder=1)
-    fig.colorbar(mesh, ax=ax, label=r"$\|P_{ij}\|_F$")
+    mesh = ax.pcolormesh(cells, cells, values, cmap=scale.cmap, norm=scale.norm, zorder=1)
+    name = r"$\|P_{ij}\|_F$"
+    handles = [
+        Patch(
+            label="no edge" if edges is not None else "zero norm (no edge list in checkpoint)",
+            **NON_EDGE_HATCH,
+        )
+    ]
+    if scale.constant is None:
+        label = f"{name} ({scale.note})" if scale.note else name
+        fig.colorbar(mesh, ax=ax, label=label, ticks=scale.ticks)
+    else:  # nothing to compare: say so instead of a colour bar over one colour
+        handles.append(
+            Patch(color=scale.cmap(0.5), label=f"every map: {name} = {scale.constant:.3g} (all equal)")
+        )
     ax.set(
         xlim=(-0.5, n - 0.5),
         ylim=(n - 0.5, -0.5),
@@ -80,12 +141,8 @@ def map_norm_figure(norms: np.ndarray, edges: np.ndarray | None, title: str) -> 
     )
     ax.grid(False)
     client_ticks(ax, n)
-    none = "no edge" if edges is not None else "zero norm (no edge list in checkpoint)"
     ax.legend(
-        handles=[Patch(label=none, **NON_EDGE_HATCH)],
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.12),
-        frameon=False,
+        handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False, ncol=len(handles)
     )
     fig.tight_layout()
     return fig

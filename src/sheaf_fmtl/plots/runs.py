@@ -9,7 +9,7 @@ from pathlib import Path
 from .curves import metric_figure
 from .edge_weights import client_groups, edge_weight_figure, load_edge_weights
 from .heatmap import load_map_norms, map_norm_figure
-from .labels import describe, legend_keys, object_name, title
+from .labels import object_name, setting_label
 from .records import load_run
 from .style import FORMATS, check_formats, paper_style, save_figure
 
@@ -51,7 +51,7 @@ def plot_runs(
             where = "is" if p == out else f"is under {p}, which is"
             raise ValueError(f"plot --out {out} {where} an existing file; give a folder for the figures")
     out.mkdir(parents=True, exist_ok=True)
-    keys = [k for k in legend_keys([r.config for r in records]) if k != "dataset"]  # in the title
+    configs = [r.config for r in records]
     written: list[Path] = []
     with paper_style():
         written += save_figure(metric_figure(records), out / "metric_vs_rounds_and_bits", formats)
@@ -62,7 +62,7 @@ def plot_runs(
                 continue
             name = record.path.name if record.path.name not in names else f"{i}_{record.path.name}"
             names.add(name)
-            about = title(describe(record.config, keys))
+            about = setting_label(record.config, configs)  # what sets it apart, not its folder's name
             if maps is not None:
                 heading = f"{object_name(record.dataset)}: " + r"$\|P_{ij}\|_F$" + f"\n{about}"
                 written += save_figure(map_norm_figure(*maps, heading), out / f"map_norms_{name}", formats)

@@ -68,6 +68,28 @@ def integer_ticks(ax: Axes, axis: str = "x") -> None:
     target.set_major_locator(MaxNLocator(integer=True))
 
 
+#: A legend goes inside its axes (where it covers the fewest points) up to this many entries of at
+#: most ``INSIDE_WIDTH`` characters; beyond, below the axes in columns.
+INSIDE_ENTRIES, INSIDE_WIDTH = 4, 48
+#: Characters of legend text that fit across one panel at the legend's font size.
+PANEL_CHARACTERS = 96
+
+
+def place_legend(ax: Axes) -> None:
+    """The axes' legend inside it (``loc="best"``) when it is short, else under the axes in up to
+    three columns as wide as the panel: never beside it, where it widened the canvas and left the
+    space under it empty."""
+    _, labels = ax.get_legend_handles_labels()
+    if not labels:
+        return
+    widest = max(map(len, labels))
+    if len(labels) <= INSIDE_ENTRIES and widest <= INSIDE_WIDTH:
+        ax.legend(loc="best")
+        return
+    columns = max(1, min(3, len(labels), PANEL_CHARACTERS // (widest + 6)))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=columns, frameon=False)
+
+
 def metric_label(metric: str, split: str = "test") -> str:
     """``accuracy`` -> ``test accuracy``, ``mse`` -> ``test MSE``, anything else ``test metric``;
     ``validation accuracy``, ... for a validation split (``split = "validation"``)."""
