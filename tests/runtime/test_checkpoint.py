@@ -67,6 +67,7 @@ CASES = {
     "fedavg-ft": {"algorithm": "fedavg-ft", "finetune_epochs": 2},
     "dpsgd-ft-faults": {"algorithm": "dpsgd-ft", "drop_prob": 0.2, "link_drop_prob": 0.2},
     "partial": {"algorithm": "partial", "model": "tests._baselines_problems:mlp"},
+    "dfedu-batchnorm": {"algorithm": "dfedu", "model": "tests._baselines_problems:mlp_bn"},
 }
 
 
@@ -88,6 +89,10 @@ def _assert_same_run(a: Path, b: Path) -> None:
     assert _summary(b) == _summary(a)
     assert _rows(b) == _rows(a)
     assert all(torch.equal(x, y) for x, y in zip(_thetas(a), _thetas(b), strict=True))
+    norms = [torch.load(p / "checkpoint.pt", weights_only=True).get("batchnorm") for p in (a, b)]
+    assert (norms[0] is None) == (norms[1] is None)
+    for x, y in zip(norms[0] or [], norms[1] or [], strict=True):  # each client's own statistics
+        assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
 def _stopped(config: RunConfig, out: Path, at: int) -> dict[str, Any]:
