@@ -2,10 +2,11 @@
 export``.
 
 ``load(run).client(i)`` is client ``i``'s ``torch.nn.Module`` with its final parameters and, for a
-model with BatchNorm, its own running statistics (``checkpoint.pt``; ``load(run, round="best")``: the best validation evaluation's, ``best.pt``, which
-early stopping keeps), wrapped with the preprocessing the data pipeline applied to its features
-(``preprocessing.json``: the standardisation with its training data's mean and std), so that it
-takes raw features: ``load(run).client(i)(x_raw)`` gives the outputs the run evaluated.
+model with BatchNorm, its own running statistics (``checkpoint.pt``; ``load(run, round="best")``:
+the best validation evaluation's, ``best.pt``, which early stopping keeps), wrapped with the
+preprocessing the data pipeline applied to its features (``preprocessing.json``: the
+standardisation with its training data's mean and std), so that it takes raw features:
+``load(run).client(i)(x_raw)`` gives the outputs the run evaluated.
 ``load(run).evaluate(split="test")`` (``sheaf-fmtl evaluate RUN``) scores the models on the run's
 test split, e.g. those a validation split chose, ``load(run, round="best")``.
 

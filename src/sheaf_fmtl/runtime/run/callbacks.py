@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ...models.batchnorm import set_buffers
 from ...config import RunConfig
 from ...metrics.results import metric_column, split_of
+from ...models.batchnorm import set_buffers
 from ...plugins import higher_is_better
 from ..engine.transport import InProcessTransport
 

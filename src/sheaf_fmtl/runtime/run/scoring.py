@@ -34,7 +34,8 @@ def score(
     norms: Mapping[int, dict[str, torch.Tensor]] | None = None,
 ) -> dict[str, Any]:
     """The metric of one model per client (``thetas``, in client order; ``norms``: the BatchNorm
-    statistics of those that have BatchNorm, by client id) on ``split`` of the config's data: ``{"split", "metric", "mean", "per_client"}`` (``mean`` over the clients that
+    statistics of those that have BatchNorm, by client id) on ``split`` of the config's data:
+    ``{"split", "metric", "mean", "per_client"}`` (``mean`` over the clients that
     have data in that split, ``per_client`` ``None`` for the others), as the run's evaluations
     compute it.
 
