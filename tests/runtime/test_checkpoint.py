@@ -110,7 +110,9 @@ def _stopped(config: RunConfig, out: Path, at: int) -> dict[str, Any]:
     return loop.execute(config, out, sim=sim).summary
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=pytest.mark.slow) if c == "dfedu-batchnorm" else c for c in CASES]
+)
 def test_stopped_and_resumed_run_equals_the_uninterrupted_one(tmp_path, case):
     config = RunConfig(**{**BASE, **CASES[case]})
     loop.execute(config, tmp_path / "full")
