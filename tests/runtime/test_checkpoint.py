@@ -68,7 +68,10 @@ CASES = {
     "dpsgd-ft-faults": {"algorithm": "dpsgd-ft", "drop_prob": 0.2, "link_drop_prob": 0.2},
     "partial": {"algorithm": "partial", "model": "tests._baselines_problems:mlp"},
     "dfedu-batchnorm": {"algorithm": "dfedu", "model": "tests._baselines_problems:mlp_bn"},
+    "local-transform": {"algorithm": "local", "transform": "tests.algorithms.test_transform:flip_sign"},
 }
+
+SLOW_CASES = ("dfedu-batchnorm", "local-transform")  # (make test-slow)
 
 
 def _summary(path: Path) -> dict[str, Any]:
@@ -111,7 +114,11 @@ def _stopped(config: RunConfig, out: Path, at: int) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    "case", [pytest.param(c, marks=pytest.mark.slow) if c == "dfedu-batchnorm" else c for c in CASES]
+    "case",
+    [
+        pytest.param(c, marks=pytest.mark.slow) if c in ("dfedu-batchnorm", "local-transform") else c
+        for c in CASES
+    ],
 )
 def test_stopped_and_resumed_run_equals_the_uninterrupted_one(tmp_path, case):
     config = RunConfig(**{**BASE, **CASES[case]})
@@ -125,7 +132,7 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(tmp_path, case):
     learned = config.algorithm == "sheaf-fmtl" and config.maps in ("learned", "fixed")
     if learned:  # resumable checkpoints hold the maps, deferred factors pending
         assert shard["state"]["store"]["base"] and any(shard["state"]["store"]["count"])
-    outcome = resume(tmp_path / "part", trust=":" in config.model)  # (a test module's model)
+    outcome = resume(tmp_path / "part", trust=":" in config.model + config.transform)  # (test code)
     assert outcome.summary["resumed_from_round"] == 3 and outcome.summary["status"] == "ok"
     _assert_same_run(tmp_path / "full", tmp_path / "part")
     if config.drop_prob > 0:  # the simulated faults resume with their draws and counts

@@ -62,6 +62,8 @@ def static_unsupported(config: RunConfig, fed: Cohorts) -> str | None:
         return f"{mode!r} (its local epochs are not plain local steps)"
     if any(getattr(c, "dropout", None) for c in fed.cohorts):
         return "models with dropout"
+    if config.transform not in ("", "none"):
+        return "a transform (applied to each client's batch outside the graph)"
     if any(getattr(c, "norms", None) is not None for c in fed.cohorts):
         return "models with BatchNorm (each client's statistics are updated outside the graph)"
     return None
