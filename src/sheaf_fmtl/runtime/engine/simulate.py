@@ -305,13 +305,14 @@ MODEL_COPIES = 6
 def check_models_fit(fed: Cohorts) -> None:
     """Refuse (one line, before any model is drawn) models of the clients held here that this process
     cannot hold, :data:`MODEL_COPIES` float32 copies of every parameter (the architectures' real
-    sizes: built once per architecture, never per client)."""
+    sizes: built once per architecture, never per client), and two copies of their BatchNorm statistics."""
     held = sum(c.size * c.dim for c in fed.cohorts)
     clients = sum(c.size for c in fed.cohorts)
+    stats = sum(v.numel() for c in fed.cohorts if c.norms is not None for v in c.norms.stats.values())
     what = (
         f"the models of the {clients} clients held here ({held:,} parameters, {MODEL_COPIES} float32 copies)"
     )
-    check_fits(held * 4.0 * MODEL_COPIES, what, "lower clients or choose a smaller model")
+    check_fits((held * MODEL_COPIES + 2 * stats) * 4.0, what, "lower clients or choose a smaller model")
 
 
 def _derive(seed: int, stream: int) -> int:
