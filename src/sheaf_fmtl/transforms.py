@@ -107,3 +107,12 @@ class BatchTransform:
     def load_state(self, state: dict[int, torch.Tensor]) -> None:
         for c, g in self.gens.items():
             g.set_state(state[c])
+
+
+def batch_transform(
+    spec: str, args: dict[str, Any], seed: int, clients: Iterable[int]
+) -> BatchTransform | None:
+    """The run's :class:`BatchTransform` (config keys ``transform``, ``transform_args``; the run's
+    ``seed``, the ``clients`` held here); ``None`` without a transform."""
+    fn = resolve_transform(spec, args)
+    return None if fn is None else BatchTransform(fn, seed, clients)

@@ -12,24 +12,37 @@ inside the function, returned as the auxiliary output), so the update is functio
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
+from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from ..models.batchnorm import norm_buffers
 
-if TYPE_CHECKING:
-    from .cohort import Cohort
-
 Stats = dict[str, torch.Tensor]
+
+
+class Stacked(Protocol):
+    """What these statistics read of their :class:`~sheaf_fmtl.federation.Cohort`."""
+
+    module: nn.Module
+    x_train: torch.Tensor
+    l2: float
+
+    @property
+    def size(self) -> int: ...
+
+    def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]: ...
+
+    def _per_sample(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor: ...
 
 
 class CohortNorms:
     """The stacked statistics of one cohort's BatchNorm ``layers`` and the batched functions that
     read and write them."""
 
-    def __init__(self, cohort: Cohort, layers: list[str]) -> None:
+    def __init__(self, cohort: Stacked, layers: list[str]) -> None:
         self.cohort, self.layers = cohort, layers
         self.stats: Stats = {}
         self._grad: Callable[..., tuple[torch.Tensor, tuple[torch.Tensor, Stats]]] = vmap(

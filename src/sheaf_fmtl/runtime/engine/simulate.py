@@ -28,7 +28,7 @@ from ...metrics.flops import run_flops
 from ...plugins import is_held, resolve
 from ...sheaf.graph import ClientGraph, GraphError, make_graph
 from ...spelling import setting
-from ...transforms import BatchTransform, resolve_transform
+from ...transforms import batch_transform
 from .faults import DropPlan, Faults
 from .transport import InProcessTransport, Transport
 
@@ -283,11 +283,8 @@ def build_simulation(
     init_gen = torch.Generator().manual_seed(_derive(config.seed, 1))
     fed = fed.with_streams(config.seed)  # each client's own mini-batch stream (sheaf_fmtl.streams)
     ctx = Context(fed, graph, config, init_gen, static_epoch=StaticEpoch() if compiled else None)
-    augment = resolve_transform(config.transform, config.transform_args)
-    if augment is not None:  # each held client's augmentation stream (sheaf_fmtl.transforms)
-        ctx.transform = BatchTransform(
-            augment, config.seed, [c for co in fed.cohorts for c in co._client_ids]
-        )
+    held = [c for cohort in fed.cohorts for c in cohort._client_ids]  # their augmentation streams:
+    ctx.transform = batch_transform(config.transform, config.transform_args, config.seed, held)
     if not isinstance(transport, InProcessTransport):
         ctx.comm = transport  # type: ignore[assignment]  # DistributedTransport is a Comm
     algorithm = make_algorithm(config)
