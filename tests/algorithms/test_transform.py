@@ -59,9 +59,19 @@ def test_an_unknown_transform_is_refused_in_one_line() -> None:
 
 
 @pytest.mark.slow  # (two processes)
-def test_two_processes_draw_the_transforms_of_one(tmp_path) -> None:  # noqa: ANN001
-    keys = {**KEYS, "transform": "tests.algorithms.test_transform:flip_sign", "checkpoint_every": 0}
+def test_two_processes_draw_the_transforms_of_one_and_keep_the_same_batchnorm_statistics(tmp_path) -> None:  # noqa: ANN001
+    keys = {
+        **KEYS,
+        "transform": "tests.algorithms.test_transform:flip_sign",
+        "model": "tests._baselines_problems:mlp_bn",
+        "algorithm": "dfedu",
+        "checkpoint_every": 0,
+    }
     one = sheaf_fmtl.run(out=tmp_path / "one", **keys)
     two = sheaf_fmtl.run(out=tmp_path / "two", processes=2, **keys)
     for a, b in zip(two.state["thetas"], one.state["thetas"], strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    for a, b in zip(two.state["batchnorm"], one.state["batchnorm"], strict=True):  # gathered on rank 0
+        assert a.keys() == b.keys()
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-5)
