@@ -6,6 +6,8 @@ map ``P_ij`` (by half-edge); ``map_norms`` (``[2E]``, zero off each rank's half-
 The payload has the one-process keys, except that the maps are ``maps_by_half_edge`` (one ``[d_ij,
 d_i]`` tensor per graph half-edge ``h = src[h] -> dst[h]``, in half-edge order) instead of per bucket;
 ``shared_parameters`` and the learned ``edge_weights`` (and their history) are summed like the norms.
+Models with BatchNorm add ``batchnorm``: each client's running statistics (by buffer name; ``None``
+for a client without BatchNorm), gathered like the thetas.
 The other ranks return their own part (they write nothing).
 """
 
