@@ -115,3 +115,15 @@ def mlp(input_shape: tuple[int, ...], num_outputs: int) -> torch.nn.Module:
         torch.nn.ReLU(),
         torch.nn.Linear(32, num_outputs),
     )
+
+
+def mlp_bn(input_shape: tuple[int, ...], num_outputs: int) -> torch.nn.Module:
+    """:func:`mlp` with a BatchNorm1d after its hidden layer (``model = tests._baselines_problems:mlp_bn``):
+    each client's statistics kept as its own."""
+    return torch.nn.Sequential(
+        torch.nn.Flatten(),
+        torch.nn.Linear(int(np.prod(input_shape)), 32),
+        torch.nn.BatchNorm1d(32),
+        torch.nn.ReLU(),
+        torch.nn.Linear(32, num_outputs),
+    )

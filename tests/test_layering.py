@@ -32,6 +32,7 @@ RANK = {
     "messages": 0,
     "spelling": 0,
     "streams": 0,
+    "transforms": 0,
     "plugins": 0,
     "progress": 0,
     "warn": 0,

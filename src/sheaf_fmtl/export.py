@@ -1,11 +1,12 @@
 """A finished run folder as trained models: :func:`load` (``sheaf_fmtl.load``) and ``sheaf-fmtl
 export``.
 
-``load(run).client(i)`` is client ``i``'s ``torch.nn.Module`` with its final parameters
-(``checkpoint.pt``; ``load(run, round="best")``: the best validation evaluation's, ``best.pt``, which
-early stopping keeps), wrapped with the preprocessing the data pipeline applied to its features
-(``preprocessing.json``: the standardisation with its training data's mean and std), so that it
-takes raw features: ``load(run).client(i)(x_raw)`` gives the outputs the run evaluated.
+``load(run).client(i)`` is client ``i``'s ``torch.nn.Module`` with its final parameters and, for a
+model with BatchNorm, its own running statistics (``checkpoint.pt``; ``load(run, round="best")``:
+the best validation evaluation's, ``best.pt``, which early stopping keeps), wrapped with the
+preprocessing the data pipeline applied to its features (``preprocessing.json``: the
+standardisation with its training data's mean and std), so that it takes raw features:
+``load(run).client(i)(x_raw)`` gives the outputs the run evaluated.
 ``load(run).evaluate(split="test")`` (``sheaf-fmtl evaluate RUN``) scores the models on the run's
 test split, e.g. those a validation split chose, ``load(run, round="best")``.
 
@@ -37,6 +38,7 @@ from .data.base import ClientSplit, DatasetError, FederatedDataset, Task
 from .federation.user import UserModels, is_user_model
 from .metrics.final import BEST, FINAL, check_vouched, read_best, read_final, read_summary, save_state
 from .models import build_model, default_model
+from .models.batchnorm import set_buffers
 from .plugins import hold, is_held, is_spec
 from .spelling import on_command_line, option
 
@@ -92,6 +94,7 @@ class TrainedRun:
     modules: list[nn.Module] = field(repr=False)
     round: int | None = None
     given_model: Any = field(default=None, repr=False)  # load(..., model=...): what builds the models
+    norms: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict, repr=False)  # BatchNorm's
 
     def evaluate(
         self,
@@ -130,7 +133,7 @@ class TrainedRun:
             named = [given if is_user_model(p) and (held is not None or is_held(p)) else p for p in parts]
             keys["model"] = ",".join(named)
         config = folder_config(self.out, keys, trust_plugins)
-        scored = score(config, self.thetas, split)
+        scored = score(config, self.thetas, split, self.norms)
         del held
         return {**scored, "round": self.round}
 
@@ -201,14 +204,19 @@ def load(run_dir: str | Path, *, model: Any = None, round: str = "final") -> Tra
             f"{path} does not hold one parameter vector per client of {folder / preprocessing.FILE}"
         )
     modules = _modules(config, record, model)
+    norms = {i: b for i, b in enumerate(state.get("batchnorm") or []) if b}  # each client's own
     for i, (module, theta) in enumerate(zip(modules, thetas, strict=True)):
         count = sum(p.numel() for p in module.parameters())
         if count != theta.numel():
             raise DatasetError(f"{path}: client {i} has {theta.numel()} parameters, its model {count}")
         torch.nn.utils.vector_to_parameters(theta.to(torch.float32), module.parameters())
+        try:
+            set_buffers(module, norms.get(i))
+        except ValueError as e:
+            raise DatasetError(f"{path}: client {i}: {e}") from None
         module.eval()
     best = int(state["round"]) if round == "best" else None
-    return TrainedRun(config, summary, record, folder, thetas, modules, best, model)
+    return TrainedRun(config, summary, record, folder, thetas, modules, best, model, norms)
 
 
 def _modules(config: dict[str, Any], record: dict[str, Any], model: Any) -> list[nn.Module]:  # noqa: ANN401

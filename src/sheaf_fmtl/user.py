@@ -20,7 +20,7 @@ from .plugins import Held, hold, spec_of
 from .sheaf.graph import ClientGraph, GraphError
 
 #: The keywords of :func:`sheaf_fmtl.run` that may carry Python objects.
-OBJECT_KEYS = ("data", "dataset", "model", "loss", "metric", "graph")
+OBJECT_KEYS = ("data", "dataset", "model", "loss", "metric", "graph", "transform")
 
 
 def has_objects(keys: Mapping[str, Any]) -> bool:

@@ -59,7 +59,7 @@ def test_registered_and_two_dimensional_inputs() -> None:
         build_model("cnn", (784,), 10)
 
 
-def test_no_batchnorm_or_inplace() -> None:
+def test_no_batchnorm_or_inplace_in_the_papers_cnns() -> None:
     for name in ("cnn", "cnn-small", "cnn-medium", "cnn-large"):
         for mod in build_model(name, CIFAR, 10).modules():
             assert not isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)

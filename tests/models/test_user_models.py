@@ -169,6 +169,17 @@ def test_a_user_metric_is_reported_under_its_name(tmp_path: Path) -> None:
     assert result.metrics[-1]["test_mae"] == pytest.approx(result.final)
 
 
+class _Counter(nn.Module):
+    """The identity, counting its calls in a buffer (state that is not BatchNorm's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
 class _Grows(nn.Module):
     """Replaces its weight by one shaped by its input on every call."""
 
@@ -192,9 +203,9 @@ BAD = {
     ),
     "parameters change shape": ({"model": _Grows}, "changed its parameters during a forward pass"),
     "lazy parameters": ({"model": lambda: nn.LazyLinear(3)}, "shape is set by its first input"),
-    "batch norm": (
-        {"model": lambda: nn.Sequential(nn.Linear(5, 3), nn.BatchNorm1d(3))},
-        "has buffers (1.running_mean",
+    "buffers other than batch norm's": (
+        {"model": lambda: nn.Sequential(nn.Linear(5, 3), _Counter())},
+        "has buffers (1.calls) of a _Counter: only BatchNorm statistics",
     ),
     "not a module": ({"model": lambda: 3}, "returned a int for client 0; expected a torch.nn.Module"),
     "fails on its data": ({"model": lambda: nn.Linear(4, 3)}, "failed on its data (input [2, 5])"),

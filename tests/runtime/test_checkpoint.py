@@ -67,7 +67,11 @@ CASES = {
     "fedavg-ft": {"algorithm": "fedavg-ft", "finetune_epochs": 2},
     "dpsgd-ft-faults": {"algorithm": "dpsgd-ft", "drop_prob": 0.2, "link_drop_prob": 0.2},
     "partial": {"algorithm": "partial", "model": "tests._baselines_problems:mlp"},
+    "dfedu-batchnorm": {"algorithm": "dfedu", "model": "tests._baselines_problems:mlp_bn"},
+    "local-transform": {"algorithm": "local", "transform": "tests.algorithms.test_transform:flip_sign"},
 }
+
+SLOW_CASES = ("dfedu-batchnorm", "local-transform")  # (make test-slow)
 
 
 def _summary(path: Path) -> dict[str, Any]:
@@ -88,6 +92,10 @@ def _assert_same_run(a: Path, b: Path) -> None:
     assert _summary(b) == _summary(a)
     assert _rows(b) == _rows(a)
     assert all(torch.equal(x, y) for x, y in zip(_thetas(a), _thetas(b), strict=True))
+    norms = [torch.load(p / "checkpoint.pt", weights_only=True).get("batchnorm") for p in (a, b)]
+    assert (norms[0] is None) == (norms[1] is None)
+    for x, y in zip(norms[0] or [], norms[1] or [], strict=True):  # each client's own statistics
+        assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
 def _stopped(config: RunConfig, out: Path, at: int) -> dict[str, Any]:
@@ -105,7 +113,13 @@ def _stopped(config: RunConfig, out: Path, at: int) -> dict[str, Any]:
     return loop.execute(config, out, sim=sim).summary
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, marks=pytest.mark.slow) if c in ("dfedu-batchnorm", "local-transform") else c
+        for c in CASES
+    ],
+)
 def test_stopped_and_resumed_run_equals_the_uninterrupted_one(tmp_path, case):
     config = RunConfig(**{**BASE, **CASES[case]})
     loop.execute(config, tmp_path / "full")
@@ -118,7 +132,7 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(tmp_path, case):
     learned = config.algorithm == "sheaf-fmtl" and config.maps in ("learned", "fixed")
     if learned:  # resumable checkpoints hold the maps, deferred factors pending
         assert shard["state"]["store"]["base"] and any(shard["state"]["store"]["count"])
-    outcome = resume(tmp_path / "part", trust=":" in config.model)  # (a test module's model)
+    outcome = resume(tmp_path / "part", trust=":" in config.model + config.transform)  # (test code)
     assert outcome.summary["resumed_from_round"] == 3 and outcome.summary["status"] == "ok"
     _assert_same_run(tmp_path / "full", tmp_path / "part")
     if config.drop_prob > 0:  # the simulated faults resume with their draws and counts

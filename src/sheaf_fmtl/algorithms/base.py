@@ -111,6 +111,9 @@ class Context:
     # The static local-epoch step and its compiled graphs (algorithms/epoch.py): set at start-up
     # when the config's ``compile`` resolves to true; None: the loop.
     static_epoch: Any = field(default=None, repr=False)
+    # Augmentation of each client's training batches (config key ``transform``, sheaf_fmtl.transforms;
+    # a BatchTransform), None without: then no batch is touched.
+    transform: Any = field(default=None, repr=False)
 
     @property
     def batch_source(self) -> ClientStreams | torch.Generator:
@@ -164,6 +167,10 @@ class Context:
             if batch is None:
                 g, f = torch.zeros_like(theta), theta.new_zeros(len(theta))
             else:
+                if self.transform is not None:  # each client's real rows, seeded from its own stream
+                    rows = batch.active.tolist() if batch.active is not None else range(cohort.size)
+                    ids = [cohort._client_ids[k] for k in rows]
+                    batch = batch._replace(x=self.transform.apply(batch.x, batch.mask, ids))
                 noise = cohort.draw_noise(batch, self.batch_source)  # dropout's (user models)
                 g, f = (
                     cohort.gradients(theta, batch) if noise is None else cohort.gradients(theta, batch, noise)
@@ -198,6 +205,7 @@ class Context:
             "plans": [host_copy(vars(p)) for p in self._plans],
             "cursor": self._cursor,
             "torch": torch.get_rng_state(),
+            "transform": None if self.transform is None else self.transform.state(),
         }
 
     def load_random_state(self, state: dict[str, Any]) -> None:
@@ -209,6 +217,8 @@ class Context:
         self._plans = [EpochPlan(**to_device(p, self.config.device)) for p in state["plans"]]
         self._cursor = int(state["cursor"])
         torch.set_rng_state(state["torch"])
+        if self.transform is not None:
+            self.transform.load_state(state["transform"])
 
 
 S = TypeVar("S", bound=State)

@@ -18,7 +18,7 @@ sample (their flags known on the CPU from the ``n_i``), as :func:`.optim.local_s
 Which algorithms take it: those whose local epochs are plain local steps of their models
 (:attr:`STATIC_EPOCH`); the others (two models a step: ``proxy``, ``ditto``; inner loops:
 ``pfedme``, ``perfedavg``; one part of the model a step: ``partial``; ``functional``), cohorts with
-dropout, and ``local_epochs = 0`` keep the loop, and the run says so (:func:`resolve_compile`).
+dropout or BatchNorm, and ``local_epochs = 0`` keep the loop, and the run says so (:func:`resolve_compile`).
 """
 
 from __future__ import annotations
@@ -62,6 +62,10 @@ def static_unsupported(config: RunConfig, fed: Cohorts) -> str | None:
         return f"{mode!r} (its local epochs are not plain local steps)"
     if any(getattr(c, "dropout", None) for c in fed.cohorts):
         return "models with dropout"
+    if config.transform not in ("", "none"):
+        return "a transform (applied to each client's batch outside the graph)"
+    if any(getattr(c, "norms", None) is not None for c in fed.cohorts):
+        return "models with BatchNorm (each client's statistics are updated outside the graph)"
     return None
 
 

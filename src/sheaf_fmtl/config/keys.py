@@ -36,7 +36,8 @@ class ProblemKeys:
     model: str = _key(
         "auto",
         "`auto` (`logistic` for classification, `linear` for regression), `logistic`, `linear`, `cnn`, "
-        "`cnn-small`, `cnn-medium`, `cnn-large`, or a comma list assigned to the clients round-robin.",
+        "`cnn-small`, `cnn-medium`, `cnn-large`, `cnn-bn` (`cnn` with BatchNorm, statistics kept per "
+        "client), or a comma list assigned to the clients round-robin.",
     )
     loss: str = _key(
         "auto",

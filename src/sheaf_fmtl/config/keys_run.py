@@ -224,6 +224,18 @@ class StepKeys(CompressionKeys):
             "doc": "Keyword arguments of `lr_scheduler`, `lr_scheduler_args.KEY=VALUE` (e.g. `gamma=0.5`)."
         },
     )
+    transform: str = _key(
+        "none",
+        "Augmentation of each training mini-batch, on the device, before the forward pass (never in "
+        "evaluation): `none`, `random-crop-flip` (pad, random crop, horizontal flip; `transform_args."
+        "padding=4`, `transform_args.flip=true`), or `module:function`, a transform of a batched tensor "
+        "`[B, ...] -> [B, ...]` (e.g. a `torchvision.transforms.v2` pipeline; with `transform_args`, the "
+        "function is called with them and returns the transform). Seeded per client (its own stream).",
+    )
+    transform_args: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"doc": "Keyword arguments of `transform`, `transform_args.KEY=VALUE` (e.g. `padding=2`)."},
+    )
     log_tensorboard: str = _key(
         "", "Write every evaluated number as a TensorBoard scalar into this folder (needs `[tensorboard]`)."
     )

@@ -167,6 +167,16 @@ def _check_code(name: str, value: str) -> None:
             )
             + _fix(name)
         )
+    if name == "transform" and value not in ("none", "random-crop-flip") and not is_spec(value):
+        if not is_held(value):
+            raise ConfigError(
+                f"config key 'transform': {shown(value)} is not allowed; allowed: none, random-crop-flip, or "
+                + (
+                    f"module:function (e.g. {setting(name, 'mypkg.aug:flip')})"
+                    if on_command_line()
+                    else "a callable on a batched tensor (e.g. transform=v2.RandomHorizontalFlip())"
+                )
+            )
 
 
 def validate(config: RunConfig) -> RunConfig:

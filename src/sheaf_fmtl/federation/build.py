@@ -78,6 +78,24 @@ class Cohorts:
             raise ValueError("the federation's random streams are not seeded (see with_streams)")
         self.batch_streams.load_state(state["batch"])
 
+    def norm_state(self) -> dict[int, dict[str, torch.Tensor]]:
+        """Each held client's BatchNorm statistics (CPU copies) by client id; clients without
+        BatchNorm are absent (:mod:`.norms`)."""
+        out: dict[int, dict[str, torch.Tensor]] = {}
+        for cohort in self.cohorts:
+            if cohort.norms is not None:
+                out.update(zip(cohort._client_ids, cohort.norms.per_client(), strict=True))
+        return out
+
+    def load_norm_state(self, state: dict[int, dict[str, torch.Tensor]]) -> None:
+        """Put back :meth:`norm_state` (ValueError when it lacks a held client with BatchNorm)."""
+        for cohort in self.cohorts:
+            if cohort.norms is not None:
+                missing = [c for c in cohort._client_ids if c not in state]
+                if missing:
+                    raise ValueError(f"saved state has no BatchNorm statistics for client(s) {missing[:5]}")
+                cohort.norms.load([state[c] for c in cohort._client_ids])
+
     @property
     def num_clients(self) -> int:
         return len(self.cohort_of)

@@ -26,10 +26,12 @@ from torch import nn
 from torch.func import functional_call, grad, grad_and_value, vmap
 
 from ..models import grouped
+from ..models.batchnorm import client_norms
 from ..models.fused import FusedCNN
 from ..models.linear import linear_forward, linear_gradients, linear_shape
 from ..models.user import dropout_layers
 from ..streams import ClientStreams, fill_keys
+from .norms import CohortNorms
 from .stacked import Batch, StackedClients
 
 EVAL_CHUNK = 512  # samples per client per evaluation chunk
@@ -56,6 +58,7 @@ class Cohort(StackedClients):
     metric_fn: Callable[[torch.Tensor, torch.Tensor], float] | None = field(init=False, default=None)
     factory: Callable[[int], nn.Module] | None = field(init=False, default=None)  # a user model's builder
     dropout: list[str] = field(init=False)  # the module's SeededDropout layers (models/user.py)
+    norms: CohortNorms | None = field(init=False, default=None)  # per-client BatchNorm statistics
     _noise_shapes: dict[str, tuple[int, ...]] | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -74,7 +77,11 @@ class Cohort(StackedClients):
         )
         self._fused: FusedCNN | None = None
         self.cnn_kernel = CNN_KERNEL.get(self.x_train.device.type, "im2col")
-        if grouped.supports(self.module):  # CNNs: batched im2col convolutions beat vmap(conv2d) on CPU
+        layers = client_norms(self.module)
+        if layers:  # BatchNorm: each client's statistics beside its parameters (federation/norms.py)
+            self.norms = CohortNorms(self, layers)
+            self._predict = self.norms.outputs
+        elif grouped.supports(self.module):  # CNNs: batched im2col convolutions beat vmap(conv2d) on CPU
             self._grad = self._cnn_grad
             self._predict = self._grouped_predict
             try:
@@ -245,6 +252,8 @@ class Cohort(StackedClients):
         of an ``active`` batch get a zero gradient and ``f_i = 0``."""
         x, y, mask, *rest = batch
         active = rest[0] if rest else None
+        if self.norms is not None:  # BatchNorm: each client's statistics updated by its batch
+            return self.norms.gradients(thetas, x, y, mask, active, noise)
         if noise is None and self._fused_now():  # takes the active clients' rows itself
             return self._fused_grad(thetas, x, y, mask, active)
         grad = self._grad if noise is None else lambda *a: self._noisy_grad(*a, noise)
@@ -300,6 +309,8 @@ class Cohort(StackedClients):
         """Parameters from the module's default initialiser: one draw per client, seeded per client,
         or (``common``) one draw seeded by the architecture's first client (``first_client``; the
         cohort's first when unset), shared by every client."""
+        if self.norms is not None:  # a run's start: every client's statistics afresh
+            self.norms.reset()
         if common:
             lead = self.first_client if self.first_client >= 0 else int(self.clients[0])
             first = self.init_thetas_for([lead], seed, stream=INIT_STREAM[True])

@@ -2,8 +2,10 @@
 architecture Table ``tab:heterogeneous_cnn_architectures``).
 
 All builders take ``(input_shape, num_outputs)`` with ``input_shape = (C, H, W)`` (or ``(H, W)``,
-read as one channel) and use only stateless layers (no BatchNorm, no in-place activations), so they
-run under ``torch.func.functional_call`` + ``vmap`` + ``grad`` (one call per cohort).
+read as one channel) and use no in-place activations, so they run under
+``torch.func.functional_call`` + ``vmap`` + ``grad`` (one call per cohort). The paper's CNNs are
+stateless; ``cnn-bn`` has BatchNorm, whose statistics each client keeps as its own (FedBN's rule,
+:mod:`sheaf_fmtl.models.batchnorm`; its affine weights are parameters, exchanged).
 
 Choices (the paper gives filters and layer counts, not kernels; these land on its parameter counts):
 
@@ -14,6 +16,7 @@ cnn        conv3x3(32)-pool2-conv3x3(64)-pool2-fc(out)   (Experiment 1)        3
 cnn-small  conv5x5(16)-pool2-fc(out)                     (Table: 23K / 28K)    23,466      32,586
 cnn-medium conv5x5(24,pad2)-pool2-conv5x5(48,pad2)-fc    (Table: 121K / 154K) 123,562     153,562
 cnn-large  conv3x3(32)-pool2-conv3x3(64)-pool2-fc120-fc  (Table: 212K / 297K) 212,146     297,202
+cnn-bn     ``cnn`` with BatchNorm after each conv             (not in the paper)   35,018      42,634
 =========  ===============================================================  ==========  ==========
 
 Every conv is followed by ReLU; pools are 2x2 max pools; convs are unpadded unless marked.
@@ -46,14 +49,23 @@ def _flat_size(layers: list[nn.Module], shape: tuple[int, int, int]) -> int:
 
 
 def _build(
-    input_shape: tuple[int, ...], convs: list[tuple[int, int, int, bool]], hidden: list[int], num_outputs: int
+    input_shape: tuple[int, ...],
+    convs: list[tuple[int, int, int, bool]],
+    hidden: list[int],
+    num_outputs: int,
+    norm: bool = False,
 ) -> nn.Sequential:
-    """``convs``: ``(out_channels, kernel, padding, pool_after)``; then flatten and FC layers."""
+    """``convs``: ``(out_channels, kernel, padding, pool_after)``; then flatten and FC layers;
+    ``norm``: a ``BatchNorm2d`` after each conv."""
     lead, shape = _channels_first(input_shape)
     body: list[nn.Module] = []
     channels = shape[0]
     for out, kernel, pad, pool in convs:
-        body += [nn.Conv2d(channels, out, kernel, padding=pad), nn.ReLU()]
+        body += [
+            nn.Conv2d(channels, out, kernel, padding=pad),
+            *([nn.BatchNorm2d(out)] if norm else []),
+            nn.ReLU(),
+        ]
         if pool:
             body.append(nn.MaxPool2d(2))
         channels = out
@@ -86,4 +98,15 @@ def cnn_large(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
     return _build(input_shape, [(32, 3, 0, True), (64, 3, 0, True)], [120], num_outputs)
 
 
-CNN_MODELS = {"cnn": cnn, "cnn-small": cnn_small, "cnn-medium": cnn_medium, "cnn-large": cnn_large}
+def cnn_bn(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
+    """The Experiment-1 CNN with a BatchNorm after each conv (statistics kept per client)."""
+    return _build(input_shape, [(32, 3, 0, True), (64, 3, 0, True)], [], num_outputs, norm=True)
+
+
+CNN_MODELS = {
+    "cnn": cnn,
+    "cnn-small": cnn_small,
+    "cnn-medium": cnn_medium,
+    "cnn-large": cnn_large,
+    "cnn-bn": cnn_bn,
+}

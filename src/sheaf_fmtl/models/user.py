@@ -31,6 +31,7 @@ from torch import nn
 from torch.func import vmap
 
 from ..plugins import call_with, first_line
+from . import batchnorm
 
 ModelFactory = Callable[[int, tuple[int, ...], int], nn.Module]
 SHAPE_KEYWORDS = ("input_shape", "num_outputs")
@@ -133,21 +134,17 @@ def dropout_layers(module: nn.Module) -> list[str]:
 
 def check_module(module: nn.Module, what: str) -> nn.Module:
     """``module`` in eval mode with float32 parameters and seeded dropout (:class:`SeededDropout`);
-    :class:`ModelError` for what the stacked federation cannot train (lazy parameters, buffers, no
-    parameters, dropout other than ``nn.Dropout``)."""
+    :class:`ModelError` for what the stacked federation cannot train (lazy parameters, buffers other
+    than BatchNorm's, no parameters, dropout other than ``nn.Dropout``)."""
     lazy = [n for n, p in module.named_parameters() if isinstance(p, nn.parameter.UninitializedParameter)]
     if lazy:
         raise ModelError(
             f"{what} has parameters whose shape is set by its first input ({lazy[0]}; lazy modules): a "
             "client's parameter vector needs a fixed size; give the layer sizes explicitly"
         )
-    buffers = [n for n, _ in module.named_buffers()]
-    if buffers:
-        raise ModelError(
-            f"{what} has buffers ({', '.join(buffers[:3])}): a client's model here is its parameter vector "
-            "alone, stacked per client and exchanged; running statistics would be neither; use nn.GroupNorm "
-            "or nn.LayerNorm instead of BatchNorm"
-        )
+    refused = batchnorm.refusal(module)
+    if refused:
+        raise ModelError(f"{what} {refused}")
     if not any(True for _ in module.parameters()):
         raise ModelError(f"{what} has no parameters; there is nothing to train")
     frozen = [n for n, p in module.named_parameters() if not p.requires_grad]

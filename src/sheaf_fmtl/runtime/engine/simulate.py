@@ -29,6 +29,7 @@ from ...metrics.flops import run_flops
 from ...plugins import is_held, resolve
 from ...sheaf.graph import ClientGraph, GraphError, make_graph
 from ...spelling import setting
+from ...transforms import batch_transform
 from .faults import DropPlan, Faults
 from .schedule import Schedule, schedule_graph
 from .transport import InProcessTransport, Transport
@@ -294,6 +295,8 @@ def build_simulation(
     init_gen = torch.Generator().manual_seed(_derive(config.seed, 1))
     fed = fed.with_streams(config.seed)  # each client's own mini-batch stream (sheaf_fmtl.streams)
     ctx = Context(fed, graph, config, init_gen, static_epoch=StaticEpoch() if compiled else None)
+    held = [c for cohort in fed.cohorts for c in cohort._client_ids]  # their augmentation streams:
+    ctx.transform = batch_transform(config.transform, config.transform_args, config.seed, held)
     if not isinstance(transport, InProcessTransport):
         ctx.comm = transport  # type: ignore[assignment]  # DistributedTransport is a Comm
     algorithm = make_algorithm(config)
@@ -313,13 +316,14 @@ MODEL_COPIES = 6
 def check_models_fit(fed: Cohorts) -> None:
     """Refuse (one line, before any model is drawn) models of the clients held here that this process
     cannot hold, :data:`MODEL_COPIES` float32 copies of every parameter (the architectures' real
-    sizes: built once per architecture, never per client)."""
+    sizes: built once per architecture, never per client), and two copies of their BatchNorm statistics."""
     held = sum(c.size * c.dim for c in fed.cohorts)
     clients = sum(c.size for c in fed.cohorts)
+    stats = sum(v.numel() for c in fed.cohorts if c.norms is not None for v in c.norms.stats.values())
     what = (
         f"the models of the {clients} clients held here ({held:,} parameters, {MODEL_COPIES} float32 copies)"
     )
-    check_fits(held * 4.0 * MODEL_COPIES, what, "lower clients or choose a smaller model")
+    check_fits((held * MODEL_COPIES + 2 * stats) * 4.0, what, "lower clients or choose a smaller model")
 
 
 def _derive(seed: int, stream: int) -> int:

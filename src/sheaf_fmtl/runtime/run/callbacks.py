@@ -20,6 +20,7 @@ from torch import nn
 
 from ...config import RunConfig
 from ...metrics.results import metric_column, split_of
+from ...models.batchnorm import set_buffers
 from ...plugins import higher_is_better
 from ..engine.transport import InProcessTransport
 
@@ -95,13 +96,19 @@ class RunView:
         """:meth:`theta` of every client this process holds."""
         return {i: self.theta(i) for i in self.clients()}
 
+    def norms(self) -> dict[int, dict[str, torch.Tensor]]:
+        """The BatchNorm statistics of every client this process holds that has BatchNorm (CPU copies,
+        by client id; each client's own, never exchanged)."""
+        return self._sim.ctx.fed.norm_state()
+
     def model(self, i: int) -> nn.Module:
-        """Client ``i``'s model as an ``nn.Module`` (a copy of its architecture holding ``theta_i``)."""
+        """Client ``i``'s model as an ``nn.Module`` (a copy of its architecture holding ``theta_i``
+        and its BatchNorm statistics)."""
         fed = self._sim.ctx.fed
         theta = self.theta(i)
         module = copy.deepcopy(fed.cohorts[int(fed.cohort_of[i])].module).cpu()
         torch.nn.utils.vector_to_parameters(theta, module.parameters())
-        return module
+        return set_buffers(module, self.norms().get(i))
 
 
 def _asks_stop(cb: object, answer: object) -> bool:

@@ -6,6 +6,8 @@ map ``P_ij`` (by half-edge); ``map_norms`` (``[2E]``, zero off each rank's half-
 The payload has the one-process keys, except that the maps are ``maps_by_half_edge`` (one ``[d_ij,
 d_i]`` tensor per graph half-edge ``h = src[h] -> dst[h]``, in half-edge order) instead of per bucket;
 ``shared_parameters`` and the learned ``edge_weights`` (and their history) are summed like the norms.
+Models with BatchNorm add ``batchnorm``: each client's running statistics (by buffer name; ``None``
+for a client without BatchNorm), gathered like the thetas.
 The other ranks return their own part (they write nothing).
 """
 
@@ -31,7 +33,13 @@ def final_state(sim: Simulation[Any]) -> dict[str, Any]:
         "thetas": [sim.state.thetas[fed.cohort_of[i]][fed.position[i]].cpu() for i in range(fed.num_clients)],
         "edges": torch.as_tensor(sim.ctx.graph.edges),
         **sim.algorithm.checkpoint(sim.state, sim.ctx),
+        **_batchnorm(fed.norm_state(), fed.num_clients),
     }
+
+
+def _batchnorm(stats: dict[int, dict[str, torch.Tensor]], n: int) -> dict[str, Any]:
+    """``{"batchnorm": [client i's BatchNorm buffers by name, or None]}``; ``{}`` without BatchNorm."""
+    return {"batchnorm": [stats.get(i) for i in range(n)]} if stats else {}
 
 
 def gather_final_state(sim: Simulation[Any]) -> dict[str, Any]:
@@ -43,7 +51,8 @@ def gather_final_state(sim: Simulation[Any]) -> dict[str, Any]:
     index = {(int(s), int(d)): h for h, (s, d) in enumerate(zip(graph.src, graph.dst, strict=True))}
     my_maps = {index[k]: m.detach().cpu() for k, m in maps.items()}
     parts: list[Any] = [None] * dist.get_world_size() if dist.get_rank() == 0 else []
-    dist.gather_object((mine, my_maps), parts if dist.get_rank() == 0 else None, dst=0)
+    my_norms = fed.norm_state()
+    dist.gather_object((mine, my_maps, my_norms), parts if dist.get_rank() == 0 else None, dst=0)
     out: dict[str, Any] = {k: v for k, v in local.items() if k not in ("maps", "bucket_half_edges")}
     for key in ("map_norms", "shared_parameters", "edge_weights", "edge_weight_history"):
         if key in local:  # [2E] (or [K, E]), zero off this rank's half-edges
@@ -52,13 +61,16 @@ def gather_final_state(sim: Simulation[Any]) -> dict[str, Any]:
         return {"thetas": list(mine.values()), "edges": torch.as_tensor(graph.edges), **out}
     thetas: dict[int, torch.Tensor] = {}
     by_half_edge: dict[int, torch.Tensor] = {}
-    for t, m in parts:
+    norms: dict[int, dict[str, torch.Tensor]] = {}
+    for t, m, b in parts:
         thetas.update(t)
         by_half_edge.update(m)
+        norms.update(b)
     result = {
         "thetas": [thetas[i] for i in range(fed.num_clients)],
         "edges": torch.as_tensor(graph.edges),
         **out,
+        **_batchnorm(norms, fed.num_clients),
     }
     if "maps" in local:
         result["maps_by_half_edge"] = [by_half_edge[h] for h in range(graph.num_half_edges)]

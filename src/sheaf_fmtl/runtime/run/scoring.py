@@ -27,9 +27,15 @@ from .shipped_callbacks import BestCheckpoint
 SPLITS = ("test", "validation")
 
 
-def score(config: RunConfig, thetas: Sequence[torch.Tensor], split: str = "test") -> dict[str, Any]:
-    """The metric of one model per client (``thetas``, in client order) on ``split`` of the
-    config's data: ``{"split", "metric", "mean", "per_client"}`` (``mean`` over the clients that
+def score(
+    config: RunConfig,
+    thetas: Sequence[torch.Tensor],
+    split: str = "test",
+    norms: Mapping[int, dict[str, torch.Tensor]] | None = None,
+) -> dict[str, Any]:
+    """The metric of one model per client (``thetas``, in client order; ``norms``: the BatchNorm
+    statistics of those that have BatchNorm, by client id) on ``split`` of the config's data:
+    ``{"split", "metric", "mean", "per_client"}`` (``mean`` over the clients that
     have data in that split, ``per_client`` ``None`` for the others), as the run's evaluations
     compute it.
 
@@ -52,6 +58,7 @@ def score(config: RunConfig, thetas: Sequence[torch.Tensor], split: str = "test"
             "(a run of a special topology adds nodes the data do not have)"
         )
     fed = build_federation(dataset, config.model, l2=config.l2, device=device)
+    fed.load_norm_state(dict(norms or {}))
     values, tested = [], []
     with torch.no_grad():
         for cohort in fed.cohorts:
@@ -81,7 +88,7 @@ def best_on_test(config: RunConfig, callbacks: Sequence[Any], num_clients: int) 
     if best is None or len(best.thetas) != num_clients:
         return {}
     try:
-        scored = score(config, [best.thetas[i] for i in range(num_clients)], "test")
+        scored = score(config, [best.thetas[i] for i in range(num_clients)], "test", best.norms)
     except DatasetError:  # (a special topology's nodes): the models stay in best.pt
         return {}
     return {

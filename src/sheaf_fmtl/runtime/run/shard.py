@@ -42,7 +42,8 @@ def snapshot(
     sim: Simulation[Any], counter: SampleCounter, guard: Callable[[], None] | None = None
 ) -> dict[str, Any]:
     """One process's shard: host copies of the algorithm state (maps with their pending factors),
-    every random stream, the transport's counters and the samples behind the local gradients.
+    every random stream, the transport's counters, the samples behind the local gradients and each
+    client's BatchNorm statistics.
 
     Sheaf-FMTL's deferred maps are not copied (see ``SheafState.checkpoint``): ``guard`` (e.g.
     :meth:`CheckpointWriter.wait`) is called before the run next writes them in place, so a
@@ -57,6 +58,7 @@ def snapshot(
         "transport": transport_counters(sim.transport),
         "faults": sim.transport.faults.state_dict(),  # round of the drop plan, fault counts
         "samples": counter.samples(),
+        "batchnorm": sim.ctx.fed.norm_state(),  # each client's own statistics (never exchanged)
     }
 
 
@@ -68,5 +70,6 @@ def restore(sim: Simulation[Any], counter: SampleCounter, shard: dict[str, Any])
     load_transport_counters(sim.transport, shard["transport"], device)
     if "faults" in shard:
         sim.transport.faults.load_state_dict(shard["faults"])
+    sim.ctx.fed.load_norm_state(shard.get("batchnorm", {}))
     for count, n in zip(counter.counts, shard["samples"], strict=True):
         count.fill_(int(n))

@@ -152,7 +152,8 @@ def _higher(goal: str, view: RunView) -> bool:
 class BestCheckpoint:
     """The thetas of the best evaluation so far, kept in :attr:`thetas` and, for a run with a
     folder, saved to ``RUN_DIR/best.pt`` (``{"round", "metric", "value", "thetas"}``, ``thetas``
-    a list in client order) each time the evaluated metric improves. A resumed run starts from the
+    a list in client order, with models with BatchNorm ``batchnorm``: each client's statistics or
+    ``None``) each time the evaluated metric improves. A resumed run starts from the
     ``best.pt`` its folder holds (``sheaf_fmtl.load(run, round="best")`` reads it)."""
 
     def __init__(self, goal: str = "auto", filename: str = BEST) -> None:
@@ -160,6 +161,7 @@ class BestCheckpoint:
         self.best: float | None = None
         self.round: int | None = None
         self.thetas: dict[int, torch.Tensor] = {}
+        self.norms: dict[int, dict[str, torch.Tensor]] = {}  # BatchNorm statistics, by client id
         self.written = False  #: this run wrote its file (``summary.json`` then records it)
 
     def on_round_end(self, round: int, metrics: dict[str, Any] | None, view: RunView) -> None:
@@ -171,13 +173,17 @@ class BestCheckpoint:
             if saved is not None and int(saved["round"]) < round:  # kept before a stop: the best so far
                 self.best, self.round = float(saved["value"]), int(saved["round"])
                 self.thetas = dict(enumerate(saved["thetas"]))
+                self.norms = {i: b for i, b in enumerate(saved.get("batchnorm") or []) if b}
         value = float(metrics[view.metric_column])
         if not _improves(value, self.best, _higher(self.goal, view), 0.0):
             return
         self.best, self.round, self.thetas = value, round, view.thetas()
+        self.norms = view.norms() if hasattr(view, "norms") else {}
         if view.out is not None and view.rank == 0 and len(self.thetas) == view.num_clients:
-            payload = {"round": round, "metric": view.metric, "value": value}
+            payload: dict[str, Any] = {"round": round, "metric": view.metric, "value": value}
             payload["thetas"] = [self.thetas[i] for i in range(view.num_clients)]
+            if self.norms:
+                payload["batchnorm"] = [self.norms.get(i) for i in range(view.num_clients)]
             path = view.out / self.filename
             if not self.written:  # (a file of yours of that name was refused above)
                 claim_entry(view.out, path)
