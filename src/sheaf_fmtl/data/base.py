@@ -2,7 +2,8 @@
 asks of a dataset (:class:`DataRequest`) and the table of readers (:func:`register`).
 
 The bottom of the data layer: readers (``har``, ``images``, ``mocha``, ``school``, ``synthetic``,
-``user``) import this module and ``files`` only; ``registry`` imports the readers.
+``user``) import this module, ``files``, ``options`` and ``partition`` (itself on this module) only;
+``registry`` imports the readers.
 """
 
 from __future__ import annotations

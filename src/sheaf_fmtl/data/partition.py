@@ -8,7 +8,7 @@ fixed number of classes, each class split evenly over the clients that hold it).
 Given the same labels and a ``numpy`` generator seeded as Flower's (``default_rng(seed)``), each
 returns Flower's partitions, draw for draw. :func:`split_pool` is what a run calls: the pool
 shuffled first (as ``FederatedDataset(shuffle=True)`` does), then partitioned, both from the run's
-seed only (:func:`.protocol._rng` streams), so any machine and any process layout gets the same
+seed only (streams of ``SeedSequence([seed, stream])``), so any machine and any process layout gets the same
 clients.
 """
 
@@ -28,7 +28,6 @@ from .base import (
     RawClient,
     RawFederated,
 )
-from .protocol import _rng
 
 #: Flower's ``min_partition_size`` default: the fewest samples a Dirichlet partition may leave a client.
 MIN_SIZE = 10
@@ -48,6 +47,11 @@ __all__ = [
     "pooled_clients",
     "split_pool",
 ]
+
+
+def _rng(seed: int, stream: int) -> np.random.Generator:
+    """A generator that depends only on (seed, stream)."""
+    return np.random.default_rng(np.random.SeedSequence([seed, stream]))
 
 
 def iid(n: int, clients: int) -> list[np.ndarray]:
