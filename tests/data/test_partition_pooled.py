@@ -110,6 +110,17 @@ def test_describe_rmnist_partitioned_prints_the_partition_and_saves_the_figure(t
     assert "classes per client: 2..2" in out and png.stat().st_size > 0
 
 
+def test_a_sweep_cell_recorded_with_the_former_key_is_still_the_same_cell() -> None:
+    from sheaf_fmtl.config import RunConfig
+    from sheaf_fmtl.experiments.cells import _key, _same_config
+
+    config = RunConfig(seed=2)
+    saved = {k: v for k, v in _key(config).items() if k not in ("partition", "partition_alpha")}
+    saved["partition"] = saved.pop("placement")  # as an older cell.json holds it
+    assert _same_config(saved, config)
+    assert not _same_config({**saved, "partition": "community"}, config)
+
+
 def test_former_partition_key_is_read_as_placement_with_one_warning() -> None:
     with pytest.warns(FutureWarning, match="read as placement"):
         config = load_config(None, ["partition=community"])
