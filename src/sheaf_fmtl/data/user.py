@@ -269,7 +269,8 @@ def from_objects(entries: Sequence[Any], name: str = "python") -> RawFederated:
     if isinstance(entries, str | bytes) or not isinstance(entries, Sequence) or len(entries) < 2:
         raise DatasetError(
             "data must be a list with one entry per client (at least 2): (x_train, y_train, x_test, y_test) "
-            f"or (train_dataset, test_dataset); or a mapping of the dataset's options "
+            f"or (train_dataset, test_dataset); one pooled (x, y) with {setting('partition', 'dirichlet')}; "
+            "or a mapping of the dataset's options "
             f"(e.g. {setting('data.relatedness', 0.5)})"
         )
     datasets = [
