@@ -8,8 +8,8 @@ fixed number of classes, each class split evenly over the clients that hold it).
 Given the same labels and a ``numpy`` generator seeded as Flower's (``default_rng(seed)``), each
 returns Flower's partitions, draw for draw. :func:`split_pool` is what a run calls: the pool
 shuffled first (as ``FederatedDataset(shuffle=True)`` does), then partitioned, both from the run's
-seed only (streams of ``SeedSequence([seed, stream])``), so any machine and any process layout gets the same
-clients.
+seed only (streams of ``SeedSequence([seed, stream])``), so any machine and any process layout
+gets the same clients.
 """
 
 from __future__ import annotations
