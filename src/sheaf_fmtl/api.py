@@ -188,9 +188,10 @@ def run(
             names (as ``sheaf-fmtl run --resume --trust-plugins``); by default a run folder never
             runs its own code.
         **keys: config keys (`sheaf-fmtl run --help-keys`), applied on top of ``config``; ``data`` (a
-            list, one entry per client), ``model``, ``loss``, ``metric``, ``graph`` may be Python
-            objects instead (:class:`sheaf_fmtl.Federation` says which; such a run's config cannot
-            re-create them: ``resume`` only in this process, ``processes = 1``).
+            list, one entry per client, or a pooled ``(x, y)`` with ``partition``), ``model``,
+            ``loss``, ``metric``, ``graph`` may be Python objects instead (:class:`sheaf_fmtl.Federation`
+            says which; such a run's config cannot re-create them: ``resume`` only in this process,
+            ``processes = 1``).
     Returns:
         A :class:`RunResult`. A run stopped by SIGINT/SIGTERM returns what it has, with
         ``summary["status"] == "interrupted"``; one stopped by a callback, ``"stopped"``.
@@ -268,7 +269,9 @@ class Federation:
         data: one entry per client, ``(x_train, y_train, x_test, y_test)`` (arrays or tensors) or
             ``(train_dataset, test_dataset)`` (``torch.utils.data.Dataset`` of ``(x, y)`` items,
             read once into memory); integer targets classify, float targets regress
-            (:mod:`sheaf_fmtl.data.user`). ``None``: the config's ``dataset``.
+            (:mod:`sheaf_fmtl.data.user`); or one pooled ``(x, y)`` that the config's ``partition``
+            splits over ``clients`` (:mod:`sheaf_fmtl.data.partition`). ``None``: the config's
+            ``dataset``.
         model: a factory ``make_model(i) -> nn.Module`` (or with no argument), an ``nn.Module``
             class or instance, or a list with one per client (:mod:`sheaf_fmtl.models.user`);
             clients whose modules share class, ``repr`` and parameter shapes form one cohort,

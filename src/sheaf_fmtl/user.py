@@ -15,7 +15,7 @@ import networkx as nx
 import numpy as np
 import torch
 
-from .data.user import from_objects
+from .data.user import from_objects, is_pooled, pooled_from_objects
 from .plugins import Held, hold, spec_of
 from .sheaf.graph import ClientGraph, GraphError
 
@@ -49,6 +49,9 @@ class UserObjects:
                 data = given.pop("dataset")
         if data is not None and isinstance(data, Mapping):
             keys["data"] = data
+        elif is_pooled(data):  # one pooled (x, y): the config's partition splits it over its clients
+            pool = pooled_from_objects(data)
+            keys["dataset"] = self._hold(pool, f"{len(pool.y)} pooled {pool.task} samples")
         elif data is not None:
             raw = from_objects(data)
             self.num_clients = len(raw.clients)

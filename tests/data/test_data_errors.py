@@ -46,10 +46,17 @@ def _relative_imports(module: str) -> tuple[set[str], bool]:
 
 
 @pytest.mark.parametrize("module", READER_MODULES)
-def test_readers_import_only_base_files_and_options(module):
+def test_readers_import_only_base_files_options_and_partition(module):
     siblings, nested = _relative_imports(module)
-    assert siblings <= {"base", "files", "options"}, f"data/{module}.py imports {sorted(siblings)}"
+    allowed = {"base", "files", "options", "partition"}
+    assert siblings <= allowed, f"data/{module}.py imports {sorted(siblings)}"
     assert not nested
+
+
+def test_partition_imports_only_base():
+    """The readers' one shared helper beside ``files`` and ``options`` sits on ``base`` alone."""
+    siblings, nested = _relative_imports("partition")
+    assert siblings == {"base"} and not nested
 
 
 def test_registry_imports_readers_at_top_level():

@@ -19,7 +19,7 @@ import torch
 
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.runtime.engine.distributed import make_plan
-from sheaf_fmtl.runtime.engine.shard import Shard, community, contiguous, partition
+from sheaf_fmtl.runtime.engine.shard import Shard, community, contiguous, placement
 from sheaf_fmtl.runtime.run.launch import spawn
 from sheaf_fmtl.runtime.run.loop import execute
 from sheaf_fmtl.sheaf.graph import make_graph
@@ -156,7 +156,7 @@ def test_three_processes_match_one_aligned_maps_between_three_cnns(tmp_path: Pat
             "maps": "learned",
             "dataset": "synthetic-hetero",
             "local_epochs": 1,
-            "partition": "community",
+            "placement": "community",
         },
         {"algorithm": "dfedu", "dataset": "synthetic"},
         {"algorithm": "dpsgd", "dataset": "synthetic", "local_epochs": 1},
@@ -177,7 +177,7 @@ def test_three_processes_match_one_aligned_maps_between_three_cnns(tmp_path: Pat
             "algorithm": "sheaf-fmtl",
             "dataset": "synthetic-hetero",
             "maps": "features",
-            "partition": "community",
+            "placement": "community",
         },
         {"algorithm": "fedavg-ft", "dataset": "synthetic", "finetune_epochs": 2},
         {"algorithm": "dpsgd-ft", "dataset": "synthetic", "local_epochs": 1},
@@ -250,7 +250,7 @@ def _child_with_rank(parent: int, rank: int) -> int:
     raise AssertionError(f"no child with RANK={rank}")
 
 
-def test_partitions_cover_every_client_and_community_cuts_fewer_edges() -> None:
+def test_placements_cover_every_client_and_community_cuts_fewer_edges() -> None:
     graph = make_graph("watts-strogatz", 24, k=4, p=0.05, seed=0)
     blocks = contiguous(24, 3)
     assert np.bincount(blocks).tolist() == [8, 8, 8] and (np.diff(blocks) >= 0).all()
@@ -260,7 +260,7 @@ def test_partitions_cover_every_client_and_community_cuts_fewer_edges() -> None:
     assert Shard(0, 3, owner).cut_edges(graph) < Shard(0, 3, scattered).cut_edges(graph)
     assert Shard(1, 3, owner).clients.tolist() == np.flatnonzero(owner == 1).tolist()
     with pytest.raises(ValueError, match="processes"):
-        partition(graph, 25)
+        placement(graph, 25)
 
 
 def test_exchange_plans_of_three_shards_reassemble_the_in_process_exchange() -> None:

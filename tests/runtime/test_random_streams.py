@@ -1,5 +1,5 @@
 """Every client and half-edge draws from its own stream: batches, initial models and maps do not
-depend on which clients share a process (the partition), and a run's random state round-trips."""
+depend on which clients share a process (the placement), and a run's random state round-trips."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_a_clients_batches_do_not_depend_on_who_shares_its_process() -> None:
     assert not torch.equal(_sorted_rows(other), _sorted_rows(_batches_of(whole, 2, 7, 1, 10)[0]))
 
 
-def test_epoch_orders_and_common_initial_models_do_not_depend_on_the_partition() -> None:
+def test_epoch_orders_and_common_initial_models_do_not_depend_on_the_placement() -> None:
     ds = make_dataset(n_clients=5, sizes=(9, 14, 6, 11, 20))
     whole, part = build_federation(ds).with_streams(3), build_federation(ds, clients=[3, 4]).with_streams(3)
     order_w = whole.cohorts[0].epoch(4, whole.batch_streams).order

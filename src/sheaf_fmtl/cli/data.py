@@ -4,7 +4,8 @@ beside the other commands, above the config it reads ``--set`` with.
 ``describe`` prints what the paper's Table "Data partitioning" reports (min/max training samples
 n_k per client after the protocol) plus class balance and a non-IID summary: the mean total-variation
 distance between each client's label distribution and the global one (classification) or the spread
-of per-client target means (regression).
+of per-client target means (regression); the partition of a pooled dataset when one is set
+(``--set partition=dirichlet``), and with ``--plot FILE`` the clients' label distribution as a figure.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 
 from ..commandline import PROG, Parser, UsageError, add_config_options, config_keys, error_line
 from ..config import ConfigError, RunConfig, load_config
-from ..data.base import DatasetError, FederatedDataset
+from ..data.base import DatasetError, FederatedDataset, PartitionSpec
 from ..data.cards import CARDS
 from ..data.fetch import SOURCES, fetch
 from ..data.files import ENV_VAR, search_dirs, try_find, user_data_dir
@@ -49,6 +50,13 @@ def add_parser(subparsers: Any) -> None:
     )  # older spelling of --set data.KEY=VALUE
     d.add_argument(
         "--per-client", action="store_true", help=f"list every client's count (default up to {LIST_UP_TO})"
+    )
+    d.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="save the clients' label distribution (classes stacked per client) as FILE (.png, .pdf, .svg)",
     )
     f = sub.add_parser("fetch", help="download a dataset and verify its SHA-256")
     f.add_argument("name", choices=sorted(SOURCES))
@@ -121,6 +129,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         data_search=args.data_search,
         options=args.options,
+        partition=args.partition,
     )
     try:
         raw = load_raw(args.name, req)
@@ -132,6 +141,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
     s = summarize(ds)
     sizes = [len(c.y) + (0 if c.y_test is None else len(c.y_test)) for c in raw.clients]
     print(f"{ds.name}: {ds.task}, {s['clients']} clients, feature shape(s) {s['feature_shapes']}")
+    if args.partition.method != "none":
+        print(f"partition: {args.partition.describe()} of the pooled samples over {s['clients']} clients")
     print(f"samples per client before the protocol: min {min(sizes)}, max {max(sizes)}, total {sum(sizes)}")
     print(
         f"training samples per client n_k: min {s['n_train_min']}, max {s['n_train_max']} "
@@ -155,7 +166,26 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print("per-client n_train: " + " ".join(str(n) for n in counts.tolist()))
     else:
         print("\n".join(count_summary(counts)))
+    if args.plot is not None:
+        _plot(ds, args.plot, args.partition)
     return 0
+
+
+def _plot(ds: FederatedDataset, path: Path, spec: PartitionSpec) -> None:
+    """Save the label distribution figure of ``ds`` (:mod:`..plots.label_mix`) as ``path``."""
+    fmt = path.suffix.lstrip(".").lower()
+    if fmt not in ("png", "pdf", "svg"):
+        raise DatasetError(f"--plot {path}: name a .png, .pdf or .svg file (e.g. --plot labels.png)")
+    if ds.task != "classification":
+        raise DatasetError(f"--plot: {ds.name} is a regression dataset; the figure shows class labels")
+    from ..plots.label_mix import label_counts, label_mix_figure
+    from ..plots.style import save_figure
+
+    counts = label_counts([c.y_train for c in ds.clients], ds.num_classes)
+    how = "" if spec.method == "none" else f", partition {spec.describe()}"
+    fig = label_mix_figure(counts, f"{ds.name}: training labels per client{how}")
+    written = save_figure(fig, path.with_suffix(""), (fmt,))
+    print(f"label distribution: {written[0]}")
 
 
 #: Clients up to which ``describe`` lists every client's count (above: quantiles and a histogram).
@@ -202,6 +232,7 @@ def main_data(args: argparse.Namespace) -> int:
             args.clients, args.seed, args.options = config.clients, config.seed, config.data
             args.data_dir = Path(config.data_dir) if config.data_dir else None
             args.data_search = config.data_search
+            args.partition = PartitionSpec.of(config)
             return cmd_describe(args)
         if args.data_command == "fetch":
             dest = args.dest or user_data_dir()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .errors import ConfigError
 from .files import load_config, parse_overrides, parse_yaml, read_config_file, save_config
-from .schema import PROVENANCE_KEYS, RunConfig, from_mapping, validate
+from .schema import PROVENANCE_KEYS, RunConfig, from_mapping, renamed_keys, validate
 
 __all__ = [
     "PROVENANCE_KEYS",
@@ -26,6 +26,7 @@ __all__ = [
     "parse_overrides",
     "parse_yaml",
     "read_config_file",
+    "renamed_keys",
     "save_config",
     "validate",
 ]

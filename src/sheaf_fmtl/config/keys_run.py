@@ -62,9 +62,11 @@ class RunKeys(MapKeys):
         "start.",
     )
     processes: int = _key(1, "Run the clients in this many local processes; the numbers of one process.")
-    partition: str = _key(
+    placement: str = _key(
         "contiguous",
-        "Clients over processes: `contiguous` blocks of ids, or `community` (fewer edges cross processes).",
+        "Clients over processes: `contiguous` blocks of ids, or `community` (fewer edges cross processes). "
+        "(Formerly `partition`; `partition=contiguous|community` is still read as `placement`, with a "
+        "warning.)",
     )
     timeout_s: float = _key(60.0, "Across processes: seconds a silent peer is waited for; then the run ends.")
     data_dir: str = _key(
@@ -84,6 +86,24 @@ class RunKeys(MapKeys):
         "(every client, the whole batch, zero-weight rows where a client has no sample left; the loop's "
         "numbers up to float rounding); `false`: the uncompiled loop; `null`: what measured faster on the "
         "device (the loop on the CPU). summary.json's `compile` says what ran, `compile_note` why not.",
+    )
+    partition: str = _key(
+        "none",
+        "Split one pooled dataset over `clients` (`rmnist`, `hcifar10`: their training images; Python "
+        "`data=(x, y)`), as Flower Datasets' partitioners: `dirichlet` (each class over the clients by "
+        "`Dir(partition_alpha)` proportions), `classes` (`classes_per_client` classes each), `iid`; each "
+        "client's test split is then drawn from its own samples (stratified 75/25). `none`: the dataset's "
+        "own clients and protocol. See the datasets guide.",
+    )
+    partition_alpha: float = _key(
+        0.5, "`partition=dirichlet`: concentration `alpha` (small: few classes a client; large: near IID)."
+    )
+    classes_per_client: int = _key(2, "`partition=classes`: the number of classes each client holds.")
+    class_assignment: str = _key(
+        "first-deterministic",
+        "`partition=classes`: which classes a client holds: `first-deterministic` (client `i` holds class "
+        "`i mod K`, the others drawn; every class used when `clients >= K`), `random`, or `deterministic` "
+        "(classes `i, i+1, ...` mod K), as Flower's `class_assignment_mode`.",
     )
     data: dict[str, Any] = field(
         default_factory=dict,

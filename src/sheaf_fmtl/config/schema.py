@@ -14,10 +14,11 @@ from typing import Any
 
 from ..plugins import PLUGIN_KEYS, PluginError, is_held, is_spec, load_spec
 from ..spelling import ANY, on_command_line, setting
+from ..warn import warn
 from .errors import ConfigError, fix, shown
 from .keys_run import StepKeys
 from .rules import _check_together
-from .values import _CHOICES, _DEVICE, _RANGES, choices
+from .values import _CHOICES, _DEVICE, _RANGES, PLACEMENTS, choices
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class RunConfig(StepKeys):
     """Every setting of a run; invalid values raise :class:`ConfigError` in the constructor."""
 
     def __post_init__(self) -> None:
+        _placement_renamed(self)
         for f in fields(self):
             object.__setattr__(self, f.name, _check(f.name, getattr(self, f.name)))
         _check_together(self)
@@ -52,6 +54,36 @@ class RunConfig(StepKeys):
         if unknown:
             raise ConfigError(_unknown_key(unknown[0], changes[unknown[0]]))
         return dataclasses.replace(self, **changes)
+
+
+def _placement_renamed(config: RunConfig) -> None:
+    """``partition = contiguous | community`` (the former name of ``placement``, as old configs and
+    run folders' ``config.yaml`` hold it) read as ``placement``, with one warning."""
+    old = config.partition
+    if old not in PLACEMENTS:
+        return
+    given = config.placement
+    if given not in (old, RunConfig.__dataclass_fields__["placement"].default):
+        raise ConfigError(
+            f"config key 'partition' = {old} is the former name of 'placement', which is given as {given}; "
+            f"give {setting('placement', old)} or {setting('placement', given)} alone"
+        )
+    warn(
+        f"config key 'partition' = {old} is read as {setting('placement', old)} (renamed; 'partition' now "
+        "splits a pooled dataset over the clients); write placement",
+        FutureWarning,
+    )
+    object.__setattr__(config, "placement", old)
+    object.__setattr__(config, "partition", "none")
+
+
+def renamed_keys(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded config (a run folder's ``config.yaml``, a cell's ``cell.json``) with its former key
+    names as they read now: ``partition = contiguous | community`` as ``placement`` (no warning)."""
+    out = dict(mapping)
+    if out.get("partition") in PLACEMENTS:
+        out["placement"] = out.pop("partition")
+    return out
 
 
 def _types(annotation: str) -> tuple[type, ...]:

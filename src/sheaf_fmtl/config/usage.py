@@ -26,6 +26,7 @@ SELECTORS: dict[str, Callable[[RunConfig], str]] = {
     "graph": lambda c: c.graph,
     "local_epochs": lambda c: "0" if c.local_epochs == 0 else f"{c.local_epochs}",
     "compressor": lambda c: c.compressor,
+    "partition": lambda c: c.partition,
 }
 _COMPRESSING = ("top-k", "rand-k", "rand-k-seeded", "qsgd", "sign", "powergossip")
 #: Keys read by some graph kinds or protocols only: key -> (selector, the selector's values that read it).
@@ -39,6 +40,9 @@ _OTHER_READERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "quantization_bits": ("compressor", ("qsgd",)),
     "rank": ("compressor", ("powergossip",)),
     "consensus_step": ("compressor", _COMPRESSING),
+    "partition_alpha": ("partition", ("dirichlet",)),
+    "classes_per_client": ("partition", ("classes",)),
+    "class_assignment": ("partition", ("classes",)),
 }
 #: Keys a mode reads that the config's rules refuse with any other mode (``rules._check_maps``).
 _REFUSED_ELSEWHERE = ("estimates", "map_kind")

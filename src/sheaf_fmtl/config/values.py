@@ -7,11 +7,14 @@ from __future__ import annotations
 import re
 
 from ..compression import COMPRESSOR_NAMES
+from ..data.base import CLASS_ASSIGNMENTS, PARTITIONS
 from ..sheaf.graph import GRAPH_KINDS
 from ..sheaf.maps import MAP_DTYPES, MAP_INITS
 from ..sheaf.selection import MAP_KINDS
 from . import registry
 
+#: The values of config key ``placement`` (clients over processes; formerly ``partition``).
+PLACEMENTS = ("contiguous", "community")
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 _CHOICES: dict[str, tuple[str, ...]] = {
     "graph": GRAPH_KINDS,
@@ -23,9 +26,11 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "init": ("common", "per-client"),
     "edge_weights": ("auto", "relatedness", "graph"),
     "map_draw": ("host", "device"),
-    "partition": ("contiguous", "community"),
     "graph_schedule": ("fixed", "random-peers", "exponential"),
     "peers_from": ("all", "graph"),
+    "placement": PLACEMENTS,
+    "partition": PARTITIONS,
+    "class_assignment": CLASS_ASSIGNMENTS,
     "topology": ("none", "conventional-fmtl", "personalised-fl", "hybrid-fl"),
     "metric_goal": ("auto", "max", "min"),
     "lr_schedule": ("constant", "cosine", "step"),
@@ -71,6 +76,8 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "link_drop_prob": (0.0, True, 1.0, False, "0 <= link_drop_prob < 1"),
     "processes": (1, True, None, False, "processes >= 1"),
     "peers": (1, True, None, False, "peers >= 1"),
+    "partition_alpha": (0.0, False, None, False, "partition_alpha > 0"),
+    "classes_per_client": (1, True, None, False, "classes_per_client >= 1"),
     "timeout_s": (0.0, False, None, False, "timeout_s > 0"),
     "momentum": (0.0, True, 1.0, False, "0 <= momentum < 1"),
     "adam_beta1": (0.0, True, 1.0, False, "0 <= adam_beta1 < 1"),

@@ -2,7 +2,8 @@
 asks of a dataset (:class:`DataRequest`) and the table of readers (:func:`register`).
 
 The bottom of the data layer: readers (``har``, ``images``, ``mocha``, ``school``, ``synthetic``,
-``user``) import this module and ``files`` only; ``registry`` imports the readers.
+``user``) import this module, ``files``, ``options`` and ``partition`` (itself on this module) only;
+``registry`` imports the readers.
 """
 
 from __future__ import annotations
@@ -51,6 +52,18 @@ class RawFederated:
 
 
 @dataclass(frozen=True)
+class Pooled:
+    """One labelled dataset that a partition splits over the clients (Python ``data=(x, y)``):
+    ``x`` ``[n, *feature_shape]`` float32, ``y`` ``[n]`` int64 class ids or float32 targets."""
+
+    name: str
+    task: Task
+    num_classes: int  # 0 for regression
+    x: np.ndarray
+    y: np.ndarray
+
+
+@dataclass(frozen=True)
 class ClientSplit:
     """One client's train and test arrays after the protocol (``x``: ``[n, *feature_shape]``)."""
 
@@ -85,6 +98,41 @@ class FederatedDataset:
         return tuple(self.clients[i].x_train.shape[1:])
 
 
+#: The values of config key ``partition``: ``none`` keeps each dataset's own clients.
+PARTITIONS = ("none", "dirichlet", "classes", "iid")
+#: The values of config key ``class_assignment`` (Flower's ``class_assignment_mode``).
+CLASS_ASSIGNMENTS = ("first-deterministic", "random", "deterministic")
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    """How a pooled dataset is split over clients (config keys ``partition``, ``partition_alpha``,
+    ``classes_per_client``, ``class_assignment``)."""
+
+    method: str = "none"
+    alpha: float = 0.5
+    classes_per_client: int = 2
+    class_assignment: str = "first-deterministic"
+
+    @classmethod
+    def of(cls, config: object) -> PartitionSpec:
+        """The spec a run config (or anything with the same attributes) sets."""
+        return cls(
+            str(getattr(config, "partition", "none")),
+            float(getattr(config, "partition_alpha", 0.5)),
+            int(getattr(config, "classes_per_client", 2)),
+            str(getattr(config, "class_assignment", "first-deterministic")),
+        )
+
+    def describe(self) -> str:
+        """``dirichlet (partition_alpha=0.3)``: the method and the keys it reads."""
+        if self.method == "dirichlet":
+            return f"dirichlet (partition_alpha={self.alpha:g})"
+        if self.method == "classes":
+            return f"classes (classes_per_client={self.classes_per_client}, {self.class_assignment})"
+        return self.method
+
+
 @dataclass(frozen=True)
 class DataRequest:
     """What a run asks of a dataset."""
@@ -94,6 +142,7 @@ class DataRequest:
     data_dir: Path | None = None  # given: the only folder searched, unless data_search
     data_search: bool = False  # with data_dir: also search $SHEAF_FMTL_DATA, then the user data folder
     options: Mapping[str, Any] = field(default_factory=dict)  # dataset-specific knobs
+    partition: PartitionSpec = PartitionSpec()  # a pooled dataset's split over clients (.partition)
 
 
 Builder = Callable[[DataRequest], RawFederated]
@@ -106,18 +155,21 @@ class Reader:
 
     build: Builder
     files: tuple[str, ...] = ()
+    pooled: bool = False  # built from one pool: its builder applies the request's partition
 
 
 READERS: dict[str, Reader] = {}
 
 
-def register(name: str, files: tuple[str, ...] = ()) -> Callable[[Builder], Builder]:
+def register(name: str, files: tuple[str, ...] = (), pooled: bool = False) -> Callable[[Builder], Builder]:
     """Decorator registering ``builder(request) -> RawFederated`` as dataset ``name``.
 
     Args:
         name: the dataset's name (``dataset=NAME``).
         files: paths, relative to a data folder, any one of which makes the dataset available
             (what ``sheaf-fmtl data list`` looks for); none for generated data.
+        pooled: the builder reads one pooled dataset and splits it by ``request.partition`` when
+            that is not ``none`` (:mod:`.partition`); other datasets refuse a partition.
     """
 
     if not isinstance(name, str) or not name or any(c.isspace() or c in ",=" for c in name):
@@ -130,7 +182,7 @@ def register(name: str, files: tuple[str, ...] = ()) -> Callable[[Builder], Buil
     def deco(fn: Builder) -> Builder:
         if not callable(fn) or isinstance(fn, type):
             raise ValueError(f"dataset '{name}': register a function request -> data, not {fn!r:.60}")
-        READERS[name] = Reader(fn, tuple(files))
+        READERS[name] = Reader(fn, tuple(files), pooled)
         return fn
 
     return deco

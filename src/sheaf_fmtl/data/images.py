@@ -14,6 +14,11 @@ Paper, Appendix "Additional Details on Datasets":
   among its holders with random weights ``U(1 - spread, 1 + spread)``; the default spread 0.17 gives
   min/max n_k of about 1520/1810 on average over seeds, close to the paper's 1515/1839.
 
+With ``partition`` (``dirichlet``, ``classes``, ``iid``; :mod:`.partition`) both pool their
+training images (and the test images with ``use_test``) and split them over ``clients`` (default 40
+and 30) instead; R-MNIST's clients keep the paper's rotation groups (the clients drawn into four
+equal groups, rotated by 0, 90, 180, 270 degrees), only which images a client holds changes.
+
 Images are returned as ``[n, C, 28|32, 28|32]`` float32 in [0, 1].
 """
 
@@ -31,6 +36,7 @@ from ..spelling import setting
 from .base import DataRequest, DatasetError, RawClient, RawFederated, register
 from .files import find_file
 from .options import check_options
+from .partition import pooled_clients
 
 MNIST_IDX = {
     "x_train": "train-images-idx3-ubyte",
@@ -133,25 +139,42 @@ def rotated_mnist(
     rng = _rng(seed, 303)
     per = len(images) // n_clients
     order = rng.permutation(len(images))
-    groups = rng.permutation(n_clients)
+    turns = rotation_groups(rng, n_clients, n_groups)
+    parts = [order[k * per : (k + 1) * per] for k in range(n_clients)]
+    return rotated(images, labels, parts, turns), turns
+
+
+def rotation_groups(rng: np.random.Generator, n_clients: int, n_groups: int = 4) -> list[int]:
+    """Each client's rotation, in 90-degree turns: the clients drawn into ``n_groups`` equal groups,
+    group g turned ``g`` times."""
     turns = [0] * n_clients
-    for pos, client in enumerate(groups):
+    for pos, client in enumerate(rng.permutation(n_clients)):
         turns[client] = pos * n_groups // n_clients
+    return turns
+
+
+def rotated(
+    images: np.ndarray, labels: np.ndarray, parts: list[np.ndarray], turns: list[int]
+) -> list[RawClient]:
+    """Client k: the images ``parts[k]`` turned ``turns[k]`` times, as ``[n, 1, 28, 28]`` in [0, 1]."""
     clients = []
-    for k in range(n_clients):
-        idx = order[k * per : (k + 1) * per]
-        x = np.rot90(images[idx], turns[k], axes=(1, 2)).astype(np.float32) / 255.0
+    for idx, t in zip(parts, turns, strict=True):
+        x = np.rot90(images[idx], t, axes=(1, 2)).astype(np.float32) / 255.0
         clients.append(RawClient(x[:, None], labels[idx].astype(np.int64)))
-    return clients, turns
+    return clients
 
 
-@register("rmnist", files=MNIST_FILES)
+@register("rmnist", files=MNIST_FILES, pooled=True)
 def rmnist(request: DataRequest) -> RawFederated:
     o = check_options("rmnist", request.options, {"use_test": False})
     m = read_mnist(request.data_dir, request.data_search)
     x, y = m["x_train"], m["y_train"]
     if o["use_test"]:
         x, y = np.concatenate([x, m["x_test"]]), np.concatenate([y, m["y_test"]])
+    if request.partition.method != "none":
+        parts = pooled_clients("rmnist", y, request, 40)
+        turns = rotation_groups(_rng(request.seed, 303), len(parts))
+        return RawFederated("rmnist", "classification", 10, tuple(rotated(x, y, parts, turns)), reduce=False)
     clients, _ = rotated_mnist(x, y, request.seed)
     return RawFederated("rmnist", "classification", 10, tuple(clients))
 
@@ -250,7 +273,7 @@ def heterogeneous_split(
     return [np.sort(np.concatenate(p)) for p in parts]
 
 
-@register("hcifar10", files=CIFAR_FILES)
+@register("hcifar10", files=CIFAR_FILES, pooled=True)
 def hcifar10(request: DataRequest) -> RawFederated:
     o = check_options("hcifar10", request.options, {"use_test": False, "spread": 0.17})
     if not 0.0 <= float(o["spread"]) < 1.0:
@@ -261,8 +284,11 @@ def hcifar10(request: DataRequest) -> RawFederated:
     x, y = read_cifar10(request.data_dir, bool(o["use_test"]), request.data_search)
     if len(np.unique(y)) != 10:
         raise DatasetError(f"hcifar10: the CIFAR-10 batches hold {len(np.unique(y))} classes; expected 10")
-    clients = tuple(
-        RawClient(x[idx].astype(np.float32) / 255.0, y[idx])
-        for idx in heterogeneous_split(y, request.seed, spread=float(o["spread"]))
+    pooled = request.partition.method != "none"
+    parts = (
+        pooled_clients("hcifar10", y, request, 30)
+        if pooled
+        else heterogeneous_split(y, request.seed, spread=float(o["spread"]))
     )
-    return RawFederated("hcifar10", "classification", 10, clients)
+    clients = tuple(RawClient(x[idx].astype(np.float32) / 255.0, y[idx]) for idx in parts)
+    return RawFederated("hcifar10", "classification", 10, clients, reduce=not pooled)

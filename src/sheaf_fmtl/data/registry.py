@@ -12,7 +12,8 @@ import functools
 from ..plugins import call_with, first_line, is_held, is_spec, resolve
 from ..spelling import setting
 from . import har, images, mocha, school, synthetic  # noqa: F401  (each registers its datasets)
-from .base import READERS, DataRequest, DatasetError, FederatedDataset, RawFederated
+from .base import READERS, DataRequest, DatasetError, FederatedDataset, Pooled, RawFederated
+from .partition import POOLED_HELP, from_pool
 from .protocol import ProtocolOptions, apply_protocol
 from .sizes import check_generated
 from .user import from_objects, load_user
@@ -35,6 +36,13 @@ def dataset_files() -> dict[str, tuple[str, ...]]:
 
 def load_raw(name: str, request: DataRequest) -> RawFederated:
     """Read or generate ``name`` (a registered dataset or ``file:PATH``), before the protocol."""
+    if request.partition.method != "none" and not (name in READERS and READERS[name].pooled):
+        if not (is_held(name) and isinstance(resolve("dataset", name), Pooled)):
+            shown = "your per-client data" if is_held(name) else name
+            raise DatasetError(
+                f"{setting('partition', request.partition.method)}: {shown} is already split per client; "
+                f"a partition splits a pooled dataset ({POOLED_HELP}); give {setting('partition', 'none')}"
+            )
     if name.startswith(USER_PREFIX):
         return _take_clients(name, load_user(name[len(USER_PREFIX) :], request), request)
     if is_spec(name) or is_held(name):
@@ -52,6 +60,8 @@ def _from_code(name: str, request: DataRequest) -> RawFederated:
     arguments, and ``seed`` (the run's) when it takes one and the options do not set it."""
     where = f"config key 'dataset' = '{name}'"
     obj = resolve("dataset", name)
+    if isinstance(obj, Pooled):
+        return from_pool(obj, request)
     if isinstance(obj, RawFederated):
         return obj
     named = {} if "seed" in request.options else {"seed": request.seed}

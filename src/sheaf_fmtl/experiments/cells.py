@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import RunConfig, from_mapping, parse_overrides, save_config
+from ..config import RunConfig, from_mapping, parse_overrides, renamed_keys, save_config
 from ..config.defaults import default_lam
 from ..config.files import replace_file
 from ..config.schema import DICT_KEYS
@@ -118,6 +118,7 @@ def _same_config(saved: Any, config: RunConfig) -> bool:
     want = json.loads(json.dumps(_key(config)))
     if not isinstance(saved, dict):
         return False
+    saved = renamed_keys(saved)
     defaults = json.loads(json.dumps(_key(RunConfig())))
     new = {k for k in want.keys() - saved.keys() if want[k] == defaults.get(k)}
     return {k: v for k, v in want.items() if k not in new} == saved

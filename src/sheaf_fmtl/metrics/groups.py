@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from ..config import PROVENANCE_KEYS, RunConfig
+from ..config import PROVENANCE_KEYS, RunConfig, renamed_keys
 from ..data.bounded import read_text_bounded
 
 # Keys that say where or how a run was executed, not what was computed (or that give the same
@@ -27,7 +27,7 @@ BOOKKEEPING_KEYS = frozenset(
         "map_defer",
         "processes",
     }
-    | {"partition", "timeout_s"}
+    | {"placement", "timeout_s"}
 )
 
 
@@ -57,7 +57,7 @@ def read_config(run_dir: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path} cannot be read as a run config ({type(e).__name__})") from None
     if not isinstance(config, dict):
         raise ValueError(f"{path} is not a run config (not a mapping)")
-    return config
+    return renamed_keys(config)
 
 
 def flat_config(config: Mapping[str, Any]) -> dict[str, Any]:

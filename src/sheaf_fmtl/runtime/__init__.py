@@ -2,7 +2,7 @@
 
 :mod:`.engine`, the round engine: a run's simulation (:class:`~.engine.simulate.Simulation`: one
 synchronous round, its divergence check, bits and FLOPs summed over processes), its transports
-(in one process, or one rank's shard over ``torch.distributed``), the partition into shards, the
+(in one process, or one rank's shard over ``torch.distributed``), the placement of clients on shards, the
 simulated faults and the divergence message.
 
 :mod:`.run`, the run: the round loop around the engine (evaluations, callbacks, stops), the run

@@ -1,7 +1,7 @@
-"""Which process holds which clients: the partition of a federation over ranks.
+"""Which process holds which clients: the placement of a federation's clients over ranks.
 
 A rank holds a *shard*: its clients (global ids), their data, models and outgoing half-edges (the
-maps ``P_ij`` they own). Every rank computes the same partition from the graph and the config, so
+maps ``P_ij`` they own). Every rank computes the same placement from the graph and the config, so
 no rank has to be told who holds what.
 
 - ``contiguous`` (default): clients ``0..N-1`` in ``K`` contiguous blocks of near-equal size.
@@ -19,7 +19,7 @@ import numpy as np
 
 from ...sheaf.graph import ClientGraph
 
-PARTITIONS = ("contiguous", "community")
+PLACEMENTS = ("contiguous", "community")
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,7 +58,7 @@ def community(graph: ClientGraph, world: int, seed: int = 0) -> np.ndarray:
     return owner if (load > 0).all() else contiguous(graph.num_nodes, world)
 
 
-def partition(graph: ClientGraph, world: int, how: str = "contiguous", seed: int = 0) -> np.ndarray:
+def placement(graph: ClientGraph, world: int, how: str = "contiguous", seed: int = 0) -> np.ndarray:
     """``[N]`` owner rank of each client (ValueError for more ranks than clients or an unknown ``how``)."""
     if not 1 <= world <= graph.num_nodes:
         raise ValueError(f"processes = {world}: need between 1 and the number of clients ({graph.num_nodes})")
@@ -66,4 +66,4 @@ def partition(graph: ClientGraph, world: int, how: str = "contiguous", seed: int
         return contiguous(graph.num_nodes, world)
     if how == "community":
         return community(graph, world, seed)
-    raise ValueError(f"unknown partition {how!r}; allowed: {', '.join(PARTITIONS)}")
+    raise ValueError(f"unknown placement {how!r}; allowed: {', '.join(PLACEMENTS)}")

@@ -20,7 +20,7 @@ from ...algorithms.epoch import StaticEpoch, resolve_compile
 from ...algorithms.sheaf_fmtl import SheafState
 from ...config import ConfigError, RunConfig
 from ...config.rules import check_schedule
-from ...data.base import FederatedDataset
+from ...data.base import FederatedDataset, PartitionSpec
 from ...data.protocol import ProtocolOptions
 from ...data.registry import DataRequest, load
 from ...data.sizes import check_fits
@@ -190,6 +190,7 @@ def load_dataset(config: RunConfig, split: str | None = None) -> FederatedDatase
         data_dir=Path(config.data_dir) if config.data_dir else None,
         data_search=config.data_search,
         options=config.data,
+        partition=PartitionSpec.of(config),
     )
     protocol = ProtocolOptions(
         standardize=config.standardize, validation=config.validation, keep_test=split == "test"
@@ -257,7 +258,7 @@ def build_simulation(
 
     ``rank_world = (rank, K)`` with ``K > 1``: this process is one rank of a process group (joined
     already, :mod:`.launch`); it builds only the clients of its shard (:mod:`.shard`, the
-    ``partition`` key), their data and maps, and exchanges through :mod:`.distributed`. ``dataset``:
+    ``placement`` key), their data and maps, and exchanges through :mod:`.distributed`. ``dataset``:
     the data to use instead of the config's (e.g. a benchmark's generated one)."""
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
@@ -269,7 +270,7 @@ def build_simulation(
     transport: Transport = InProcessTransport(faults)
     if rank_world is not None and rank_world[1] > 1:
         from .distributed import DistributedTransport
-        from .shard import Shard, partition
+        from .shard import Shard, placement
 
         if config.topology != "none" or config.map_draw == "device":
             key = "topology" if config.topology != "none" else "map_draw=device"
@@ -277,7 +278,7 @@ def build_simulation(
                 f"config key {key} is not supported across processes; use {setting('processes', 1)}"
             )
         rank, world = rank_world
-        shard = Shard(rank, world, partition(graph, world, config.partition, config.seed))
+        shard = Shard(rank, world, placement(graph, world, config.placement, config.seed))
         fed = build_federation(
             dataset, config.model, l2=config.l2, device=device, clients=shard.clients.tolist()
         )

@@ -1,6 +1,6 @@
 """What a run over several processes can refuse, checked in the launching process before any rank
 starts (so a refusal is one line, exit status 2, printed once): the keys a sharded run does not
-support, ``timeout_s``, the device, the data, the graph and the partition of its clients."""
+support, ``timeout_s``, the device, the data, the graph and the placement of its clients."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ def check_processes(config: RunConfig, *, data: bool = True) -> None:
 
     Args:
         config: a run with ``processes > 1`` (or one rank's config under torchrun).
-        data: also load the data and build the graph (the client count, the partition).
+        data: also load the data and build the graph (the client count, the placement).
     """
-    from ..engine.shard import partition
+    from ..engine.shard import placement
     from ..engine.simulate import build_graph, load_dataset, resolve_device
 
     if config.topology != "none" or config.map_draw == "device":
@@ -53,4 +53,4 @@ def check_processes(config: RunConfig, *, data: bool = True) -> None:
             f"processes = {config.processes} is more than the {graph.num_nodes} clients of "
             f"{config.dataset}; each process needs at least one client"
         )
-    partition(graph, config.processes, config.partition, config.seed)
+    placement(graph, config.processes, config.placement, config.seed)

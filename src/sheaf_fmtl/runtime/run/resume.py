@@ -9,7 +9,7 @@ folder without a complete checkpoint (stopped before its first one) starts again
 
 A run over ``K`` processes is resumed over ``K`` processes (``sheaf-fmtl run --resume`` starts them,
 :func:`sheaf_fmtl.runtime.run.launch.resume_any`), each rank from its own shard; another count is
-refused: a shard holds its rank's clients, maps and streams as stacked by that partition, and
+refused: a shard holds its rank's clients, maps and streams as stacked by that placement, and
 re-sharding them is not implemented.
 """
 
