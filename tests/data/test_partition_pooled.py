@@ -146,3 +146,23 @@ def test_run_on_a_python_pool_records_the_partition(tmp_path) -> None:
         4,
     )
     assert len(result.thetas) == 4
+
+
+def test_rmnist_pool_samples_a_seeded_subset_of_distinct_images_and_only_with_a_partition(tmp_path) -> None:
+    write_mnist_idx(tmp_path, n_train=96)
+    spec = PartitionSpec("iid")
+
+    def images(seed: int) -> list[float]:
+        """The pooled images' pixel sums (a rotation keeps them), sorted."""
+        request = DataRequest(clients=4, seed=seed, data_dir=tmp_path, partition=spec, options={"pool": 40})
+        raw = load_raw("rmnist", request)
+        assert sum(len(c.x) for c in raw.clients) == 40
+        return sorted(round(float(x.sum()), 3) for c in raw.clients for x in c.x)
+
+    assert images(3) != images(4)
+    with pytest.raises(DatasetError, match=r"data.pool = 40 .* partition"):
+        load_raw("rmnist", DataRequest(clients=4, seed=3, data_dir=tmp_path, options={"pool": 40}))
+    with pytest.raises(DatasetError, match="2 <= pool <= 96"):
+        load_raw(
+            "rmnist", DataRequest(clients=4, seed=3, data_dir=tmp_path, partition=spec, options={"pool": 97})
+        )

@@ -166,17 +166,30 @@ def rotated(
 
 @register("rmnist", files=MNIST_FILES, pooled=True)
 def rmnist(request: DataRequest) -> RawFederated:
-    o = check_options("rmnist", request.options, {"use_test": False})
+    o = check_options("rmnist", request.options, {"use_test": False, "pool": 0})
     m = read_mnist(request.data_dir, request.data_search)
     x, y = m["x_train"], m["y_train"]
     if o["use_test"]:
         x, y = np.concatenate([x, m["x_test"]]), np.concatenate([y, m["y_test"]])
+    if o["pool"]:  # a seeded sample of the pool (smaller runs of a partitioned R-MNIST)
+        x, y = _sampled_pool(x, y, int(o["pool"]), request)
     if request.partition.method != "none":
         parts = pooled_clients("rmnist", y, request, 40)
         turns = rotation_groups(_rng(request.seed, 303), len(parts))
         return RawFederated("rmnist", "classification", 10, tuple(rotated(x, y, parts, turns)), reduce=False)
     clients, _ = rotated_mnist(x, y, request.seed)
     return RawFederated("rmnist", "classification", 10, tuple(clients))
+
+
+def _sampled_pool(x: np.ndarray, y: np.ndarray, pool: int, request: DataRequest) -> tuple[np.ndarray, ...]:
+    """``pool`` images of the pool, drawn from the seed alone (option ``pool``; with a partition only)."""
+    if request.partition.method == "none" or not 2 <= pool <= len(y):
+        raise DatasetError(
+            f"rmnist: data.pool = {pool} samples a pool of {len(y)} images for a partition; give "
+            f"2 <= pool <= {len(y)} with {setting('partition', 'dirichlet')} (or classes, iid)"
+        )
+    keep = np.sort(_rng(request.seed, 304).choice(len(y), pool, replace=False))
+    return x[keep], y[keep]
 
 
 # -------------------------------------------------------------------------------------- CIFAR-10
