@@ -8,9 +8,12 @@ import runpy
 from pathlib import Path
 
 import pytest
+import torch
 
 from sheaf_fmtl.algorithms.edge_weights import EVERY
 from sheaf_fmtl.config.usage import UnusedKeysWarning
+
+from .conftest import NO_DATA, shared_data_dir
 
 pytestmark = pytest.mark.filterwarnings(f"error::{UnusedKeysWarning.__module__}.UnusedKeysWarning")
 
@@ -53,3 +56,27 @@ def test_cnn_datasets_runs_a_dataset_per_client(capsys: pytest.CaptureFixture[st
     assert all(r.metric == "accuracy" and r.summary["num_clients"] == 4 for r in results.values())
     assert all(r.summary["flops_local"] > 0 for r in results.values())
     assert "dfedu" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # (about 20 s: R-MNIST read, BatchNorm's general batched path, MLflow)
+def test_rmnist_toolbox_trains_the_standard_setting_and_scores_the_best_models_on_test(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("mlflow", reason="the example logs to MLflow: pip install 'sheaf-fmtl[mlflow]'")
+    if shared_data_dir() is None:
+        pytest.skip(NO_DATA)
+    from mlflow.tracking import MlflowClient
+
+    result = _main("rmnist_toolbox.py")(["--quick", "--out", str(tmp_path / "run")])
+    s = result.summary
+    assert s["evaluated_on"] == "validation" and 0.0 <= s["best_test_accuracy"] <= 1.0
+    assert result.config.partition == "dirichlet" and result.config.model == "cnn-bn"
+    assert "batchnorm" in torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert "val_accuracy" in header and not any(c.startswith("test_") for c in header)
+    client = MlflowClient(tracking_uri=f"file:{tmp_path / 'run' / 'mlruns'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    history = client.get_metric_history(runs[0].info.run_id, "val_accuracy")
+    assert [m.step for m in history] == [r["round"] for r in result.metrics]
+    assert f"{s['best_test_accuracy']:.4f}" in capsys.readouterr().out
