@@ -173,15 +173,19 @@ def _non_finite(tensors: list[torch.Tensor]) -> torch.Tensor:
     return (~torch.stack(flags).all()).to(torch.int32)
 
 
-def load_dataset(config: RunConfig, split: str | None = None) -> FederatedDataset:
+def load_dataset(
+    config: RunConfig, split: str | None = None, held: Sequence[int] | None = None
+) -> FederatedDataset:
     """The config's dataset, its test split scored (``validation > 0``: the validation split, or with
-    ``split = "test"`` the test split, the training data the same)."""
+    ``split = "test"`` the test split, the training data the same). ``held``: only these clients'
+    (global ids, ascending; a rank's read, :mod:`.silos`)."""
     request = DataRequest(
         clients=config.clients,
         seed=config.seed,
         data_dir=Path(config.data_dir) if config.data_dir else None,
         data_search=config.data_search,
         options=config.data,
+        held=None if held is None else tuple(int(i) for i in held),
     )
     protocol = ProtocolOptions(
         standardize=config.standardize, validation=config.validation, keep_test=split == "test"
@@ -245,10 +249,16 @@ def build_simulation(
 
     ``rank_world = (rank, K)`` with ``K > 1``: this process is one rank of a process group (joined
     already, :mod:`.launch`); it builds only the clients of its shard (:mod:`.shard`, the
-    ``partition`` key), their data and maps, and exchanges through :mod:`.distributed`. ``dataset``:
+    ``partition`` key), their data and maps, and exchanges through :mod:`.distributed`; with
+    ``clients`` set it reads only its clients' data (:mod:`.silos`). ``dataset``:
     the data to use instead of the config's (e.g. a benchmark's generated one)."""
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
+    if rank_world is not None and rank_world[1] > 1 and dataset is None and fed is None and config.clients:
+        from .silos import read_silo  # each rank reads only its clients' data
+
+        graph = graph if graph is not None else build_graph(config, config.clients)
+        dataset = read_silo(config, graph, *rank_world)
     if dataset is None:
         dataset = fed.dataset if fed is not None else load_dataset(config)
     if graph is None:

@@ -27,7 +27,7 @@ from .agreement import RoundAgreement
 from .checkpoint import CheckpointWriter, rank_and_world
 from .checkpoint_read import read_checkpoint
 from .clearing import prepare_out_dir
-from .disks import adopt_folder, common_checkpoint, folder_ranks
+from .disks import adopt_folder, check_preprocessing, common_checkpoint, folder_ranks, write_preprocessing
 from .recorder import Recorder
 from .rundir import check_out_dir
 from .shard import restore, snapshot
@@ -115,7 +115,9 @@ def prepare(
         elif resume_from is not None:
             resume_from = common_checkpoint(resume_from, Path(out_dir), comm)
     if resume_from is None:
-        if fresh and folder is not None:
+        if fresh and world > 1 and out_dir is not None:  # each folder: the statistics its ranks read
+            write_preprocessing(Path(out_dir), fed.dataset, comm, rank, writer.ranks)
+        elif fresh and folder is not None:
             preprocessing.write(folder, fed.dataset)  # what sheaf_fmtl.load applies to raw data
         if rank == 0 and (unused := unused_warning(config)):  # any source: --set, a file, Python keywords
             warn(unused, UnusedKeysWarning)
@@ -147,7 +149,9 @@ def _restored(
         raise ConfigError(
             f"{resume_from} was written by {len(manifest['shards'])} process(es); resume it with as many"
         )
-    if folder is not None:  # (data_dir may change: to where the same data lie)
+    if world > 1 and writer.dir is not None:  # every rank its clients (data_dir may change: same data)
+        check_preprocessing(writer.dir, fed.dataset, sim.ctx.comm)
+    elif folder is not None:
         preprocessing.check_same(folder, fed.dataset)
     restore(sim, counter, shard)
     recorder = Recorder(folder, config_with_clients(config, fed), metric_name, rows=manifest["rows"])
