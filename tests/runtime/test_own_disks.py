@@ -10,17 +10,36 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from sheaf_fmtl.config import RunConfig
+from sheaf_fmtl.data import preprocessing
 from sheaf_fmtl.runtime.run import launch
 from sheaf_fmtl.runtime.run.checkpoint import CHECKPOINTS, MANIFEST, round_dir, shard_name
 from sheaf_fmtl.runtime.run.checkpoint_read import CheckpointError, latest_checkpoint, read_checkpoint
 from sheaf_fmtl.runtime.run.folderlock import MARKER, FolderError
 
-from .test_checkpoint import _assert_same_run
+from .test_checkpoint import _rows, _summary, _thetas
 from .test_distributed_checkpoint import TINY, _in_ranks, _stop_after
 
 pytestmark = pytest.mark.filterwarnings("ignore:synthetic.*one class:UserWarning")
+
+
+def _assert_same_run(full: Path, disk_a: Path) -> None:
+    """The numbers of the run in one shared folder; each disk's ``preprocessing.json`` holds the
+    statistics of its own rank's clients only (the other's ``elsewhere``), together the shared one's."""
+    disk_b = disk_a.parent.parent / "b" / "run"
+    records = [preprocessing.read(d) for d in (disk_a, disk_b)]
+    assert preprocessing.combine(records) == preprocessing.read(full)
+    assert [bool(c.get("elsewhere")) for c in records[0]["clients"]] == [
+        not c.get("elsewhere") for c in records[1]["clients"]
+    ]
+    got, want = _summary(disk_a), _summary(full)
+    for s in (got, want):
+        s["files"].pop(preprocessing.FILE)
+    assert got == want
+    assert _rows(disk_a) == _rows(full)
+    assert all(torch.equal(x, y) for x, y in zip(_thetas(full), _thetas(disk_a), strict=True))
 
 
 def test_two_folders_stopped_and_resumed_equal_the_uninterrupted_run(tmp_path: Path) -> None:

@@ -5,14 +5,19 @@ gives the one-process run's numbers on the union of the silos."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import sheaf_fmtl
 from sheaf_fmtl.algorithms.auto_maps import resolve_coupling
-from sheaf_fmtl.config import RunConfig
+from sheaf_fmtl.config import RunConfig, load_config
 from sheaf_fmtl.data import preprocessing
 from sheaf_fmtl.data.base import DataRequest, DatasetError
 from sheaf_fmtl.data.census import census, merge, placeholder
@@ -20,6 +25,8 @@ from sheaf_fmtl.data.registry import load_raw
 from sheaf_fmtl.federation import build_federation
 from sheaf_fmtl.runtime.engine.shard import contiguous
 from sheaf_fmtl.runtime.engine.simulate import build_graph, load_dataset
+from sheaf_fmtl.runtime.run.loop import execute
+from sheaf_fmtl.runtime.run.spawn import free_port
 
 from .test_distributed import _compare
 
@@ -71,7 +78,7 @@ def _silos(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             np.savez(root / folder / f"client_{i:02d}.npz", **_client(i))
     (root / "siloed_data.py").write_text(textwrap.dedent(SILO_MODULE))
     monkeypatch.syspath_prepend(str(root))
-    monkeypatch.setenv("PYTHONPATH", f"{root}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("PYTHONPATH", f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
 
 
 def _settings(root: Path) -> dict[str, object]:
@@ -92,6 +99,7 @@ def _config(settings: dict[str, object]) -> RunConfig:
     return RunConfig(**plain).replace(data={k[5:]: v for k, v in settings.items() if k.startswith("data.")})  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # two spawned ranks: about 50 s on two busy cores
 def test_two_silos_with_disjoint_folders_give_the_one_process_numbers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -232,3 +240,51 @@ def test_preprocessing_of_a_silo_names_the_clients_read_elsewhere_and_resumes_on
     preprocessing.write(tmp_path, changed)
     with pytest.raises(DatasetError, match="client 0"):
         preprocessing.check_same(tmp_path, seen[0])  # ... but its own are
+
+
+def _torchrun(port: int, node: int, folder: Path, out: Path, cwd: Path) -> subprocess.Popen[bytes]:
+    """The guide's command for silo ``node`` (the address the loopback's)."""
+    argv = [str(Path(sys.executable).with_name("torchrun")), "--nnodes", "2", "--nproc-per-node", "1"]
+    argv += ["--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port)]
+    argv += ["-m", "sheaf_fmtl", "run", "silos.yaml", "--set", f"data.folder={folder}", "--out", str(out)]
+    package = Path(sheaf_fmtl.__file__).resolve().parents[1]  # this checkout's, from any working directory
+    env = dict(os.environ, PYTHONPATH=f"{cwd}{os.pathsep}{package}")
+    return subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+@pytest.mark.slow  # two torchrun agents and their ranks: about a minute on two busy cores
+def test_the_guides_two_machine_command_trains_one_federation_from_disjoint_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guide's data function, config and torchrun commands (each silo its own data folder and
+    its own --out) give the metrics of one process on the union of the silos."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "silos.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S)
+    config = re.search(r"```yaml\n(.*?)```", text, re.S)
+    assert code is not None and config is not None and "--node-rank 1" in text
+    (tmp_path / "hospital_data.py").write_text(code.group(1))
+    (tmp_path / "silos.yaml").write_text(config.group(1).replace("rounds: 200", "rounds: 4"))
+    for i in range(N):
+        for folder in ("union", "silo-a" if i < N // 2 else "silo-b"):
+            (tmp_path / folder).mkdir(exist_ok=True)
+            np.savez(tmp_path / folder / f"client_{i:02d}.npz", **_client(i))
+    port = free_port()
+    ranks = [
+        _torchrun(port, r, tmp_path / s, tmp_path / f"out-{s}", tmp_path)
+        for r, s in enumerate(("silo-a", "silo-b"))
+    ]
+    for proc in ranks:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err.decode()[-2000:]
+    union = {"data": {"folder": str(tmp_path / "union")}}
+    monkeypatch.syspath_prepend(str(tmp_path))
+    one = execute(load_config(tmp_path / "silos.yaml", keys=union), None)
+    lines = (tmp_path / "out-silo-a" / "metrics.csv").read_text().splitlines()[1:]
+    assert len(lines) == len(one.rows) == 2
+    for row, line in zip(one.rows, lines, strict=True):
+        cells = line.split(",")
+        assert int(cells[5]) == row["transmitted_bits"]
+        assert float(cells[1]) == pytest.approx(row["test_accuracy"], rel=1e-5)
+        assert float(cells[3]) == pytest.approx(row["objective"], rel=1e-5)
+    record = json.loads((tmp_path / "out-silo-b" / "preprocessing.json").read_text())
+    assert [bool(c.get("elsewhere")) for c in record["clients"]] == [i < N // 2 for i in range(N)]
