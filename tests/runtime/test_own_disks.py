@@ -25,10 +25,9 @@ from .test_distributed_checkpoint import TINY, _in_ranks, _stop_after
 pytestmark = pytest.mark.filterwarnings("ignore:synthetic.*one class:UserWarning")
 
 
-def _assert_same_run(full: Path, disk_a: Path) -> None:
+def _assert_same_run(full: Path, disk_a: Path, disk_b: Path) -> None:
     """The numbers of the run in one shared folder; each disk's ``preprocessing.json`` holds the
     statistics of its own rank's clients only (the other's ``elsewhere``), together the shared one's."""
-    disk_b = disk_a.parent.parent / "b" / "run"
     records = [preprocessing.read(d) for d in (disk_a, disk_b)]
     assert preprocessing.combine(records) == preprocessing.read(full)
     assert [bool(c.get("elsewhere")) for c in records[0]["clients"]] == [
@@ -72,7 +71,7 @@ def test_two_folders_stopped_and_resumed_equal_the_uninterrupted_run(tmp_path: P
 
     _in_ranks(2, lambda rank: launch.resume_any(own(rank), progress=False))
     assert json.loads((disk_a / "summary.json").read_text())["resumed_from_round"] == 5
-    _assert_same_run(full, disk_a)
+    _assert_same_run(full, disk_a, disk_b)
     assert not (disk_a / CHECKPOINTS).exists() and not (disk_b / CHECKPOINTS).exists()
 
 
@@ -113,7 +112,7 @@ def test_ranks_whose_checkpoints_differ_resume_from_the_earlier_one_both_keep(tm
     )
     _in_ranks(2, lambda rank: launch.resume_any(own(rank), progress=False))
     assert json.loads((disk_a / "summary.json").read_text())["resumed_from_round"] == 2
-    _assert_same_run(full, disk_a)
+    _assert_same_run(full, disk_a, disk_b)
 
 
 def test_a_folder_another_rank_cannot_use_is_refused_on_every_rank(tmp_path: Path) -> None:
@@ -159,4 +158,4 @@ def test_a_folder_without_a_complete_checkpoint_starts_every_rank_again(tmp_path
     _in_ranks(2, lambda rank: launch.resume_any(own(rank), progress=False))
     summary = json.loads((disk_a / "summary.json").read_text())
     assert summary["status"] == "ok" and "resumed_from_round" not in summary
-    _assert_same_run(full, disk_a)
+    _assert_same_run(full, disk_a, disk_b)

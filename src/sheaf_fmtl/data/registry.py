@@ -82,8 +82,9 @@ def _take_clients(name: str, raw: RawFederated, request: DataRequest) -> RawFede
             return dataclasses.replace(raw, ids=tuple(held), total=request.clients)
         if len(raw.clients) < request.clients:
             raise DatasetError(
-                f"{name}: {len(raw.clients)} clients returned for the {len(held)} held here (of "
-                f"{setting('clients', request.clients)}); return one entry per id in clients=, in order"
+                f"{name}: {len(raw.clients)} clients read for {setting('clients', request.clients)}, "
+                f"{len(held)} of them held here: a function taking clients= returns one entry per id it "
+                "is given, in order; other data need at least that many clients"
             )
         features = None if raw.features is None else tuple(raw.features[i] for i in held)
         return dataclasses.replace(

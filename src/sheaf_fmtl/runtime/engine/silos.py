@@ -8,6 +8,7 @@ a rank knows its clients before it reads anything.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch.distributed as dist
@@ -19,16 +20,20 @@ from ...sheaf.graph import ClientGraph
 from .shard import partition
 
 
-def read_silo(config: RunConfig, graph: ClientGraph, rank: int, world: int) -> FederatedDataset:
+def read_silo(
+    config: RunConfig,
+    graph: ClientGraph,
+    rank_world: tuple[int, int],
+    load: Callable[[list[int]], FederatedDataset],
+) -> FederatedDataset:
     """The whole federation's dataset as rank ``rank`` of ``world`` sees it: its own clients' data
-    (read alone, :func:`.simulate.load_dataset` with ``held``), the others' shapes and sizes from
-    the start-up exchange (a collective: every rank calls it)."""
-    from .simulate import load_dataset
-
+    (``load(held ids)``, :func:`.simulate.load_dataset` with ``held``), the others' shapes and sizes
+    from the start-up exchange (a collective: every rank calls it)."""
+    rank, world = rank_world
     held = partition(graph, world, config.partition, config.seed) == rank
     failed = ""
     try:
-        local: FederatedDataset | None = load_dataset(config, held=[int(i) for i in held.nonzero()[0]])
+        local: FederatedDataset | None = load([int(i) for i in held.nonzero()[0]])
     except DatasetError as e:  # told to the others too, so that none waits for this rank's numbers
         local, failed = None, str(e)
     parts = exchange({"error": failed} if local is None else census(local).as_dict(), world)

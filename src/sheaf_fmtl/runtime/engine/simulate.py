@@ -29,6 +29,7 @@ from ...plugins import is_held, resolve
 from ...sheaf.graph import ClientGraph, GraphError, make_graph
 from ...spelling import setting
 from .faults import DropPlan, Faults
+from .silos import read_silo
 from .transport import InProcessTransport, Transport
 
 S = TypeVar("S", bound=State)
@@ -254,15 +255,7 @@ def build_simulation(
     the data to use instead of the config's (e.g. a benchmark's generated one)."""
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
-    if rank_world is not None and rank_world[1] > 1 and dataset is None and fed is None and config.clients:
-        from .silos import read_silo  # each rank reads only its clients' data
-
-        graph = graph if graph is not None else build_graph(config, config.clients)
-        dataset = read_silo(config, graph, *rank_world)
-    if dataset is None:
-        dataset = fed.dataset if fed is not None else load_dataset(config)
-    if graph is None:
-        graph = build_graph(config, dataset.num_clients, edge_state_bytes(config, dataset))
+    dataset, graph = _data_and_graph(config, fed, graph, rank_world, dataset)
     faults = Faults(DropPlan.from_config(config), graph)
     transport: Transport = InProcessTransport(faults)
     if rank_world is not None and rank_world[1] > 1:
@@ -299,6 +292,25 @@ def build_simulation(
     sim = Simulation(config, ctx, algorithm, state, transport, maps_chosen=chosen, lam_rule=lam_rule)
     sim.compiled, sim.compile_note = compiled, compile_note
     return sim
+
+
+def _data_and_graph(
+    config: RunConfig,
+    fed: Cohorts | None,
+    graph: ClientGraph | None,
+    rank_world: tuple[int, int] | None,
+    dataset: FederatedDataset | None,
+) -> tuple[FederatedDataset, ClientGraph]:
+    """The run's data and graph. Across processes with ``clients`` set, the graph comes first and
+    the rank reads only its clients' data (:mod:`.silos`); otherwise the data, then the graph."""
+    if rank_world is not None and rank_world[1] > 1 and dataset is None and fed is None and config.clients:
+        graph = graph if graph is not None else build_graph(config, config.clients)
+        dataset = read_silo(config, graph, rank_world, lambda held: load_dataset(config, held=held))
+    if dataset is None:
+        dataset = fed.dataset if fed is not None else load_dataset(config)
+    if graph is None:
+        graph = build_graph(config, dataset.num_clients, edge_state_bytes(config, dataset))
+    return dataset, graph
 
 
 #: Copies of each client's parameters a run may hold at once: the model, its gradient, an optimizer's
