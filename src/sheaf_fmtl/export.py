@@ -155,6 +155,11 @@ class TrainedRun:
         """Client ``i``'s trained module behind its preprocessing (in eval mode): it takes raw features."""
         self._check(i)
         entry = self.preprocessing["clients"][i]
+        if entry.get("elsewhere"):  # read in another silo: its standardisation is on that machine
+            raise DatasetError(
+                f"client {i} was read in another silo: its preprocessing is in the run folder of the "
+                "machine that held it; load the run there (or use model(i) on features you standardise)"
+            )
         return Preprocessed(self.modules[i], entry["standardize"], entry["feature_shape"]).eval()
 
     def _check(self, i: int) -> None:

@@ -10,17 +10,35 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from sheaf_fmtl.config import RunConfig
+from sheaf_fmtl.data import preprocessing
 from sheaf_fmtl.runtime.run import launch
 from sheaf_fmtl.runtime.run.checkpoint import CHECKPOINTS, MANIFEST, round_dir, shard_name
 from sheaf_fmtl.runtime.run.checkpoint_read import CheckpointError, latest_checkpoint, read_checkpoint
 from sheaf_fmtl.runtime.run.folderlock import MARKER, FolderError
 
-from .test_checkpoint import _assert_same_run
+from .test_checkpoint import _rows, _summary, _thetas
 from .test_distributed_checkpoint import TINY, _in_ranks, _stop_after
 
 pytestmark = pytest.mark.filterwarnings("ignore:synthetic.*one class:UserWarning")
+
+
+def _assert_same_run(full: Path, disk_a: Path, disk_b: Path) -> None:
+    """The numbers of the run in one shared folder; each disk's ``preprocessing.json`` holds the
+    statistics of its own rank's clients only (the other's ``elsewhere``), together the shared one's."""
+    records = [preprocessing.read(d) for d in (disk_a, disk_b)]
+    assert preprocessing.combine(records) == preprocessing.read(full)
+    assert [bool(c.get("elsewhere")) for c in records[0]["clients"]] == [
+        not c.get("elsewhere") for c in records[1]["clients"]
+    ]
+    got, want = _summary(disk_a), _summary(full)
+    for s in (got, want):
+        s["files"].pop(preprocessing.FILE)
+    assert got == want
+    assert _rows(disk_a) == _rows(full)
+    assert all(torch.equal(x, y) for x, y in zip(_thetas(full), _thetas(disk_a), strict=True))
 
 
 def test_two_folders_stopped_and_resumed_equal_the_uninterrupted_run(tmp_path: Path) -> None:
@@ -53,7 +71,7 @@ def test_two_folders_stopped_and_resumed_equal_the_uninterrupted_run(tmp_path: P
 
     _in_ranks(2, lambda rank: launch.resume_any(own(rank), progress=False))
     assert json.loads((disk_a / "summary.json").read_text())["resumed_from_round"] == 5
-    _assert_same_run(full, disk_a)
+    _assert_same_run(full, disk_a, disk_b)
     assert not (disk_a / CHECKPOINTS).exists() and not (disk_b / CHECKPOINTS).exists()
 
 
@@ -94,7 +112,7 @@ def test_ranks_whose_checkpoints_differ_resume_from_the_earlier_one_both_keep(tm
     )
     _in_ranks(2, lambda rank: launch.resume_any(own(rank), progress=False))
     assert json.loads((disk_a / "summary.json").read_text())["resumed_from_round"] == 2
-    _assert_same_run(full, disk_a)
+    _assert_same_run(full, disk_a, disk_b)
 
 
 def test_a_folder_another_rank_cannot_use_is_refused_on_every_rank(tmp_path: Path) -> None:
@@ -140,4 +158,4 @@ def test_a_folder_without_a_complete_checkpoint_starts_every_rank_again(tmp_path
     _in_ranks(2, lambda rank: launch.resume_any(own(rank), progress=False))
     summary = json.loads((disk_a / "summary.json").read_text())
     assert summary["status"] == "ok" and "resumed_from_round" not in summary
-    _assert_same_run(full, disk_a)
+    _assert_same_run(full, disk_a, disk_b)

@@ -49,6 +49,10 @@ class RawFederated:
     # Per client: the ids, in one shared feature space, of its feature columns, in column order
     # (``None``: unknown). What ``maps=features`` couples (algorithms/sheaf_coordinates.py).
     features: tuple[np.ndarray, ...] | None = None
+    # A shard's read (``DataRequest.held``): the global ids of ``clients`` and the federation's
+    # number of clients N (``None``: ``clients`` is every client, ids ``0..N-1``).
+    ids: tuple[int, ...] | None = None
+    total: int | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,13 @@ class FederatedDataset:
     # Per client: the (mean, std) its features were standardised with (``[1, *feature_shape]``
     # each, from its training data), ``None`` for a client left as read; ``None``: none at all.
     standardization: tuple[tuple[np.ndarray, np.ndarray] | None, ...] | None = None
+    # A shard's read: the global ids of ``clients`` (``None``: every client, in order).
+    ids: tuple[int, ...] | None = None
+    # Every client's training-set size n_i where ``clients`` hold empty arrays for the clients read
+    # elsewhere (the start-up numbers, :mod:`.census`); ``None``: the arrays' own lengths.
+    train_sizes: tuple[int, ...] | None = None
+    # Per client: whether its data were read in this process (``None``: all were).
+    local: tuple[bool, ...] | None = None
 
     @property
     def num_clients(self) -> int:
@@ -143,6 +154,10 @@ class DataRequest:
     data_search: bool = False  # with data_dir: also search $SHEAF_FMTL_DATA, then the user data folder
     options: Mapping[str, Any] = field(default_factory=dict)  # dataset-specific knobs
     partition: PartitionSpec = PartitionSpec()  # a pooled dataset's split over clients (.partition)
+    # The global ids (ascending) this process holds: a reader that can read only those clients reads
+    # only those (a ``module:function`` taking ``clients=``, a folder of per-client files); with
+    # ``clients`` (N) set. ``None``: every client.
+    held: tuple[int, ...] | None = None
 
 
 Builder = Callable[[DataRequest], RawFederated]

@@ -8,9 +8,11 @@ Format (``format`` 1)::
      "clients": [{"feature_shape": [d], "standardize": {"mean": [...], "std": [...]}}, ...]}
 
 ``standardize`` is ``null`` for a client whose features were used as read (``standardize=false``, a
-data-less server node); otherwise the model saw ``(x - mean) / std`` (float32, elementwise over the
-feature shape; the statistics of the client's training data, the paper's protocol). Numbers are
-written as Python's ``repr`` of float32 values widened to float64, so they read back exactly.
+data-less server node), and for a client read in another silo (``"elsewhere": true``: its statistics
+stay with its data, in the preprocessing record of its own machine's run folder); otherwise the model
+saw ``(x - mean) / std`` (float32, elementwise over the feature shape; the statistics of the client's
+training data, the paper's protocol). Numbers are written as Python's ``repr`` of float32 values
+widened to float64, so they read back exactly.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ def describe(dataset: FederatedDataset) -> dict[str, Any]:
     clients = []
     for i in range(dataset.num_clients):
         entry: dict[str, Any] = {"feature_shape": list(dataset.feature_shape(i)), "standardize": None}
-        if stats is not None and stats[i] is not None:
+        if dataset.local is not None and not dataset.local[i]:
+            entry["elsewhere"] = True  # read in another silo: its statistics stay there
+        elif stats is not None and stats[i] is not None:
             mean, std = stats[i]  # type: ignore[misc]  # checked just above
             entry["standardize"] = {"mean": _floats(mean), "std": _floats(std)}
         clients.append(entry)
@@ -57,12 +61,26 @@ def _floats(a: np.ndarray) -> list[float]:
     return [float(v) for v in np.asarray(a, np.float32).reshape(-1)]
 
 
-def write(folder: Path, dataset: FederatedDataset) -> Path:
-    """Write ``folder/preprocessing.json`` (whole or not at all: a temporary file renamed onto it)."""
+def combine(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record from the :func:`describe` of several processes that share a run folder: each
+    client's entry from a process that read it (``elsewhere`` where none of them did)."""
+    out = dict(records[0])
+    entries = [r["clients"] for r in records]
+    out["clients"] = [
+        next((e[i] for e in entries if not e[i].get("elsewhere")), entries[0][i])
+        for i in range(len(entries[0]))
+    ]
+    return out
+
+
+def write(folder: Path, dataset: FederatedDataset | dict[str, Any]) -> Path:
+    """Write ``folder/preprocessing.json`` (whole or not at all: a temporary file renamed onto it)
+    of ``dataset`` (or a :func:`describe` record)."""
     path = folder / FILE
     tmp = folder / f".{FILE}.tmp"
+    record = describe(dataset) if isinstance(dataset, FederatedDataset) else dataset
     try:
-        tmp.write_text(json.dumps(describe(dataset)) + "\n")
+        tmp.write_text(json.dumps(record) + "\n")
         os.replace(tmp, path)
     except BaseException:  # (a full disk: no part of it left behind)
         tmp.unlink(missing_ok=True)
@@ -77,6 +95,11 @@ def check_same(folder: Path, dataset: FederatedDataset) -> None:
     if not (folder / FILE).is_file():
         return
     saved, now = read(folder), json.loads(json.dumps(describe(dataset)))
+    if len(saved["clients"]) == len(now["clients"]):  # a silo checks its own clients' statistics
+        for i, (a, b) in enumerate(zip(saved["clients"], now["clients"], strict=True)):
+            if a.get("elsewhere") or b.get("elsewhere"):
+                saved["clients"][i] = {"feature_shape": a["feature_shape"]}
+                now["clients"][i] = {"feature_shape": b["feature_shape"]}
     if saved == now:
         return
     keys = [k for k in now if saved.get(k) != now[k]]

@@ -1,6 +1,7 @@
 """The paper's data protocol (Section 5, "Evaluation"): per-client 75/25 split, stratified for
 classification; half of the clients keep 20% of their training data; features standardised with
-training statistics only. Everything depends only on ``seed``. A dataset may turn the reduction
+training statistics only. Everything depends only on ``seed`` and each client's global id (a shard's
+read gives its clients the numbers they have in the whole federation). A dataset may turn the reduction
 off (``RawFederated.reduce``, user data's ``reduce=false``). Classification clients whose training
 labels are all one class are legal, and named in one warning (not for generated data)."""
 
@@ -90,11 +91,12 @@ def apply_protocol(raw: RawFederated, seed: int, options: ProtocolOptions | None
     if not 0.0 <= options.validation < 1.0:
         raise DatasetError(f"validation must be in [0, 1), got {options.validation}")
     stratify = raw.task == "classification"
-    n_clients = len(raw.clients)
+    ids = raw.ids if raw.ids is not None else tuple(range(len(raw.clients)))  # global ids: the streams
+    n_clients = raw.total if raw.total is not None else len(raw.clients)
     n_reduced = int(round(options.reduced_clients_fraction * n_clients)) if raw.reduce else 0
     reduced = set(_rng(seed, 1).permutation(n_clients)[:n_reduced].tolist())
     out, stats = [], []
-    for i, client in enumerate(raw.clients):
+    for i, client in zip(ids, raw.clients, strict=True):
         _check_finite(raw.name, i, client)
         rng = _rng(seed, 2, i)
         if client.x_test is not None and client.y_test is not None:
@@ -118,10 +120,10 @@ def apply_protocol(raw: RawFederated, seed: int, options: ProtocolOptions | None
         ydtype = np.int64 if stratify else np.float32
         out.append(ClientSplit(x_tr, np.asarray(y_tr, ydtype), x_te, np.asarray(y_te, ydtype)))
     if stratify and not raw.generated:
-        _warn_single_class(raw.name, out)
+        _warn_single_class(raw.name, out, ids)
     kept = tuple(stats) if options.standardize else None
     return FederatedDataset(
-        raw.name, raw.task, raw.num_classes, tuple(out), raw.features, standardization=kept
+        raw.name, raw.task, raw.num_classes, tuple(out), raw.features, standardization=kept, ids=raw.ids
     )
 
 
@@ -130,8 +132,8 @@ def single_class_clients(clients: tuple[ClientSplit, ...] | list[ClientSplit]) -
     return [i for i, c in enumerate(clients) if len(np.unique(c.y_train)) < 2]
 
 
-def _warn_single_class(name: str, clients: list[ClientSplit]) -> None:
-    ids = single_class_clients(clients)
+def _warn_single_class(name: str, clients: list[ClientSplit], global_ids: tuple[int, ...]) -> None:
+    ids = [global_ids[i] for i in single_class_clients(clients)]
     if ids:
         warnings.warn(
             f"{name}: the training labels of client(s) {ids} are all one class (legal, but such "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 from ..plugins import call_with, first_line, is_held, is_spec, resolve
 from ..spelling import setting
@@ -57,14 +58,17 @@ def load_raw(name: str, request: DataRequest) -> RawFederated:
 def _from_code(name: str, request: DataRequest) -> RawFederated:
     """A dataset handed to :func:`sheaf_fmtl.run` (held, read already), or the per-client data a
     ``module:function`` returns (:mod:`.objects`), called with the ``data`` options as keyword
-    arguments, and ``seed`` (the run's) when it takes one and the options do not set it."""
+    arguments, ``seed`` (the run's) when it takes one and the options do not set it, and ``clients``
+    (the global ids held here, a shard's read) when it takes one."""
     where = f"config key 'dataset' = '{name}'"
     obj = resolve("dataset", name)
     if isinstance(obj, Pooled):
         return from_pool(obj, request)
     if isinstance(obj, RawFederated):
         return obj
-    named = {} if "seed" in request.options else {"seed": request.seed}
+    named: dict[str, Any] = {} if "seed" in request.options else {"seed": request.seed}
+    if request.held is not None and "clients" not in request.options:
+        named["clients"] = list(request.held)  # taken by a function with clients=: only those, in order
     try:
         entries = call_with(functools.partial(obj, **request.options), (), named)
     except Exception as e:  # the user's function failed (or refused the options)
@@ -78,6 +82,28 @@ def _from_code(name: str, request: DataRequest) -> RawFederated:
 
 
 def _take_clients(name: str, raw: RawFederated, request: DataRequest) -> RawFederated:
+    """The first ``clients`` of ``raw``; of those, with ``request.held``, only the held ones (a reader
+    that read only those returned exactly them)."""
+    held = request.held
+    if held is not None and raw.ids is None:
+        if request.clients is None:
+            raise DatasetError(f"{name}: a read of some clients only needs {setting('clients', 'N')}")
+        if len(raw.clients) == len(held) < request.clients:  # it read only the clients held here
+            return dataclasses.replace(raw, ids=tuple(held), total=request.clients)
+        if len(raw.clients) < request.clients:
+            raise DatasetError(
+                f"{name}: {len(raw.clients)} clients read for {setting('clients', request.clients)}, "
+                f"{len(held)} of them held here: a function taking clients= returns one entry per id it "
+                "is given, in order; other data need at least that many clients"
+            )
+        features = None if raw.features is None else tuple(raw.features[i] for i in held)
+        return dataclasses.replace(
+            raw,
+            clients=tuple(raw.clients[i] for i in held),
+            features=features,
+            ids=held,
+            total=request.clients,
+        )
     if request.clients is not None and request.clients != len(raw.clients):
         if request.clients > len(raw.clients):
             raise DatasetError(

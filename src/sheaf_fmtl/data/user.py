@@ -2,7 +2,8 @@
 
 Files, ``file:PATH`` (:func:`load_user`), in two layouts: a per-client ``.npz`` (``num_clients``,
 ``x_i``, ``y_i``, optional ``x_test_i``/``y_test_i`` used as a fixed test split), or a folder with one CSV per
-client (sorted by file name, last column the target, an optional non-numeric header row). The task
+client (sorted by file name, last column the target, an optional non-numeric header row; across
+processes each rank reads only its clients' files, :func:`held_files`). The task
 is inferred (integer targets with at most ``max_classes`` distinct values -> classification) or
 forced with option ``task``. Clients may have different feature counts (the setting of the paper's
 Section 5.2 with different model sizes). Option ``reduce=false`` turns off the protocol's "half of
@@ -30,6 +31,7 @@ when the config's ``standardize`` is true.
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -117,6 +119,7 @@ def load_user(spec: str, request: DataRequest) -> RawFederated:
         files = sorted(p for p in path.iterdir() if p.suffix.lower() == ".csv")
         if not files:
             raise DatasetError(f"{path}: folder has no .csv files (one per client expected)")
+        files = held_files(path, files, request)
         parts = []
         for f in files:
             table = _read_csv(f)
@@ -163,6 +166,30 @@ def load_user(spec: str, request: DataRequest) -> RawFederated:
     return RawFederated(
         f"file:{path.name}", task, num_classes, clients, reduce=o["reduce"], features=features
     )
+
+
+def held_files(folder: Path, files: list[Path], request: DataRequest) -> list[Path]:
+    """The CSV files of the clients held here (``request.held``; all without): by sorted position when
+    the folder has one file per client, else (a silo's own folder) by the id that ends each name
+    (``client_07.csv`` is client 7). No other file is opened."""
+    held, n = request.held, request.clients
+    if held is None or n is None:
+        return files
+    if len(files) == n:
+        return [files[i] for i in held]
+    by_id: dict[int, Path] = {}
+    for f in files:
+        digits = re.search(r"(\d+)$", f.stem)
+        if digits is None or int(digits.group(1)) in by_id:
+            raise DatasetError(
+                f"{folder}: {len(files)} .csv files for {setting('clients', n)}: a silo's folder names each "
+                f"file by its client's id (client_07.csv), one file per id; {f.name} does not"
+            )
+        by_id[int(digits.group(1))] = f
+    missing = [i for i in held if i not in by_id]
+    if missing:
+        raise DatasetError(f"{folder}: no file for client(s) {_few(missing)} held here (client_ID.csv)")
+    return [by_id[i] for i in held]
 
 
 def _feature_ids(

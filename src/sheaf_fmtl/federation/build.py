@@ -228,7 +228,7 @@ def build_federation(
         ]
     arch_of = np.array([distinct.index(k) for k in keys], np.int64)
     all_dims = np.array([count_parameters(archs[a].module) for a in arch_of], np.int64)
-    sizes = np.array([len(c.y_train) for c in dataset.clients], np.int64)
+    sizes = np.array(dataset.train_sizes or [len(c.y_train) for c in dataset.clients], np.int64)
     kept = dataset if held.all() else _only(dataset, held)
     metric_name = None if metric is None else metric.name
     return Cohorts(

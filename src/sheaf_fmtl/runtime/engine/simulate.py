@@ -32,6 +32,7 @@ from ...spelling import setting
 from ...transforms import batch_transform
 from .faults import DropPlan, Faults
 from .schedule import Schedule, schedule_graph
+from .silos import read_silo
 from .transport import InProcessTransport, Transport
 
 S = TypeVar("S", bound=State)
@@ -181,9 +182,12 @@ def _non_finite(tensors: list[torch.Tensor]) -> torch.Tensor:
     return (~torch.stack(flags).all()).to(torch.int32)
 
 
-def load_dataset(config: RunConfig, split: str | None = None) -> FederatedDataset:
+def load_dataset(
+    config: RunConfig, split: str | None = None, held: Sequence[int] | None = None
+) -> FederatedDataset:
     """The config's dataset, its test split scored (``validation > 0``: the validation split, or with
-    ``split = "test"`` the test split, the training data the same)."""
+    ``split = "test"`` the test split, the training data the same). ``held``: only these clients'
+    (global ids, ascending; a rank's read, :mod:`.silos`)."""
     request = DataRequest(
         clients=config.clients,
         seed=config.seed,
@@ -191,6 +195,7 @@ def load_dataset(config: RunConfig, split: str | None = None) -> FederatedDatase
         data_search=config.data_search,
         options=config.data,
         partition=PartitionSpec.of(config),
+        held=None if held is None else tuple(int(i) for i in held),
     )
     protocol = ProtocolOptions(
         standardize=config.standardize, validation=config.validation, keep_test=split == "test"
@@ -258,14 +263,12 @@ def build_simulation(
 
     ``rank_world = (rank, K)`` with ``K > 1``: this process is one rank of a process group (joined
     already, :mod:`.launch`); it builds only the clients of its shard (:mod:`.shard`, the
-    ``placement`` key), their data and maps, and exchanges through :mod:`.distributed`. ``dataset``:
+    ``placement`` key), their data and maps, and exchanges through :mod:`.distributed`; with
+    ``clients`` set it reads only its clients' data (:mod:`.silos`). ``dataset``:
     the data to use instead of the config's (e.g. a benchmark's generated one)."""
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
-    if dataset is None:
-        dataset = fed.dataset if fed is not None else load_dataset(config)
-    if graph is None:
-        graph = build_graph(config, dataset.num_clients, edge_state_bytes(config, dataset))
+    dataset, graph = _data_and_graph(config, fed, graph, rank_world, dataset)
     faults = Faults(DropPlan.from_config(config), graph, Schedule.from_config(config, graph))
     transport: Transport = InProcessTransport(faults)
     if rank_world is not None and rank_world[1] > 1:
@@ -307,6 +310,25 @@ def build_simulation(
     sim = Simulation(config, ctx, algorithm, state, transport, maps_chosen=chosen, lam_rule=lam_rule)
     sim.compiled, sim.compile_note = compiled, compile_note
     return sim
+
+
+def _data_and_graph(
+    config: RunConfig,
+    fed: Cohorts | None,
+    graph: ClientGraph | None,
+    rank_world: tuple[int, int] | None,
+    dataset: FederatedDataset | None,
+) -> tuple[FederatedDataset, ClientGraph]:
+    """The run's data and graph. Across processes with ``clients`` set, the graph comes first and
+    the rank reads only its clients' data (:mod:`.silos`); otherwise the data, then the graph."""
+    if rank_world is not None and rank_world[1] > 1 and dataset is None and fed is None and config.clients:
+        graph = graph if graph is not None else build_graph(config, config.clients)
+        dataset = read_silo(config, graph, rank_world, lambda held: load_dataset(config, held=held))
+    if dataset is None:
+        dataset = fed.dataset if fed is not None else load_dataset(config)
+    if graph is None:
+        graph = build_graph(config, dataset.num_clients, edge_state_bytes(config, dataset))
+    return dataset, graph
 
 
 #: Copies of each client's parameters a run may hold at once: the model, its gradient, an optimizer's

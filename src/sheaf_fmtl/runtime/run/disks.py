@@ -14,6 +14,7 @@ folder, and the ranks agree on the round to resume from (:func:`common_checkpoin
 from __future__ import annotations
 
 import contextlib
+import json
 import secrets
 from collections.abc import Callable
 from pathlib import Path
@@ -22,12 +23,15 @@ from typing import Any
 import torch
 
 from ...config import RunConfig, save_config
+from ...data import preprocessing
+from ...data.base import DatasetError, FederatedDataset
 from .clearing import prepare_out_dir
 from .folderlock import FolderError
 from .integrity import ROUND_DIR, CheckpointError, check_manifest
 from .recorder import software_versions
 
 TOKEN = ".sheaf-fmtl-rank-{:05d}"  # a rank's token file, removed again once read
+PIECE = ".preprocessing-rank-{:05d}.json"  # a rank's preprocessing record, combined by its folder's lead
 
 
 def folder_ranks(out: Path, comm: Any, rank: int, world: int) -> list[int]:  # noqa: ANN401 - the transport
@@ -93,3 +97,32 @@ def adopt_folder(
         if error is not None:
             raise error
         raise FolderError("another rank's --out cannot be used as its run folder (its error names it)")
+
+
+def write_preprocessing(out: Path, dataset: FederatedDataset, comm: Any, rank: int, ranks: list[int]) -> None:  # noqa: ANN401
+    """``preprocessing.json`` of every rank's folder (a collective): the ranks that share a folder
+    (``ranks``, one machine's disk) leave their records there, and its lowest rank combines them,
+    each client's standardisation from the rank that read it; no record crosses folders, so a
+    client read in another silo is ``elsewhere`` (:func:`sheaf_fmtl.data.preprocessing.combine`)."""
+    piece = out / PIECE.format(rank)
+    piece.write_text(json.dumps(preprocessing.describe(dataset)))
+    comm.all_sum(torch.zeros(1))  # every record is written
+    if rank == min(ranks):
+        records = [json.loads((out / PIECE.format(r)).read_text()) for r in ranks]
+        preprocessing.write(out, preprocessing.combine(records))
+    comm.all_sum(torch.zeros(1))  # every record is read
+    piece.unlink(missing_ok=True)
+
+
+def check_preprocessing(out: Path, dataset: FederatedDataset, comm: Any) -> None:  # noqa: ANN401
+    """A resume on every rank: the data read now give its folder's ``preprocessing.json`` for the
+    clients it holds (a collective; a rank that finds a difference names it, the others stop too)."""
+    error: DatasetError | None = None
+    try:
+        preprocessing.check_same(out, dataset)
+    except DatasetError as e:
+        error = e
+    if int(comm.all_max(torch.tensor(int(error is not None), dtype=torch.int32))):
+        raise error or DatasetError(
+            "another rank's data differ from those its run started on (its error names them)"
+        )

@@ -46,6 +46,9 @@ def check_processes(config: RunConfig, *, data: bool = True) -> None:
     if per_rank is not None and config.processes > 1:  # every rank makes the whole dataset
         what = f"{config.processes} processes, each with dataset {config.dataset}"
         check_fits(per_rank * config.processes, what, "lower processes or clients")
+    if config.clients is not None:  # each rank reads only its clients: placement from the graph alone
+        placement(build_graph(config, config.clients), config.processes, config.placement, config.seed)
+        return
     dataset = load_dataset(config)
     graph = build_graph(config, dataset.num_clients)
     if config.processes > graph.num_nodes:

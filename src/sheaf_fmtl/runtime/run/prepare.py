@@ -19,6 +19,7 @@ from ... import progress
 from ...config import ConfigError, RunConfig
 from ...config.usage import UnusedKeysWarning, unused_warning
 from ...data import preprocessing
+from ...data.base import FederatedDataset
 from ...metrics.flops import SampleCounter
 from ...metrics.memory import reset_peak_memory
 from ...warn import warn
@@ -27,7 +28,7 @@ from .agreement import RoundAgreement
 from .checkpoint import CheckpointWriter, rank_and_world
 from .checkpoint_read import read_checkpoint
 from .clearing import prepare_out_dir
-from .disks import adopt_folder, common_checkpoint, folder_ranks
+from .disks import adopt_folder, check_preprocessing, common_checkpoint, folder_ranks, write_preprocessing
 from .recorder import Recorder
 from .rundir import check_out_dir
 from .shard import restore, snapshot
@@ -115,8 +116,8 @@ def prepare(
         elif resume_from is not None:
             resume_from = common_checkpoint(resume_from, Path(out_dir), comm)
     if resume_from is None:
-        if fresh and folder is not None:
-            preprocessing.write(folder, fed.dataset)  # what sheaf_fmtl.load applies to raw data
+        if fresh:
+            _write_preprocessing(out_dir, folder, fed.dataset, comm, writer)
         if rank == 0 and (unused := unused_warning(config)):  # any source: --set, a file, Python keywords
             warn(unused, UnusedKeysWarning)
         recorder = Recorder(folder, config_with_clients(config, fed), metric_name)
@@ -125,6 +126,21 @@ def prepare(
         state.warn()
         return state
     return _restored(config, sim, folder, counter, writer, agreement, t0, resume_from)
+
+
+def _write_preprocessing(
+    out_dir: str | Path | None,
+    folder: Path | None,
+    dataset: FederatedDataset,
+    comm: Any,  # noqa: ANN401 - the transport
+    writer: CheckpointWriter,
+) -> None:
+    """What :func:`sheaf_fmtl.load` applies to raw data: in one process the run folder's record;
+    across processes every folder's, of the clients its ranks read (:func:`.disks.write_preprocessing`)."""
+    if writer.world > 1 and out_dir is not None:
+        write_preprocessing(Path(out_dir), dataset, comm, writer.rank, writer.ranks)
+    elif folder is not None:
+        preprocessing.write(folder, dataset)
 
 
 def _restored(
@@ -147,7 +163,9 @@ def _restored(
         raise ConfigError(
             f"{resume_from} was written by {len(manifest['shards'])} process(es); resume it with as many"
         )
-    if folder is not None:  # (data_dir may change: to where the same data lie)
+    if world > 1 and writer.dir is not None:  # every rank its clients (data_dir may change: same data)
+        check_preprocessing(writer.dir, fed.dataset, sim.ctx.comm)
+    elif folder is not None:
         preprocessing.check_same(folder, fed.dataset)
     restore(sim, counter, shard)
     recorder = Recorder(folder, config_with_clients(config, fed), metric_name, rows=manifest["rows"])
