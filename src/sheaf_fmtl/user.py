@@ -15,7 +15,8 @@ import networkx as nx
 import numpy as np
 import torch
 
-from .data.user import from_objects, is_pooled, pooled_from_objects
+from .data.pooled import is_pooled, pooled_from_objects
+from .data.user import from_objects
 from .plugins import Held, hold, spec_of
 from .sheaf.graph import ClientGraph, GraphError
 

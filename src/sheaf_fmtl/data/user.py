@@ -16,7 +16,7 @@ whose items are ``(x, y)``, or a mapping with the keys ``x``, ``y``, ``x_test``,
 ``features``, the ids of the client's columns in one shared feature space (as a file's
 ``features_i``: what ``maps=features`` couples).
 
-One pooled labelled dataset ``(x, y)`` (two arrays or tensors, :func:`pooled_from_objects`) is
+One pooled labelled dataset ``(x, y)`` (two arrays or tensors, :mod:`.pooled`) is
 split over the clients by the config's ``partition`` (:mod:`.partition`).
 
 Datasets are read once, item by item, into memory: the federation stacks every client's data in
@@ -41,7 +41,7 @@ import numpy as np
 
 from ..spelling import setting
 from ..warn import user_stacklevel
-from .base import DataRequest, DatasetError, Pooled, RawClient, RawFederated, Task
+from .base import DataRequest, DatasetError, RawClient, RawFederated, Task
 from .files import as_features, as_targets, read_npz_clients
 from .options import check_options
 
@@ -380,28 +380,3 @@ def from_objects(entries: Sequence[Any], name: str = "python") -> RawFederated:
     mappings = [e if isinstance(e, Mapping) else {} for e in entries]
     features = _feature_ids("data", mappings, [c[0] for c in clients], key="client {}'s features")
     return RawFederated(name, task, num_classes, raw, reduce=False, features=features)
-
-
-def is_pooled(data: Any) -> bool:
-    """Whether ``data`` is one pooled dataset ``(x, y)``: two arrays or tensors (a per-client entry
-    is a tuple, never an array)."""
-    return isinstance(data, tuple | list) and len(data) == 2 and all(hasattr(a, "shape") for a in data)
-
-
-def pooled_from_objects(data: Any, name: str = "data=(x, y)") -> Pooled:
-    """A :class:`Pooled` dataset from ``(x, y)``: integer ``y`` (class ids ``0..K-1``) classify,
-    floating-point ``y`` regress. Raises :class:`DatasetError` naming the problem."""
-    x, y = _numpy(data[0]), _numpy(data[1])
-    if x.ndim < 1 or len(x) < 2:
-        raise DatasetError(f"{name}: x of shape {x.shape}; expected [n, ...] with n >= 2 samples")
-    y = _targets(y, len(x), name)
-    if not np.issubdtype(x.dtype, np.number) or not np.all(np.isfinite(x.astype(np.float64))):
-        raise DatasetError(f"{name}: x must be numeric and finite (dtype {x.dtype})")
-    if not np.all(np.isfinite(y.astype(np.float64))):
-        raise DatasetError(f"{name}: NaN or infinite targets")
-    if np.issubdtype(y.dtype, np.floating):
-        return Pooled(name, "regression", 0, x.astype(np.float32), y.astype(np.float32))
-    if y.min() < 0:
-        raise DatasetError(f"{name}: negative class id; class ids must lie in 0..K-1")
-    labels = y.astype(np.int64)
-    return Pooled(name, "classification", max(int(labels.max()) + 1, 2), x.astype(np.float32), labels)

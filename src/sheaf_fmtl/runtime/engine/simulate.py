@@ -270,24 +270,7 @@ def build_simulation(
     torch.manual_seed(config.seed)
     dataset, graph = _data_and_graph(config, fed, graph, rank_world, dataset)
     faults = Faults(DropPlan.from_config(config), graph, Schedule.from_config(config, graph))
-    transport: Transport = InProcessTransport(faults)
-    if rank_world is not None and rank_world[1] > 1:
-        from .distributed import DistributedTransport
-        from .shard import Shard, placement
-
-        if config.topology != "none" or config.map_draw == "device":
-            key = "topology" if config.topology != "none" else "map_draw=device"
-            raise ConfigError(
-                f"config key {key} is not supported across processes; use {setting('processes', 1)}"
-            )
-        rank, world = rank_world
-        shard = Shard(rank, world, placement(graph, world, config.placement, config.seed))
-        fed = build_federation(
-            dataset, config.model, l2=config.l2, device=device, clients=shard.clients.tolist()
-        )
-        transport = DistributedTransport(shard, graph, faults)
-    elif fed is None:
-        fed = build_federation(dataset, config.model, l2=config.l2, device=device)
+    fed, transport = _federation_here(config, dataset, graph, faults, device, rank_world, fed)
     check_models_fit(fed)
     if graph.num_nodes != fed.num_clients:
         raise ValueError(
@@ -310,6 +293,38 @@ def build_simulation(
     sim = Simulation(config, ctx, algorithm, state, transport, maps_chosen=chosen, lam_rule=lam_rule)
     sim.compiled, sim.compile_note = compiled, compile_note
     return sim
+
+
+def _federation_here(
+    config: RunConfig,
+    dataset: FederatedDataset,
+    graph: ClientGraph,
+    faults: Faults,
+    device: str,
+    rank_world: tuple[int, int] | None,
+    fed: Cohorts | None,
+) -> tuple[Cohorts, Transport]:
+    """The clients this process holds and how their messages travel: every client in memory, or
+    across processes (``rank_world``) this rank's shard (:mod:`.shard`) and :mod:`.distributed`."""
+    if rank_world is None or rank_world[1] <= 1:
+        held = (
+            fed if fed is not None else build_federation(dataset, config.model, l2=config.l2, device=device)
+        )
+        return held, InProcessTransport(faults)
+    from .distributed import DistributedTransport
+    from .shard import Shard, placement
+
+    if config.topology != "none" or config.map_draw == "device":
+        key = "topology" if config.topology != "none" else "map_draw=device"
+        raise ConfigError(
+            f"config key {key} is not supported across processes; use {setting('processes', 1)}"
+        )
+    rank, world = rank_world
+    shard = Shard(rank, world, placement(graph, world, config.placement, config.seed))
+    held = build_federation(
+        dataset, config.model, l2=config.l2, device=device, clients=shard.clients.tolist()
+    )
+    return held, DistributedTransport(shard, graph, faults)
 
 
 def _data_and_graph(
