@@ -114,6 +114,35 @@ def test_a_client_left_out_of_a_step_keeps_its_statistics() -> None:
         assert not torch.equal(v[1], before[k][1])
 
 
+def test_a_client_that_sits_a_round_out_keeps_its_statistics_as_its_model() -> None:
+    """``drop_prob``: the clients the fault plan sits out of a round keep their parameters and
+    their BatchNorm statistics; the others' statistics move."""
+    from sheaf_fmtl.config import RunConfig
+    from sheaf_fmtl.runtime.engine.simulate import build_simulation
+
+    config = RunConfig(
+        dataset="synthetic",
+        clients=6,
+        model="tests._baselines_problems:mlp_bn",
+        algorithm="dfedu",
+        drop_prob=0.5,
+        batch_size=8,
+        local_epochs=1,
+    )
+    sim = build_simulation(config)
+    cohort = sim.ctx.fed.cohorts[0]
+    assert cohort.norms is not None
+    before = {k: v.clone() for k, v in cohort.norms.stats.items()}
+    sim.step()
+    out = sim.transport.faults.sitting_out()
+    assert out is not None and 0 < int(out.sum()) < 6
+    for k, v in cohort.norms.stats.items():
+        if k.endswith("num_batches_tracked"):
+            continue
+        for row, client in enumerate(cohort.clients):
+            assert torch.equal(v[row], before[k][row]) == bool(out[client]), (k, client)
+
+
 def test_cnn_bn_has_batchnorm_and_its_statistics_are_not_parameters() -> None:
     plain, norm = build_model("cnn", (1, 28, 28), 10), build_model("cnn-bn", (1, 28, 28), 10)
     count = sum(p.numel() for p in norm.parameters())

@@ -284,6 +284,20 @@ class Faults:
                 held.append(torch.where(keep, o, n))
             setattr(state, name, held if isinstance(new, list) else held[0])
 
+    def hold_stats(self, before: Sequence[tuple[Any, Mapping[str, torch.Tensor]]]) -> None:
+        """Put back the BatchNorm statistics of the clients that sat this round out: ``before`` pairs
+        each cohort that has them (``Cohort.norms``) with its statistics at the start of the round
+        (replaced by training, never written in place)."""
+        out = self._out
+        if out is None:
+            return
+        for cohort, old in before:
+            new = cohort.norms.stats
+            keep = to_device(out[cohort.clients], next(iter(new.values())).device)
+            cohort.norms.stats = {
+                k: torch.where(keep.view(-1, *[1] * (v.dim() - 1)), old[k], v) for k, v in new.items()
+            }
+
     def snapshot(self, state: Any) -> dict[str, Any]:
         """References to the per-client fields at the start of a round (empty when no client sits
         it out: nothing to hold). Algorithms replace these tensors, never write them in place."""

@@ -80,15 +80,17 @@ class Simulation(Generic[S]):
 
     def step(self) -> None:
         """One synchronous round: local -> (send -> exchange -> receive) per phase; the clients that
-        sit the round out (``drop_prob``) keep their state (:mod:`sheaf_fmtl.runtime.engine.faults`)."""
+        sit the round out (``drop_prob``) keep their state and BatchNorm statistics (:mod:`.faults`)."""
         alg, ctx, faults = self.algorithm, self.ctx, self.transport.faults
         faults.begin_round()
         before = faults.snapshot(self.state)
+        stats = [(c, c.norms.stats) for c in ctx.fed.cohorts if c.norms is not None] if before else []
         self.state = alg.local(self.state, ctx)
         for phase in range(alg.phases(self.state)):
             incoming = self.transport.exchange(alg.send(self.state, phase, ctx))
             self.state = alg.receive(self.state, incoming, phase, ctx)
         faults.hold(self.state, before, [c.clients for c in ctx.fed.cohorts])
+        faults.hold_stats(stats)  # (BatchNorm statistics live on the cohorts, not in the state)
 
     def finite(self) -> bool:
         """Every theta and the last batch losses are finite, on every process (one host-device
