@@ -220,7 +220,7 @@ def test_theorem1_map_step_warning_is_given_once():
     assert any("Theorem 1" in n and "since round 1 " in n for n in first)  # tracked every round
     sim.step()
     assert not any("Theorem 1" in n for n in sim.diagnose())
-    quiet = _sim(RunConfig(), make_dataset([3, 5, 3, 4, 5, 3]))
+    quiet = _sim(RunConfig(maps="learned"), make_dataset([3, 5, 3, 4, 5, 3]))  # (asked for: no fallback)
     quiet.step()
     assert quiet.diagnose() == []
 
