@@ -16,6 +16,9 @@ from sheaf_fmtl.federation import build_federation
 from sheaf_fmtl.runtime.engine.simulate import Simulation, build_simulation
 from sheaf_fmtl.sheaf.graph import make_graph
 
+# torch.compile's own import of torch.jit warns of its deprecation (not this package's use)
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+
 SIZES = [23, 7, 16, 5, 11, 30]  # batch 4: 6, 2, 4, 2, 3, 8 steps a pass; 23, 7, 11 leave a short batch
 RUNS = {  # algorithm, extra keys
     "local": ("local", {}),

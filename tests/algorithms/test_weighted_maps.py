@@ -111,5 +111,11 @@ def test_two_processes_match_one_on_a_weighted_graph(tmp_path) -> None:  # noqa:
     lines = [f"{i} {(i + 1) % 7} {0.5 + 0.25 * i}" for i in range(7)] + ["0 3 2.0", "2 5 0.75"]
     edges.write_text("\n".join(lines) + "\n")
     tiny = {k: v for k, v in TINY.items() if k != "graph_p"}
-    settings = {"algorithm": "sheaf-fmtl", "dataset": "synthetic-hetero", "graph": "file", **tiny}
+    settings = {
+        "algorithm": "sheaf-fmtl",
+        "maps": "learned",
+        "dataset": "synthetic-hetero",
+        "graph": "file",
+        **tiny,
+    }
     _compare(tmp_path, {**settings, "graph_file": str(edges), "message_mode": "literal"}, 2)
