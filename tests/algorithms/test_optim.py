@@ -153,10 +153,12 @@ def test_each_allowed_algorithm_trains_with_adam(keys):
     assert all(torch.equal(a, b) for a, b in zip(again.thetas, adam.thetas, strict=True))  # deterministic
 
 
-def test_a_run_trains_one_client_as_torch_optim_adam_does():
-    """End to end on the user-object path: client 0's model after a run of ``local`` with Adam and
-    a step schedule equals ``torch.optim.Adam`` + ``StepLR`` on the same full-batch loss from the
-    same initial model (read through a callback at round 0)."""
+def local_run_and_its_first_client(
+    **keys: object,
+) -> tuple[torch.Tensor, torch.nn.Linear, torch.Tensor, torch.Tensor]:
+    """A 4-round run of ``local`` (full batches, no l2, ``keys`` on top) on two clients of a
+    3-feature, 2-class problem: client 0's final model, a ``Linear`` holding its initial model
+    (read through a callback at round 0), and its training data."""
     gen = torch.Generator().manual_seed(1)
     data = []
     for _ in range(2):
@@ -171,23 +173,30 @@ def test_a_run_trains_one_client_as_torch_optim_adam_does():
             if round == 0:
                 initial[0] = view.theta(0)
 
-    keys = {
-        "algorithm": "local",
-        "batch_size": 0,
-        "l2": 0.0,
-        "standardize": False,
-        "rounds": 4,
-        "local_epochs": 0,
-    }
-    keys.update(
-        local_steps=3, optimizer="adam", alpha=0.05, lr_schedule="step", lr_step_every=2, lr_step_gamma=0.5
+    base = {"algorithm": "local", "batch_size": 0, "l2": 0.0, "standardize": False, "rounds": 4}
+    result = sheaf_fmtl.run(
+        data=data, model=lambda: torch.nn.Linear(3, 2), callbacks=[Initial()], **{**base, **keys}
     )
-    result = sheaf_fmtl.run(data=data, model=lambda: torch.nn.Linear(3, 2), callbacks=[Initial()], **keys)
     model = torch.nn.Linear(3, 2)
     torch.nn.utils.vector_to_parameters(initial[0], model.parameters())
+    return result.thetas[0], model, data[0][0], data[0][1]
+
+
+def test_a_run_trains_one_client_as_torch_optim_adam_does():
+    """End to end on the user-object path: client 0's model after a run of ``local`` with Adam and
+    a step schedule equals ``torch.optim.Adam`` + ``StepLR`` on the same full-batch loss from the
+    same initial model (read through a callback at round 0)."""
+    theta, model, x, y = local_run_and_its_first_client(
+        local_epochs=0,
+        local_steps=3,
+        optimizer="adam",
+        alpha=0.05,
+        lr_schedule="step",
+        lr_step_every=2,
+        lr_step_gamma=0.5,
+    )
     opt = torch.optim.Adam(model.parameters(), lr=0.05)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
-    x, y = data[0][0], data[0][1]
     for _ in range(4):
         for _ in range(3):
             opt.zero_grad()
@@ -195,7 +204,7 @@ def test_a_run_trains_one_client_as_torch_optim_adam_does():
             opt.step()
         sched.step()
     want = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
-    torch.testing.assert_close(result.thetas[0], want, rtol=1e-5, atol=1e-5)  # float32 gradients
+    torch.testing.assert_close(theta, want, rtol=1e-5, atol=1e-5)  # float32 gradients
 
 
 @pytest.mark.parametrize("algorithm", ["local", "fedavg"])

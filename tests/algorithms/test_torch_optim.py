@@ -12,11 +12,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import sheaf_fmtl
 from sheaf_fmtl.algorithms.base import State
 from sheaf_fmtl.algorithms.optim import learning_rate, local_step
 from sheaf_fmtl.config import ConfigError, RunConfig, load_config
 from sheaf_fmtl.federation import Batch
+
+from .test_optim import local_run_and_its_first_client
 
 pytestmark = pytest.mark.filterwarnings("ignore:synthetic.*one class:UserWarning")
 
@@ -193,29 +194,16 @@ def test_a_run_trains_one_client_as_torch_adamw_with_a_scheduler_and_clipping_do
     """End to end on the user-object path: client 0's model after a run of ``local`` with AdamW,
     CosineAnnealingLR and grad_clip equals PyTorch's own loop on the same full-batch loss from the
     same initial model (read through a callback at round 0)."""
-    gen = torch.Generator().manual_seed(1)
-    data = []
-    for _ in range(2):
-        x, xt = torch.randn(20, 3, generator=gen), torch.randn(6, 3, generator=gen)
-        data.append(
-            (x, torch.randint(0, 2, (20,), generator=gen), xt, torch.randint(0, 2, (6,), generator=gen))
-        )
-    initial: dict[int, torch.Tensor] = {}
-
-    class Initial:
-        def on_round_end(self, round, metrics, view):  # noqa: ANN001, ANN201
-            if round == 0:
-                initial[0] = view.theta(0)
-
-    keys = {"algorithm": "local", "batch_size": 0, "l2": 0.0, "standardize": False, "rounds": 4}
-    keys.update(local_epochs=0, local_steps=3, optimizer="AdamW", alpha=0.05)
-    keys.update(lr_scheduler="CosineAnnealingLR", grad_clip=0.1)
-    result = sheaf_fmtl.run(data=data, model=lambda: torch.nn.Linear(3, 2), callbacks=[Initial()], **keys)
-    model = torch.nn.Linear(3, 2)
-    torch.nn.utils.vector_to_parameters(initial[0], model.parameters())
+    theta, model, x, y = local_run_and_its_first_client(
+        local_epochs=0,
+        local_steps=3,
+        optimizer="AdamW",
+        alpha=0.05,
+        lr_scheduler="CosineAnnealingLR",
+        grad_clip=0.1,
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=0.05)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=4)
-    x, y = data[0][0], data[0][1]
     for _ in range(4):
         for _ in range(3):
             opt.zero_grad()
@@ -224,7 +212,7 @@ def test_a_run_trains_one_client_as_torch_adamw_with_a_scheduler_and_clipping_do
             opt.step()
         sched.step()
     want = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
-    torch.testing.assert_close(result.thetas[0], want, rtol=1e-5, atol=1e-5)  # float32 gradients
+    torch.testing.assert_close(theta, want, rtol=1e-5, atol=1e-5)  # float32 gradients
 
 
 def test_a_checkpoint_of_the_earlier_optimizer_layout_is_read_when_empty_and_refused_otherwise():
