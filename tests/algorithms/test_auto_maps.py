@@ -13,6 +13,7 @@ from sheaf_fmtl.algorithms.auto_maps import choose_maps
 from sheaf_fmtl.config import ConfigError, RunConfig
 from sheaf_fmtl.config.defaults import default_lam
 from sheaf_fmtl.config.registry import edge_weights_of, map_mode_spec
+from sheaf_fmtl.config.usage import UnusedKeysWarning
 from sheaf_fmtl.data.base import ClientSplit, DatasetError, FederatedDataset
 from sheaf_fmtl.data.user import from_objects as load_user_objects
 from sheaf_fmtl.runtime.engine.simulate import build_simulation
@@ -101,6 +102,15 @@ def test_dfedu_left_open_takes_the_same_rule_at_q_one_like_for_like(alpha: float
     assert sheaf.config.lam == pytest.approx(sim.config.lam, rel=1e-3)  # the same pull as dFedU's
     given = build_simulation(config.replace(algorithm="dfedu", lam=0.02))
     assert given.config.lam == 0.02 and given.lam_rule is None
+
+
+def test_summary_records_a_baselines_lam_only_where_it_reads_one(tmp_path) -> None:  # noqa: ANN001
+    keys = {"dataset": "synthetic", "clients": 4, "rounds": 1}
+    dfedu = execute(RunConfig(algorithm="dfedu", **keys), tmp_path / "dfedu").summary
+    assert dfedu["lam"] == 0.1 and "q = 1" in dfedu["lam_rule"]
+    with pytest.warns(UnusedKeysWarning, match="'lam'"):  # said to the user, and not recorded as run
+        fedavg = execute(RunConfig(algorithm="fedavg", lam=0.5, **keys), tmp_path / "fedavg").summary
+    assert "lam" not in fedavg and "lam_rule" not in fedavg  # (FedAvg reads no lam: nothing recorded)
 
 
 def test_auto_picks_proxies_for_networks_and_learned_without_anything_to_relate() -> None:

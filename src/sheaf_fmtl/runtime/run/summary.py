@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ...config import RunConfig
-from ...config.registry import edge_weights_of
+from ...config.registry import algorithm_spec, edge_weights_of
 from ...federation import Cohorts
 from ...metrics.final import VOUCHED, file_digest
 from ...metrics.flops import SampleCounter
@@ -62,7 +62,8 @@ def summarize(
     if config.algorithm == "sheaf-fmtl":  # the coupling that ran (maps = auto: and why)
         summary.update(maps=config.maps, lam=config.lam, maps_auto=sim.maps_chosen, lam_rule=sim.lam_rule)
         summary["edge_weights"] = edge_weights_of(config)  # (auto: the mode's)
-    elif config.lam is not None:  # a baseline's strength, and how a default one was derived
+    elif config.lam is not None and "lam" in getattr(algorithm_spec(config.algorithm), "reads", ()):
+        # a baseline's strength, and how a default one was derived (none for one that reads no lam)
         summary.update(lam=config.lam, lam_rule=sim.lam_rule)
     summary.update(_bits_side_by_side(sim, summary["transmitted_bits"], diverged_at or done))
     if getattr(config, "compressor", "none") != "none":  # the compressed gossip that ran
