@@ -72,17 +72,17 @@ def test_run_seeds_stops_at_the_first_signal_and_a_rerun_continues(tmp_path, cap
 
 def test_sweep_stops_at_the_first_signal_and_a_rerun_continues(tmp_path, capsys, signal_at):
     out = tmp_path / "sweep"
-    argv = ["sweep", *TINY, "--grid", "lam=0.001,0.01,0.1", "--out", str(out)]
+    argv = ["sweep", *TINY, "--grid", "lam=0.01,0.1,0.3", "--out", str(out)]
     signal_at(5)  # cell 1 done, cell 2 stopped after round 1, cell 3 never started
     assert main(argv) == 143
     _one_line(capsys.readouterr().err, "sweep stopped by SIGTERM")
     rows = list(csv.DictReader(open(out / "sweep.csv")))
-    assert [r["lam"] for r in rows] == ["0.001"] and not (out / "best.yaml").exists()
+    assert [r["lam"] for r in rows] == ["0.01"] and not (out / "best.yaml").exists()
     assert len(list((out / "cells").iterdir())) == 2
     signal_at(0)
     assert main(argv) == 0
     rows = list(csv.DictReader(open(out / "sweep.csv")))
-    assert sorted(r["lam"] for r in rows) == ["0.001", "0.01", "0.1"] and (out / "best.yaml").is_file()
+    assert sorted(r["lam"] for r in rows) == ["0.01", "0.1", "0.3"] and (out / "best.yaml").is_file()
 
 
 def test_reproduce_stops_at_the_first_signal_and_a_rerun_continues(tmp_path, signal_at):

@@ -72,6 +72,14 @@ def fallback_note(why: str | None) -> str | None:
     )
 
 
+def coupled_dims(config: RunConfig, fed: Cohorts) -> np.ndarray:
+    """Each client's ``d`` as the coupling sees it: the model's, or the proxy's (``maps = proxy``)."""
+    dims = fed.node_dims()
+    if config.algorithm == "sheaf-fmtl" and config.maps == "proxy":
+        dims = np.full(len(dims), proxy_dim(config, fed) or 1, np.int64)
+    return dims
+
+
 def resolve_coupling(
     config: RunConfig, fed: Cohorts, graph: ClientGraph
 ) -> tuple[RunConfig, str | None, str | None]:
@@ -91,10 +99,7 @@ def resolve_coupling(
     ):  # (others leave lam unread, null)
         derived = None
         if config.algorithm == "sheaf-fmtl":
-            dims = fed.node_dims()
-            if config.maps == "proxy":
-                dims = np.full(len(dims), proxy_dim(config, fed) or 1, np.int64)
-            derived = default_strength(config, dims, graph)
+            derived = default_strength(config, coupled_dims(config, fed), graph)
         elif config.algorithm == "dfedu":  # the same rule at q = 1: like for like with the coordinate maps
             derived = dfedu_strength(config, graph)
         if derived is not None:

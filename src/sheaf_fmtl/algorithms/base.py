@@ -39,6 +39,14 @@ class State:
     opt_scalars: list[torch.Tensor] = field(default_factory=list)
     opt_t: list[torch.Tensor] = field(default_factory=list)
     opt_calls: int = 0
+    # The coupling step (algorithms/coupling_step.py): each client's effective local step of this
+    # round's local epochs per cohort [C] (float64, measured under an optimizer other than plain SGD;
+    # empty otherwise); the sum of the steps taken, the client-rounds and how many the cap held
+    # (numbers, or tensors on the device where the steps are measured: nothing is read back).
+    local_rate: list[torch.Tensor] = field(default_factory=list)
+    coupling_sum: float | torch.Tensor = 0.0
+    coupling_count: int = 0
+    coupling_capped: int | torch.Tensor = 0
     # Per-client fields (per-cohort stacks, or one [N, ...] stack) that a client sitting a round out
     # keeps as they were (drop_prob, runtime/engine/faults.py); replaced each round, never written in place.
     client_rows: ClassVar[tuple[str, ...]] = ("thetas", "opt_rows", "opt_scalars", "opt_t")

@@ -9,6 +9,7 @@ from ..config import ConfigError
 from .base import Context
 from .coordinate_state import CoordinateState
 from .coupling import require_stable_coupling
+from .coupling_step import reference_step
 from .coupling_strength import coupled_fraction, graph_lambda_max, mean_square_lambda
 
 
@@ -21,20 +22,44 @@ def check_coordinate_coupling(state: CoordinateState, ctx: Context, kind: str, e
     can exceed it in that round, and the next rounds' draws take it back). Fixed supports
     (``features``, ``aligned``) and the estimates' copies: the graph Laplacian's ``lambda_max``, which
     bounds every round's. Sets ``state.lambda_max``; returns a note for the user, or ``None``."""
+    cfg = ctx.config
+    assert cfg.lam is not None
+    lmax, operator = coupling_bound(state, ctx, kind, estimates)
+    state.lambda_max = lmax
+    note = require_stable_coupling(reference_step(cfg), cfg.lam, lmax, operator, maps=False)
+    if estimates:
+        check_refresh_rate(state, ctx, graph_lambda_max(ctx.graph))
+    return note
+
+
+def coupling_bound(state: CoordinateState, ctx: Context, kind: str, estimates: bool) -> tuple[float, str]:
+    """``(lambda_S, its name)``: the bound of :func:`check_coordinate_coupling` on every round's
+    sheaf Laplacian (maps drawn afresh each round: the mean-square bound; else the graph
+    Laplacian's ``lambda_max``)."""
     cfg, graph, layout = ctx.config, ctx.graph, state.layout
-    assert layout is not None and cfg.lam is not None
+    assert layout is not None
     lmax = graph_lambda_max(graph)
-    operator = "graph Laplacian bound"
     if state.constant_coords is None and not estimates:  # maps drawn afresh each round
         coupled = coupled_fraction(cfg.replace(maps="redrawn", map_kind=kind), layout.node_dims, graph)
         a_max = float(np.max(graph.half_edge_weights())) if graph.weighted else 1.0
         lmax = mean_square_lambda(coupled, lmax, a_max)
-        operator = f"mean-square bound over the maps drawn each round, q = {coupled.q:.3g}"
-    state.lambda_max = lmax
-    note = require_stable_coupling(cfg.alpha, cfg.lam, lmax, operator, maps=False)
+        return lmax, f"mean-square bound over the maps drawn each round, q = {coupled.q:.3g}"
+    return lmax, "graph Laplacian bound"
+
+
+def largest_pull(state: CoordinateState, ctx: Context, kind: str, estimates: bool) -> float:
+    """The largest pull per round ``c lam`` a measured coupling step may take (:mod:`.coupling_step`):
+    ``1 / lambda_S``, exact averaging along the top eigenvector (the ``lam`` rule's cap); with
+    estimates the rule's consensus step, ``p / ((2 - p) lambda_max(L))`` (half its limit)."""
     if estimates:
-        check_refresh_rate(state, ctx, graph_lambda_max(graph))
-    return note
+        layout = state.layout
+        assert layout is not None
+        p = float((layout.edge_dims / layout.node_dims[ctx.graph.edges[:, 0]]).min())
+        top = graph_lambda_max(ctx.graph)
+        return 0.5 * refresh_limit(p) / top if top > 0 else float("inf")
+    if state.lambda_max is None:  # (the start-up check did not run: summary.json reports it from here)
+        state.lambda_max = coupling_bound(state, ctx, kind, False)[0]
+    return 1.0 / state.lambda_max if state.lambda_max > 0 else float("inf")
 
 
 def refresh_limit(p: float) -> float:
@@ -58,12 +83,13 @@ def check_refresh_rate(state: CoordinateState, ctx: Context, lambda_max: float) 
     assert layout is not None and cfg.lam is not None
     rate = layout.edge_dims / layout.node_dims[graph.edges[:, 0]]
     p = float(rate.min())
-    step, limit = cfg.alpha * cfg.lam * lambda_max, refresh_limit(p)
+    alpha = reference_step(cfg)
+    step, limit = alpha * cfg.lam * lambda_max, refresh_limit(p)
     if step > limit:
         raise ConfigError(
             f"unstable configuration: maps=redrawn with estimates refreshes each coordinate of an "
             f"edge's copies about once in {1 / p:.3g} rounds (d_e/d = {p:.3g}), and "
-            f"alpha*lam*lambda_max = {cfg.alpha:g}*{cfg.lam:g}*{lambda_max:.4g} = {step:.3g} > 2p/(2-p) = "
-            f"{limit:.3g}, so the neighbours drift apart; use lam <= {limit / (cfg.alpha * lambda_max):.3g} "
+            f"alpha*lam*lambda_max = {alpha:g}*{cfg.lam:g}*{lambda_max:.4g} = {step:.3g} > 2p/(2-p) = "
+            f"{limit:.3g}, so the neighbours drift apart; use lam <= {limit / (alpha * lambda_max):.3g} "
             "(lam=null takes half of it), or raise gamma; stability_check=false skips this check"
         )

@@ -45,6 +45,7 @@ from ..config import RunConfig
 from ..config.registry import map_mode_spec
 from ..sheaf.graph import ClientGraph
 from ..sheaf.spectrum import graph_lambda_max
+from .coupling_step import measured, reference_step
 
 
 @dataclass(frozen=True)
@@ -94,17 +95,37 @@ def default_strength(
     lmax = graph_lambda_max(graph)
     a_max = float(np.max(graph.half_edge_weights())) if graph.weighted and graph.num_edges else 1.0
     lam_s = mean_square_lambda(coupled, lmax, a_max)
-    cap = math.inf if lam_s <= 0 else 1.0 / (config.alpha * lam_s)
+    cap = _cap(config, lam_s)
     wanted = spec.pull / coupled.q_min
     lam = float(f"{min(wanted, cap):.4g}")  # four digits, as config.yaml shows it
-    if not math.isfinite(lam):  # no edge: nothing to couple
-        lam = 0.0
+    if not math.isfinite(lam):  # no edge (or exact averaging at a measured step): the cap's place
+        lam = 0.0 if not graph.num_edges or lam_s <= 0 else float(f"{1.0 / (config.alpha * lam_s):.4g}")
     pull = "exact averaging" if math.isinf(spec.pull) else f"pull {spec.pull:g}/q = {wanted:.4g}"
     why = (
-        f"lam = min(pull/q, 1/(alpha lambda_S)) = {lam:.4g} ({pull}; q = {coupled.q_min:.4g}, "
-        f"lambda_S = {lam_s:.4g} from lambda_max(L) = {lmax:.4g}, alpha = {config.alpha:g})"
+        f"lam = min(pull/q, 1/({_step_name(config)} lambda_S)) = {lam:.4g} ({pull}; q = {coupled.q_min:.4g}, "
+        f"lambda_S = {lam_s:.4g} from lambda_max(L) = {lmax:.4g}, {_step_value(config)})"
     )
     return lam, why
+
+
+def _cap(config: RunConfig, lam_s: float) -> float:
+    """``1 / (c lambda_S)`` with the coupling step's start-up value ``c``; none (inf) where ``c`` is
+    measured each round (:mod:`.coupling_step`: the run caps ``c lam lambda_S <= 1`` instead)."""
+    if lam_s <= 0 or measured(config):
+        return math.inf
+    return 1.0 / (reference_step(config) * lam_s)
+
+
+def _step_name(config: RunConfig) -> str:
+    return "alpha" if config.coupling_step is None and not measured(config) else "c"
+
+
+def _step_value(config: RunConfig) -> str:
+    if measured(config):
+        return "c measured each round and capped at c lam lambda_S <= 1"
+    if config.coupling_step is not None:
+        return f"c = coupling_step = {config.coupling_step:g}"
+    return f"alpha = {config.alpha:g}"
 
 
 #: dFedU's pull: that of the mode that couples whole models with the same strength (``features``).
@@ -117,10 +138,45 @@ def dfedu_strength(config: RunConfig, graph: ClientGraph) -> tuple[float, str]:
     lmax = graph_lambda_max(graph)
     a_max = float(np.max(graph.half_edge_weights())) if graph.weighted and graph.num_edges else 1.0
     lam_s = mean_square_lambda(Coupled(1.0, 1.0, 1.0, 1), lmax, a_max)
-    cap = math.inf if lam_s <= 0 else 1.0 / (config.alpha * lam_s)
-    lam = float(f"{min(DFEDU_PULL, cap):.4g}")
+    lam = float(f"{min(DFEDU_PULL, _cap(config, lam_s)):.4g}")
     why = (
-        f"lam = min(pull, 1/(alpha lambda_max)) = {lam:.4g} (dFedU's pull {DFEDU_PULL:g}, as the feature "
-        f"maps'; q = 1, lambda_max(L) = {lmax:.4g}, alpha = {config.alpha:g})"
+        f"lam = min(pull, 1/({_step_name(config)} lambda_max)) = {lam:.4g} (dFedU's pull {DFEDU_PULL:g}, as "
+        f"the feature maps'; q = 1, lambda_max(L) = {lmax:.4g}, {_step_value(config)})"
     )
     return lam, why
+
+
+#: A user-set pull per round below this fraction of the rule's (1/20) gets a warning (:func:`negligible_note`).
+NEGLIGIBLE = 0.05
+
+
+def negligible_note(config: RunConfig, node_dims: np.ndarray, graph: ClientGraph) -> str | None:
+    """A one-line warning when a user-set ``lam`` (or ``coupling_step``) pulls each model by less than
+    :data:`NEGLIGIBLE` of what the rule's would, a round (``None`` otherwise, and where no rule
+    applies: the paper's learned maps, the server baselines). Under a measured coupling step both
+    pulls take the same ``c``, so ``lam`` alone is compared."""
+    if config.lam is None or config.lam <= 0 or not graph.num_edges:
+        return None
+    rule = config.replace(lam=None, coupling_step=None)
+    if config.algorithm == "dfedu":
+        derived: tuple[float, str] | None = dfedu_strength(rule, graph)
+    elif config.algorithm == "sheaf-fmtl":
+        derived = default_strength(rule, node_dims, graph)
+    else:
+        return None
+    if derived is None or derived[0] <= 0:
+        return None
+    if config.coupling_step is not None and measured(rule):
+        return None  # (the rule's step is measured as the run goes: no like-for-like number at start)
+    step, rule_step = reference_step(config), reference_step(rule)
+    pull, wanted = step * config.lam, rule_step * derived[0]
+    if pull >= NEGLIGIBLE * wanted:
+        return None
+    key = "lam" if config.coupling_step is None else "lam and coupling_step"
+    verb = "pulls" if config.coupling_step is None else "pull"
+    pulls = "" if measured(rule) else f" ({pull:.3g} against {wanted:.3g})"
+    return (
+        f"{key} {verb} each model {wanted / pull:.0f} times less a round than the default rule's{pulls}: "
+        f"the coupling is negligible and the run will end near local training; leave {key} out for the "
+        f"rule (lam = {derived[0]:.4g}), or raise lam"
+    )

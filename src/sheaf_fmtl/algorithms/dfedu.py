@@ -36,6 +36,7 @@ from ..messages import EdgeTensor, Payload, ServerTensor
 from .base import Algorithm, Context, register
 from .compressed import DifferenceExchange, analytic_bits, make_exchange
 from .coupling import require_stable_coupling
+from .coupling_step import CouplingStep, measured, reference_step
 from .coupling_strength import graph_lambda_max
 from .epoch import local_epochs
 from .gossip import GossipState, ModelGossip, gossip_init
@@ -67,6 +68,7 @@ class DFedU(Algorithm[GossipState]):
         self.a_half: torch.Tensor | None = None  # [H, 1] a_ij per half-edge (None: all 1)
         self.exchange: DifferenceExchange | None = None  # a compressor's (compressed.py); None: whole models
         self.gamma = 1.0  # the consensus step scaling the coupling (with a compressor)
+        self.coupling = CouplingStep(config, self.lam)  # the step after the local epochs (coupling_step.py)
 
     def _coupling(
         self, gossip: ModelGossip, theta: torch.Tensor, theirs: torch.Tensor, heard: torch.Tensor | None
@@ -86,16 +88,24 @@ class DFedU(Algorithm[GossipState]):
             a = state.gossip.on_half_edges(ctx.graph.half_edge_weights())
             self.a_half = torch.as_tensor(a, dtype=ref.dtype, device=ref.device)[:, None]
         compressing = ctx.config.compressor != "none"
-        checking = ctx.config.stability_check and self.lam > 0
+        # (a measured coupling step is capped each round instead: coupling_step.py)
+        checking = ctx.config.stability_check and self.lam > 0 and not measured(ctx.config)
         lambda_max = graph_lambda_max(ctx.graph) if compressing or checking else 0.0
+        step = reference_step(ctx.config)
         if compressing:  # (with lam = 0 nothing is coupled, but the messages are sent and counted)
-            self.exchange = make_exchange(ctx.config, ctx, state, self.alpha * self.lam, lambda_max)
+            self.exchange = make_exchange(ctx.config, ctx, state, step * self.lam, lambda_max)
             self.gamma = state.consensus_step or 1.0
         if checking:
             what = "graph Laplacian" + (f", consensus step {self.gamma:g}" if compressing else "")
-            note = require_stable_coupling(self.alpha, self.lam * self.gamma, lambda_max, what, maps=False)
+            note = require_stable_coupling(step, self.lam * self.gamma, lambda_max, what, maps=False)
             if note:
                 self.notes.append(note)
+
+        def largest() -> float:  # exact averaging along the top eigenvector, the consensus step's included
+            top = (lambda_max or graph_lambda_max(ctx.graph)) * self.gamma
+            return 1.0 / top if top > 0 else float("inf")
+
+        self.coupling.start(ctx, largest)
         return state
 
     def local(self, state: GossipState, ctx: Context) -> GossipState:
@@ -119,8 +129,12 @@ class DFedU(Algorithm[GossipState]):
             return self._compressed_step(state, incoming["model"], ctx)
         theirs, heard = gossip.received(incoming["model"]), gossip.heard(incoming["model"])
         theta = state.thetas[0]
-        if grads is None:  # local-epochs mode: the coupling step alone
-            state.thetas = [theta - (self.alpha * self.lam) * self._coupling(gossip, theta, theirs, heard)]
+        if grads is None:  # local-epochs mode: the coupling step alone, at its own step
+            step = self.coupling.steps(state, state.thetas)
+            pull = self._coupling(gossip, theta, theirs, heard)
+            state.thetas = [
+                theta - (step * self.lam if isinstance(step, float) else step[0] * self.lam) * pull
+            ]
             return state
         for step in range(self.local_steps):
             if step > 0:
@@ -139,8 +153,9 @@ class DFedU(Algorithm[GossipState]):
         diff = exchange.differences(state, exchange.receive(state, incoming))
         pull = gossip.neighbour_sum(diff if self.a_half is None else self.a_half * diff)
         theta, lam = state.thetas[0], self.lam * self.gamma
-        if state.grads is None:  # local-epochs mode: the coupling step alone
-            state.thetas = [theta - (self.alpha * lam) * pull]
+        if state.grads is None:  # local-epochs mode: the coupling step alone, at its own step
+            step = self.coupling.steps(state, state.thetas)
+            state.thetas = [theta - (step * lam if isinstance(step, float) else step[0] * lam) * pull]
             return state
         theta = theta - self.alpha * (state.grads + lam * pull)
         state.thetas = [sgd_steps(ctx, state, theta, self.local_steps - 1, self.alpha)]

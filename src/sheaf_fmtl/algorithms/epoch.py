@@ -31,6 +31,7 @@ import torch
 
 from ..federation import Batch, EpochPlan
 from .base import Context, State
+from .coupling_step import effective_step
 from .optim import init_state, local_step, plain, round_rate, step_cohort
 
 if TYPE_CHECKING:
@@ -84,18 +85,35 @@ def resolve_compile(config: RunConfig, fed: Cohorts) -> tuple[bool, str | None]:
 def local_epochs(ctx: Context, state: State, thetas: list[torch.Tensor], alpha: float) -> list[torch.Tensor]:
     """A round's local epochs of every cohort stack: the static step when the run set one up
     (``ctx.static_epoch``: ``compile`` resolved to true) and the gradients come from batches, else
-    the loop."""
+    the loop. Under an optimizer other than plain SGD, each client's effective step of the round
+    goes to ``state.local_rate`` (:func:`.coupling_step.effective_step`, what the coupling step
+    answers); plain SGD measures nothing (its step is ``alpha``)."""
+    grad_sum = None if plain(ctx.config) else [torch.zeros_like(t) for t in thetas]
     runner = ctx.static_epoch
     if isinstance(runner, StaticEpoch) and ctx.gradient_source is None:
-        return runner.run(ctx, state, thetas, alpha)
-    return loop_epochs(ctx, state, thetas, alpha)
+        after = runner.run(ctx, state, thetas, alpha, grad_sum)
+    else:
+        after = loop_epochs(ctx, state, thetas, alpha, grad_sum)
+    if grad_sum is not None:
+        state.local_rate = [effective_step(b, a, g) for b, a, g in zip(thetas, after, grad_sum, strict=True)]
+    return after
 
 
-def loop_epochs(ctx: Context, state: State, thetas: list[torch.Tensor], alpha: float) -> list[torch.Tensor]:
+def loop_epochs(
+    ctx: Context,
+    state: State,
+    thetas: list[torch.Tensor],
+    alpha: float,
+    grad_sum: list[torch.Tensor] | None = None,
+) -> list[torch.Tensor]:
     """``ctx.local_steps()`` steps, each on :meth:`Context.stochastic_gradients` (the batches of the
-    clients with samples left) and :func:`.optim.local_step`."""
+    clients with samples left) and :func:`.optim.local_step`; the gradients added into ``grad_sum``
+    (per cohort, in place) when given."""
     for _ in range(ctx.local_steps()):
         grads, state.batch_loss = ctx.stochastic_gradients(thetas)
+        if grad_sum is not None:
+            for total, g in zip(grad_sum, grads, strict=True):
+                total.add_(g)
         thetas = local_step(ctx, state, thetas, grads, alpha)
     return thetas
 
@@ -111,9 +129,16 @@ class StaticEpoch:
         default_factory=dict, repr=False
     )
 
-    def run(self, ctx: Context, state: State, thetas: list[torch.Tensor], alpha: float) -> list[torch.Tensor]:
-        """The round's ``local_epochs`` passes; the same iterates, losses, optimizer state and random
-        streams as :func:`loop_epochs`."""
+    def run(
+        self,
+        ctx: Context,
+        state: State,
+        thetas: list[torch.Tensor],
+        alpha: float,
+        grad_sum: list[torch.Tensor] | None = None,
+    ) -> list[torch.Tensor]:
+        """The round's ``local_epochs`` passes; the same iterates, losses, optimizer state, random
+        streams and gradient sums as :func:`loop_epochs`."""
         config, fed = ctx.config, ctx.fed
         thetas = list(thetas)
         sgd = plain(config)
@@ -136,6 +161,8 @@ class StaticEpoch:
                     out, f = self._step(k, cohort, config)(
                         thetas[k], cohort.x_train, cohort.y_train, idx[s], masks[s], rate
                     )
+                    if grad_sum is not None and not sgd:
+                        grad_sum[k].add_(out)
                     thetas[k] = out if sgd else step_cohort(config, state, k, thetas[k], out, active[s], lr)
                     losses.append(f)
                 state.batch_loss = fed.per_client(losses)

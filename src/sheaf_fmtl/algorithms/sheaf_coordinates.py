@@ -67,7 +67,7 @@ from ..sheaf.selection import SelectionDraws, Support, dense_maps
 from ..sheaf.supports import align_initial_models
 from . import edge_weights as relate
 from .base import Algorithm, Context, register_maps
-from .coordinate_stability import check_coordinate_coupling
+from .coordinate_stability import check_coordinate_coupling, largest_pull
 from .coordinate_state import (
     CoordinateState,
     aligned_supports,
@@ -76,6 +76,7 @@ from .coordinate_state import (
     flat_index,
     refresh_copies,
 )
+from .coupling_step import CouplingStep, measured
 from .epoch import local_epochs
 from .footprint import require_estimates_fit
 from .sheaf_messages import spread_heard
@@ -107,6 +108,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         self.models: list[Cohort] | None = None  # whose losses the relatedness probes (None: the clients')
         learned = edge_weights_of(config) == "relatedness" and self.lam > 0
         self.relate = relate.Relatedness() if learned else None  # edge weights (edge_weights.py)
+        self.coupling = CouplingStep(config, self.lam)  # the step after the local epochs (coupling_step.py)
 
     # -- start-up ---------------------------------------------------------------------------------
     def init(self, ctx: Context) -> CoordinateState:
@@ -130,10 +132,11 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
             )
         if self.relate is not None:
             self.relate.start(state)
-        if ctx.config.stability_check and self.lam > 0:
+        if ctx.config.stability_check and self.lam > 0 and not measured(cfg):  # (measured: capped each round)
             note = check_coordinate_coupling(state, ctx, self.kind, self.use_estimates)
             if note:
                 self.notes.append(note)
+        self.coupling.start(ctx, lambda: largest_pull(state, ctx, self.kind, self.use_estimates))
         return state
 
     # -- this round's maps -------------------------------------------------------------------------
@@ -234,7 +237,8 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
                     continue
                 own = self._messages(state)
             pull = self._pull(state, own, theirs, heard_b, held, weights)
-            state.thetas = coupled_step(state.thetas, grads, pull, self.alpha, self.lam)
+            own_step = self.coupling.steps(state, state.thetas) if grads is None else None
+            state.thetas = coupled_step(state.thetas, grads, pull, self.alpha, self.lam, own_step)
         state.own = state.grads = None
         state.round += 1
         state.maps_now = None  # the next round draws new maps (redrawn)

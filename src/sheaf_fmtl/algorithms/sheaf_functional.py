@@ -12,7 +12,8 @@ of a probe over the shared feature space.
 Energy ``lam/2 sum_e a_e ||P_ij(theta_i) - P_ji(theta_j)||^2``; its gradient at ``theta_i`` is
 ``lam sum_j a_ij J_ij^T r_ij`` with ``J_ij`` the Jacobian of ``P_ij`` and ``r_ij = P_ij(theta_i) -
 P_ji(theta_j)``, taken by autograd through the forward pass that made the message. Coupling step
-(with ``local_epochs = E > 0`` after the ``E`` local passes, without the gradient):
+(with ``local_epochs = E > 0`` after the ``E`` local passes with the local optimizer, without the
+gradient and at the coupling's own step ``c``, :mod:`.coupling_step`):
     ``theta_i <- theta_i - alpha (g_i + lam sum_j a_ij J_ij^T r_ij)``.
 Messages: ``B x outputs`` floats per half-edge and round. A message that did not arrive skips its
 edge's terms. There is no start-up step-size check: the coupling's curvature depends on the models'
@@ -38,6 +39,8 @@ from ..messages import EdgeTensor, Payload
 from ..sheaf.layout import SheafLayout, build_layout
 from ..sheaf.probes import noise_probes, pool_rows
 from .base import Algorithm, Context, PerSampleFlops, State, register_maps
+from .coupling_step import CouplingStep
+from .epoch import local_epochs
 from .steps import coupled_step
 
 NOT_DATA = ("leaves", "outputs", "weights", "columns", "pool")
@@ -150,6 +153,7 @@ class FunctionalSheaf(Algorithm[FunctionalState]):
         self.size, self.local_steps = config.probe_size, config.local_steps
         self.probe_data = config.probe_data
         self.shape: tuple[int, ...] = ()
+        self.coupling = CouplingStep(config, self.lam)  # the step after the local epochs (coupling_step.py)
 
     # -- start-up ---------------------------------------------------------------------------------
     def init(self, ctx: Context) -> FunctionalState:
@@ -191,6 +195,7 @@ class FunctionalSheaf(Algorithm[FunctionalState]):
                     f"maps=functional: model {cohort.model_name} gives outputs of shape "
                     f"{list(out.shape[1:])} on {self.size} probes; expected [{self.size}, {outputs}]"
                 )
+        self.coupling.start(ctx, lambda: math.inf)  # (no bound: the curvature moves with the Jacobians)
         return state
 
     # -- the maps ----------------------------------------------------------------------------------
@@ -226,10 +231,8 @@ class FunctionalSheaf(Algorithm[FunctionalState]):
 
     # -- rounds ------------------------------------------------------------------------------------
     def local(self, state: FunctionalState, ctx: Context) -> FunctionalState:
-        if ctx.epoch_mode:
-            for _ in range(ctx.local_steps()):
-                grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
-                state.thetas = [t - self.alpha * g for t, g in zip(state.thetas, grads, strict=True)]
+        if ctx.epoch_mode:  # E passes with the local optimizer; the coupling step follows the exchange
+            state.thetas = local_epochs(ctx, state, state.thetas, self.alpha)
             state.grads = None
         else:
             state.grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
@@ -255,7 +258,8 @@ class FunctionalSheaf(Algorithm[FunctionalState]):
                 grads, state.batch_loss = ctx.stochastic_gradients(state.thetas)
                 leaves, outs = self.maps(state, ctx, state.round, grad=True)
             pull = self._pull(state, leaves, outs, list(theirs), held)
-            state.thetas = coupled_step(state.thetas, grads, pull, self.alpha, self.lam)
+            own_step = self.coupling.steps(state, state.thetas) if grads is None else None
+            state.thetas = coupled_step(state.thetas, grads, pull, self.alpha, self.lam, own_step)
         state.leaves = state.outputs = state.grads = None
         state.round += 1
         return state

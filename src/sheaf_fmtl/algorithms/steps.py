@@ -50,12 +50,17 @@ def coupled_step(
     pull: list[torch.Tensor],
     alpha: float,
     lam: float,
+    step: float | list[torch.Tensor] | None = None,
 ) -> list[torch.Tensor]:
     """The coupling step of Sheaf-FMTL's map modes per cohort stack (paper eq. (18) ``thetaupdate``):
     ``theta <- theta - alpha (g + lam c)``, or without gradients (after the local epochs)
-    ``theta <- theta - alpha lam c``; ``c``: the coupling term ``pull``."""
+    ``theta <- theta - s lam c`` with the coupling's own step ``s`` (a number, or per cohort ``[C, 1]``;
+    :mod:`.coupling_step`; ``None``: ``alpha``); ``c``: the coupling term ``pull``."""
     if grads is None:
-        return [t - (alpha * lam) * c for t, c in zip(thetas, pull, strict=True)]
+        s = alpha if step is None else step
+        if isinstance(s, float):
+            return [t - (s * lam) * c for t, c in zip(thetas, pull, strict=True)]
+        return [t - (r * lam) * c for t, r, c in zip(thetas, s, pull, strict=True)]
     return [t - alpha * (g + lam * c) for t, g, c in zip(thetas, grads, pull, strict=True)]
 
 

@@ -28,5 +28,6 @@ def default_lam(config: RunConfig, lambda_max: float | None = None, refresh: flo
     if spec is not None and "estimates" in spec.reads and config.estimates:
         p = refresh if refresh is not None else config.gamma
         top = lambda_max if lambda_max is not None and lambda_max > 0 else 2.0
-        return p / (2.0 - p) / (config.alpha * top)
+        step = config.coupling_step if config.coupling_step is not None else config.alpha
+        return p / (2.0 - p) / (step * top)
     return spec.default_lam if spec is not None else LAM_DEFAULT

@@ -112,6 +112,15 @@ class TrainingKeys(ProblemKeys):
         "says how it was derived. See the maps page.",
     )
     alpha: float = _key(0.05, "Step size of the model updates.")
+    coupling_step: float | None = _key(
+        None,
+        "With `local_epochs > 0`: the step `c` of the coupling step after the local epochs, `theta_i -= c "
+        "lam sum_j P_ij^T (P_ij theta_i - P_ji theta_j)` (pull per round `c lam`), taken outside the "
+        "local optimizer. `null`: the local optimizer's effective step, measured each round from how far "
+        "it moved each client along its gradients (`alpha` under plain SGD), times `sqrt(S / 16)` for a "
+        "round of `S > 16` local steps; a number: that step. Sheaf-FMTL's coordinate and proxy maps, "
+        "`functional`, dFedU; the paper's `learned`/`fixed` maps keep `alpha`. See the maps page.",
+    )
     eta: float = _key(0.01, "Step size of the restriction-map updates (0: fixed maps).")
     gamma: float = _key(
         0.3,

@@ -38,6 +38,7 @@ def _check_together(config: StepKeys) -> None:
     _check_maps(config)
     _check_optimizer(config)
     _check_compression(config)
+    _check_coupling_step(config)
     check_schedule(config)
 
 
@@ -129,6 +130,12 @@ def _check_optimizer(config: StepKeys) -> None:
             f"fedavg-ft, and with {', '.join(_SGD_WITHOUT_EPOCHS)} when local_epochs > 0; leave {key} out "
             f"for {config.algorithm}"
         )
+    if config.algorithm == "sheaf-fmtl" and config.maps == "proxy":
+        raise ConfigError(
+            f"config key '{key}' = {value} does not apply to maps=proxy: each local step moves the private "
+            "model and the proxy together by plain SGD at alpha; leave it out, or choose maps=aligned "
+            "(networks of different sizes) or one architecture for every client (maps=redrawn)"
+        )
     if config.algorithm in _SGD_WITHOUT_EPOCHS and config.local_epochs == 0:
         raise ConfigError(
             f"config key '{key}' = {value} with algorithm={config.algorithm} needs local_epochs > 0: each "
@@ -180,3 +187,33 @@ def _settings(key: str, values: str) -> str:
 
 def _modes_reading(key: str) -> str:
     return " or ".join(m for m in registry.map_mode_names() if m != registry.AUTO and _mode_reads(m, key))
+
+
+#: Map modes of ``sheaf-fmtl`` whose coupling step is Algorithm 1's, ``alpha`` for both terms.
+_ALGORITHM_1_MAPS = ("learned", "fixed")
+
+
+def _check_coupling_step(config: StepKeys) -> None:
+    """``coupling_step`` only where a coupling step of its own follows the local epochs:
+    ``sheaf-fmtl`` with maps other than the paper's and dFedU, with ``local_epochs > 0``."""
+    if config.coupling_step is None:
+        return
+    value = config.coupling_step
+    if config.algorithm not in ("sheaf-fmtl", "dfedu"):
+        raise ConfigError(
+            f"config key 'coupling_step' = {value:g} applies to algorithm=sheaf-fmtl or dfedu (a coupling "
+            f"step after the local epochs); got algorithm={config.algorithm}: leave coupling_step out"
+        )
+    if config.algorithm == "sheaf-fmtl" and (config.maps in _ALGORITHM_1_MAPS or config.topology != "none"):
+        what = f"maps={config.maps}" if config.topology == "none" else f"topology={config.topology}"
+        raise ConfigError(
+            f"config key 'coupling_step' = {value:g} does not apply to {what}: the paper's Algorithm 1 "
+            "steps the models by alpha for both terms; leave coupling_step out, or choose another map mode "
+            f"({setting('maps', 'auto')})"
+        )
+    if config.local_epochs == 0:
+        raise ConfigError(
+            f"config key 'coupling_step' = {value:g} needs local_epochs > 0: with local_epochs = 0 each "
+            "step takes the gradient and the coupling in one SGD formula, at alpha; add "
+            f"{setting('local_epochs', 1)}, or leave coupling_step out"
+        )

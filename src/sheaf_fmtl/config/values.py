@@ -50,6 +50,7 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "local_epochs": (0, True, None, False, "local_epochs >= 0 (0 = local_steps steps per round)"),
     "lam": (0.0, True, None, False, "lam >= 0"),
     "alpha": (0.0, False, None, False, "alpha > 0"),
+    "coupling_step": (0.0, False, None, False, "coupling_step > 0 (null: measured from the local work)"),
     "eta": (0.0, True, None, False, "eta >= 0"),
     "gamma": (0.0, False, 1.0, True, "0 < gamma <= 1"),
     "distill": (0.0, True, None, False, "distill >= 0"),

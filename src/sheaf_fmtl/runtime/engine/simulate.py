@@ -15,7 +15,9 @@ import numpy as np
 import torch
 
 from ...algorithms import Algorithm, Context, State, make_algorithm
+from ...algorithms.auto_maps import coupled_dims as _coupled_dims
 from ...algorithms.auto_maps import fallback_note, resolve_coupling
+from ...algorithms.coupling_strength import negligible_note
 from ...algorithms.epoch import StaticEpoch, resolve_compile
 from ...algorithms.sheaf_fmtl import SheafState
 from ...config import ConfigError, RunConfig
@@ -292,6 +294,9 @@ def build_simulation(
     state = algorithm.init(ctx)
     if (note := fallback_note(chosen)) is not None:
         algorithm.notes.append(note)  # type: ignore[attr-defined]  # sheaf-fmtl's (maps = auto)
+    weak = negligible_note(config, _coupled_dims(config, fed), graph)
+    if weak is not None and isinstance(getattr(algorithm, "notes", None), list):
+        algorithm.notes.append(weak)  # type: ignore[attr-defined]  # the algorithms with a lam rule
     sim = Simulation(config, ctx, algorithm, state, transport, maps_chosen=chosen, lam_rule=lam_rule)
     sim.compiled, sim.compile_note = compiled, compile_note
     return sim

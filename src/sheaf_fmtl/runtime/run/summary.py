@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ...algorithms.coupling_step import CouplingStep, totals
 from ...config import RunConfig
 from ...config.registry import algorithm_spec, edge_weights_of
 from ...federation import Cohorts
@@ -65,6 +66,7 @@ def summarize(
     elif config.lam is not None and "lam" in getattr(algorithm_spec(config.algorithm), "reads", ()):
         # a baseline's strength, and how a default one was derived (none for one that reads no lam)
         summary.update(lam=config.lam, lam_rule=sim.lam_rule)
+    summary.update(_coupling_step(sim))
     summary.update(_bits_side_by_side(sim, summary["transmitted_bits"], diverged_at or done))
     if getattr(config, "compressor", "none") != "none":  # the compressed gossip that ran
         summary.update(
@@ -110,3 +112,16 @@ def config_with_clients(config: RunConfig, fed: Cohorts) -> RunConfig:
     sizes = fed.train_sizes if fed.train_sizes is not None else [len(c.y_train) for c in fed.dataset.clients]
     with_data = sum(int(n) > 0 for n in sizes)  # also clients held elsewhere
     return config.replace(clients=with_data) if with_data >= 2 else config
+
+
+def _coupling_step(sim: Simulation[Any]) -> dict[str, Any]:
+    """The coupling step that ran after the local epochs (``algorithms/coupling_step.py``): its rule,
+    its mean and the pull per round over every client-round, the local optimizer (a collective)."""
+    algorithm, state = sim.algorithm, sim.state
+    coupler = getattr(algorithm, "coupler", None)  # maps = proxy: the proxies' coordinate coupling
+    if coupler is not None:
+        algorithm, state = coupler, getattr(state, "coupling", state)
+    step = getattr(algorithm, "coupling", None)
+    if not isinstance(step, CouplingStep) or sim.config.local_epochs == 0:
+        return {}
+    return {**step.record(sim.ctx.comm.all_sum(totals(state))), "optimizer": sim.config.optimizer}
