@@ -70,6 +70,7 @@ def test_rmnist_toolbox_trains_the_standard_setting_and_scores_the_best_models_o
     result = _main("rmnist_toolbox.py")(["--quick", "--out", str(tmp_path / "run")])
     s = result.summary
     assert s["evaluated_on"] == "validation" and 0.0 <= s["best_test_accuracy"] <= 1.0
+    assert s["lam_rule"] and s["coupling_step"].startswith("the local optimizer's effective step")
     assert result.config.partition == "dirichlet" and result.config.model == "cnn-bn"
     assert "batchnorm" in torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
     header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0].split(",")
