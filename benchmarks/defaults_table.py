@@ -4,6 +4,7 @@ split, never on test data), over seeds; paired differences against local trainin
 
     PYTHONPATH=src .venv/bin/python benchmarks/defaults_table.py --out benchmarks/results/defaults
     # real data: SHEAF_FMTL_DATA=DIR (school, vehicle); --problems to choose; --seeds 5 6 7 8
+    # another local optimizer for every run: --keys '{"optimizer": "AdamW", "alpha": 0.001}'
 
 The second table: the rivals on the problems with one model size (pFedGraph with its `lam` chosen
 on the validation split as dFedU's, DPFL, FedAvg and D-PSGD with fine-tuning, partial
@@ -177,6 +178,12 @@ def main() -> None:
     parser.add_argument("--problems", nargs="*", default=list(PROBLEMS))
     parser.add_argument("--seeds", nargs="*", type=int, default=[5, 6, 7, 8])
     parser.add_argument("--no-rivals", dest="rivals", action="store_false", help="only the first table")
+    parser.add_argument(
+        "--keys",
+        type=json.loads,
+        default={},
+        help='keys on top of every run\'s, e.g. \'{"optimizer": "AdamW", "alpha": 0.001}\'',
+    )
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -187,6 +194,7 @@ def main() -> None:
     ).stdout.strip()
     for name in args.problems:
         keys, dfedu = PROBLEMS[name]
+        keys = {**keys, **args.keys}  # (e.g. another local optimizer: the AdamW column)
         done = results.setdefault(name, {})
         for seed in args.seeds:
             for tag, extra in (("default", {}), ("local", {"algorithm": "local"})):
