@@ -146,7 +146,7 @@ def dfedu_strength(config: RunConfig, graph: ClientGraph) -> tuple[float, str]:
     return lam, why
 
 
-#: A user-set pull per round below this fraction of the rule's (1/20) gets a warning (:func:`negligible_note`).
+#: A user-set pull per round below this fraction of the rule's (1/20) is warned of (:func:`negligible_note`).
 NEGLIGIBLE = 0.05
 
 
