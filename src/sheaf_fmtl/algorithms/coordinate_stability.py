@@ -52,10 +52,7 @@ def largest_pull(state: CoordinateState, ctx: Context, kind: str, estimates: boo
     ``1 / lambda_S``, exact averaging along the top eigenvector (the ``lam`` rule's cap); with
     estimates the rule's consensus step, ``p / ((2 - p) lambda_max(L))`` (half its limit)."""
     if estimates:
-        layout = state.layout
-        assert layout is not None
-        p = float((layout.edge_dims / layout.node_dims[ctx.graph.edges[:, 0]]).min())
-        top = graph_lambda_max(ctx.graph)
+        p, top = refresh_rate(state, ctx), graph_lambda_max(ctx.graph)
         return 0.5 * refresh_limit(p) / top if top > 0 else float("inf")
     if state.lambda_max is None:  # (the start-up check did not run: summary.json reports it from here)
         state.lambda_max = coupling_bound(state, ctx, kind, False)[0]
@@ -79,10 +76,9 @@ def check_refresh_rate(state: CoordinateState, ctx: Context, lambda_max: float) 
     ``p = min d_e/d`` the smallest refresh rate of an edge's copies: a copy's residual
     ``xhat_(i|e) - xhat_(j|e)`` is re-applied every round until its next refresh, so a larger
     consensus step overshoots and the neighbours drift apart."""
-    layout, graph, cfg = state.layout, ctx.graph, ctx.config
-    assert layout is not None and cfg.lam is not None
-    rate = layout.edge_dims / layout.node_dims[graph.edges[:, 0]]
-    p = float(rate.min())
+    cfg = ctx.config
+    assert cfg.lam is not None
+    p = refresh_rate(state, ctx)
     alpha = reference_step(cfg)
     step, limit = alpha * cfg.lam * lambda_max, refresh_limit(p)
     if step > limit:
@@ -93,3 +89,10 @@ def check_refresh_rate(state: CoordinateState, ctx: Context, lambda_max: float) 
             f"{limit:.3g}, so the neighbours drift apart; use lam <= {limit / (alpha * lambda_max):.3g} "
             "(lam=null takes half of it), or raise gamma; stability_check=false skips this check"
         )
+
+
+def refresh_rate(state: CoordinateState, ctx: Context) -> float:
+    """``p = min_e d_e / d``: the smallest rate at which a coordinate of an edge's copies is refreshed."""
+    layout = state.layout
+    assert layout is not None
+    return float((layout.edge_dims / layout.node_dims[ctx.graph.edges[:, 0]]).min())

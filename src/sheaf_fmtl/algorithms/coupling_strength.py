@@ -98,8 +98,8 @@ def default_strength(
     cap = _cap(config, lam_s)
     wanted = spec.pull / coupled.q_min
     lam = float(f"{min(wanted, cap):.4g}")  # four digits, as config.yaml shows it
-    if not math.isfinite(lam):  # no edge (or exact averaging at a measured step): the cap's place
-        lam = 0.0 if not graph.num_edges or lam_s <= 0 else float(f"{1.0 / (config.alpha * lam_s):.4g}")
+    if not math.isfinite(lam):  # no edge: nothing to couple
+        lam = 0.0
     pull = "exact averaging" if math.isinf(spec.pull) else f"pull {spec.pull:g}/q = {wanted:.4g}"
     why = (
         f"lam = min(pull/q, 1/({_step_name(config)} lambda_S)) = {lam:.4g} ({pull}; q = {coupled.q_min:.4g}, "

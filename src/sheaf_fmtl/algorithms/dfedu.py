@@ -40,7 +40,7 @@ from .coupling_step import CouplingStep, measured, reference_step
 from .coupling_strength import graph_lambda_max
 from .epoch import local_epochs
 from .gossip import GossipState, ModelGossip, gossip_init
-from .steps import gradient, sgd_steps
+from .steps import coupled_step, gradient, sgd_steps
 
 
 def _neighbour_flops(config: RunConfig, dim: int, clients: int, half_edges: int) -> int:
@@ -130,11 +130,9 @@ class DFedU(Algorithm[GossipState]):
         theirs, heard = gossip.received(incoming["model"]), gossip.heard(incoming["model"])
         theta = state.thetas[0]
         if grads is None:  # local-epochs mode: the coupling step alone, at its own step
-            step = self.coupling.steps(state, state.thetas)
             pull = self._coupling(gossip, theta, theirs, heard)
-            state.thetas = [
-                theta - (step * self.lam if isinstance(step, float) else step[0] * self.lam) * pull
-            ]
+            own_step = self.coupling.steps(state, state.thetas)
+            state.thetas = coupled_step(state.thetas, None, [pull], self.alpha, self.lam, own_step)
             return state
         for step in range(self.local_steps):
             if step > 0:
@@ -154,8 +152,8 @@ class DFedU(Algorithm[GossipState]):
         pull = gossip.neighbour_sum(diff if self.a_half is None else self.a_half * diff)
         theta, lam = state.thetas[0], self.lam * self.gamma
         if state.grads is None:  # local-epochs mode: the coupling step alone, at its own step
-            step = self.coupling.steps(state, state.thetas)
-            state.thetas = [theta - (step * lam if isinstance(step, float) else step[0] * lam) * pull]
+            own_step = self.coupling.steps(state, state.thetas)
+            state.thetas = coupled_step(state.thetas, None, [pull], self.alpha, lam, own_step)
             return state
         theta = theta - self.alpha * (state.grads + lam * pull)
         state.thetas = [sgd_steps(ctx, state, theta, self.local_steps - 1, self.alpha)]
