@@ -29,7 +29,7 @@ from ..config.defaults import default_lam
 from ..config.registry import algorithm_spec
 from ..federation import Cohorts
 from ..sheaf.graph import ClientGraph
-from .coupling_strength import default_strength, dfedu_strength, graph_lambda_max
+from .coupling_strength import default_strength, dfedu_strength, scheduled_lambda_max
 from .sheaf_proxy import proxy_dim
 
 
@@ -108,7 +108,7 @@ def resolve_coupling(
         else:
             lmax = refresh = None
             if config.algorithm == "sheaf-fmtl" and config.estimates and graph.num_edges:
-                lmax = graph_lambda_max(graph)
+                lmax = scheduled_lambda_max(config, graph)
                 dims = fed.node_dims()[graph.edges[:, 0]]
                 refresh = float((np.maximum(1, np.floor(config.gamma * dims)) / dims).min())
             config = config.replace(lam=default_lam(config, lmax, refresh))

@@ -10,7 +10,7 @@ from .base import Context
 from .coordinate_state import CoordinateState
 from .coupling import require_stable_coupling
 from .coupling_step import reference_step
-from .coupling_strength import coupled_fraction, graph_lambda_max, mean_square_lambda
+from .coupling_strength import coupled_fraction, mean_square_lambda, scheduled_lambda_max
 
 
 def check_coordinate_coupling(state: CoordinateState, ctx: Context, kind: str, estimates: bool) -> str | None:
@@ -28,7 +28,7 @@ def check_coordinate_coupling(state: CoordinateState, ctx: Context, kind: str, e
     state.lambda_max = lmax
     note = require_stable_coupling(reference_step(cfg), cfg.lam, lmax, operator, maps=False)
     if estimates:
-        check_refresh_rate(state, ctx, graph_lambda_max(ctx.graph))
+        check_refresh_rate(state, ctx, scheduled_lambda_max(ctx.config, ctx.graph))
     return note
 
 
@@ -38,7 +38,7 @@ def coupling_bound(state: CoordinateState, ctx: Context, kind: str, estimates: b
     Laplacian's ``lambda_max``)."""
     cfg, graph, layout = ctx.config, ctx.graph, state.layout
     assert layout is not None
-    lmax = graph_lambda_max(graph)
+    lmax = scheduled_lambda_max(cfg, graph)
     if state.constant_coords is None and not estimates:  # maps drawn afresh each round
         coupled = coupled_fraction(cfg.replace(maps="redrawn", map_kind=kind), layout.node_dims, graph)
         a_max = float(np.max(graph.half_edge_weights())) if graph.weighted else 1.0
@@ -52,7 +52,7 @@ def largest_pull(state: CoordinateState, ctx: Context, kind: str, estimates: boo
     ``1 / lambda_S``, exact averaging along the top eigenvector (the ``lam`` rule's cap); with
     estimates the rule's consensus step, ``p / ((2 - p) lambda_max(L))`` (half its limit)."""
     if estimates:
-        p, top = refresh_rate(state, ctx), graph_lambda_max(ctx.graph)
+        p, top = refresh_rate(state, ctx), scheduled_lambda_max(ctx.config, ctx.graph)
         return 0.5 * refresh_limit(p) / top if top > 0 else float("inf")
     if state.lambda_max is None:  # (the start-up check did not run: summary.json reports it from here)
         state.lambda_max = coupling_bound(state, ctx, kind, False)[0]

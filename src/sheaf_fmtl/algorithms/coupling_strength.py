@@ -44,7 +44,7 @@ import numpy as np
 from ..config import RunConfig
 from ..config.registry import map_mode_spec
 from ..sheaf.graph import ClientGraph
-from ..sheaf.spectrum import graph_lambda_max
+from ..sheaf.links import link_fraction, round_lambda_max
 from .coupling_step import measured, reference_step
 
 
@@ -92,20 +92,43 @@ def default_strength(
     if spec is None or spec.pull is None or config.estimates and config.maps == "redrawn":
         return None
     coupled = coupled_fraction(config, node_dims, graph)
-    lmax = graph_lambda_max(graph)
+    lmax, links = scheduled_lambda_max(config, graph), scheduled_fraction(config, graph)
     a_max = float(np.max(graph.half_edge_weights())) if graph.weighted and graph.num_edges else 1.0
     lam_s = mean_square_lambda(coupled, lmax, a_max)
     cap = _cap(config, lam_s)
-    wanted = spec.pull / coupled.q_min
+    wanted = spec.pull / (coupled.q_min * links)
     lam = float(f"{min(wanted, cap):.4g}")  # four digits, as config.yaml shows it
     if not math.isfinite(lam):  # no edge: nothing to couple
         lam = 0.0
-    pull = "exact averaging" if math.isinf(spec.pull) else f"pull {spec.pull:g}/q = {wanted:.4g}"
+    per = "q" if links == 1.0 else "(q b)"
+    pull = "exact averaging" if math.isinf(spec.pull) else f"pull {spec.pull:g}/{per} = {wanted:.4g}"
     why = (
-        f"lam = min(pull/q, 1/({_step_name(config)} lambda_S)) = {lam:.4g} ({pull}; q = {coupled.q_min:.4g}, "
-        f"lambda_S = {lam_s:.4g} from lambda_max(L) = {lmax:.4g}, {_step_value(config)})"
+        f"lam = min(pull/{per}, 1/({_step_name(config)} lambda_S)) = {lam:.4g} ({pull}; q = "
+        f"{coupled.q_min:.4g}{_links_note(links)}, lambda_S = {lam_s:.4g} from {_lmax_name(config)} = "
+        f"{lmax:.4g}, {_step_value(config)})"
     )
     return lam, why
+
+
+def scheduled_lambda_max(config: RunConfig, graph: ClientGraph) -> float:
+    """``lambda_max`` bounding every round's Laplacian: the graph's, or under budgeted links the
+    round's bound (:func:`~sheaf_fmtl.sheaf.links.round_lambda_max`)."""
+    return round_lambda_max(config.graph_schedule, config.link_budget, graph)
+
+
+def scheduled_fraction(config: RunConfig, graph: ClientGraph) -> float:
+    """``b``, the expected share of the edges on in a round (budgeted links; else 1): the rules'
+    pull is divided by it, so a round pulls on average as a round of the whole graph."""
+    return link_fraction(config.graph_schedule, config.link_budget, graph)
+
+
+def _links_note(links: float) -> str:
+    return "" if links == 1.0 else f", b = {links:.3g} of the edges a round"
+
+
+def _lmax_name(config: RunConfig) -> str:
+    budgeted = config.graph_schedule in ("matchings", "sampled-edges")
+    return "lambda_max(L_t) <= min(lambda_max(L), 2 k)" if budgeted else "lambda_max(L)"
 
 
 def _cap(config: RunConfig, lam_s: float) -> float:
@@ -135,13 +158,15 @@ DFEDU_PULL = 0.1
 def dfedu_strength(config: RunConfig, graph: ClientGraph) -> tuple[float, str]:
     """``(lam, why)`` of dFedU's default, the rule of :func:`default_strength` at ``q = 1``:
     ``lam = min(pull, 1 / (alpha lambda_max(L)))`` with ``L`` the (weighted) graph Laplacian."""
-    lmax = graph_lambda_max(graph)
+    lmax, links = scheduled_lambda_max(config, graph), scheduled_fraction(config, graph)
     a_max = float(np.max(graph.half_edge_weights())) if graph.weighted and graph.num_edges else 1.0
     lam_s = mean_square_lambda(Coupled(1.0, 1.0, 1.0, 1), lmax, a_max)
-    lam = float(f"{min(DFEDU_PULL, _cap(config, lam_s)):.4g}")
+    lam = float(f"{min(DFEDU_PULL / links, _cap(config, lam_s)):.4g}")
+    pull = "pull" if links == 1.0 else "pull/b"
     why = (
-        f"lam = min(pull, 1/({_step_name(config)} lambda_max)) = {lam:.4g} (dFedU's pull {DFEDU_PULL:g}, as "
-        f"the feature maps'; q = 1, lambda_max(L) = {lmax:.4g}, {_step_value(config)})"
+        f"lam = min({pull}, 1/({_step_name(config)} lambda_max)) = {lam:.4g} (dFedU's pull "
+        f"{DFEDU_PULL:g}, as the feature maps'; q = 1{_links_note(links)}, {_lmax_name(config)} = "
+        f"{lmax:.4g}, {_step_value(config)})"
     )
     return lam, why
 

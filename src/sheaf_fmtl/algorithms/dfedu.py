@@ -37,7 +37,7 @@ from .base import Algorithm, Context, register
 from .compressed import DifferenceExchange, analytic_bits, make_exchange
 from .coupling import require_stable_coupling
 from .coupling_step import CouplingStep, measured, reference_step
-from .coupling_strength import graph_lambda_max
+from .coupling_strength import scheduled_lambda_max
 from .epoch import local_epochs
 from .gossip import GossipState, ModelGossip, gossip_init
 from .steps import coupled_step, gradient, sgd_steps
@@ -90,7 +90,7 @@ class DFedU(Algorithm[GossipState]):
         compressing = ctx.config.compressor != "none"
         # (a measured coupling step is capped each round instead: coupling_step.py)
         checking = ctx.config.stability_check and self.lam > 0 and not measured(ctx.config)
-        lambda_max = graph_lambda_max(ctx.graph) if compressing or checking else 0.0
+        lambda_max = scheduled_lambda_max(ctx.config, ctx.graph) if compressing or checking else 0.0
         step = reference_step(ctx.config)
         if compressing:  # (with lam = 0 nothing is coupled, but the messages are sent and counted)
             self.exchange = make_exchange(ctx.config, ctx, state, step * self.lam, lambda_max)
@@ -102,7 +102,7 @@ class DFedU(Algorithm[GossipState]):
                 self.notes.append(note)
 
         def largest() -> float:  # exact averaging along the top eigenvector, the consensus step's included
-            top = (lambda_max or graph_lambda_max(ctx.graph)) * self.gamma
+            top = (lambda_max or scheduled_lambda_max(ctx.config, ctx.graph)) * self.gamma
             return 1.0 / top if top > 0 else float("inf")
 
         self.coupling.start(ctx, largest)

@@ -36,10 +36,10 @@ import torch
 from ..config import RunConfig
 from ..messages import EdgeTensor, Payload, ServerTensor
 from ..sheaf.graph import ClientGraph
+from ..sheaf.spectrum import graph_lambda_max
 from ..warn import user_stacklevel
 from .base import Algorithm, Context, register
 from .compressed import DifferenceExchange, analytic_bits, make_exchange
-from .coupling_strength import graph_lambda_max
 from .epoch import local_epochs
 from .gossip import GossipState, ModelGossip, gossip_init
 from .steps import gradient, sgd_steps

@@ -46,7 +46,14 @@ class RunKeys(MapKeys):
         "The graph of each round: `fixed` (the `graph`), `random-peers` (each round each client picks "
         "`peers` random partners out of `peers_from`, and couples with them and with whoever picked it) or "
         "`exponential` (one-peer exponential graph: round `t` couples `i` with `i + 2^((t-1) mod "
-        "ceil(log2 N))` mod N). Edges off in a round send nothing. See the faults and schedules page.",
+        "ceil(log2 N))` mod N), or a budget of links a round (`matchings`: `link_budget` of the graph's "
+        "matchings talk, one when null; `sampled-edges`: `link_budget` of its edges, drawn at random). "
+        "Edges off in a round send nothing. See the faults and schedules page.",
+    )
+    link_budget: float | None = _key(
+        None,
+        "`graph_schedule=matchings` or `sampled-edges`: the fraction of the graph's matchings (or edges) "
+        "that talk each round, at least one (null: one matching a round; `sampled-edges` needs a value).",
     )
     peers: int = _key(2, "`graph_schedule=random-peers`: partners each client picks each round.")
     peers_from: str = _key(

@@ -47,7 +47,15 @@ def check_schedule(config: StepKeys) -> None:
     edges: refused with a schedule whose edges come from every client, or with changing edges."""
     if config.graph_schedule == "fixed":
         return
-    everyone = config.graph_schedule == "exponential" or config.peers_from == "all"
+    if config.graph_schedule == "sampled-edges" and config.link_budget is None:
+        raise ConfigError(
+            "config key 'graph_schedule' = sampled-edges draws a budget of edges each round and needs "
+            f"link_budget (the fraction of the graph's edges that talk a round), e.g. "
+            f"{setting('link_budget', 0.25)}"
+        )
+    everyone = config.graph_schedule == "exponential" or (
+        config.graph_schedule == "random-peers" and config.peers_from == "all"
+    )
     if everyone and config.algorithm == "sheaf-fmtl" and config.maps in ("learned", "fixed"):
         how = "graph_schedule=exponential" if config.graph_schedule == "exponential" else "peers_from=all"
         raise ConfigError(

@@ -27,6 +27,7 @@ SELECTORS: dict[str, Callable[[RunConfig], str]] = {
     "local_epochs": lambda c: "0" if c.local_epochs == 0 else f"{c.local_epochs}",
     "compressor": lambda c: c.compressor,
     "partition": lambda c: c.partition,
+    "graph_schedule": lambda c: c.graph_schedule,
 }
 _COMPRESSING = ("top-k", "rand-k", "rand-k-seeded", "qsgd", "sign", "powergossip")
 #: Keys read by some graph kinds or protocols only: key -> (selector, the selector's values that read it).
@@ -43,6 +44,9 @@ _OTHER_READERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "partition_alpha": ("partition", ("dirichlet",)),
     "classes_per_client": ("partition", ("classes",)),
     "class_assignment": ("partition", ("classes",)),
+    "peers": ("graph_schedule", ("random-peers",)),
+    "peers_from": ("graph_schedule", ("random-peers",)),
+    "link_budget": ("graph_schedule", ("matchings", "sampled-edges")),
 }
 #: Keys a mode reads that the config's rules refuse with any other mode (``rules._check_maps``).
 _REFUSED_ELSEWHERE = ("estimates", "map_kind")

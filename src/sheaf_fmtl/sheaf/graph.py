@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -44,8 +45,9 @@ class ClientGraph:
     rev: np.ndarray = field(init=False)
     #: How many edges :func:`make_graph` added to join a draw's components (0: none; see there).
     joined_edges: int = field(default=0, compare=False)
-    #: Quantities computed once per graph (``lambda_max``, :mod:`.spectrum`); not part of equality.
-    cache: dict[str, float] = field(default_factory=dict, init=False, compare=False, repr=False)
+    #: Quantities computed once per graph (``lambda_max``, :mod:`.spectrum`; the edge matchings,
+    #: :mod:`.links`); not part of equality.
+    cache: dict[str, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         e = np.sort(np.asarray(self.edges, dtype=np.int64).reshape(-1, 2), axis=1)

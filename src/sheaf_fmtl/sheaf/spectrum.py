@@ -37,7 +37,7 @@ def graph_lambda_max(graph: ClientGraph, dense_up_to: int = DENSE_UP_TO) -> floa
     d_j)`` (Anderson and Morley, 1985), which is never below ``lambda_max``."""
     key = f"lambda_max, dense up to {dense_up_to}"
     if key in graph.cache:
-        return graph.cache[key]
+        return float(graph.cache[key])
     if graph.num_edges == 0:
         value = 0.0
     elif graph.num_nodes <= dense_up_to:

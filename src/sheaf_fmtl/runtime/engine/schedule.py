@@ -15,6 +15,13 @@ missing-neighbour rule), except that it counts neither as a dropped message. Fau
 - ``exponential``: one-peer exponential graph (Ying et al., 2021): in round ``t`` (from 1) the
   hop is ``2^((t - 1) mod m)``, ``m = ceil(log2 N)``, and the edge ``{i, i + hop mod N}`` is active for
   every ``i``: as an undirected coupling each client has two partners (one at ``hop = N / 2``).
+- ``matchings`` (budgeted links): the graph's edges split once into matchings (a greedy colouring of
+  its line graph, NetworkX's ``largest_first``: no client is in two edges of one matching), and in
+  round ``t`` the ``k = max(1, round(link_budget M))`` matchings of the ``M`` with the smallest draws
+  ``U(seed, t, matching)`` talk (one matching a round when ``link_budget`` is null): each client
+  talks to at most ``k`` partners, and each edge talks in a fraction ``k / M`` of the rounds.
+- ``sampled-edges`` (budgeted links): in round ``t`` the ``k = max(1, round(link_budget E))`` edges
+  of the graph with the smallest draws ``U(seed, t, edge)`` talk.
 - ``join_round = R`` for client ``i``: it is absent in rounds ``t < R`` (it sends nothing, trains
   nothing and keeps its initial state) and takes part from round ``R`` on (``0`` and ``1``: from the
   start). Its metrics are reported from the evaluation after round ``R``.
@@ -32,14 +39,15 @@ import numpy as np
 
 from ...config import ConfigError
 from ...sheaf.graph import ClientGraph, make_graph
+from ...sheaf.links import BUDGETED, budget_count, edge_matchings
 from ...spelling import setting
 from ...streams import uniforms
 
 if TYPE_CHECKING:
     from ...config import RunConfig
 
-PEER_DRAW, JOIN_DRAW = 13, 14  # stream kinds (see sheaf_fmtl.streams; 11, 12: the drop plan's)
-SCHEDULES = ("fixed", "random-peers", "exponential")
+PEER_DRAW, JOIN_DRAW, LINK_DRAW = 13, 14, 15  # stream kinds (sheaf_fmtl.streams; 11, 12: the drop plan's)
+SCHEDULES = ("fixed", "random-peers", "exponential", *BUDGETED)
 
 
 def exponential_hops(num_nodes: int) -> list[int]:
@@ -94,6 +102,7 @@ class Schedule:
     seed: int = 0
     peers: int = 1
     joins: np.ndarray | None = None  # [N] first round of each client; None: all from the start
+    budget: float | None = None  # link_budget: the fraction of matchings or edges a round talks
 
     @classmethod
     def from_config(cls, config: RunConfig, graph: ClientGraph) -> Schedule | None:
@@ -101,7 +110,7 @@ class Schedule:
         joins = join_rounds(config.join_round, graph.num_nodes, config.seed)
         if config.graph_schedule == "fixed" and joins is None:
             return None
-        return cls(config.graph_schedule, graph, config.seed, config.peers, joins)
+        return cls(config.graph_schedule, graph, config.seed, config.peers, joins, config.link_budget)
 
     def active(self, round_: int) -> np.ndarray | None:
         """``[2E]`` bool: the half-edges of round ``round_``'s graph (``None``: all of them)."""
@@ -120,7 +129,24 @@ class Schedule:
             gap = (g.dst - g.src) % g.num_nodes
             on: np.ndarray = (gap == hop) | (gap == g.num_nodes - hop)
             return on
+        if self.kind in BUDGETED:
+            return np.repeat(self._talking(round_), 2)  # half-edges 2e, 2e + 1: edge e
         return None
+
+    def _talking(self, round_: int) -> np.ndarray:
+        """``[E]`` bool: the edges a budgeted schedule lets talk in round ``round_``."""
+        g = self.graph
+        if self.kind == "sampled-edges":
+            u = uniforms(self.seed, LINK_DRAW, round_, np.arange(g.num_edges))
+            on = np.zeros(g.num_edges, bool)
+            on[np.argsort(u, kind="stable")[: budget_count(self.budget, g.num_edges)]] = True
+            return on
+        colours = edge_matchings(g)
+        count = int(colours.max()) + 1 if g.num_edges else 1
+        u = uniforms(self.seed, LINK_DRAW, round_, np.arange(count))
+        chosen = np.argsort(u, kind="stable")[: budget_count(self.budget, count)]
+        talking: np.ndarray = np.isin(colours, chosen)
+        return talking
 
     def absent(self, round_: int) -> np.ndarray | None:
         """``[N]`` bool: the clients that have not joined by round ``round_`` (``None``: none)."""
