@@ -4,7 +4,10 @@ sheaf coupling and the compressors decentralized learning uses, on one personali
 Every method couples the same clients over the same graph: dFedU's Laplacian coupling, whole
 (``compressor = none``), through CHOCO-SGD's compressed copies (``top-k``, ``rand-k``, ``qsgd``,
 ``sign``) or PowerGossip's low-rank differences; and Sheaf-FMTL's maps redrawn each round at
-``gamma`` (with and without CHOCO-form estimates). Each method is swept over its compression (kept
+``gamma`` (with and without CHOCO-form estimates). The budget is spent on two axes: coordinates a
+message (the compression, ``gamma``) and edges a round (budgeted links, ``graph_schedule =
+matchings``: one matching of the graph a round, or half of them), the sheaf and its rivals (dFedU
+whole, top-k) under the same link budget. Each method is swept over its compression (kept
 fraction, bits, rank, ``gamma``); at each level its strength (``lam``, and CHOCO's
 ``consensus_step``) is chosen from a small grid (``lam`` 0.1, 0.3, 1; the default consensus step
 and 1; the sheaf's ``lam`` rule and the pulls 0.03 and 0.3 beside it) on a validation split (seed
@@ -106,6 +109,39 @@ METHODS = (
         "sheaf",
     ),
     Method(
+        "Sheaf-FMTL, redrawn, one matching a round",
+        "redrawn-matching",
+        {"algorithm": "sheaf-fmtl", "maps": "redrawn", "graph_schedule": "matchings"},
+        "gamma",
+        FRACTIONS,
+        QUICK_FRACTIONS,
+        "sheaf",
+    ),
+    Method(
+        "Sheaf-FMTL, redrawn, half the matchings",
+        "redrawn-half",
+        {"algorithm": "sheaf-fmtl", "maps": "redrawn", "graph_schedule": "matchings", "link_budget": 0.5},
+        "gamma",
+        FRACTIONS,
+        grid="sheaf",
+        quick=False,
+    ),
+    Method(
+        "dFedU, one matching a round",
+        "dfedu-matching",
+        {"algorithm": "dfedu", "graph_schedule": "matchings"},
+        quick=False,
+    ),
+    Method(
+        "dFedU + top-k (CHOCO), one matching a round",
+        "top-k-matching",
+        {"algorithm": "dfedu", "compressor": "top-k", "graph_schedule": "matchings"},
+        "compression",
+        FRACTIONS,
+        grid="choco",
+        quick=False,
+    ),
+    Method(
         "Sheaf-FMTL, redrawn + estimates",
         "estimates",
         {"algorithm": "sheaf-fmtl", "maps": "redrawn", "estimates": True},
@@ -117,7 +153,21 @@ METHODS = (
 )
 
 #: The order the methods run in: the sheaf's points early, so an interrupted frontier has them.
-RUN_ORDER = ("local", "dfedu", "redrawn", "top-k", "qsgd", "powergossip", "rand-k", "sign", "estimates")
+RUN_ORDER = (
+    "local",
+    "dfedu",
+    "redrawn",
+    "top-k",
+    "redrawn-matching",
+    "dfedu-matching",
+    "redrawn-half",
+    "qsgd",
+    "powergossip",
+    "rand-k",
+    "sign",
+    "estimates",
+    "top-k-matching",
+)
 
 
 def strength_grid(method: Method, level: Any, quick: bool) -> list[dict[str, Any]]:
