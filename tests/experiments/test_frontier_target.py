@@ -1,6 +1,6 @@
 """The frontier's bits to target: a curve read from a hand-written ``metrics.csv``, the arithmetic
 against a hand computation (never reached, reached at the first evaluation, the MSE direction,
-dFedU's own ratio) and the report's columns."""
+dFedU's own ratio), the report's columns and the figure's bits axis."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.experiments.frontier_points import Method, Point
-from sheaf_fmtl.experiments.frontier_report import add_bits_to_target, markdown, row
+from sheaf_fmtl.experiments.frontier_report import add_bits_to_target, bit_axis, markdown, row
 from sheaf_fmtl.experiments.frontier_target import (
     ToTarget,
     bits_to_target,
@@ -124,3 +124,25 @@ def test_report_rows_and_table_carry_bits_to_target(tmp_path: Path) -> None:
     assert "test mse (lower is better)" in text and "bits to target | x fewer bits than dFedU |" in text
     assert "| 400 (1/2) | 1x |" in text and "| 40 (1/2) | 10x |" in text
     assert "at or below 105.5" in text
+
+
+def test_bit_axis_labels_powers_of_ten_without_overlap() -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    cases = (([5e3, 7e11], None), ([3e7, 6e7], ["7", "8"]), ([1e6, 2e8], ["5", "6", "7", "8", "9"]))
+    for bits, decades in cases:
+        fig = Figure(figsize=(4.6, 3.8))
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot()
+        ax.plot(bits, [1.0] * len(bits))
+        bit_axis(ax, bits)
+        fig.canvas.draw()
+        lo, hi = ax.get_xlim()
+        labels = [t for t in ax.get_xticklabels() if t.get_text() and lo <= t.get_position()[0] <= hi]
+        texts = [t.get_text() for t in labels]
+        assert all("10^{" in t for t in texts) and 2 <= len(texts) <= 7, texts
+        if decades is not None:
+            assert [t.split("10^{")[1].split("}")[0] for t in texts] == decades
+        boxes = [t.get_window_extent() for t in labels]
+        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False)), texts

@@ -12,13 +12,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
 
 from ..config.files import replace_file
 from ..plots.style import color, marker, paper_style, plt, save_figure
 from .frontier_target import ToTarget, fewer_bits, read_curve, target, to_target
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
     from .frontier_points import Point
 
 COLUMNS = (
@@ -209,10 +211,25 @@ def markdown(rows: Sequence[dict[str, Any]], missing: Mapping[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def bit_axis(ax: Axes, bits: Sequence[float]) -> None:
+    """A log bits axis over whole decades around ``bits`` (those above 0), labelled at powers of ten
+    only (10^6, 10^7, ...; every other decade or sparser over a wide range, so labels never
+    overlap), the minor ticks unlabelled."""
+    ax.set_xscale("log")
+    sent = [b for b in bits if b > 0 and np.isfinite(b)]
+    if sent:
+        lo = math.floor(math.log10(min(sent)) - 0.05)  # a point on a decade keeps its marker whole
+        hi = math.ceil(math.log10(max(sent)) + 0.05)
+        ax.set_xlim(10.0**lo, 10.0**hi)
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0,), numticks=7))
+    ax.xaxis.set_major_formatter(LogFormatterSciNotation(base=10))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def draw(rows: Sequence[dict[str, Any]], stem: Path) -> list[Path]:
-    """One panel per problem: the metric against total bits (log axis), one line per method over
-    its compression levels with a band of one standard error, the front circled, local training
-    (no bits) as a dashed line, the bits-to-target level dotted."""
+    """One panel per problem: the metric against total bits (log axis, :func:`bit_axis`), one line
+    per method over its compression levels with a band of one standard error, the front circled,
+    local training (no bits) as a dashed line, the bits-to-target level dotted."""
     problems = list(dict.fromkeys(r["problem"] for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))
     with paper_style():
@@ -247,8 +264,7 @@ def draw(rows: Sequence[dict[str, Any]], stem: Path) -> list[Path]:
             goal = mine[0].get("target", math.nan)
             if np.isfinite(goal):
                 ax.axhline(goal, color="0.55", linestyle=":", linewidth=1, label="bits-to-target level")
-            ax.set_xscale("log")
-            ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: no overlapping labels
+            bit_axis(ax, [r["total_bits"] for r in mine])
             ax.set_xlabel("total bits sent (log)")
             metric = mine[0]["metric"] or "metric"
             ax.set_ylabel(f"test {metric}" + (" (lower is better)" if not mine[0]["higher"] else ""))
