@@ -45,6 +45,10 @@ def test_quick_frontier_on_a_small_problem(tmp_path: Path, monkeypatch: pytest.M
     assert float(top[1]["total_bits"]) < float(top[0]["total_bits"]) < float(rows[1]["total_bits"])
     assert "lam=" in rows[1]["strength"]
     assert any(r["pareto"] == "True" for r in rows)
+    dfedu = rows[1]  # its own target (final less half a point) is reached by its last evaluation
+    assert dfedu["reached"] == "1/1" and float(dfedu["fewer_bits_than_dfedu"]) == 1.0
+    assert 0 < float(dfedu["bits_to_target"]) <= float(dfedu["total_bits"])
+    assert len({r["target"] for r in rows}) == 1
     tuned = sorted(p.name for p in (tmp_path / "cells" / "tiny" / "top-k-0.1").iterdir())
     assert tuned == ["seed0", "tune0", "tune1"]
     before = (tmp_path / "cells" / "tiny" / "dfedu" / "seed0" / "summary.json").stat().st_mtime_ns

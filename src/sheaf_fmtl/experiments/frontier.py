@@ -14,7 +14,8 @@ and 1; the sheaf's ``lam`` rule and the pulls 0.03 and 0.3 beside it) on a valid
 0, ``validation = 0.2``; the test split is never read for it), then run on the test split for
 every seed. Output in
 ``OUT``: ``frontier.csv`` and ``frontier.md`` (every point: metric, total bits, bits per round
-measured and by the formula, seconds; the Pareto front marked) and ``frontier.png`` (one panel per
+measured and by the formula, seconds, bits to target and how many times fewer than dFedU's; the
+Pareto front marked) and ``frontier.png`` (one panel per
 problem, log bits, seed bands, the front). Cells are cached in ``OUT/cells`` as the other
 experiments' (an interrupted run continues where it stopped).
 """
@@ -255,7 +256,7 @@ def tune_and_test(
         if summary:
             summaries.append(summary)
     config = problem_config(problem, {**_level_keys(method, level), **best}, overrides, quick)
-    return Point(problem, method, level, config, best, summaries)
+    return Point(problem, method, level, config, best, summaries, folder)
 
 
 def plan_size(methods: Sequence[Method], quick: bool, seeds: int) -> int:

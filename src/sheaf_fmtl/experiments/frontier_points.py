@@ -5,6 +5,7 @@ a :class:`Point` (one level's recorded summaries). Its own module, so that the r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,13 @@ class Point:
     config: RunConfig  # the test run's config for seed 0 (the tuned strength)
     strength: dict[str, Any]
     summaries: list[dict[str, Any]]
+    folder: Path | None = None  # the level's cell folder: each seed's run in ``seed<k>``
 
     def values(self, key: str) -> np.ndarray:
         return np.array([s[key] for s in self.summaries if s.get("final") is not None], dtype=float)
+
+    def run_dirs(self) -> list[Path]:
+        """The run folders of the seeds :meth:`values` reads (none without ``folder``)."""
+        if self.folder is None:
+            return []
+        return [self.folder / f"seed{s['seed']}" for s in self.summaries if s.get("final") is not None]

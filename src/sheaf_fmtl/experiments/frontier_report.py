@@ -1,21 +1,26 @@
 """The frontier's table (``frontier.csv``, ``frontier.md``) and figure (``frontier.png``/``.pdf``),
-from the points of :mod:`.frontier` (read from their recorded summaries only)."""
+from the points of :mod:`.frontier` (read from their recorded summaries, and their seeds' curves
+for the bits to target of :mod:`.frontier_target`)."""
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
 
 from ..config.files import replace_file
 from ..plots.style import color, marker, paper_style, plt, save_figure
+from .frontier_target import ToTarget, fewer_bits, read_curve, target, to_target
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
     from .frontier_points import Point
 
 COLUMNS = (
@@ -32,7 +37,14 @@ COLUMNS = (
     "bits_per_round_analytic",
     "seconds",
     "pareto",
+    "target",
+    "bits_to_target",
+    "reached",
+    "fewer_bits_than_dfedu",
 )
+#: The method whose final metric sets each problem's target, and whose bits to target the others'
+#: are compared with.
+REFERENCE = "dfedu"
 
 
 def _mean_se(values: np.ndarray) -> tuple[float, float]:
@@ -78,6 +90,27 @@ def _per_round(summary: dict[str, Any]) -> float:
     return summary.get("transmitted_bits", 0) / rounds if rounds else float("nan")
 
 
+def add_bits_to_target(points: Sequence[Point], rows: Sequence[dict[str, Any]]) -> None:
+    """Each row's ``target`` (from its problem's dFedU whole point; NaN without one), its
+    ``bits_to_target`` over the seeds that reached it, how many ``reached`` it (``2/3``) and
+    ``fewer_bits_than_dfedu`` (dFedU's bits to target over the row's), in place."""
+    goals = {
+        p.problem: target(r["mean"], r["higher"])
+        for p, r in zip(points, rows, strict=True)
+        if p.method.slug == REFERENCE
+    }
+    results = []
+    for p, r in zip(points, rows, strict=True):
+        curves = [c for c in (read_curve(d) for d in p.run_dirs()) if c is not None]
+        results.append(to_target(curves, goals.get(p.problem, math.nan), r["higher"]))
+    reference = {p.problem: t for p, t in zip(points, results, strict=True) if p.method.slug == REFERENCE}
+    for p, r, t in zip(points, rows, results, strict=True):
+        r["target"] = goals.get(p.problem, math.nan)
+        r["bits_to_target"] = t.bits
+        r["reached"] = t.shown
+        r["fewer_bits_than_dfedu"] = fewer_bits(reference.get(p.problem, ToTarget(math.nan, 0, 0)), t)
+
+
 def pareto(rows: Sequence[dict[str, Any]]) -> list[bool]:
     """Whether each row is on its problem's front: no other row sends at most its bits with a
     metric at least as good, one of the two strictly (rows that send nothing are left out)."""
@@ -105,6 +138,7 @@ def write_report(points: Sequence[Point], missing: Mapping[str, str], out: Path)
     rows = [row(p) for p in points]
     for r, on in zip(rows, pareto(rows), strict=True):
         r["pareto"] = on
+    add_bits_to_target(points, rows)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
     writer.writeheader()
@@ -121,19 +155,49 @@ def _num(v: Any, spec: str) -> str:
     return format(v, spec) if isinstance(v, int | float) and np.isfinite(v) else "-"
 
 
+def _times(v: Any) -> str:
+    """A ratio of bits as ``23.1x`` (``∞`` where the other sent none, ``-`` where undefined)."""
+    if isinstance(v, int | float) and math.isinf(v):
+        return "∞"
+    return _num(v, ".3g") + ("x" if isinstance(v, int | float) and np.isfinite(v) else "")
+
+
+def _to_target(r: Mapping[str, Any]) -> str:
+    """Bits to target and the seeds that reached it: ``3.06e+07 (2/3)``, ``- (0/3)``."""
+    reached = r.get("reached", "0/0")
+    return "-" if reached.endswith("/0") else f"{_num(r.get('bits_to_target'), '.3g')} ({reached})"
+
+
+def _target_note(r: Mapping[str, Any], metric: str) -> str:
+    """The line under a problem's heading that says what its bits to target count."""
+    goal = r.get("target", math.nan)
+    if not np.isfinite(goal):
+        return "Bits to target: no dFedU (whole models) point here, so no target."
+    rule = "less 0.005, half an accuracy point" if r["higher"] else "times 1.005; lower is better"
+    return (
+        f"Bits to target: the bits a seed had sent by its first evaluation with test {metric} at or "
+        f"{'above' if r['higher'] else 'below'} {goal:.4g} (dFedU whole's final {metric}, mean over "
+        f"seeds, {rule}); the mean over the seeds that reached it, how many did in brackets. "
+        "x fewer bits than dFedU: dFedU's bits to target over the method's (∞: it sent none)."
+    )
+
+
 def markdown(rows: Sequence[dict[str, Any]], missing: Mapping[str, str]) -> str:
     lines = ["# The communication frontier", ""]
     lines += [f"- {p}: {note}" for p, note in missing.items()]
     for problem in dict.fromkeys(r["problem"] for r in rows):
         mine = [r for r in rows if r["problem"] == problem]
         metric = mine[0]["metric"] or "metric"
+        shown = f"test {metric}" + ("" if mine[0]["higher"] else " (lower is better)")
         lines += [
             "",
             f"## {problem}",
             "",
-            f"| method | compression | strength (validation) | test {metric} | total bits | bits/round "
-            "measured | bits/round formula | seconds | front |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            _target_note(mine[0], metric),
+            "",
+            f"| method | compression | strength (validation) | {shown} | total bits | bits/round "
+            "measured | bits/round formula | seconds | front | bits to target | x fewer bits than dFedU |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for r in mine:
             value = _num(r["mean"], ".4g") + (f" ± {_num(r['se'], '.2g')}" if r["seeds"] > 1 else "")
@@ -141,15 +205,31 @@ def markdown(rows: Sequence[dict[str, Any]], missing: Mapping[str, str]) -> str:
                 f"| {r['method']} | {r['level'] or '-'} | {r['strength']} | {value} | "
                 f"{_num(r['total_bits'], '.3g')} | "
                 f"{_num(r['bits_per_round'], '.4g')} | {_num(r['bits_per_round_analytic'], '.4g')} | "
-                f"{_num(r['seconds'], '.1f')} | {'**yes**' if r['pareto'] else ''} |"
+                f"{_num(r['seconds'], '.1f')} | {'**yes**' if r['pareto'] else ''} | "
+                f"{_to_target(r)} | {_times(r.get('fewer_bits_than_dfedu'))} |"
             )
     return "\n".join(lines) + "\n"
 
 
+def bit_axis(ax: Axes, bits: Sequence[float]) -> None:
+    """A log bits axis over whole decades around ``bits`` (those above 0), labelled at powers of ten
+    only (10^6, 10^7, ...; every other decade or sparser over a wide range, so labels never
+    overlap), the minor ticks unlabelled."""
+    ax.set_xscale("log")
+    sent = [b for b in bits if b > 0 and np.isfinite(b)]
+    if sent:
+        lo = math.floor(math.log10(min(sent)) - 0.05)  # a point on a decade keeps its marker whole
+        hi = math.ceil(math.log10(max(sent)) + 0.05)
+        ax.set_xlim(10.0**lo, 10.0**hi)
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0,), numticks=7))
+    ax.xaxis.set_major_formatter(LogFormatterSciNotation(base=10))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def draw(rows: Sequence[dict[str, Any]], stem: Path) -> list[Path]:
-    """One panel per problem: the metric against total bits (log axis), one line per method over
-    its compression levels with a band of one standard error, the front circled, local training
-    (no bits) as a dashed line."""
+    """One panel per problem: the metric against total bits (log axis, :func:`bit_axis`), one line
+    per method over its compression levels with a band of one standard error, the front circled,
+    local training (no bits) as a dashed line, the bits-to-target level dotted."""
     problems = list(dict.fromkeys(r["problem"] for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))
     with paper_style():
@@ -181,8 +261,10 @@ def draw(rows: Sequence[dict[str, Any]], stem: Path) -> list[Path]:
                     markeredgecolor="black",
                     label="Pareto front",
                 )
-            ax.set_xscale("log")
-            ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: no overlapping labels
+            goal = mine[0].get("target", math.nan)
+            if np.isfinite(goal):
+                ax.axhline(goal, color="0.55", linestyle=":", linewidth=1, label="bits-to-target level")
+            bit_axis(ax, [r["total_bits"] for r in mine])
             ax.set_xlabel("total bits sent (log)")
             metric = mine[0]["metric"] or "metric"
             ax.set_ylabel(f"test {metric}" + (" (lower is better)" if not mine[0]["higher"] else ""))
