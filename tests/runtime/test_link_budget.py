@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
+from sheaf_fmtl.algorithms.coupling_strength import dfedu_strength
 from sheaf_fmtl.config import ConfigError
 from sheaf_fmtl.config.usage import unused_keys
 from sheaf_fmtl.runtime.engine.schedule import Schedule
 from sheaf_fmtl.runtime.engine.simulate import Simulation
 from sheaf_fmtl.sheaf.graph import ClientGraph, make_graph
-from sheaf_fmtl.algorithms.coupling_strength import dfedu_strength
 from sheaf_fmtl.sheaf.links import budget_count, edge_matchings, link_fraction, round_lambda_max
 from sheaf_fmtl.sheaf.spectrum import graph_lambda_max
 
@@ -197,3 +197,16 @@ def test_per_edge_maps_are_allowed_with_budgeted_links() -> None:
     config("sheaf-fmtl", maps="fixed", graph_schedule="sampled-edges", link_budget=0.5)
     with pytest.raises(ConfigError, match="powergossip"):
         config("dfedu", compressor="powergossip", graph_schedule="matchings")
+
+
+def test_summary_records_the_schedule_and_the_share_of_edges_that_ran(tmp_path: Path) -> None:
+    import sheaf_fmtl
+
+    keys = {"dataset": "synthetic", "clients": 6, "rounds": 2, "progress": False}
+    budgeted = sheaf_fmtl.run(
+        **keys, algorithm="dfedu", graph_schedule="matchings", link_budget=0.5, out=tmp_path / "b"
+    )
+    summary = budgeted.summary
+    assert summary["graph_schedule"] == "matchings" and summary["link_budget"] == 0.5
+    assert 0 < summary["link_fraction"] <= 1
+    assert "graph_schedule" not in sheaf_fmtl.run(**keys, algorithm="dfedu", out=tmp_path / "f").summary

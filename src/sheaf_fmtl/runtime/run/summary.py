@@ -17,6 +17,8 @@ from ...metrics.final import VOUCHED, file_digest
 from ...metrics.flops import SampleCounter
 from ...metrics.memory import peak_memory
 from ...plugins import higher_is_better
+from ...sheaf.graph import ClientGraph
+from ...sheaf.links import BUDGETED, link_fraction
 from ..engine.simulate import Simulation
 from .recorder import software_versions
 
@@ -67,6 +69,7 @@ def summarize(
         # a baseline's strength, and how a default one was derived (none for one that reads no lam)
         summary.update(lam=config.lam, lam_rule=sim.lam_rule)
     summary.update(_coupling_step(sim))
+    summary.update(_schedule(config, sim.ctx.graph))
     summary.update(_bits_side_by_side(sim, summary["transmitted_bits"], diverged_at or done))
     if getattr(config, "compressor", "none") != "none":  # the compressed gossip that ran
         summary.update(
@@ -89,6 +92,20 @@ def vouched(folder: Path | None) -> dict[str, Any]:
         return {}
     files = {n: file_digest(folder / n) for n in VOUCHED if (folder / n).is_file()}
     return {"files": files}
+
+
+def _schedule(config: RunConfig, graph: ClientGraph) -> dict[str, Any]:
+    """The graph schedule that ran and who joined when (none for a fixed graph from the start);
+    under budgeted links the budget and ``link_fraction``, the share of the edges on a round."""
+    out: dict[str, Any] = {}
+    if config.graph_schedule != "fixed":
+        out["graph_schedule"] = config.graph_schedule
+    if config.graph_schedule in BUDGETED:
+        out["link_budget"] = config.link_budget
+        out["link_fraction"] = float(f"{link_fraction(config.graph_schedule, config.link_budget, graph):.4g}")
+    if config.join_round:
+        out["join_round"] = config.join_round
+    return out
 
 
 def _bits_side_by_side(sim: Simulation[Any], measured: int, rounds: int) -> dict[str, Any]:
