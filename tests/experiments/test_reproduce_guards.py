@@ -1,6 +1,7 @@
 """``sheaf-fmtl reproduce``'s guards, fed hostile input: ``--data-dir`` is where every experiment
-(the frontier too) looks for its data, and a request none of whose data is there is refused in one
-line. Nothing trains here: the runners are replaced by recorders."""
+(the frontier too) looks for its data, a request none of whose data is there is refused in one
+line, and ``--seeds`` below 1 or absurd is refused before any tuning or run. Nothing trains here:
+the runners are replaced by recorders."""
 
 from __future__ import annotations
 
@@ -146,3 +147,35 @@ def test_a_problem_without_data_is_named_beside_those_that_run(
     err = capsys.readouterr().err
     assert "frontier / school: data not present" in err and f"searched {empty}" in err
     assert "school: data not present" in (no_env / "out" / "frontier.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["frontier", "curves", "all"])
+@pytest.mark.parametrize("seeds", ["0", "-3", "100000000"])
+def test_seeds_below_one_or_absurd_are_refused_before_any_run(
+    no_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str, seeds: str
+) -> None:
+    runs = Recorder(monkeypatch)
+    data = _data_folder(no_env / "data")
+    assert _reproduce(name, "--seeds", seeds, "--data-dir", str(data)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"sheaf-fmtl: error: --seeds {seeds}: give a number of seeds from 1 to 1000 (seeds 0 .. N-1), "
+        "e.g. --seeds 3"
+    )
+    assert not runs.cells and not runs.points and not (no_env / "out").exists()
+
+
+def test_a_valid_seed_count_reaches_the_planners(no_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = Recorder(monkeypatch)
+    data = _data_folder(no_env / "data")
+    assert _reproduce("frontier", "--datasets", "school", "--seeds", "2", "--data-dir", str(data)) == 0
+    assert runs.points and {s for _, s in runs.points} == {(0, 1)}
+    assert _reproduce("curves", "--datasets", "school", "--seeds", "2", "--data-dir", str(data), out="r") == 0
+    assert {c.seed for c in runs.cells["curves"]} == {0, 1}
+
+
+def test_the_library_refuses_the_same_counts() -> None:
+    for bad in (0, -3, 10**8, True, 2.5):
+        with pytest.raises(ValueError, match="give a number of seeds from 1 to 1000"):
+            rep.seed_count(bad, 5)  # type: ignore[arg-type]
+    assert rep.seed_count(None, 5) == 5 and rep.seed_count(1000, 5) == 1000

@@ -30,7 +30,7 @@ from ..runtime.run.ledger import record_owned
 from ..runtime.run.rundir import check_out_dir, claim
 from .cells import finished, run_folder
 from .frontier_points import Method, Point
-from .reproduce import data_keys, data_present, missing_note, no_data_error
+from .reproduce import data_keys, data_present, missing_note, no_data_error, seed_count
 
 VALIDATION = 0.2
 SEEDS, QUICK_SEEDS = 3, 1
@@ -244,12 +244,13 @@ def frontier(
     from .frontier_report import write_report
 
     out = Path(out)
+    n_seeds = seed_count(seeds, QUICK_SEEDS if quick else SEEDS)  # (before any tuning)
     names = list(problems or PROBLEMS)
     unknown = [p for p in names if p not in PROBLEMS]
     if unknown:
         raise ValueError(f"frontier: unknown problem {unknown[0]!r}; allowed: {', '.join(PROBLEMS)}")
     methods = sorted((m for m in METHODS if m.quick or not quick), key=lambda m: RUN_ORDER.index(m.slug))
-    seed_list = list(range(seeds if seeds is not None else QUICK_SEEDS if quick else SEEDS))
+    seed_list = list(range(n_seeds))
     points: list[Point] = []
     check_out_dir(out, reuse=True, kind="frontier")  # a folder it may not write: said before the data
     missing = missing_data(names, overrides, quick)

@@ -18,7 +18,7 @@ from typing import Any
 from tqdm import tqdm
 
 from .. import spelling
-from ..config import parse_overrides
+from ..config import ConfigError, parse_overrides
 from ..config.usage import UnusedKeysWarning
 from ..data.base import DatasetError
 from ..data.files import ENV_VAR, HOW_TO_GET, search_dirs, try_find
@@ -32,8 +32,21 @@ from .paper import EXPERIMENTS, QUICK_SEEDS, Experiment, experiment
 from .table import Row, render
 
 DEFAULT_SEEDS = 5
-#: The most seeds a reproduction takes (as ``run --seeds``): the cells are planned before any runs.
+#: The most seeds ``--seeds`` takes (``run --seeds`` and ``reproduce``: each seed is whole runs,
+#: and the cells are planned before any runs).
 MAX_SEEDS = 1000
+
+
+def seed_count(seeds: int | None, default: int) -> int:
+    """``--seeds N`` (seeds ``0 .. N-1``), ``default`` when not given; ConfigError, before any run,
+    for a count below 1 or above :data:`MAX_SEEDS`."""
+    n = default if seeds is None else seeds
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SEEDS:
+        raise ConfigError(
+            f"{spelling.option('seeds', n)}: give a number of seeds from 1 to {MAX_SEEDS} (seeds 0 .. N-1), "
+            f"e.g. {spelling.option('seeds', 3)}"
+        )
+    return n
 
 
 def data_present(dataset: str, data_dir: str = "", search: bool = False) -> bool:
@@ -185,9 +198,7 @@ def reproduce(
         figures: draw the experiment's figures (the tables are always written).
     """
     names = list(EXPERIMENTS) if name == "all" else [experiment(name).name]
-    n_seeds = seeds if seeds is not None else (QUICK_SEEDS if quick else DEFAULT_SEEDS)
-    if not 1 <= n_seeds <= MAX_SEEDS:  # (checked before any cell is planned)
-        raise ValueError(f"--seeds must be between 1 and {MAX_SEEDS}, got {n_seeds}")
+    n_seeds = seed_count(seeds, QUICK_SEEDS if quick else DEFAULT_SEEDS)  # (before any cell is planned)
     known = {d for n in names for d in EXPERIMENTS[n].datasets}
     if datasets and name == "all" and not set(datasets) <= known:
         bad = sorted(set(datasets) - known)[0]
