@@ -1,6 +1,6 @@
 """``sheaf-fmtl bench scale``: a point measured in its own process, failures recorded, the ratios
 against the reference size, resuming, and the figure; and a round's Python calls that do not grow
-with the number of clients."""
+with the number of clients; and the folders ``bench scale --out`` takes."""
 
 from __future__ import annotations
 
@@ -11,8 +11,12 @@ import pytest
 
 from sheaf_fmtl.bench import scale
 from sheaf_fmtl.bench.scale_worker import measure
+from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.runtime.engine.simulate import build_simulation
+from sheaf_fmtl.runtime.run.folderlock import is_marked
+from sheaf_fmtl.runtime.run.ledger import record_owned
+from sheaf_fmtl.runtime.run.rundir import mark, marker_kind
 
 
 def _point(problem: str, n: int, startup: float, per_round: float, memory: float) -> dict:
@@ -111,3 +115,59 @@ def test_a_rounds_python_calls_do_not_grow_with_the_clients():
     is one ``uniform_`` call, see the scaling page)."""
     small, large = _python_calls_in_a_round(40), _python_calls_in_a_round(320)
     assert large == small, (small, large)
+
+
+@pytest.fixture
+def no_points(monkeypatch):
+    """``bench scale`` with its measurements replaced: the folders it ran into."""
+    ran = []
+
+    def fake(out, *args):  # noqa: ANN001, ANN002, ANN202
+        ran.append(out)
+        return {"points": [], "ratios": {}}
+
+    monkeypatch.setattr(scale, "run_scale", fake)
+    return ran
+
+
+def _bench_scale(out) -> int:  # noqa: ANN001
+    return main(["bench", "scale", "--out", str(out), "--sizes", "10"])
+
+
+def test_bench_scale_refuses_a_finished_run_folder(tmp_path, no_points, capsys):
+    run = tmp_path / "run"
+    assert main(["run", "--set", "rounds=1", "eval_every=1", "clients=4", "--quiet", "--out", str(run)]) == 0
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in run.iterdir())
+    capsys.readouterr()
+    assert _bench_scale(run) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "holds a sheaf-fmtl run folder, not a bench-scale one" in err, err
+    assert no_points == [] and sorted((p.name, p.stat().st_mtime_ns) for p in run.iterdir()) == before
+
+
+def test_bench_scale_refuses_another_kind_and_a_folder_of_yours(tmp_path, no_points, capsys):
+    sweep = mark(tmp_path / "sweep", "sweep")
+    (sweep / "sweep.csv").write_text("mine\n")
+    assert _bench_scale(sweep) == 2
+    assert "holds a sheaf-fmtl sweep folder" in capsys.readouterr().err
+    yours = tmp_path / "yours"
+    yours.mkdir()
+    (yours / "scale.json").write_text("{}")
+    assert _bench_scale(yours) == 2
+    assert "not written by sheaf-fmtl" in capsys.readouterr().err
+    assert no_points == [] and (yours / "scale.json").read_text() == "{}" and not is_marked(yours)
+
+
+def test_bench_scale_takes_a_new_empty_or_earlier_bench_scale_folder(tmp_path, no_points, capsys):
+    new, empty = tmp_path / "new", tmp_path / "empty"
+    empty.mkdir()
+    assert _bench_scale(new) == 0 and _bench_scale(new) == 0 and _bench_scale(empty) == 0
+    assert no_points == [new, new, empty] and marker_kind(new) == "bench-scale"
+    older = tmp_path / "older"  # written before bench scale marked its folder: its ledger names its files
+    older.mkdir()
+    (older / "scale.json").write_text('{"points": []}')
+    record_owned(older, scale.OUTPUTS)
+    assert _bench_scale(older) == 0 and marker_kind(older) == "bench-scale"
+    capsys.readouterr()
+    assert main(["reproduce", "curves", "--quick", "--quiet", "--out", str(new)]) == 2  # and its own kind
+    assert "holds a sheaf-fmtl bench-scale folder" in capsys.readouterr().err

@@ -84,7 +84,7 @@ def test_data_describe_and_reproduce_refuse_sizes_before_work(tmp_path, capsys):
     assert main(["data", "describe", "synthetic", "--clients", "10000000"]) == 2
     assert "dataset synthetic with 10000000 clients needs about" in _one_line(capsys)
     assert main(["reproduce", "comparison", "--seeds", "100000000", "--out", str(tmp_path / "r")]) == 2
-    assert "--seeds must be between 1 and 1000, got 100000000" in _one_line(capsys)
+    assert "--seeds 100000000: give a number of seeds from 1 to 1000" in _one_line(capsys)
     assert time.perf_counter() - t0 < 10 and not (tmp_path / "r").exists()
 
 

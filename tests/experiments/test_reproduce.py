@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from sheaf_fmtl.data.base import DatasetError
 from sheaf_fmtl.experiments import reproduce as rep
 from sheaf_fmtl.experiments.cells import CELL_FILE, cell_config
 from sheaf_fmtl.experiments.paper import COMPARISON, EXPERIMENTS, PAPER_CNN_PARAMS, TOPOLOGY
@@ -117,12 +118,17 @@ def test_seed_column_is_mean_and_standard_error(tmp_path: Path) -> None:
 def test_missing_dataset_gives_the_how_to_obtain_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # no fallback data folder from here
     monkeypatch.delenv("SHEAF_FMTL_DATA", raising=False)
-    _reproduce("curves", tmp_path / "out", datasets=["gleam"], substitute={})
+    monkeypatch.setattr(rep, "run_cell", lambda cell, folder: {})  # (school's cells: not what is tested)
+    _reproduce("curves", tmp_path / "out", datasets=["gleam", "school"], substitute={"school": TINY})
     text = (tmp_path / "out" / "curves.md").read_text()
     assert "data not present: how to obtain it" in text and "sheaf-fmtl data fetch gleam" in text
-    (rec,) = list(csv.DictReader(open(tmp_path / "out" / "curves.csv")))
-    assert rec["dataset"] == "gleam" and rec["status"].startswith("data not present")
-    assert not (tmp_path / "out" / "cells").exists()
+    recs = list(csv.DictReader(open(tmp_path / "out" / "curves.csv")))
+    (rec,) = [r for r in recs if r["dataset"] == "gleam"]
+    assert rec["status"].startswith("data not present")
+    assert not (tmp_path / "out" / "cells" / "curves" / "gleam").exists()
+    with pytest.raises(DatasetError, match="curves: no data for gleam"):  # nothing at all to run
+        _reproduce("curves", tmp_path / "none", datasets=["gleam"], substitute={})
+    assert not (tmp_path / "none").exists()
 
 
 def test_unknown_experiment_and_dataset_are_one_line_errors(tmp_path: Path) -> None:
@@ -182,7 +188,9 @@ def test_cli_reproduce_and_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     args = parser.parse_args(
         ["reproduce", "curves", "--quick", "--datasets", "gleam", "--out", "r", "--quiet"]
     )
-    assert args.func(args) == 0 and "data not present" in (tmp_path / "r" / "curves.md").read_text()
+    with pytest.raises(DatasetError, match="reproduce curves: no data for gleam"):
+        args.func(args)
+    assert not (tmp_path / "r").exists()
     with pytest.raises(ValueError, match="no experiment has dataset"):
         rep.reproduce("all", tmp_path / "r", datasets=["nope"])
     _reproduce("heterogeneous", tmp_path / "h", datasets=["rmnist"], seeds=2)

@@ -8,11 +8,14 @@ from pathlib import Path
 from ..commandline import add_config_options
 from ..config import ConfigError, RunConfig
 from ..runtime.run.clearing import check_replaceable
-from ..runtime.run.ledger import record_owned
-from ..runtime.run.rundir import check_path
+from ..runtime.run.folderlock import is_marked
+from ..runtime.run.ledger import LEDGER, owned_names, record_owned
+from ..runtime.run.rundir import check_path, claim, mark
 
 #: What ``bench`` writes into ``--out``.
 OUTPUTS = ("bench.json", "ratios.json", "scaling.png")
+#: The marker kind of a ``bench scale`` folder: it continues only what an earlier ``bench scale`` wrote.
+SCALE_KIND = "bench-scale"
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -67,15 +70,27 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
         raise ConfigError(f"bench scale --sizes {args.sizes!r}: every size needs at least 10 clients")
     if args.rounds < 2 or args.degree <= 0:
         raise ConfigError("bench scale: --rounds must be >= 2 and --degree > 0")
-    check_path(args.out)
-    check_replaceable(args.out, SCALE_OUTPUTS)
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    record_owned(args.out, SCALE_OUTPUTS)
-    chosen = sizes or (QUICK_SIZES if args.quick else SIZES)
-    result = run_scale(Path(args.out), problems, chosen, args.rounds, args.degree, args.timeout)
+    out = Path(args.out)
+    _adopt_unmarked(out, SCALE_OUTPUTS)
+    with claim(out, reuse=True, kind=SCALE_KIND):  # new, empty, or an earlier bench scale's
+        check_replaceable(out, SCALE_OUTPUTS)  # (never a file of yours)
+        record_owned(out, SCALE_OUTPUTS)
+        chosen = sizes or (QUICK_SIZES if args.quick else SIZES)
+        result = run_scale(out, problems, chosen, args.rounds, args.degree, args.timeout)
     print(report(result))
     print(f"results: {Path(args.out) / 'scale.json'}, plot: {Path(args.out) / 'scale.png'}")
     return 1 if any("failed" in p for p in result["points"]) else 0
+
+
+def _adopt_unmarked(out: Path, outputs: tuple[str, ...]) -> None:
+    """Mark ``out`` as a bench-scale folder when it is one from before markers: unmarked, and
+    holding only ``outputs`` that its ledger says sheaf-fmtl wrote (anything else is left to
+    :func:`claim` to refuse)."""
+    if not out.is_dir() or out.is_symlink() or is_marked(out):
+        return
+    entries = {p.name for p in out.iterdir() if p.name != LEDGER}
+    if entries and entries <= set(outputs) & owned_names(out):
+        mark(out, SCALE_KIND)
 
 
 def _add_scale_parser(p: argparse.ArgumentParser) -> None:

@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig, from_mapping, parse_overrides
-from ..progress import bar
+from ..progress import bar, note
 from ..runtime.run.interrupt import signalled
 from ..runtime.run.ledger import record_owned
-from ..runtime.run.rundir import claim
+from ..runtime.run.rundir import check_out_dir, claim
 from .cells import finished, run_folder
 from .frontier_points import Method, Point
-from .reproduce import data_present, missing_note
+from .reproduce import data_keys, data_present, missing_note, no_data_error, seed_count
 
 VALIDATION = 0.2
 SEEDS, QUICK_SEEDS = 3, 1
@@ -259,6 +259,17 @@ def tune_and_test(
     return Point(problem, method, level, config, best, summaries, folder)
 
 
+def missing_data(problems: Sequence[str], overrides: Sequence[str], quick: bool) -> dict[str, str]:
+    """The problems whose dataset's files are missing where their runs would look (``data_dir``,
+    ``data_search`` of ``overrides``, else ``$SHEAF_FMTL_DATA``), each with its note."""
+    missing: dict[str, str] = {}
+    for p in problems:
+        config = problem_config(p, {}, overrides, quick)
+        if not data_present(config.dataset, config.data_dir, config.data_search):
+            missing[p] = missing_note(config.dataset, config.data_dir, config.data_search)
+    return missing
+
+
 def plan_size(methods: Sequence[Method], quick: bool, seeds: int) -> int:
     """Runs of one problem (tuning and test)."""
     total = 0
@@ -284,18 +295,22 @@ def frontier(
     from .frontier_report import write_report
 
     out = Path(out)
+    n_seeds = seed_count(seeds, QUICK_SEEDS if quick else SEEDS)  # (before any tuning)
     names = list(problems or PROBLEMS)
     unknown = [p for p in names if p not in PROBLEMS]
     if unknown:
         raise ValueError(f"frontier: unknown problem {unknown[0]!r}; allowed: {', '.join(PROBLEMS)}")
     methods = sorted((m for m in METHODS if m.quick or not quick), key=lambda m: RUN_ORDER.index(m.slug))
-    seed_list = list(range(seeds if seeds is not None else QUICK_SEEDS if quick else SEEDS))
+    seed_list = list(range(n_seeds))
     points: list[Point] = []
-    missing: dict[str, str] = {}
-    present = [p for p in names if data_present(PROBLEMS[p][0]["dataset"])]
-    for p in names:
-        if p not in present:
-            missing[p] = missing_note(PROBLEMS[p][0]["dataset"])
+    check_out_dir(out, reuse=True, kind="frontier")  # a folder it may not write: said before the data
+    missing = missing_data(names, overrides, quick)
+    present = [p for p in names if p not in missing]
+    if not present:
+        datasets = list(dict.fromkeys(PROBLEMS[p][0]["dataset"] for p in names))
+        raise no_data_error("reproduce frontier", datasets, *data_keys(overrides))
+    for p, text in missing.items():
+        note(f"frontier / {p}: {text}")
     with claim(out, reuse=True, kind="frontier"):  # new, empty, or an earlier frontier's
         total = sum(plan_size(methods, quick, len(seed_list)) for _ in present)
         pbar = bar(total=total, desc="frontier", unit="run", enabled=progress and run)

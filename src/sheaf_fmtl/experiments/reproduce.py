@@ -8,6 +8,7 @@ the tables can be rebuilt from what exists. A dataset whose files are missing gi
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -16,34 +17,82 @@ from typing import Any
 
 from tqdm import tqdm
 
+from .. import spelling
+from ..config import ConfigError, parse_overrides
 from ..config.usage import UnusedKeysWarning
-from ..data.files import HOW_TO_GET, try_find
+from ..data.base import DatasetError
+from ..data.files import ENV_VAR, HOW_TO_GET, search_dirs, try_find
 from ..data.registry import dataset_files
 from ..progress import bar
 from ..runtime.run.interrupt import signalled
 from ..runtime.run.ledger import record_owned
-from ..runtime.run.rundir import claim
+from ..runtime.run.rundir import check_out_dir, claim
 from .cells import DONE, Cell, cell_config, is_done, run_cell
 from .paper import EXPERIMENTS, QUICK_SEEDS, Experiment, experiment
 from .table import Row, render
 
 DEFAULT_SEEDS = 5
-#: The most seeds a reproduction takes (as ``run --seeds``): the cells are planned before any runs.
+#: The most seeds ``--seeds`` takes (``run --seeds`` and ``reproduce``: each seed is whole runs,
+#: and the cells are planned before any runs).
 MAX_SEEDS = 1000
 
 
-def data_present(dataset: str, data_dir: str = "") -> bool:
-    """Whether a file-based dataset's files are found (generated datasets always are)."""
+def seed_count(seeds: int | None, default: int) -> int:
+    """``--seeds N`` (seeds ``0 .. N-1``), ``default`` when not given; ConfigError, before any run,
+    for a count below 1 or above :data:`MAX_SEEDS`."""
+    n = default if seeds is None else seeds
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SEEDS:
+        raise ConfigError(
+            f"{spelling.option('seeds', n)}: give a number of seeds from 1 to {MAX_SEEDS} (seeds 0 .. N-1), "
+            f"e.g. {spelling.option('seeds', 3)}"
+        )
+    return n
+
+
+def data_present(dataset: str, data_dir: str = "", search: bool = False) -> bool:
+    """Whether a file-based dataset's files are found where a run with ``data_dir`` (and
+    ``data_search``) would look (generated datasets always are)."""
     files = dataset_files().get(dataset)
-    return files is None or try_find(files, data_dir or None) is not None
+    return files is None or try_find(files, data_dir or None, search) is not None
 
 
-def missing_note(dataset: str) -> str:
-    """The visible row text for a dataset whose files are missing."""
+def _searched(data_dir: str, search: bool) -> str:
+    """The folders a run looks in, for a message (``$SHEAF_FMTL_DATA`` named when it is unset)."""
+    dirs = [str(d) for d in search_dirs(data_dir or None, search)]
+    if (search or not data_dir) and not os.environ.get(ENV_VAR):
+        dirs.insert(len(dirs) - 1, f"${ENV_VAR} (not set)")
+    return ", ".join(dirs)
+
+
+def missing_note(dataset: str, data_dir: str = "", search: bool = False) -> str:
+    """The visible row text for a dataset whose files are missing: where they were looked for
+    and how to obtain them."""
     how = HOW_TO_GET.get(dataset, "see data/DATA.md")
-    return (
-        f"data not present: how to obtain it: {how} (e.g. `sheaf-fmtl data fetch {dataset} --dest DIR`, "
-        "then `--data-dir DIR` or SHEAF_FMTL_DATA=DIR)"
+    fetch = (
+        f"`sheaf-fmtl data fetch {dataset} --dest {data_dir}`"
+        if data_dir
+        else f"`sheaf-fmtl data fetch {dataset} --dest DIR`, then {spelling.setting('data_dir', 'DIR')} "
+        f"or {ENV_VAR}=DIR"
+    )
+    return f"data not present: how to obtain it: {how} (e.g. {fetch}); searched {_searched(data_dir, search)}"
+
+
+def no_data_error(
+    command: str, datasets: Sequence[str], data_dir: str = "", search: bool = False
+) -> DatasetError:
+    """The one-line refusal of a command none of whose datasets has its files (nothing ran)."""
+    names = ", ".join(datasets)
+    describe = "(`sheaf-fmtl data describe NAME` lists the files)"
+    flag = spelling.setting("data_dir", "DIR")
+    fetch = (
+        f"`sheaf-fmtl data fetch NAME --dest {data_dir}` {describe}"
+        if data_dir
+        else f"`sheaf-fmtl data fetch NAME --dest DIR` {describe}, then pass {flag} or set {ENV_VAR}=DIR"
+    )
+    return DatasetError(
+        f"{command}: no data for {names} (searched {_searched(data_dir, search)}), so nothing ran and "
+        f"nothing was written; get them with {fetch}, or choose datasets that are there with "
+        f"{spelling.option('datasets')}"
     )
 
 
@@ -78,8 +127,8 @@ def plan(
                     overrides=overrides,
                     substitute=substitute,
                 )
-                if not data_present(cfg.dataset, cfg.data_dir):
-                    missing[ds] = missing_note(cfg.dataset)
+                if not data_present(cfg.dataset, cfg.data_dir, cfg.data_search):
+                    missing[ds] = missing_note(cfg.dataset, cfg.data_dir, cfg.data_search)
                     break
                 cells.append(Cell(exp.name, ds, setting, seed, cfg))
             if ds in missing:
@@ -149,29 +198,34 @@ def reproduce(
         figures: draw the experiment's figures (the tables are always written).
     """
     names = list(EXPERIMENTS) if name == "all" else [experiment(name).name]
-    n_seeds = seeds if seeds is not None else (QUICK_SEEDS if quick else DEFAULT_SEEDS)
-    if not 1 <= n_seeds <= MAX_SEEDS:  # (checked before any cell is planned)
-        raise ValueError(f"--seeds must be between 1 and {MAX_SEEDS}, got {n_seeds}")
+    n_seeds = seed_count(seeds, QUICK_SEEDS if quick else DEFAULT_SEEDS)  # (before any cell is planned)
     known = {d for n in names for d in EXPERIMENTS[n].datasets}
     if datasets and name == "all" and not set(datasets) <= known:
         bad = sorted(set(datasets) - known)[0]
         raise ValueError(f"no experiment has dataset {bad!r}; datasets: {', '.join(sorted(known))}")
+    check_out_dir(out, reuse=True, kind="reproduce")  # a folder it may not write: said before the data
+    plans: list[tuple[Experiment, list[Cell], dict[str, str]]] = []
+    for exp_name in names:
+        exp = EXPERIMENTS[exp_name]
+        chosen = [d for d in exp.datasets if d in datasets] if (datasets and name == "all") else datasets
+        if name == "all" and datasets and not chosen:
+            continue
+        cells, missing = plan(
+            exp,
+            range(n_seeds),
+            datasets=chosen,
+            quick=quick,
+            overrides=overrides,
+            tuned=tuned,
+            substitute=substitute,
+        )
+        plans.append((exp, cells, missing))
+    if not any(cells for _, cells, _ in plans):  # every dataset asked lacks its files
+        absent = list(dict.fromkeys(ds for _, _, missing in plans for ds in missing))
+        raise no_data_error(f"reproduce {name}", absent, *data_keys(overrides))
     with claim(Path(out), reuse=True, kind="reproduce"):  # new, empty, or an earlier reproduction's
         written: list[Path] = []
-        for exp_name in names:
-            exp = EXPERIMENTS[exp_name]
-            chosen = [d for d in exp.datasets if d in datasets] if (datasets and name == "all") else datasets
-            if name == "all" and datasets and not chosen:
-                continue
-            cells, missing = plan(
-                exp,
-                range(n_seeds),
-                datasets=chosen,
-                quick=quick,
-                overrides=overrides,
-                tuned=tuned,
-                substitute=substitute,
-            )
+        for exp, cells, missing in plans:
             stopped, paths = _run_experiment(
                 exp, cells, missing, Path(out), progress=progress, estimate=estimate, figures=figures
             )
@@ -184,6 +238,13 @@ def reproduce(
             if stopped:
                 break
         return written
+
+
+def data_keys(overrides: Sequence[str]) -> tuple[str, bool]:
+    """``data_dir`` and ``data_search`` as ``overrides`` (``--set`` items and ``--data-dir``) give
+    them to every cell; ``("", False)`` when they do not."""
+    keys = parse_overrides(list(overrides))
+    return str(keys.get("data_dir") or ""), bool(keys.get("data_search", False))
 
 
 def _run_experiment(
