@@ -215,3 +215,13 @@ def test_per_edge_maps_with_edges_among_everyone_are_refused_in_one_line() -> No
         config("sheaf-fmtl", maps="fixed", graph_schedule="exponential")
     config("sheaf-fmtl", maps="learned", graph_schedule="random-peers", peers_from="graph")  # base edges
     config("sheaf-fmtl", maps="redrawn", graph_schedule="exponential")
+
+
+def test_powergossip_is_refused_with_changing_edges_or_late_joiners_in_one_line() -> None:
+    with pytest.raises(ConfigError, match="powergossip") as err:
+        config("dpsgd", compressor="powergossip", graph_schedule="random-peers")
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="join_round") as err:
+        config("dfedu", compressor="powergossip", join_round="late:1@5")
+    assert "\n" not in str(err.value)
+    config("dfedu", compressor="powergossip")
