@@ -199,10 +199,19 @@ def test_a_restored_snapshot_continues_the_same_schedule_across_a_join() -> None
             "peers_from": "graph",
             "link_drop_prob": 0.2,
         },
+        {
+            "algorithm": "dfedu",
+            "compressor": "top-k",
+            "compression": 0.05,
+            "graph_schedule": "random-peers",
+            "peers": 1,
+            "join_round": "late:2@3",
+        },
     ],
 )
 def test_two_processes_match_one_with_a_schedule(tmp_path: Path, keys: dict[str, object]) -> None:
-    """Every rank draws the same round graphs and joins: the one-process run's numbers, bits and counts."""
+    """Every rank draws the same round graphs and joins: the one-process run's numbers, bits and counts
+    (CHOCO's per-edge copies sharded with their half-edges)."""
     _compare(tmp_path, {**TINY, "dataset": "synthetic", "rounds": 5, **keys}, 2)
 
 
