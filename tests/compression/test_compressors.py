@@ -171,6 +171,18 @@ def test_zero_rows_decode_to_zero() -> None:
         assert (comp.decode(comp.encode(torch.zeros(1, 30), draw), 30, draw) == 0).all()
 
 
+@pytest.mark.parametrize("fraction", [0.05, 0.5])  # indices as a list, as a mask
+def test_a_zeroed_message_decodes_to_zero(fraction: float) -> None:
+    """The bytes of a lost message, zeroed by the runtime (a mask with no bit set, a list of index
+    0), decode to the zero vector for every compressor, on the receiver's draw."""
+    d = 40
+    for name in NAMES:
+        comp = make_compressor(name, fraction=fraction)
+        draw = Draw(0, 3, torch.tensor([2, 5]))
+        wire = torch.zeros(2, comp.message_bits(d) // 8, dtype=torch.uint8)
+        assert torch.equal(comp.decode(wire, d, draw), torch.zeros(2, d)), name
+
+
 def test_make_compressor_refuses_what_it_cannot_build() -> None:
     assert set(COMPRESSORS) == set(NAMES)
     for name in ("powergossip", "none", "top_k"):

@@ -199,10 +199,19 @@ def test_a_restored_snapshot_continues_the_same_schedule_across_a_join() -> None
             "peers_from": "graph",
             "link_drop_prob": 0.2,
         },
+        {
+            "algorithm": "dfedu",
+            "compressor": "top-k",
+            "compression": 0.05,
+            "graph_schedule": "random-peers",
+            "peers": 1,
+            "join_round": "late:2@3",
+        },
     ],
 )
 def test_two_processes_match_one_with_a_schedule(tmp_path: Path, keys: dict[str, object]) -> None:
-    """Every rank draws the same round graphs and joins: the one-process run's numbers, bits and counts."""
+    """Every rank draws the same round graphs and joins: the one-process run's numbers, bits and counts
+    (CHOCO's per-edge copies sharded with their half-edges)."""
     _compare(tmp_path, {**TINY, "dataset": "synthetic", "rounds": 5, **keys}, 2)
 
 
@@ -215,3 +224,13 @@ def test_per_edge_maps_with_edges_among_everyone_are_refused_in_one_line() -> No
         config("sheaf-fmtl", maps="fixed", graph_schedule="exponential")
     config("sheaf-fmtl", maps="learned", graph_schedule="random-peers", peers_from="graph")  # base edges
     config("sheaf-fmtl", maps="redrawn", graph_schedule="exponential")
+
+
+def test_powergossip_is_refused_with_changing_edges_or_late_joiners_in_one_line() -> None:
+    with pytest.raises(ConfigError, match="powergossip") as err:
+        config("dpsgd", compressor="powergossip", graph_schedule="random-peers")
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="join_round") as err:
+        config("dfedu", compressor="powergossip", join_round="late:1@5")
+    assert "\n" not in str(err.value)
+    config("dfedu", compressor="powergossip")

@@ -22,6 +22,20 @@ half of it, at most 1.
 Missing neighbours (``drop_prob``, ``link_drop_prob``): a copy is moved only by what arrives, and
 an edge whose message did not arrive is left out of the round's consensus step, so a lost message
 leaves the receiver's copy behind the sender's (CHOCO assumes reliable links).
+
+Under a schedule (``graph_schedule`` other than ``fixed``, or ``join_round``) the edges that talk
+change every round, and a single copy ``xhat_i`` would move while the neighbours on the edges that
+were off did not see the message. So each client keeps one copy per edge instead: ``xhat_{i->j}``,
+what ``j`` holds of ``x_i``. The message on half-edge ``i -> j`` is ``C(theta_i - xhat_{i->j})``
+(drawn from the same ``(seed, round, sender)`` as the single copy's), and both ends move their copy
+of ``x_i`` only in the rounds edge ``{i, j}`` talks: a schedule turns an edge on or off at both ends,
+so ``i`` knows its message went out when ``j``'s arrived. The consensus step takes ``xhat_{i->j} -
+xhat_{j->i}`` per half-edge, and the copies at the two ends of an edge stay equal. When every edge
+talks every round the per-edge copies of ``x_i`` all equal the single copy, and the numbers are the
+single copy's bit for bit; the cost is ``H`` encodes a round (one per half-edge, not one per client)
+and one more ``[H, d]`` copy. A client sitting a round out (``drop_prob``) silences its edges at
+both ends and keeps the copies equal; a lost link (``link_drop_prob``) is one direction only, which
+the sender cannot know, and still leaves the receiver's copy behind.
 """
 
 from __future__ import annotations
@@ -66,20 +80,30 @@ def consensus_step(config: RunConfig, omega: float, mu: float, scale: float = 1.
     )
 
 
+def per_edge_copies(config: RunConfig) -> bool:
+    """Whether the run has a schedule (``graph_schedule`` or ``join_round``: the rule of
+    :meth:`~sheaf_fmtl.runtime.engine.schedule.Schedule.from_config`), so CHOCO keeps a copy per edge."""
+    return config.graph_schedule != "fixed" or bool(config.join_round.strip())
+
+
 class CompressedExchange:
     """The compressed messages of one run (or rank) over the half-edges of ``gossip``, and the
-    copies they move (``GossipState.estimate [N, d]``: the held clients' own copies;
-    ``neighbour_estimates [H, d]``: at half-edge ``i -> j``, ``i``'s copy of ``xhat_j``)."""
+    copies they move: ``neighbour_estimates [H, d]`` (at half-edge ``i -> j``, ``i``'s copy of
+    ``x_j``) and the held clients' own copies, one per client (``estimate [N, d]``) or, with
+    ``per_edge``, one per outgoing half-edge (``edge_estimates [H, d]``: ``xhat_{i->j}``)."""
 
-    def __init__(self, config: RunConfig, gossip: ModelGossip, graph: ClientGraph) -> None:
+    def __init__(
+        self, config: RunConfig, gossip: ModelGossip, graph: ClientGraph, per_edge: bool = False
+    ) -> None:
         self.compressor: Compressor = make_compressor(
             config.compressor, fraction=config.compression, quantization_bits=config.quantization_bits
         )
-        self.gossip, self.seed, self.dim = gossip, config.seed, gossip.dim
+        self.gossip, self.seed, self.dim, self.per_edge = gossip, config.seed, gossip.dim, per_edge
         self.width = self.compressor.message_bits(self.dim) // 8  # bytes per message
         self.layout = gossip.layout.with_sizes(np.full(len(gossip.half_edges), self.width, np.int64))
         device = gossip.src.device
         self.senders = torch.as_tensor(gossip.clients, dtype=torch.long, device=device)
+        self.edge_senders = torch.as_tensor(graph.src[gossip.half_edges], dtype=torch.long, device=device)
         self.heard_from = torch.as_tensor(graph.dst[gossip.half_edges], dtype=torch.long, device=device)
 
     @property
@@ -92,39 +116,64 @@ class CompressedExchange:
 
     def init(self, state: GossipState) -> None:
         theta = state.thetas[0]
-        state.estimate = torch.zeros_like(theta)
-        state.neighbour_estimates = theta.new_zeros(len(self.gossip.half_edges), self.dim)
+        halves = len(self.gossip.half_edges)
+        if self.per_edge:
+            state.edge_estimates = theta.new_zeros(halves, self.dim)
+        else:
+            state.estimate = torch.zeros_like(theta)
+        state.neighbour_estimates = theta.new_zeros(halves, self.dim)
         state.exchanges = 0
 
     def send(self, state: GossipState, theta: torch.Tensor) -> EdgeTensor:
-        """Encode ``C(theta_i - xhat_i)`` once per held client; a copy along each outgoing half-edge."""
+        """Encode ``C(theta_i - xhat_i)`` once per held client, a copy along each outgoing half-edge;
+        with per-edge copies ``C(theta_i - xhat_{i->j})`` once per held half-edge."""
+        if self.per_edge:
+            assert state.edge_estimates is not None
+            mine = theta.index_select(0, self.gossip.src) - state.edge_estimates
+            state.wire = self.compressor.encode(mine, Draw(self.seed, state.exchanges, self.edge_senders))
+            return EdgeTensor(state.wire.reshape(-1), self.layout)
         assert state.estimate is not None
         draw = Draw(self.seed, state.exchanges, self.senders)
         state.wire = self.compressor.encode(theta - state.estimate, draw)
         return EdgeTensor(state.wire.index_select(0, self.gossip.src).reshape(-1), self.layout)
 
     def receive(self, state: GossipState, incoming: EdgeTensor) -> torch.Tensor | None:
-        """Move the copies by the round's messages: the own copy by the decoded message sent, each
-        neighbour's by the message that arrived from it. Returns ``heard [H, 1]`` (``None``: all)."""
-        assert state.estimate is not None and state.neighbour_estimates is not None
-        assert state.wire is not None
+        """Move the copies by the round's messages: the own copy by the decoded message sent (per
+        edge: where the edge talked, known from ``heard``), each neighbour's by the message that
+        arrived from it. Returns ``heard [H, 1]`` (``None``: all)."""
+        assert state.neighbour_estimates is not None and state.wire is not None
         r = state.exchanges
-        own = self.compressor.decode(state.wire, self.dim, Draw(self.seed, r, self.senders))
-        state.estimate = state.estimate + own
+        heard = self.gossip.heard(incoming)
+        if self.per_edge:
+            assert state.edge_estimates is not None
+            own = self.compressor.decode(state.wire, self.dim, Draw(self.seed, r, self.edge_senders))
+            state.edge_estimates = state.edge_estimates + _where_heard(own, heard)
+        else:
+            assert state.estimate is not None
+            own = self.compressor.decode(state.wire, self.dim, Draw(self.seed, r, self.senders))
+            state.estimate = state.estimate + own
         wire = incoming.data.view(-1, self.width)
         theirs = self.compressor.decode(wire, self.dim, Draw(self.seed, r, self.heard_from))
-        heard = self.gossip.heard(incoming)
-        if heard is not None:
-            theirs = torch.where(heard, theirs, theirs.new_zeros(()))
-        state.neighbour_estimates = state.neighbour_estimates + theirs
+        state.neighbour_estimates = state.neighbour_estimates + _where_heard(theirs, heard)
         state.exchanges, state.wire = r + 1, None
         return heard
 
     def differences(self, state: GossipState, heard: torch.Tensor | None) -> torch.Tensor:
-        """``[H, d]``: ``xhat_i - xhat_j`` per held half-edge ``i -> j`` (zero where nothing arrived)."""
-        assert state.estimate is not None and state.neighbour_estimates is not None
-        diff = state.estimate.index_select(0, self.gossip.src) - state.neighbour_estimates
-        return diff if heard is None else torch.where(heard, diff, diff.new_zeros(()))
+        """``[H, d]``: ``xhat_i - xhat_j`` per held half-edge ``i -> j`` (per edge: ``xhat_{i->j} -
+        xhat_{j->i}``; zero where nothing arrived)."""
+        assert state.neighbour_estimates is not None
+        if self.per_edge:
+            assert state.edge_estimates is not None
+            mine = state.edge_estimates
+        else:
+            assert state.estimate is not None
+            mine = state.estimate.index_select(0, self.gossip.src)
+        return _where_heard(mine - state.neighbour_estimates, heard)
+
+
+def _where_heard(values: torch.Tensor, heard: torch.Tensor | None) -> torch.Tensor:
+    """``values [H, d]`` where ``heard [H, 1]`` (``None``: all), zero elsewhere."""
+    return values if heard is None else torch.where(heard, values, values.new_zeros(()))
 
 
 class DifferenceExchange(Protocol):
@@ -161,7 +210,7 @@ def make_exchange(
         why = "consensus_step as given" if given else "consensus_step = 1 (PowerGossip's diffusion rate)"
         step = ConsensusStep(given or 1.0, why)
     else:
-        compressed = CompressedExchange(config, gossip, ctx.graph)
+        compressed = CompressedExchange(config, gossip, ctx.graph, per_edge_copies(config))
         exchange, step = compressed, consensus_step(config, compressed.omega, mu, scale)
     exchange.init(state)
     state.consensus_step, state.consensus_note = step.gamma, step.why

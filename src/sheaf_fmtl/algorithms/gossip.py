@@ -80,12 +80,14 @@ class GossipState(State):
     outgoing: torch.Tensor | None = None  # [N, d] the models sent this round
     mixing: tuple[torch.Tensor, torch.Tensor] | None = None  # D-PSGD: (w per half-edge [H, 1], w_ii [N, 1])
     # With a compressor (compressed.py, powergossip.py): exchanges so far (the draws' round, the
-    # power iteration's side), the message being sent ([N, bytes] or [H, floats]), the public copies
-    # of the held clients' models [N, d] and of their neighbours' per half-edge [H, d] (CHOCO), the
-    # low-rank factors per weight matrix [H, side, r] and the differences they give [H, d] (PowerGossip).
+    # power iteration's side), the message being sent ([N, bytes], [H, bytes] or [H, floats]), the
+    # public copies of the held clients' models [N, d] (under a schedule one per outgoing half-edge
+    # [H, d]) and of their neighbours' per half-edge [H, d] (CHOCO), the low-rank factors per weight
+    # matrix [H, side, r] and the differences they give [H, d] (PowerGossip).
     exchanges: int = 0
     wire: torch.Tensor | None = None
     estimate: torch.Tensor | None = None
+    edge_estimates: torch.Tensor | None = None
     neighbour_estimates: torch.Tensor | None = None
     power_factors: list[torch.Tensor] = field(default_factory=list)
     edge_differences: torch.Tensor | None = None

@@ -32,7 +32,9 @@ def encode_sparse(x: torch.Tensor, index: torch.Tensor, with_indices: bool) -> t
 
 
 def wire_indices(wire: torch.Tensor, d: int, k: int) -> torch.Tensor:
-    """The indices a sparse message carries, ``[M, k]`` in the order of its values."""
+    """The indices a sparse message carries, ``[M, k]`` in the order of its values. A mask with
+    fewer than ``k`` bits set (a lost message, zeroed by the runtime: zero values) is filled up with
+    unset coordinates, so the indices stay distinct and within ``[0, d)``."""
     kind, _ = bitpack.index_bits(d, k)
     rest = wire[:, 4 * k :]
     if kind == "list":
@@ -40,7 +42,7 @@ def wire_indices(wire: torch.Tensor, d: int, k: int) -> torch.Tensor:
     mask = bitpack.unpack_mask(rest, d)
     order = torch.arange(d, device=wire.device)
     keys = torch.where(mask, order, order + d)  # the set bits first, each part in ascending order
-    return keys.topk(k, dim=1, largest=False, sorted=True).values
+    return keys.topk(k, dim=1, largest=False, sorted=True).values % d
 
 
 def decode_sparse(wire: torch.Tensor, d: int, index: torch.Tensor) -> torch.Tensor:

@@ -44,7 +44,14 @@ def _check_together(config: StepKeys) -> None:
 
 def check_schedule(config: StepKeys) -> None:
     """Per-edge state (``maps=learned`` or ``fixed``, PowerGossip's factors) only on the base graph's
-    edges: refused with a schedule whose edges come from every client, or with changing edges."""
+    edges: refused with a schedule whose edges come from every client, or with changing edges or
+    late joiners (PowerGossip). CHOCO's compressors keep a copy per edge under a schedule and run."""
+    if config.compressor == "powergossip" and config.join_round.strip():
+        raise ConfigError(
+            "config key 'compressor' = powergossip needs the same links every round (both ends keep "
+            f"low-rank factors per edge), and join_round = {config.join_round} keeps late clients' edges "
+            f"off; leave join_round out, or choose a CHOCO compressor ({setting('compressor', 'top-k')})"
+        )
     if config.graph_schedule == "fixed":
         return
     if config.graph_schedule == "sampled-edges" and config.link_budget is None:
