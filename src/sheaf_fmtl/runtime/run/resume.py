@@ -57,20 +57,15 @@ def resume_config(
     path = Path(run_dir) / "config.yaml"
     if path.is_symlink() or not path.is_file():
         raise ConfigError(f"{option('resume', run_dir)}: no config.yaml there (not a run folder)")
-    folder, _ = find_checkpoint(Path(run_dir))  # integrity first: an edited config.yaml imports nothing
+    given = {**parse_overrides(overrides or []), **(keys or {})}
+    received = read_config_file(path)  # (YAML only: nothing imported)
+    if not trust:  # before anything else reads the folder's config
+        refuse_code(run_dir, received, given)
+    folder, _ = find_checkpoint(Path(run_dir))  # integrity next: an edited config.yaml imports nothing
     manifest = read_manifest(folder) if folder is not None else None
     if manifest is not None:
         check_config(Path(run_dir), manifest)
     check_kept_best(Path(run_dir))  # a best.pt that cannot be read or was swapped: refused, nothing changed
-    untrusted = untrusted_specs(read_config_file(path), {**parse_overrides(overrides or []), **(keys or {})})
-    if untrusted and not trust:  # checked before anything is imported
-        spec, key = next(iter(untrusted.items()))
-        raise ConfigError(
-            f"{option('resume', run_dir)}: "
-            f"its config.yaml names code ({key} = {spec}), and a run folder never runs "
-            f"its own code; if you trust it, name it again ({setting(key, spec)}) or pass "
-            f"{option('trust_plugins', True)}"
-        )
     saved = load_config(path)
     config = load_config(path, overrides, keys)
     old, new = saved.to_dict(), config.to_dict()
@@ -93,6 +88,21 @@ def resume_config(
             f"{setting(k, old[k])})"
         )
     return config
+
+
+def refuse_code(run_dir: str | Path, received: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """ConfigError in one line when ``received`` (a run folder's config, as read) names a
+    ``module:function`` or ``module:Class`` that ``given`` (the user's keys) does not name again;
+    nothing is imported to tell (a torch class by name is no code of the folder's)."""
+    untrusted = untrusted_specs(received, given)
+    if untrusted:
+        spec, key = next(iter(untrusted.items()))
+        raise ConfigError(
+            f"{option('resume', run_dir)}: "
+            f"its config.yaml names code ({key} = {spec}), and a run folder never runs "
+            f"its own code; if you trust it, name it again ({setting(key, spec)}) or pass "
+            f"{option('trust_plugins', True)}"
+        )
 
 
 def checkpoint_to_resume(
