@@ -185,3 +185,73 @@ def test_python_run_resumes_when_the_plug_in_is_named_again(sent, monkeypatch):
     monkeypatch.syspath_prepend(str(sent))
     result = sheaf_fmtl.run(resume=sent, model="hostile_mod:make")
     assert result.summary["status"] == "ok" and (sent / "IMPORTED").exists()
+
+
+#: A scheduler module whose import leaves a file (the proof that it ran).
+EVIL = """
+import pathlib
+
+import torch
+
+pathlib.Path(__file__).with_name("IMPORTED").write_text("the folder's code ran")
+
+
+class Sched(torch.optim.lr_scheduler.StepLR):
+    def __init__(self, optimizer, step_size=10, gamma=0.5):
+        super().__init__(optimizer, step_size=step_size, gamma=gamma)
+"""
+
+
+@pytest.fixture
+def scheduled(tmp_path, monkeypatch):
+    """A stopped run folder whose ``config.yaml`` names ``lr_scheduler: evil:Sched``, a module in
+    the working folder (``tmp_path``, also on the Python path). Yields the folder."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "evil.py").write_text(EVIL)
+    out = tmp_path / "sent"
+    argv = ["run", "--set", "rounds=4", "eval_every=1", "clients=4", "lr_scheduler=evil:Sched", "--quiet"]
+    try:
+        assert _stopped_run([*argv, "--out", str(out)], at=2) == 143
+    finally:
+        sys.modules.pop("evil", None)
+    (tmp_path / "IMPORTED").unlink()
+    yield out
+    sys.modules.pop("evil", None)
+
+
+def test_resume_never_imports_a_scheduler_its_folder_names(scheduled, tmp_path, capsys):
+    """The config's integrity is checked without importing the ``module:Class`` it names."""
+    assert main(["run", "--resume", str(scheduled), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "lr_scheduler = evil:Sched" in err, err
+    assert "--set lr_scheduler=evil:Sched" in err and "--trust-plugins" in err, err
+    assert not (tmp_path / "IMPORTED").exists() and "evil" not in sys.modules
+    with pytest.raises(ValueError, match="never runs its own code") as refused:  # the Python API
+        sheaf_fmtl.run(resume=scheduled)
+    assert "lr_scheduler='evil:Sched'" in str(refused.value)
+    assert not (tmp_path / "IMPORTED").exists() and "evil" not in sys.modules
+
+
+def test_a_scheduler_named_again_is_imported_and_resumed(scheduled, tmp_path, capsys):
+    assert main(["run", "--resume", str(scheduled), "--quiet", "--set", "lr_scheduler=evil:Sched"]) == 0
+    assert (tmp_path / "IMPORTED").exists()
+    assert json.loads((scheduled / "summary.json").read_text())["status"] == "ok"
+
+
+def test_a_torch_scheduler_by_name_is_resumed(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--set", "rounds=4", "eval_every=1", "clients=4", "lr_scheduler=StepLR"]
+    argv += ["lr_scheduler_args.step_size=5", "--quiet", "--out", "r"]
+    assert _stopped_run(argv, at=2) == 143
+    assert main(["run", "--resume", "r", "--quiet"]) == 0
+    assert json.loads(Path("r/summary.json").read_text())["status"] == "ok"
+
+
+def test_an_edited_config_naming_a_scheduler_is_refused_before_it_is_imported(scheduled, tmp_path, capsys):
+    """Even trusted, the digest of an edited ``config.yaml`` is checked without importing its code."""
+    cfg = yaml.safe_load((scheduled / "config.yaml").read_text())
+    (scheduled / "config.yaml").write_text(yaml.safe_dump({**cfg, "lam": 0.123}, sort_keys=False))
+    assert main(["run", "--resume", str(scheduled), "--quiet", "--trust-plugins"]) == 2
+    assert "(key 'lam')" in capsys.readouterr().err
+    assert not (tmp_path / "IMPORTED").exists() and "evil" not in sys.modules

@@ -189,8 +189,10 @@ def test_the_cli_keys_log_to_tensorboard_and_stop_early(tmp_path, capsys):
     best = metric.index(max(metric))  # the first best evaluation: what best.pt holds
     assert sheaf_fmtl.load(out, round="best").round == int(rows[best]["round"])
     # the keys leave the mathematics alone: a resume with a longer patience runs to the end, and its
-    # best round is the best of both parts (best.pt read back, not replaced by a worse evaluation)
-    assert main(["run", "--resume", str(out), "--quiet", "--set", "early_stop_patience=100"]) == 0
+    # best round is the best of both parts (best.pt read back, not replaced by a worse evaluation);
+    # the TensorBoard folder is given again (a resume never takes a destination from the folder)
+    again = ["early_stop_patience=100", f"log_tensorboard={tb}"]
+    assert main(["run", "--resume", str(out), "--quiet", "--set", *again]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "ok" and [int(r["round"]) for r in _rows(out)] == list(range(0, 41, 2))
     metric = [float(r["val_accuracy"]) for r in _rows(out)]

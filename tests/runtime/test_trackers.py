@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 
 import sheaf_fmtl
 from sheaf_fmtl.cli import main
@@ -206,3 +207,66 @@ def test_a_missing_package_is_refused_in_one_line_naming_the_extra(tmp_path, mon
     assert not (tmp_path / "r").exists()
     with pytest.raises(ConfigError, match="wandb_mode"):
         sheaf_fmtl.run(log_wandb=True, wandb_mode="cloud", **KEYS)
+
+
+@pytest.fixture
+def received(tmp_path: Path) -> tuple[Path, Path]:
+    """A run stopped by a signal after round 2 of 4, whose ``config.yaml`` a sender pointed at
+    places of theirs (these keys lie outside the checkpoint's digest): an MLflow store and a
+    TensorBoard folder under ``tmp_path/theirs``, a W&B folder and W&B's online mode. Yields the
+    run folder and ``theirs``."""
+    out, theirs = tmp_path / "run", tmp_path / "theirs"
+    small = {**KEYS, "rounds": 4, "eval_every": 1, "validation": 0.0, "early_stop_patience": 0}
+    assert sheaf_fmtl.run(out=out, callbacks=[Interrupt(2)], **small).summary["status"] == "interrupted"
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    sent = {
+        "log_tensorboard": str(theirs / "tb"),
+        "log_mlflow": True,
+        "mlflow_tracking_uri": (theirs / "mlruns").as_uri(),
+        "wandb_dir": str(theirs / "wandb"),
+        "wandb_mode": "online",
+    }
+    assert set(sent) <= set(config)
+    (out / "config.yaml").write_text(yaml.safe_dump({**config, **sent}, sort_keys=False))
+    return out, theirs
+
+
+@pytest.mark.parametrize("how", ["cli", "python"])
+def test_a_resume_writes_nowhere_and_contacts_nothing_its_folder_names(received, capsys, how):
+    """The loggers' destinations in a received ``config.yaml`` are not reused: one line says which
+    and how to give them again; the loggers it asks for write into the run folder, and the resumed
+    run's ``config.yaml`` records the defaults it ran with."""
+    pytest.importorskip("mlflow", reason="the MLflow logger's tests need pip install 'sheaf-fmtl[mlflow]'")
+    out, theirs = received
+    if how == "cli":
+        assert main(["run", "--resume", str(out), "--quiet"]) == 0
+        (said,) = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+        assert f"--set log_tensorboard={theirs / 'tb'}" in said and "--set wandb_mode=online" in said, said
+    else:
+        with pytest.warns(UserWarning, match="not reused from its config.yaml") as caught:
+            sheaf_fmtl.run(resume=out)
+        said = str(caught[0].message)
+        assert f"log_tensorboard={str(theirs / 'tb')!r}" in said and "wandb_mode='online'" in said, said
+    names = "log_tensorboard, mlflow_tracking_uri, wandb_dir, wandb_mode; to use one, give it again"
+    assert names in said and "which server it talks to" in said, said
+    assert not theirs.exists()
+    assert json.loads((out / "summary.json").read_text())["status"] == "ok"
+    ran = yaml.safe_load((out / "config.yaml").read_text())
+    assert ran["log_tensorboard"] == ran["mlflow_tracking_uri"] == ran["wandb_dir"] == ""
+    assert ran["wandb_mode"] == "offline" and ran["log_mlflow"] is True
+    client, run_id = _mlflow(out)  # (the default store: the run folder's own)
+    assert [m.step for m in client.get_metric_history(run_id, "test_accuracy")] == [3, 4]
+
+
+def test_a_destination_given_again_on_resume_is_used(received, tmp_path, capsys):
+    pytest.importorskip("mlflow", reason="the MLflow logger's tests need pip install 'sheaf-fmtl[mlflow]'")
+    out, theirs = received
+    mine = tmp_path / "mine"
+    again = [f"log_tensorboard={mine / 'tb'}", f"mlflow_tracking_uri={(mine / 'mlruns').as_uri()}"]
+    assert main(["run", "--resume", str(out), "--quiet", "--set", *again]) == 0
+    (said,) = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert "wandb_dir, wandb_mode;" in said and "log_tensorboard" not in said and "mlflow" not in said, said
+    assert not theirs.exists() and any((mine / "tb").glob("events.out.tfevents.*"))
+    ran = yaml.safe_load((out / "config.yaml").read_text())
+    assert ran["log_tensorboard"] == str(mine / "tb") and ran["mlflow_tracking_uri"] == again[1].split("=")[1]
+    assert (mine / "mlruns").is_dir() and not (out / "mlruns").exists()

@@ -142,14 +142,14 @@ def run_folder(
 
 def _stopped_run_of(config: RunConfig, folder: Path) -> bool:
     """``folder`` holds a run of ``config`` stopped by a signal (it can be resumed)."""
-    from ..runtime.run.integrity import resumable_keys, run_config
+    from ..runtime.run.integrity import RESUMABLE_KEYS, resumable_keys, run_config
 
     summary = read_summary(folder) or {}
     if summary.get("status") != "interrupted":
         return False
-    saved = run_config(folder)
     keys = _key(config)
-    may = resumable_keys(keys)  # (run_config leaves out the same keys)
+    may = resumable_keys(keys)  # (run_config leaves out the same keys, importing nothing the folder names)
+    saved = run_config(folder, kept=[k for k in RESUMABLE_KEYS if k not in may])
     want = {k: v for k, v in keys.items() if k not in may}
     if saved is not None and config.clients is None:
         saved["clients"] = None  # (config.yaml records the dataset's own number)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -87,17 +87,21 @@ def resumable_keys(config: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(k for k in RESUMABLE_KEYS if pinned(k, config) is None)
 
 
-def run_config(run_dir: Path) -> dict[str, Any] | None:
-    """The keys of ``run_dir/config.yaml`` that a resume may not change (``None``: unreadable)."""
+def run_config(run_dir: Path, kept: Collection[str] | None = None) -> dict[str, Any] | None:
+    """The keys of ``run_dir/config.yaml`` that a resume may not change (``None``: unreadable).
+    ``kept``: the keys of :data:`RESUMABLE_KEYS` to keep (those a checkpoint's manifest records in
+    ``config``), so that reading a folder's config imports nothing; without it, those its config
+    pins (:data:`PINNED`: an ``lr_scheduler`` given as ``module:Class`` is imported to tell)."""
     try:
         mapping = read_config_file(run_dir / "config.yaml")
     except ConfigError:
         return None
-    skip = {*PROVENANCE_KEYS, *resumable_keys(mapping)}
-    kept: dict[str, Any] = json.loads(
+    may = resumable_keys(mapping) if kept is None else [k for k in RESUMABLE_KEYS if k not in kept]
+    skip = {*PROVENANCE_KEYS, *may}
+    values: dict[str, Any] = json.loads(
         json.dumps({k: v for k, v in mapping.items() if k not in skip}, default=str)
     )
-    return kept
+    return values
 
 
 def config_digest(mapping: dict[str, Any]) -> str:
@@ -182,7 +186,8 @@ def verify_shards(folder: Path, manifest: dict[str, Any]) -> None:
 
 
 def check_config(run_dir: Path, manifest: dict[str, Any]) -> None:
-    """Refuse a ``config.yaml`` edited since the checkpoint ``manifest`` was written."""
+    """Refuse a ``config.yaml`` edited since the checkpoint ``manifest`` was written (importing
+    nothing the config names: the manifest records which keys its digest covers)."""
     want = manifest.get("config_sha256")
     if not _hex(want) or not isinstance(manifest.get("config"), dict):
         where = run_dir / CHECKPOINTS / f"round-{manifest.get('round', 0):08d}" / MANIFEST
@@ -191,7 +196,7 @@ def check_config(run_dir: Path, manifest: dict[str, Any]) -> None:
             "no digest of the config it was written with, so the run it continues is unknown; nothing was "
             f"changed (start the run again with {option('overwrite', True)})"
         )
-    now = run_config(run_dir)
+    now = run_config(run_dir, kept=manifest["config"])  # (imports nothing the folder names)
     if now is None or config_digest(now) != want:
         saved = manifest.get("config") or {}
         keys = [k for k in sorted({*saved, *(now or {})}) if (now or {}).get(k) != saved.get(k)]

@@ -7,6 +7,10 @@ be raised), unless the run's own config pins one (:data:`.integrity.PINNED`: ``r
 ``config.yaml`` is refused in one line. A run
 folder without a complete checkpoint (stopped before its first one) starts again from round 0.
 
+A run folder is data: its ``config.yaml`` is checked without importing the code it names, which is
+refused unless the user names it again (or trusts the folder), and where it says to log
+(:data:`DESTINATION_KEYS`) is not reused unless the user gives it again; one line says so.
+
 A run over ``K`` processes is resumed over ``K`` processes (``sheaf-fmtl run --resume`` starts them,
 :func:`sheaf_fmtl.runtime.run.launch.resume_any`), each rank from its own shard; another count is
 refused: a shard holds its rank's clients, maps and streams as stacked by that placement, and
@@ -17,12 +21,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from ...config import ConfigError, RunConfig, load_config, parse_overrides, read_config_file
 from ...plugins import untrusted_specs
 from ...spelling import option, setting
+from ...warn import warn
 from ..engine.simulate import Simulation
 from .checkpoint import remove_checkpoints
 from .checkpoint_read import read_manifest
@@ -32,7 +38,12 @@ from .loop import RunOutcome, execute
 from .rundir import check_out_dir, claim
 from .shipped_callbacks import check_kept_best
 
-__all__ = ["RESUMABLE_KEYS", "checkpoint_to_resume", "resume", "resume_config"]
+__all__ = ["DESTINATION_KEYS", "RESUMABLE_KEYS", "checkpoint_to_resume", "resume", "resume_config"]
+
+#: Keys naming where a run writes or which server it talks to (the loggers' folders, MLflow's
+#: tracking server, W&B's online mode): a resume takes them from the user, never from the folder's
+#: ``config.yaml`` (:func:`dropped_destinations`).
+DESTINATION_KEYS = ("log_tensorboard", "mlflow_tracking_uri", "wandb_dir", "wandb_mode")
 
 
 def resume_config(
@@ -47,7 +58,9 @@ def resume_config(
 
     ``group_member``: a rank other than 0 of a process group (rank 0 holds the folder's lock).
     ``trust``: import the ``module:function`` plug-ins the saved config names; by default only
-    those that ``overrides`` / ``keys`` name again are (a run folder never runs its own code).
+    those that ``overrides`` / ``keys`` name again are (a run folder never runs its own code). The
+    :data:`DESTINATION_KEYS` the saved config sets are left at their defaults unless ``overrides``
+    / ``keys`` give them (one warning line names them).
 
     Raises:
         ConfigError: ``run_dir`` has no ``config.yaml``; it names a plug-in not named again (and
@@ -57,22 +70,19 @@ def resume_config(
     path = Path(run_dir) / "config.yaml"
     if path.is_symlink() or not path.is_file():
         raise ConfigError(f"{option('resume', run_dir)}: no config.yaml there (not a run folder)")
-    folder, _ = find_checkpoint(Path(run_dir))  # integrity first: an edited config.yaml imports nothing
+    given = {**parse_overrides(overrides or []), **(keys or {})}
+    received = read_config_file(path)  # (YAML only: nothing imported)
+    if not trust:  # before anything else reads the folder's config
+        refuse_code(run_dir, received, given)
+    folder, _ = find_checkpoint(Path(run_dir))  # integrity next: an edited config.yaml imports nothing
     manifest = read_manifest(folder) if folder is not None else None
     if manifest is not None:
         check_config(Path(run_dir), manifest)
     check_kept_best(Path(run_dir))  # a best.pt that cannot be read or was swapped: refused, nothing changed
-    untrusted = untrusted_specs(read_config_file(path), {**parse_overrides(overrides or []), **(keys or {})})
-    if untrusted and not trust:  # checked before anything is imported
-        spec, key = next(iter(untrusted.items()))
-        raise ConfigError(
-            f"{option('resume', run_dir)}: "
-            f"its config.yaml names code ({key} = {spec}), and a run folder never runs "
-            f"its own code; if you trust it, name it again ({setting(key, spec)}) or pass "
-            f"{option('trust_plugins', True)}"
-        )
+    dropped = dropped_destinations(received, given)
+    note_dropped(run_dir, received, dropped)
     saved = load_config(path)
-    config = load_config(path, overrides, keys)
+    config = load_config(path, overrides, {**(keys or {}), **dropped})
     old, new = saved.to_dict(), config.to_dict()
     may = resumable_keys(old)
     changed = [k for k in new if new[k] != old[k] and k not in may]
@@ -93,6 +103,45 @@ def resume_config(
             f"{setting(k, old[k])})"
         )
     return config
+
+
+def refuse_code(run_dir: str | Path, received: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """ConfigError in one line when ``received`` (a run folder's config, as read) names a
+    ``module:function`` or ``module:Class`` that ``given`` (the user's keys) does not name again;
+    nothing is imported to tell (a torch class by name is no code of the folder's)."""
+    untrusted = untrusted_specs(received, given)
+    if untrusted:
+        spec, key = next(iter(untrusted.items()))
+        raise ConfigError(
+            f"{option('resume', run_dir)}: "
+            f"its config.yaml names code ({key} = {spec}), and a run folder never runs "
+            f"its own code; if you trust it, name it again ({setting(key, spec)}) or pass "
+            f"{option('trust_plugins', True)}"
+        )
+
+
+def dropped_destinations(received: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`DESTINATION_KEYS` that ``received`` (a run folder's config, as read) sets and
+    ``given`` (the user's keys) does not name, each with its default: what the resumed run uses."""
+    defaults = {f.name: f.default for f in fields(RunConfig)}
+    return {
+        k: defaults[k]
+        for k in DESTINATION_KEYS
+        if k not in given and k in received and received[k] != defaults[k]
+    }
+
+
+def note_dropped(run_dir: str | Path, received: Mapping[str, Any], dropped: Mapping[str, Any]) -> None:
+    """One warning line naming the keys of ``received`` that :func:`dropped_destinations` left out,
+    and how to use them (give them again)."""
+    if not dropped:
+        return
+    again = ", ".join(setting(k, received[k]) for k in dropped)
+    warn(
+        f"{option('resume', run_dir)}: not reused from its config.yaml, each left at its default (a run "
+        f"folder does not choose where a run writes or which server it talks to): {', '.join(dropped)}; "
+        f"to use one, give it again ({again})"
+    )
 
 
 def checkpoint_to_resume(
