@@ -86,3 +86,18 @@ def test_a_cell_from_before_a_new_key_is_still_finished(tmp_path):
     assert finished(tmp_path, config) is not None
     assert finished(tmp_path, config.replace(graph_degree=4.0)) is None
     assert finished(tmp_path, config.replace(rounds=3)) is None
+
+
+def test_a_budgeted_sheaf_level_tunes_its_rule_and_multiples_of_the_lam_it_chose() -> None:
+    from sheaf_fmtl.experiments import frontier as fr
+
+    method = next(m for m in fr.METHODS if m.slug == "redrawn-links")
+    grid = fr.strength_grid(method, 0.35, quick=False)
+    assert grid[0] == {"lam": None} and [g["lam_times"] for g in grid[1:]] == list(fr.RULE_TIMES)
+    assert fr._relative(grid[1], 4.0) == {"lam": 2.0}
+    assert fr._relative(grid[2], 4.0) == {"lam": 8.0}
+    assert fr._relative(grid[1], None) is None  # the rule's run refused: nothing to scale
+    assert fr._relative({"lam": 0.3}, None) == {"lam": 0.3}
+    assert fr.strength_grid(method, 0.35, quick=True) == [{"lam": None}]
+    rival = next(m for m in fr.METHODS if m.slug == "top-k-links")
+    assert {"lam": None} in fr.strength_grid(rival, None, quick=False)  # dFedU's rule, pull 0.1 / b

@@ -6,8 +6,10 @@ Every method couples the same clients over the same graph: dFedU's Laplacian cou
 ``sign``) or PowerGossip's low-rank differences; and Sheaf-FMTL's maps redrawn each round at
 ``gamma`` (with and without CHOCO-form estimates). The budget is spent on two axes: coordinates a
 message (the compression, ``gamma``) and edges a round (budgeted links, ``graph_schedule =
-matchings``: one matching of the graph a round, or half of them), the sheaf and its rivals (dFedU
-whole, top-k) under the same link budget. Each method is swept over its compression (kept
+matchings``, ``link_budget`` from half the graph's matchings a round to one), the sheaf at
+``gamma = 0.01`` and its rivals (dFedU whole, top-k at 1 %) under the same link budgets; a budgeted
+sheaf level's strength is its rule's ``lam`` (which divides the pull by the share of edges on),
+half or twice it. Each method is swept over its compression (kept
 fraction, bits, rank, ``gamma``); at each level its strength (``lam``, and CHOCO's
 ``consensus_step``) is chosen from a small grid (``lam`` 0.1, 0.3, 1; the default consensus step
 and 1; the sheaf's ``lam`` rule and the pulls 0.03 and 0.3 beside it) on a validation split (seed
@@ -52,6 +54,13 @@ PROBLEMS: dict[str, tuple[dict[str, Any], str]] = {
     "rmnist": ({"dataset": "rmnist", "clients": 12, "rounds": 80}, "R-MNIST, 12 clients, 80 rounds"),
 }
 DFEDU_LAMS = (0.1, 0.3, 1.0)
+#: Link budgets (``graph_schedule = matchings``): the share of the graph's matchings a round; None:
+#: one matching a round.
+LINK_BUDGETS: tuple[float | None, ...] = (0.5, 0.35, 0.2, None)
+QUICK_LINK_BUDGETS: tuple[float | None, ...] = (0.35,)
+#: A budgeted sheaf level's strength: its rule (``lam`` null, which divides the pull by the share
+#: of edges on) and these multiples of the rule's ``lam``, read from the rule's validation run.
+RULE_TIMES = (0.5, 2.0)
 QUICK_LAMS = (0.1, 1.0)
 
 
@@ -110,36 +119,30 @@ METHODS = (
         "sheaf",
     ),
     Method(
-        "Sheaf-FMTL, redrawn, one matching a round",
-        "redrawn-matching",
-        {"algorithm": "sheaf-fmtl", "maps": "redrawn", "graph_schedule": "matchings"},
-        "gamma",
-        FRACTIONS,
-        QUICK_FRACTIONS,
-        "sheaf",
+        "Sheaf-FMTL, redrawn (gamma 0.01), budgeted links",
+        "redrawn-links",
+        {"algorithm": "sheaf-fmtl", "maps": "redrawn", "gamma": 0.01, "graph_schedule": "matchings"},
+        "link_budget",
+        LINK_BUDGETS,
+        QUICK_LINK_BUDGETS,
+        "sheaf-links",
     ),
     Method(
-        "Sheaf-FMTL, redrawn, half the matchings",
-        "redrawn-half",
-        {"algorithm": "sheaf-fmtl", "maps": "redrawn", "graph_schedule": "matchings", "link_budget": 0.5},
-        "gamma",
-        FRACTIONS,
-        grid="sheaf",
-        quick=False,
-    ),
-    Method(
-        "dFedU, one matching a round",
-        "dfedu-matching",
+        "dFedU, budgeted links",
+        "dfedu-links",
         {"algorithm": "dfedu", "graph_schedule": "matchings"},
+        "link_budget",
+        LINK_BUDGETS,
+        grid="dfedu-links",
         quick=False,
     ),
     Method(
-        "dFedU + top-k (CHOCO), one matching a round",
-        "top-k-matching",
-        {"algorithm": "dfedu", "compressor": "top-k", "graph_schedule": "matchings"},
-        "compression",
-        FRACTIONS,
-        grid="choco",
+        "dFedU + top-k 1 % (CHOCO), budgeted links",
+        "top-k-links",
+        {"algorithm": "dfedu", "compressor": "top-k", "compression": 0.01, "graph_schedule": "matchings"},
+        "link_budget",
+        LINK_BUDGETS,
+        grid="choco-links",
         quick=False,
     ),
     Method(
@@ -159,15 +162,14 @@ RUN_ORDER = (
     "dfedu",
     "redrawn",
     "top-k",
-    "redrawn-matching",
-    "dfedu-matching",
-    "redrawn-half",
+    "redrawn-links",
+    "dfedu-links",
     "qsgd",
     "powergossip",
     "rand-k",
     "sign",
+    "top-k-links",
     "estimates",
-    "top-k-matching",
 )
 
 
@@ -183,7 +185,24 @@ def strength_grid(method: Method, level: Any, quick: bool) -> list[dict[str, Any
         return [{"lam": lam, "consensus_step": s} for lam in lams for s in steps]
     if method.grid == "sheaf":  # the lam rule (pull 0.1/q), and pulls 0.03 and 0.3 beside it
         return [{"lam": None}] + ([] if quick else [{"lam": p / level} for p in (0.03, 0.3)])
+    if method.grid == "sheaf-links":  # the rule, and multiples of the lam it chose
+        return [{"lam": None}] + ([] if quick else [{"lam_times": t} for t in RULE_TIMES])
+    if method.grid == "dfedu-links":  # dFedU's grid and its rule (pull 0.1 / b)
+        return [{"lam": lam} for lam in lams] + [{"lam": None}]
+    if method.grid == "choco-links":
+        return strength_grid(Method("", "", {}, grid="choco"), level, quick) + [{"lam": None}]
     return [{"lam": None}]  # estimates: half the consensus step's stability limit
+
+
+def _relative(keys: dict[str, Any], rule_lam: float | None) -> dict[str, Any] | None:
+    """``keys`` with ``lam_times: t`` resolved to ``lam: t * rule_lam`` (``None``: not known, the
+    rule's run missing or refused, so the key set is skipped)."""
+    if "lam_times" not in keys:
+        return keys
+    if rule_lam is None:
+        return None
+    rest = {k: v for k, v in keys.items() if k != "lam_times"}
+    return {**rest, "lam": float(f"{keys['lam_times'] * rule_lam:.4g}")}
 
 
 def problem_config(problem: str, keys: dict[str, Any], overrides: Sequence[str], quick: bool) -> RunConfig:
@@ -233,14 +252,20 @@ def tune_and_test(
     folder = out / "cells" / problem / _slug(method, level)
     grid = strength_grid(method, level, quick)
     best, best_score = grid[0], -math.inf
+    rule_lam: float | None = None  # the lam the rule chose (grid[0] with lam null), for "lam_times"
     if len(grid) > 1:
-        for k, keys in enumerate(grid):
+        for k, given in enumerate(grid):
+            keys = _relative(given, rule_lam)
+            if keys is None:
+                continue
             config = problem_config(
                 problem, {**_level_keys(method, level), **keys, "validation": VALIDATION}, overrides, quick
             )
             summary = _run(
                 config.replace(seed=0), folder / f"tune{k}", {"frontier": problem, "tune": keys}, run
             )
+            if k == 0 and keys.get("lam", 0.0) is None:
+                rule_lam = summary.get("lam")
             if _score(summary) > best_score:
                 best, best_score = keys, _score(summary)
             if signalled():

@@ -70,7 +70,7 @@ def row(point: Point) -> dict[str, Any]:
     return {
         "problem": point.problem,
         "method": point.method.label,
-        "level": "" if point.level is None else f"{point.method.knob}={point.level:g}",
+        "level": _level(point),
         "strength": strength,
         "metric": first.get("metric", ""),
         "mean": mean,
@@ -130,6 +130,13 @@ def pareto(rows: Sequence[dict[str, Any]]) -> list[bool]:
                 break
         out.append(bool(on))
     return out
+
+
+def _level(point: Point) -> str:
+    """``knob=value``; a link budget of null is one matching a round; no knob: empty."""
+    if point.level is not None:
+        return f"{point.method.knob}={point.level:g}"
+    return "one matching a round" if point.method.knob == "link_budget" else ""
 
 
 def write_report(points: Sequence[Point], missing: Mapping[str, str], out: Path) -> list[Path]:
