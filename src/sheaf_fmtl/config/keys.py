@@ -108,8 +108,10 @@ class TrainingKeys(ProblemKeys):
         "dFedU-equivalent pull `lam q` (`redrawn` and `features` 0.1, `aligned` 0.3; `proxy`: exact "
         "averaging) at every compression `q = d_ij/d`, with `lambda_S = 2 (1 - q) + q lambda_max` the "
         "mean-square bound of a round's Laplacian; `functional` 1; `redrawn` with `estimates` half the "
-        "consensus step's stability limit, `p / ((2 - p) alpha lambda_max)`. summary.json's `lam_rule` "
-        "says how it was derived. See the maps page.",
+        "consensus step's stability limit, `p / ((2 - p) alpha lambda_max)`. Under budgeted links "
+        "(`graph_schedule=matchings` or `sampled-edges`) the pull is divided by the share `b` of the edges "
+        "on a round and `lambda_max` is that of a round's graph (at most `2 k` for `k` matchings). "
+        "summary.json's `lam_rule` says how it was derived. See the maps page.",
     )
     alpha: float = _key(0.05, "Step size of the model updates.")
     coupling_step: float | None = _key(

@@ -61,6 +61,8 @@ QUICK_LINK_BUDGETS: tuple[float | None, ...] = (0.35,)
 #: A budgeted sheaf level's strength: its rule (``lam`` null, which divides the pull by the share
 #: of edges on) and these multiples of the rule's ``lam``, read from the rule's validation run.
 RULE_TIMES = (0.5, 2.0)
+#: The estimates' strengths beside their rule: multiples of its ``lam``.
+ESTIMATE_TIMES = (10.0, 30.0, 100.0)
 QUICK_LAMS = (0.1, 1.0)
 
 
@@ -128,6 +130,21 @@ METHODS = (
         "sheaf-links",
     ),
     Method(
+        "Sheaf-FMTL, redrawn + estimates (gamma 0.01), budgeted links",
+        "estimates-links",
+        {
+            "algorithm": "sheaf-fmtl",
+            "maps": "redrawn",
+            "estimates": True,
+            "gamma": 0.01,
+            "graph_schedule": "matchings",
+        },
+        "link_budget",
+        LINK_BUDGETS,
+        grid="estimates",
+        quick=False,
+    ),
+    Method(
         "dFedU, budgeted links",
         "dfedu-links",
         {"algorithm": "dfedu", "graph_schedule": "matchings"},
@@ -163,13 +180,14 @@ RUN_ORDER = (
     "redrawn",
     "top-k",
     "redrawn-links",
+    "estimates",
+    "estimates-links",
     "dfedu-links",
     "qsgd",
     "powergossip",
     "rand-k",
     "sign",
     "top-k-links",
-    "estimates",
 )
 
 
@@ -191,7 +209,11 @@ def strength_grid(method: Method, level: Any, quick: bool) -> list[dict[str, Any
         return [{"lam": lam} for lam in lams] + [{"lam": None}]
     if method.grid == "choco-links":
         return strength_grid(Method("", "", {}, grid="choco"), level, quick) + [{"lam": None}]
-    return [{"lam": None}]  # estimates: half the consensus step's stability limit
+    # estimates: the rule (half the consensus step's mean-square limit, a bound far below what runs
+    # stably on the built-in problems) and multiples of it, past the start-up check
+    return [{"lam": None}] + (
+        [] if quick else [{"lam_times": t, "stability_check": False} for t in ESTIMATE_TIMES]
+    )
 
 
 def _relative(keys: dict[str, Any], rule_lam: float | None) -> dict[str, Any] | None:
