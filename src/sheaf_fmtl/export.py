@@ -106,7 +106,10 @@ class TrainedRun:
     ) -> dict[str, Any]:
         """These models' metric on ``split`` (``test``, or ``validation`` for a run that held one out)
         of the run's data, read as the run read them (the same training data and standardisation), as
-        the run's evaluations compute it: ``{"split", "metric", "mean", "per_client", "round"}``.
+        the run's evaluations compute it: ``{"split", "metric", "mean", "per_client", "clients",
+        "not_joined", "round"}``: ``mean`` over the ``clients`` present at the models' round, the
+        run's last (or the best one's), as ``summary.json``'s ``final`` and ``per_client`` (``None``
+        for a client without data in ``split`` or, ``join_round``, ``not_joined`` by then).
         After early stopping, ``load(run, round="best").evaluate()`` is the chosen models' test score.
 
         Args:
@@ -133,13 +136,21 @@ class TrainedRun:
             named = [given if is_user_model(p) and (held is not None or is_held(p)) else p for p in parts]
             keys["model"] = ",".join(named)
         config = folder_config(self.out, keys, trust_plugins)
-        scored = score(config, self.thetas, split, self.norms)
+        scored = score(config, self.thetas, split, self.norms, after_round=self.last_round)
         del held
         return {**scored, "round": self.round}
 
     @property
     def num_clients(self) -> int:
         return len(self.modules)
+
+    @property
+    def last_round(self) -> int:
+        """The round the models are from: the best evaluation's, else the run's last
+        (``rounds_done`` of a stopped or interrupted run, ``rounds`` of a finished one)."""
+        if self.round is not None:
+            return self.round
+        return int(self.summary.get("rounds_done", self.summary.get("rounds", 0)))
 
     @property
     def metric(self) -> str:

@@ -89,3 +89,34 @@ def test_a_folder_naming_code_is_scored_only_when_trusted(tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match=r"names code \(metric = mymod:score\).*trust_plugins=True"):
         folder_config(tmp_path, {}, trust=False)
     assert main(["evaluate", str(tmp_path / "nothing")]) == 2
+
+
+def test_clients_that_never_joined_are_left_out_as_the_summary_leaves_them_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A late joiner whose round never came: evaluate's mean and count are summary.json's."""
+    import json
+
+    out = tmp_path / "late"
+    sheaf_fmtl.run(out=out, **{**TINY, "rounds": 3}, join_round="late:2@50")
+    summary = json.loads((out / "summary.json").read_text())
+    scored = sheaf_fmtl.load(out).evaluate()
+    assert scored["mean"] == pytest.approx(summary["final"], abs=1e-6)
+    assert [v is None for v in scored["per_client"]] == [v is None for v in summary["per_client"]]
+    assert scored["clients"] == sum(v is not None for v in summary["per_client"]) == 2
+    assert scored["not_joined"] == 2
+    assert main(["evaluate", str(out)]) == 0
+    line = capsys.readouterr().out
+    assert f"= {summary['final']:.4f} over 2 of 4 clients (2 not joined yet)" in line
+
+
+def test_a_client_that_joined_before_the_last_round_is_scored(tmp_path: Path) -> None:
+    """Joined at round 2 of 3: present at the last evaluation, so scored; every client counted."""
+    import json
+
+    out = tmp_path / "joined"
+    sheaf_fmtl.run(out=out, **{**TINY, "rounds": 3}, join_round="0,2,0,3")
+    summary = json.loads((out / "summary.json").read_text())
+    scored = sheaf_fmtl.load(out).evaluate()
+    assert None not in summary["per_client"] and scored["clients"] == 4 and scored["not_joined"] == 0
+    assert scored["mean"] == pytest.approx(summary["final"], abs=1e-6)

@@ -157,9 +157,16 @@ class Schedule:
 
     def present(self, round_: int) -> np.ndarray | None:
         """``[N]`` bool: whose metrics an evaluation after round ``round_`` reports (``None``: all)."""
-        if self.joins is None:
-            return None
-        return (self.joins <= round_) | (self.joins <= 1)
+        return reported(self.joins, round_)
+
+
+def reported(joins: np.ndarray | None, round_: int) -> np.ndarray | None:
+    """``[N]`` bool: the clients of first rounds ``joins`` (:func:`join_rounds`) whose metrics an
+    evaluation after round ``round_`` reports (``None``: all of them)."""
+    if joins is None:
+        return None
+    out: np.ndarray = (joins <= round_) | (joins <= 1)
+    return out
 
 
 def schedule_graph(config: RunConfig, num_clients: int, edge_bytes: float = 0.0) -> ClientGraph:
