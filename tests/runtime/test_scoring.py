@@ -4,6 +4,7 @@ the run's own evaluation of those models on the test data (read as the run read 
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import numpy as np
@@ -105,6 +106,10 @@ def test_clients_that_never_joined_are_left_out_as_the_summary_leaves_them_out(
     assert [v is None for v in scored["per_client"]] == [v is None for v in summary["per_client"]]
     assert scored["clients"] == sum(v is not None for v in summary["per_client"]) == 2
     assert scored["not_joined"] == 2
+    with open(out / "metrics.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0][-2:] == ["wall_seconds", "clients_present"] and rows[0][1] == "test_accuracy"
+    assert [r[-1] for r in rows[1:]] == ["2"] * 4  # rounds 0 .. 3, the same two clients
     assert main(["evaluate", str(out)]) == 0
     line = capsys.readouterr().out
     assert f"= {summary['final']:.4f} over 2 of 4 clients (2 not joined yet)" in line
@@ -119,4 +124,7 @@ def test_a_client_that_joined_before_the_last_round_is_scored(tmp_path: Path) ->
     summary = json.loads((out / "summary.json").read_text())
     scored = sheaf_fmtl.load(out).evaluate()
     assert None not in summary["per_client"] and scored["clients"] == 4 and scored["not_joined"] == 0
+    with open(out / "metrics.csv", newline="") as f:
+        present = [r["clients_present"] for r in csv.DictReader(f)]
+    assert present == ["2", "2", "3", "4"]  # rounds 0 .. 3: client 1 from round 2, client 3 from 3
     assert scored["mean"] == pytest.approx(summary["final"], abs=1e-6)

@@ -26,6 +26,7 @@ METRIC_COLUMNS = (
     "rejected_messages",  # received but invalid (shape, dtype, non-finite); runtime/engine/faults.py
     "dropped_messages",  # lost to drop_prob / link_drop_prob
     "wall_seconds",
+    "clients_present",  # the clients the evaluation averages over (joined, with data in the split)
 )
 LEGACY_METRIC_COLUMN = "test_metric"  # the metric column's name before it said which metric it is
 #: What :func:`read_metrics` also keys the evaluated metric's column by, whatever its split and name.
