@@ -109,6 +109,9 @@ def format_summary(summary: dict[str, Any], out: Path | str | None) -> str:
     elif summary.get("status") == "stopped":
         by, done_rounds = summary.get("stopped_by"), summary.get("rounds_done")
         done = f" (stopped by {by} after {done_rounds} of {summary['rounds']} rounds)"
+    elif isinstance(summary.get("stop_at_last_round"), dict):  # a stop asked for once every round ran
+        done = f" (ran all {summary['rounds']} rounds; {summary['stop_at_last_round'].get('by')} asked to "
+        done += "stop at the last one)"
     tested = [v for v in summary.get("per_client") or [] if v is not None]
     over = f"{summary['num_clients']}"
     if summary.get("per_client") and len(tested) < summary["num_clients"]:  # clients without test data
