@@ -22,13 +22,14 @@ from typing import Any
 
 from ... import progress
 from ...config import RunConfig
+from ...transforms import TransformError
 from ..engine.divergence import divergence_message
 from ..engine.simulate import DivergenceError, Simulation
 from .agreement import RoundAgreement
 from .callbacks import Hooks, RunView, agreed, checked
 from .checkpoint import rank_and_world, remove_checkpoints
 from .folderlock import writing
-from .full import disk_full
+from .full import disk_full, user_code_failed
 from .gather import final_state
 from .interrupt import StopRequest
 from .prepare import RunState, prepare, record
@@ -137,6 +138,8 @@ def _execute(
         return _run(state, progress, hooks, resumed=resume_from is not None)
     except OSError as e:  # a full disk: one line naming the folder and what it kept
         raise disk_full(state.folder, state.recorder.rows, e) from None
+    except TransformError as e:  # the user's transform raised: the same, the user's error kept
+        raise user_code_failed(state.folder, state.recorder.rows, e) from e.__cause__
 
 
 def _run(state: RunState, progress: bool, hooks: Hooks, *, resumed: bool) -> RunOutcome:
