@@ -109,7 +109,7 @@ class BatchTransform:
                 done = self._call(x[k, :n], int(client))
             if not isinstance(done, torch.Tensor) or done.shape != x[k, :n].shape:
                 got = list(done.shape) if isinstance(done, torch.Tensor) else type(done).__name__
-                raise ValueError(
+                raise TransformError(
                     f"config key 'transform' returned {got} for a batch {list(x[k, :n].shape)}; a transform "
                     "must keep the batch's shape (e.g. pad before cropping)"
                 )

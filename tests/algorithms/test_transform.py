@@ -139,3 +139,12 @@ def test_a_run_whose_transform_fails_keeps_its_folder_and_resumes(tmp_path, caps
     assert main(["run", "--quiet", "--resume", str(out), "--trust-plugins"]) == 0
     rows = (out / "metrics.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in rows[1:]] == ["0", "1", "2", "3", "4"]
+
+
+def test_a_transform_that_changes_the_shape_is_refused_with_what_the_folder_kept(tmp_path) -> None:  # noqa: ANN001
+    from sheaf_fmtl.transforms import TransformError
+
+    said = r"returned \[.*must keep the batch's shape.*stopped and kept"
+    with pytest.raises(TransformError, match=said) as err:
+        sheaf_fmtl.run(out=tmp_path / "r", transform=lambda x: x[:, :1], **KEYS)
+    assert "\n" not in str(err.value)
