@@ -128,3 +128,15 @@ def test_a_client_that_joined_before_the_last_round_is_scored(tmp_path: Path) ->
         present = [r["clients_present"] for r in csv.DictReader(f)]
     assert present == ["2", "2", "3", "4"]  # rounds 0 .. 3: client 1 from round 2, client 3 from 3
     assert scored["mean"] == pytest.approx(summary["final"], abs=1e-6)
+
+
+def test_a_run_where_no_client_has_joined_reports_no_mean_everywhere(tmp_path: Path) -> None:
+    """Every client joins after the last round: no mean (null, not NaN) in summary.json and evaluate."""
+    import json
+
+    out = tmp_path / "nobody"
+    sheaf_fmtl.run(out=out, **{**TINY, "rounds": 2}, join_round="late:4@50")
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=lambda c: pytest.fail(c))
+    scored = sheaf_fmtl.load(out).evaluate()
+    assert summary["final"] is None and scored["mean"] is None and scored["clients"] == 0
+    assert summary["per_client"] == scored["per_client"] == [None] * 4 and scored["not_joined"] == 4
