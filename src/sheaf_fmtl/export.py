@@ -150,7 +150,13 @@ class TrainedRun:
         (``rounds_done`` of a stopped or interrupted run, ``rounds`` of a finished one)."""
         if self.round is not None:
             return self.round
-        return int(self.summary.get("rounds_done", self.summary.get("rounds", 0)))
+        done = self.summary.get("rounds_done", self.summary.get("rounds"))
+        if not isinstance(done, int) or isinstance(done, bool) or done < 0:
+            raise DatasetError(
+                f"{self.out / 'summary.json'}: rounds_done / rounds = {done!r:.40} is not a number of "
+                "rounds; is it a run's file?"
+            )
+        return done
 
     @property
     def metric(self) -> str:

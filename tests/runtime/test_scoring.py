@@ -140,3 +140,19 @@ def test_a_run_where_no_client_has_joined_reports_no_mean_everywhere(tmp_path: P
     scored = sheaf_fmtl.load(out).evaluate()
     assert summary["final"] is None and scored["mean"] is None and scored["clients"] == 0
     assert summary["per_client"] == scored["per_client"] == [None] * 4 and scored["not_joined"] == 4
+
+
+@pytest.mark.parametrize("rounds", ["3", None, -1, True, 1e30])
+def test_a_summary_without_a_number_of_rounds_is_refused_when_scoring(tmp_path: Path, rounds: object) -> None:
+    import json
+
+    from sheaf_fmtl.data.base import DatasetError
+
+    out = tmp_path / "r"
+    sheaf_fmtl.run(out=out, **{**TINY, "rounds": 1})
+    trained = sheaf_fmtl.load(out)
+    trained.summary["rounds"] = rounds
+    with pytest.raises(DatasetError, match=r"summary.json: rounds_done / rounds = .* is not a number") as err:
+        trained.evaluate()
+    assert "\n" not in str(err.value)
+    assert json.loads((out / "summary.json").read_text())["rounds"] == 1  # (the file is unchanged)
