@@ -107,9 +107,8 @@ class TrainedRun:
         """These models' metric on ``split`` (``test``, or ``validation`` for a run that held one out)
         of the run's data, read as the run read them (the same training data and standardisation), as
         the run's evaluations compute it: ``{"split", "metric", "mean", "per_client", "clients",
-        "not_joined", "round"}``: ``mean`` over the ``clients`` present at the models' round, the
-        run's last (or the best one's), as ``summary.json``'s ``final`` and ``per_client`` (``None``
-        for a client without data in ``split`` or, ``join_round``, ``not_joined`` by then).
+        "not_joined", "round"}``: ``mean`` over the clients present at the models' round (the run's
+        last, or the best one's), as ``summary.json``'s ``final`` and ``per_client``.
         After early stopping, ``load(run, round="best").evaluate()`` is the chosen models' test score.
 
         Args:
@@ -121,7 +120,7 @@ class TrainedRun:
             ConfigError: the config names code not named again and ``trust_plugins`` is false.
             DatasetError: the data cannot be read, or do not fit the models.
         """
-        from .runtime.run.scoring import folder_config, score
+        from .runtime.run.scoring import folder_config, last_round, score
 
         keys: dict[str, Any] = {"device": device, **({"data_dir": str(data_dir)} if data_dir else {})}
         spelled = str(self.config.get("model", "auto"))
@@ -136,27 +135,14 @@ class TrainedRun:
             named = [given if is_user_model(p) and (held is not None or is_held(p)) else p for p in parts]
             keys["model"] = ",".join(named)
         config = folder_config(self.out, keys, trust_plugins)
-        scored = score(config, self.thetas, split, self.norms, after_round=self.last_round)
+        after = self.round if self.round is not None else last_round(self.summary, self.out)
+        scored = score(config, self.thetas, split, self.norms, after_round=after)
         del held
         return {**scored, "round": self.round}
 
     @property
     def num_clients(self) -> int:
         return len(self.modules)
-
-    @property
-    def last_round(self) -> int:
-        """The round the models are from: the best evaluation's, else the run's last
-        (``rounds_done`` of a stopped or interrupted run, ``rounds`` of a finished one)."""
-        if self.round is not None:
-            return self.round
-        done = self.summary.get("rounds_done", self.summary.get("rounds"))
-        if not isinstance(done, int) or isinstance(done, bool) or done < 0:
-            raise DatasetError(
-                f"{self.out / 'summary.json'}: rounds_done / rounds = {done!r:.40} is not a number of "
-                "rounds; is it a run's file?"
-            )
-        return done
 
     @property
     def metric(self) -> str:

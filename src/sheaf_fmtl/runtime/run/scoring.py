@@ -100,6 +100,18 @@ def _joined(config: RunConfig, num_clients: int, after_round: int | None) -> tor
     return torch.ones(num_clients, dtype=torch.bool) if present is None else torch.from_numpy(present)
 
 
+def last_round(summary: Mapping[str, Any], folder: Path) -> int:
+    """The last round of the run whose ``summary.json`` is ``summary`` (``rounds_done`` of a stopped
+    or interrupted run, ``rounds`` of a finished one): its final models' round."""
+    done = summary.get("rounds_done", summary.get("rounds"))
+    if not isinstance(done, int) or isinstance(done, bool) or done < 0:
+        raise DatasetError(
+            f"{folder / 'summary.json'}: rounds_done / rounds = {done!r:.40} is not a number of rounds; "
+            "is it a run's file?"
+        )
+    return done
+
+
 def best_on_test(config: RunConfig, callbacks: Sequence[Any], num_clients: int) -> dict[str, Any]:
     """``summary.json``'s ``best_test_<metric>`` (and ``best_test_per_client``, ``best_round``): the
     best validation evaluation's models scored on the test split, for a run that evaluated on a
