@@ -183,7 +183,8 @@ def run(
             keys that leave the mathematics alone, as ``sheaf-fmtl run --resume``).
         callbacks: objects with ``on_round_end(round, metrics, view)`` and/or ``on_run_end(summary)``
             (:mod:`sheaf_fmtl.callbacks`: loggers, early stopping, the best round); one returning a
-            ``Stop`` ends the run after that round, resumable (``summary["status"] == "stopped"``).
+            ``Stop`` ends the run after that round, resumable (``summary["status"] == "stopped"``;
+            at the last round the run ran all its rounds: ``"ok"``, with ``stop_at_last_round``).
         trust_plugins: with ``resume``, import the ``module:function`` code the folder's config
             names (as ``sheaf-fmtl run --resume --trust-plugins``); by default a run folder never
             runs its own code.

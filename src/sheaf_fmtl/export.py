@@ -106,7 +106,9 @@ class TrainedRun:
     ) -> dict[str, Any]:
         """These models' metric on ``split`` (``test``, or ``validation`` for a run that held one out)
         of the run's data, read as the run read them (the same training data and standardisation), as
-        the run's evaluations compute it: ``{"split", "metric", "mean", "per_client", "round"}``.
+        the run's evaluations compute it: ``{"split", "metric", "mean", "per_client", "clients",
+        "not_joined", "round"}``: ``mean`` over the clients present at the models' round (the run's
+        last, or the best one's), as ``summary.json``'s ``final`` and ``per_client``.
         After early stopping, ``load(run, round="best").evaluate()`` is the chosen models' test score.
 
         Args:
@@ -118,7 +120,7 @@ class TrainedRun:
             ConfigError: the config names code not named again and ``trust_plugins`` is false.
             DatasetError: the data cannot be read, or do not fit the models.
         """
-        from .runtime.run.scoring import folder_config, score
+        from .runtime.run.scoring import folder_config, last_round, score
 
         keys: dict[str, Any] = {"device": device, **({"data_dir": str(data_dir)} if data_dir else {})}
         spelled = str(self.config.get("model", "auto"))
@@ -133,7 +135,8 @@ class TrainedRun:
             named = [given if is_user_model(p) and (held is not None or is_held(p)) else p for p in parts]
             keys["model"] = ",".join(named)
         config = folder_config(self.out, keys, trust_plugins)
-        scored = score(config, self.thetas, split, self.norms)
+        after = self.round if self.round is not None else last_round(self.summary, self.out)
+        scored = score(config, self.thetas, split, self.norms, after_round=after)
         del held
         return {**scored, "round": self.round}
 

@@ -73,11 +73,26 @@ def resolve_transform(spec: str, args: dict[str, Any]) -> Transform | None:
     return obj  # type: ignore[no-any-return]
 
 
-class BatchTransform:
-    """``transform`` applied to each client's batch, seeded from the client's own stream."""
+class TransformError(ValueError):
+    """The run's transform raised (one line naming it, the client, and the error's type and whole
+    message; the error itself is its ``__cause__``)."""
 
-    def __init__(self, transform: Transform, seed: int, clients: Iterable[int]) -> None:
+
+def whole_message(e: BaseException) -> str:
+    """``e``'s type and its whole message on one line (its lines joined by `` | ``)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return f"{type(e).__name__}: {' | '.join(lines)}" if lines else type(e).__name__
+
+
+class BatchTransform:
+    """``transform`` applied to each client's batch, seeded from the client's own stream (``name``:
+    how the config spells it, for an error it raises)."""
+
+    def __init__(
+        self, transform: Transform, seed: int, clients: Iterable[int], name: str = "transform"
+    ) -> None:
         self.transform = transform
+        self.name = name
         self.gens = {int(c): stream(seed, TRANSFORM, int(c)) for c in clients}
 
     def apply(self, x: torch.Tensor, mask: torch.Tensor, clients: Sequence[int]) -> torch.Tensor:
@@ -91,15 +106,26 @@ class BatchTransform:
                 continue
             with torch.random.fork_rng(devices=devices):
                 torch.manual_seed(seed)
-                done = self.transform(x[k, :n])
+                done = self._call(x[k, :n], int(client))
             if not isinstance(done, torch.Tensor) or done.shape != x[k, :n].shape:
                 got = list(done.shape) if isinstance(done, torch.Tensor) else type(done).__name__
-                raise ValueError(
+                raise TransformError(
                     f"config key 'transform' returned {got} for a batch {list(x[k, :n].shape)}; a transform "
                     "must keep the batch's shape (e.g. pad before cropping)"
                 )
             out[k, :n] = done.to(x.dtype)
         return out
+
+    def _call(self, x: torch.Tensor, client: int) -> Any:  # noqa: ANN401 - what the user's code returns
+        """The transform of client ``client``'s batch ``x``; what it raises, as a :class:`TransformError`."""
+        try:
+            return self.transform(x)
+        except Exception as e:  # noqa: BLE001 - the user's code: any error, named in one line
+            raise TransformError(
+                f"config key 'transform' = {self.name} raised {whole_message(e)} (on client {client}'s "
+                f"training batch {list(x.shape)} of {x.dtype}); fix the transform, or "
+                f"{setting('transform', 'none')}"
+            ) from e
 
     def state(self) -> dict[int, torch.Tensor]:
         return {c: g.get_state() for c, g in self.gens.items()}
@@ -115,4 +141,4 @@ def batch_transform(
     """The run's :class:`BatchTransform` (config keys ``transform``, ``transform_args``; the run's
     ``seed``, the ``clients`` held here); ``None`` without a transform."""
     fn = resolve_transform(spec, args)
-    return None if fn is None else BatchTransform(fn, seed, clients)
+    return None if fn is None else BatchTransform(fn, seed, clients, spec)

@@ -4,6 +4,8 @@ it, and refusals in one line."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -75,3 +77,74 @@ def test_two_processes_draw_the_transforms_of_one_and_keep_the_same_batchnorm_st
         assert a.keys() == b.keys()
         for k in a:
             torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-5)
+
+
+#: What :func:`fails_when_told` raises, from which of its calls (``None``: never).
+TOLD: dict[str, object] = {"error": None, "from_call": 0, "calls": 0}
+
+
+def fails_when_told(x: torch.Tensor) -> torch.Tensor:
+    """A transform that raises ``TOLD["error"]`` from its ``TOLD["from_call"]``-th call on
+    (``tests.algorithms.test_transform:fails_when_told``)."""
+    TOLD["calls"] = int(TOLD["calls"]) + 1  # type: ignore[call-overload]
+    error = TOLD["error"]
+    if isinstance(error, BaseException) and int(TOLD["calls"]) >= int(TOLD["from_call"]):  # type: ignore[call-overload]
+        raise error
+    return x
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (TypeError("unsupported operand type(s) for +: 'Tensor' and 'str'"), "raised TypeError: unsupported"),
+        (RuntimeError("first line\n\n  second line"), "raised RuntimeError: first line | second line"),
+        (KeyError("size"), "raised KeyError: 'size'"),
+        (ZeroDivisionError(), "raised ZeroDivisionError ("),
+    ],
+)
+def test_an_error_of_the_transform_is_one_line_naming_it_and_the_error(error: Exception, said: str) -> None:
+    from sheaf_fmtl.transforms import TransformError
+
+    def broken(x: torch.Tensor) -> torch.Tensor:
+        raise error
+
+    with pytest.raises(TransformError) as err:
+        sheaf_fmtl.run(transform=broken, **KEYS)
+    text = str(err.value)
+    assert "\n" not in text and "config key 'transform' = <python: broken" in text and said in text
+    assert "on client 0's training batch [" in text and "transform='none'" in text
+    assert err.value.__cause__ is error  # the user's error itself, with its traceback
+
+
+def test_a_run_whose_transform_fails_keeps_its_folder_and_resumes(tmp_path, capsys) -> None:  # noqa: ANN001
+    from sheaf_fmtl.cli import main
+
+    out, spec = tmp_path / "run", "tests.algorithms.test_transform:fails_when_told"
+    keys = ["dataset=synthetic", "clients=3", "rounds=4", "eval_every=1", "batch_size=8", f"transform={spec}"]
+    TOLD.update(error=None, calls=0)
+    counted = ["--out", str(tmp_path / "count"), "--set", *keys, "rounds=1"]
+    assert main(["run", "--quiet", *counted]) == 0  # how many calls a round makes
+    TOLD.update(error=TypeError("bad operand"), from_call=2 * int(TOLD["calls"]) + 1, calls=0)  # round 3
+    try:
+        assert main(["run", "--quiet", "--out", str(out), "--set", *keys]) == 2
+    finally:
+        TOLD["error"] = None
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("sheaf-fmtl: error: "), err
+    assert f"config key 'transform' = {spec} raised TypeError: bad operand" in err
+    kept = re.search(r"kept metrics.csv to round 2 and the checkpoint of round (\d), every file whole", err)
+    assert kept is not None and int(kept.group(1)) in (1, 2), err  # (round 2's: maybe still pending)
+    assert f"once fixed, sheaf-fmtl run --resume {out} --trust-plugins" in err
+    assert not (out / "summary.json").exists()
+    assert main(["run", "--quiet", "--resume", str(out), "--trust-plugins"]) == 0
+    rows = (out / "metrics.csv").read_text().splitlines()
+    assert [r.split(",")[0] for r in rows[1:]] == ["0", "1", "2", "3", "4"]
+
+
+def test_a_transform_that_changes_the_shape_is_refused_with_what_the_folder_kept(tmp_path) -> None:  # noqa: ANN001
+    from sheaf_fmtl.transforms import TransformError
+
+    said = r"returned \[.*must keep the batch's shape.*stopped and kept"
+    with pytest.raises(TransformError, match=said) as err:
+        sheaf_fmtl.run(out=tmp_path / "r", transform=lambda x: x[:, :1], **KEYS)
+    assert "\n" not in str(err.value)

@@ -118,3 +118,37 @@ def test_read_bounded_never_reads_past_its_bound(tmp_path, kind):
         read_bounded(path, 1000)
     (tmp_path / "ok").write_bytes(b"a" * 1000)
     assert read_bounded(tmp_path / "ok", 1000) == b"a" * 1000
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_a_hostile_client_csv_is_refused_unread(tmp_path, capsys, kind):
+    """A folder of client CSVs (``dataset=file:FOLDER``) one of which is a link to ``/dev/zero``, a
+    FIFO or a sparse file past the bound: one line naming the file (and its size and the bound)."""
+    from sheaf_fmtl.data.files import CSV_LIMIT
+
+    folder = tmp_path / "csvs"
+    folder.mkdir()
+    for i in (0, 2):
+        (folder / f"client_{i}.csv").write_text("a,b,y\n0.5,1.0,0\n1.5,0.2,1\n0.1,0.3,1\n")
+    _hostile(folder / "client_1.csv", kind, CSV_LIMIT)
+    argv = ["run", "--quiet", "--set", f"dataset=file:{folder}", "rounds=1", "--out", str(tmp_path / "r")]
+    assert main(argv) == 2
+    err = _one_line(capsys)
+    assert "client CSV" in err and str(folder / "client_1.csv") in err and "not read" in err, err
+    if kind == "huge":
+        assert f"holds {CSV_LIMIT + 1} bytes, more than the {CSV_LIMIT}" in err and ".npz" in err
+    else:
+        assert "not a regular file" in err
+
+
+def test_a_silos_own_hostile_client_csv_is_refused_unread(tmp_path):
+    """A silo's folder (only its clients' files, named by id): its own /dev/zero link, refused."""
+    from sheaf_fmtl.data.base import DataRequest, DatasetError
+    from sheaf_fmtl.data.user import load_user
+
+    (tmp_path / "client_0.csv").write_text("0.5,1.0,0\n1.5,0.2,1\n")
+    _hostile(tmp_path / "client_2.csv", "zero")
+    with pytest.raises(DatasetError, match=r"client CSV .*client_2\.csv is not a regular file") as err:
+        load_user(str(tmp_path), DataRequest(clients=4, held=(0, 2)))
+    assert "\n" not in str(err.value)
+    assert len(load_user(str(tmp_path), DataRequest(clients=4, held=(0,))).clients) == 1

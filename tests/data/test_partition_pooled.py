@@ -166,3 +166,16 @@ def test_rmnist_pool_samples_a_seeded_subset_of_distinct_images_and_only_with_a_
         load_raw(
             "rmnist", DataRequest(clients=4, seed=3, data_dir=tmp_path, partition=spec, options={"pool": 97})
         )
+
+
+@pytest.mark.parametrize("pool", [500, 2, "many", 1e30])
+def test_a_pool_without_a_partition_is_refused_by_the_config_before_any_data_are_read(tmp_path, pool) -> None:
+    """No MNIST files here at all: the config's refusal comes first, in one line naming both keys."""
+    import sheaf_fmtl
+
+    with pytest.raises(ConfigError, match=r"config key 'data.pool' = .* partition = none") as err:
+        sheaf_fmtl.run(dataset="rmnist", data={"pool": pool}, data_dir=str(tmp_path), rounds=1)
+    assert "\n" not in str(err.value) and "partition='dirichlet'" in str(err.value)
+    assert load_config(keys={"dataset": "rmnist", "data": {"pool": 0}}).data == {"pool": 0}  # off
+    keys = {"dataset": "rmnist", "data": {"pool": 40}, "partition": "iid"}
+    assert load_config(keys=keys).data == {"pool": 40}

@@ -44,6 +44,25 @@ def test_read_curve_from_a_hand_written_metrics_file(tmp_path: Path) -> None:
     assert read_curve(tmp_path) is None
 
 
+def test_read_curve_and_the_other_readers_take_the_clients_present_column(tmp_path: Path) -> None:
+    """metrics.csv's last column, ``clients_present``, leaves every reader's numbers as they were."""
+    from sheaf_fmtl.metrics.aggregate import final_metric
+    from sheaf_fmtl.metrics.results import METRIC_COLUMNS, read_metrics
+    from sheaf_fmtl.plots.records import load_run
+
+    assert METRIC_COLUMNS[-1] == "clients_present" and METRIC_COLUMNS.index("wall_seconds") == 8
+    (tmp_path / "config.yaml").write_text("dataset: school\n")
+    (tmp_path / "metrics.csv").write_text(
+        HEADER.rstrip("\n") + ",clients_present\n0,150.5,1,1,0,0,0,0,0.1,2\n10,120.25,1,1,0,4000,0,0,0.2,4\n"
+    )
+    curve = read_curve(tmp_path)
+    assert curve is not None
+    assert curve[0].tolist() == [0.0, 4000.0] and curve[1].tolist() == [150.5, 120.25]
+    assert read_metrics(tmp_path)["clients_present"] == [2.0, 4.0]
+    assert load_run(tmp_path).values.tolist() == [150.5, 120.25]
+    assert final_metric(tmp_path, {}) == 120.25
+
+
 def test_bits_to_target_by_hand() -> None:
     # dFedU's finals 0.80, 0.70, 0.75: mean 0.75, target 0.745 (half an accuracy point below)
     dfedu = [

@@ -275,3 +275,41 @@ def test_overwrite_removes_the_previous_runs_best_round(tmp_path):
     assert not (out / "best.pt").exists()  # the new run kept none: never the old run's models
     with pytest.raises(DatasetError, match="best.pt is missing"):
         sheaf_fmtl.load(out, round="best")
+
+
+class _StopAt:
+    """Asks the run to stop at round ``at``."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_round_end(self, round: int, metrics: dict[str, Any] | None, view: RunView) -> Stop | None:
+        return Stop("asked") if round == self.at else None
+
+
+def test_patience_running_out_at_the_last_round_is_a_finished_run(tmp_path, capsys):
+    """Early stopping whose patience runs out at the last round stopped nothing: every round ran."""
+    out = tmp_path / "run"
+    keys = ["dataset=synthetic", "clients=4", "rounds=3", "eval_every=1", "batch_size=8", "validation=0.3"]
+    never_better = ["early_stop_patience=3", "early_stop_min_delta=10"]  # round 0 stays the best
+    assert main(["run", "--out", str(out), "--quiet", "--set", *keys, *never_better]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["stop_at_last_round"]["by"] == "EarlyStopping"
+    assert "did not improve" in summary["stop_at_last_round"]["reason"]
+    assert not {"rounds_done", "stopped_by", "stop_reason"} & set(summary)
+    printed = capsys.readouterr().out
+    assert "ran all 3 rounds; EarlyStopping asked to stop at the last one" in printed
+    assert "stopped by" not in printed and not (out / "checkpoints").exists()
+    assert sheaf_fmtl.load(out).evaluate("validation")["mean"] == pytest.approx(summary["final"], abs=1e-6)
+    assert int(_rows(out)[-1]["round"]) == 3
+
+
+@pytest.mark.parametrize(("at", "status"), [(2, "stopped"), (3, "ok")])
+def test_a_stop_before_the_last_round_stops_and_one_at_it_finishes(tmp_path, at, status):
+    result = sheaf_fmtl.run(out=tmp_path / "r", callbacks=[_StopAt(at)], **{**BASE, "rounds": 3})
+    assert result.summary["status"] == status
+    if status == "stopped":
+        assert result.summary["rounds_done"] == 2 and result.summary["stopped_by"] == "_StopAt"
+    else:
+        assert result.summary["stop_at_last_round"] == {"by": "_StopAt", "reason": "asked"}
+        assert "rounds_done" not in result.summary

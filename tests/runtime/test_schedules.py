@@ -93,6 +93,42 @@ def test_join_round_spellings() -> None:
     assert config("dfedu", join_round=[0, 3, 0]).join_round == "0,3,0"  # a list from Python
 
 
+HUGE = 99999999999999999999  # past int64
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        f"late:2@{HUGE}",
+        f"late:{HUGE}@3",
+        f"0,0,{HUGE}",
+        [0, 0, 2**63],
+        [0, 0, 10**20],
+        "late:2@-1",
+        "late:2",
+        "late:2@1.5",
+        "0,1e30,0",
+        "9" * 5000,  # more digits than int() reads
+        [0, True, 0],
+    ],
+)
+def test_a_join_round_out_of_bounds_is_refused_at_config_time_in_one_line(bad: object) -> None:
+    with pytest.raises(ConfigError, match=r"config key 'join_round' = .* is not allowed; allowed: ") as err:
+        config("dfedu", join_round=bad)
+    assert "\n" not in str(err.value) and "late:2@50" in str(err.value) and len(str(err.value)) < 500
+    if isinstance(bad, str) and not bad.startswith("9"):  # the engine's own reading refuses it too
+        with pytest.raises(ConfigError, match="join_round"):
+            join_rounds(bad, 3, 0)
+
+
+def test_the_largest_join_round_is_a_client_that_never_joins() -> None:
+    top = 2**63 - 1
+    assert config("dfedu", join_round=[0, 0, top]).join_round == f"0,0,{top}"
+    rounds = join_rounds(f"late:1@{top}", 3, 0)
+    assert rounds is not None and sorted(rounds.tolist()) == [0, 0, top]
+    assert Schedule("fixed", complete_graph(3), joins=rounds).present(10**6).tolist().count(False) == 1
+
+
 # -- rounds against oracles ------------------------------------------------------------------------
 def test_a_scheduled_dfedu_round_is_dfedu_on_the_rounds_subgraph() -> None:
     full = complete_graph(N)

@@ -4,6 +4,7 @@ the run's own evaluation of those models on the test data (read as the run read 
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import numpy as np
@@ -89,3 +90,69 @@ def test_a_folder_naming_code_is_scored_only_when_trusted(tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match=r"names code \(metric = mymod:score\).*trust_plugins=True"):
         folder_config(tmp_path, {}, trust=False)
     assert main(["evaluate", str(tmp_path / "nothing")]) == 2
+
+
+def test_clients_that_never_joined_are_left_out_as_the_summary_leaves_them_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A late joiner whose round never came: evaluate's mean and count are summary.json's."""
+    import json
+
+    out = tmp_path / "late"
+    sheaf_fmtl.run(out=out, **{**TINY, "rounds": 3}, join_round="late:2@50")
+    summary = json.loads((out / "summary.json").read_text())
+    scored = sheaf_fmtl.load(out).evaluate()
+    assert scored["mean"] == pytest.approx(summary["final"], abs=1e-6)
+    assert [v is None for v in scored["per_client"]] == [v is None for v in summary["per_client"]]
+    assert scored["clients"] == sum(v is not None for v in summary["per_client"]) == 2
+    assert scored["not_joined"] == 2
+    with open(out / "metrics.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0][-2:] == ["wall_seconds", "clients_present"] and rows[0][1] == "test_accuracy"
+    assert [r[-1] for r in rows[1:]] == ["2"] * 4  # rounds 0 .. 3, the same two clients
+    assert main(["evaluate", str(out)]) == 0
+    line = capsys.readouterr().out
+    assert f"= {summary['final']:.4f} over 2 of 4 clients (2 not joined yet)" in line
+
+
+def test_a_client_that_joined_before_the_last_round_is_scored(tmp_path: Path) -> None:
+    """Joined at round 2 of 3: present at the last evaluation, so scored; every client counted."""
+    import json
+
+    out = tmp_path / "joined"
+    sheaf_fmtl.run(out=out, **{**TINY, "rounds": 3}, join_round="0,2,0,3")
+    summary = json.loads((out / "summary.json").read_text())
+    scored = sheaf_fmtl.load(out).evaluate()
+    assert None not in summary["per_client"] and scored["clients"] == 4 and scored["not_joined"] == 0
+    with open(out / "metrics.csv", newline="") as f:
+        present = [r["clients_present"] for r in csv.DictReader(f)]
+    assert present == ["2", "2", "3", "4"]  # rounds 0 .. 3: client 1 from round 2, client 3 from 3
+    assert scored["mean"] == pytest.approx(summary["final"], abs=1e-6)
+
+
+def test_a_run_where_no_client_has_joined_reports_no_mean_everywhere(tmp_path: Path) -> None:
+    """Every client joins after the last round: no mean (null, not NaN) in summary.json and evaluate."""
+    import json
+
+    out = tmp_path / "nobody"
+    sheaf_fmtl.run(out=out, **{**TINY, "rounds": 2}, join_round="late:4@50")
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=lambda c: pytest.fail(c))
+    scored = sheaf_fmtl.load(out).evaluate()
+    assert summary["final"] is None and scored["mean"] is None and scored["clients"] == 0
+    assert summary["per_client"] == scored["per_client"] == [None] * 4 and scored["not_joined"] == 4
+
+
+@pytest.mark.parametrize("rounds", ["3", None, -1, True, 1e30])
+def test_a_summary_without_a_number_of_rounds_is_refused_when_scoring(tmp_path: Path, rounds: object) -> None:
+    import json
+
+    from sheaf_fmtl.data.base import DatasetError
+
+    out = tmp_path / "r"
+    sheaf_fmtl.run(out=out, **{**TINY, "rounds": 1})
+    trained = sheaf_fmtl.load(out)
+    trained.summary["rounds"] = rounds
+    with pytest.raises(DatasetError, match=r"summary.json: rounds_done / rounds = .* is not a number") as err:
+        trained.evaluate()
+    assert "\n" not in str(err.value)
+    assert json.loads((out / "summary.json").read_text())["rounds"] == 1  # (the file is unchanged)

@@ -61,10 +61,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         return 0
     which = "final models" if scored["round"] is None else f"best models (round {scored['round']})"
     value = "n/a" if scored["mean"] is None else f"{scored['mean']:.4f}"
-    tested = [v for v in scored["per_client"] if v is not None]
+    late = f" ({scored['not_joined']} not joined yet)" if scored["not_joined"] else ""
     print(
         f"evaluate: {args.run}: {which}: mean {scored['split']} {scored['metric']} = {value} over "
-        f"{len(tested)} of {len(scored['per_client'])} clients"
+        f"{scored['clients']} of {len(scored['per_client'])} clients{late}"
     )
     return 0
 

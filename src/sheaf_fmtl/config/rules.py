@@ -35,11 +35,24 @@ def _check_together(config: StepKeys) -> None:
             f"add {setting('validation', 0.2)} (a fraction of each client's training data), or "
             f"{setting('early_stop_patience', 0)} to never stop early"
         )
+    _check_pool(config)
     _check_maps(config)
     _check_optimizer(config)
     _check_compression(config)
     _check_coupling_step(config)
     check_schedule(config)
+
+
+def _check_pool(config: StepKeys) -> None:
+    """``data.pool`` samples the pool a partition splits: refused without ``partition`` (before any
+    data are read)."""
+    pool = config.data.get("pool") if isinstance(config.data, dict) else None
+    if pool and config.partition == "none":
+        raise ConfigError(
+            f"config key 'data.pool' = {pool!r:.40} samples the pool of images a partition splits, and "
+            f"partition = none splits none; add {setting('partition', 'dirichlet')} (or classes, iid), "
+            "or leave data.pool out (every client's images as the paper splits them)"
+        )
 
 
 def check_schedule(config: StepKeys) -> None:

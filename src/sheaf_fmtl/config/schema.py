@@ -18,7 +18,7 @@ from ..warn import warn
 from .errors import ConfigError, fix, shown
 from .keys_run import StepKeys
 from .rules import _check_together
-from .values import _CHOICES, _DEVICE, _RANGES, PLACEMENTS, choices
+from .values import _CHOICES, _DEVICE, _RANGES, MAX_JOIN_ROUND, PLACEMENTS, choices, join_round_values
 
 
 @dataclass(frozen=True)
@@ -165,6 +165,8 @@ def _check(name: str, value: Any) -> Any:
             f"config key '{name}': {shown(value)} is not allowed; {hint}allowed: {', '.join(allowed)}"
             + ("" if close else _fix(name))
         )
+    if name == "join_round":
+        _check_join_round(value)
     if name == "device" and not _DEVICE.fullmatch(value):
         raise ConfigError(
             f"config key 'device': {shown(value)} is not allowed; allowed: cpu, cuda, cuda:N{_fix(name)}"
@@ -179,6 +181,19 @@ def _check(name: str, value: Any) -> Any:
                 f"config key '{name}' = {shown(value)} is out of range; allowed: {text}{_fix(name)}"
             )
     return value
+
+
+def _check_join_round(value: str) -> None:
+    """``join_round``'s spelling and numbers (its count per client is checked against the clients
+    once they are known, :func:`sheaf_fmtl.runtime.engine.schedule.join_rounds`)."""
+    try:
+        join_round_values(value)
+    except ValueError:
+        raise ConfigError(
+            f"config key 'join_round' = {shown(value)} is not allowed; allowed: one first round per "
+            "client (comma-separated) or late:K@R (K clients join at round R), each number a whole one "
+            f"from 0 to {MAX_JOIN_ROUND} (2^63 - 1), e.g. {setting('join_round', 'late:2@50')}"
+        ) from None
 
 
 def _check_code(name: str, value: str) -> None:

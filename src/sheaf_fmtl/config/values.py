@@ -107,3 +107,31 @@ def choices(name: str) -> tuple[str, ...] | None:
     if name in _REGISTERED:
         return _REGISTERED[name]()
     return _CHOICES.get(name)
+
+
+#: The largest first round ``join_round`` takes (first rounds are held as int64).
+MAX_JOIN_ROUND = 2**63 - 1
+
+
+def join_round_values(spec: str) -> tuple[int, int] | list[int] | None:
+    """``join_round`` read: ``None`` (empty: every client from the start), ``(K, R)`` for
+    ``late:K@R``, or one first round per client (comma-separated, maybe in brackets). ValueError
+    when it is none of these, or a number is not a whole number from 0 to :data:`MAX_JOIN_ROUND`."""
+    spec = spec.strip()
+    if not spec:
+        return None
+    if spec.startswith("late:"):
+        k, at, r = spec[5:].partition("@")
+        if not at:
+            raise ValueError(spec)
+        count, first = _join_number(k), _join_number(r)
+        return count, first
+    return [_join_number(v) for v in spec.strip("[]").split(",")]
+
+
+def _join_number(text: str) -> int:
+    """A whole number from 0 to :data:`MAX_JOIN_ROUND` (ValueError otherwise, also for a huge one)."""
+    value = int(text)  # (ValueError: not a whole number, or more digits than int() reads)
+    if not 0 <= value <= MAX_JOIN_ROUND:
+        raise ValueError(text)
+    return value

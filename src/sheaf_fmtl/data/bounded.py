@@ -1,8 +1,9 @@
 """Reading a small file whose size is bounded before it is read: a config, ``summary.json``,
-``preprocessing.json``, ``metrics.csv``, a checkpoint's manifest, a run folder's marker and ledger.
-A received run folder is data: any of these may be a link to ``/dev/zero`` or a FIFO, or a file of
-gigabytes. Only a regular file is read (opened without blocking, then checked), and only when it is
-at most ``limit`` bytes: at most ``limit + 1`` bytes are ever read, also from a file that grows."""
+``preprocessing.json``, ``metrics.csv``, a checkpoint's manifest, a run folder's marker and ledger,
+a client's CSV file (``dataset=file:FOLDER``). A received run folder is data: any of these may be a
+link to ``/dev/zero`` or a FIFO, or a file of gigabytes. Only a regular file is read (opened without
+blocking, then checked), and only when it is at most ``limit`` bytes: at most ``limit + 1`` bytes
+are ever read, also from a file that grows."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 MiB = 1 << 20
 #: Bounds of the files sheaf-fmtl reads whole (a config holds at most 100000 values; a summary,
 #: a manifest, a marker and a ledger are a few kilobytes; ``preprocessing.json`` holds two numbers a
-#: feature a client; ``metrics.csv`` a row an evaluation).
+#: feature a client; ``metrics.csv`` a row an evaluation; a client's CSV file is :data:`LARGE`).
 SMALL, LARGE = 16 * MiB, 1024 * MiB
 
 

@@ -13,6 +13,7 @@ ever read.
 from __future__ import annotations
 
 import os
+import stat
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ import platformdirs
 
 from ..spelling import setting
 from .base import DatasetError
+from .bounded import LARGE, MiB, UnboundedFile, read_text_bounded
 from .sizes import check_fits, stored_bytes
 
 ENV_VAR = "SHEAF_FMTL_DATA"
@@ -120,6 +122,36 @@ def mat_cells(mat: Mapping[str, Any], key: str, path: Path) -> list[Any]:
     if not isinstance(arr, np.ndarray) or arr.dtype != object or min(arr.shape, default=0) > 1:
         raise DatasetError(f"{path}: {key} is not a 1-D cell array (got {getattr(arr, 'shape', '?')})")
     return list(arr.reshape(-1))
+
+
+#: The most bytes one client's CSV file may hold (it is parsed whole, into a few times its size).
+CSV_LIMIT = LARGE
+
+
+def read_client_csv(path: Path) -> str:
+    """The text of one client's CSV file, read only when it is a regular file of at most
+    :data:`CSV_LIMIT` bytes: a link to ``/dev/zero``, a FIFO or a larger file is refused unread, in
+    one line naming it (DatasetError)."""
+    try:
+        return read_text_bounded(path, CSV_LIMIT)
+    except UnboundedFile as e:
+        raise DatasetError(f"client CSV {e} ({_csv_hint(path)})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DatasetError(f"{path}: cannot read ({e})") from e
+
+
+def _csv_hint(path: Path) -> str:
+    """What to do about a client's CSV file that was refused unread: too large, or not a file."""
+    try:
+        regular = stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        regular = False
+    if not regular:
+        return "a client's CSV must be a regular file of rows, e.g. client_0.csv with lines 0.5,1.2,1"
+    return (
+        f"a client's CSV may hold at most {CSV_LIMIT // MiB} MiB; give larger clients as a per-client "
+        ".npz, file:DATA.npz, whose size is checked against the memory left"
+    )
 
 
 _NPZ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile)

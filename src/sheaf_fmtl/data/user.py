@@ -42,7 +42,7 @@ import numpy as np
 from ..spelling import setting
 from ..warn import user_stacklevel
 from .base import DataRequest, DatasetError, RawClient, RawFederated, Task
-from .files import as_features, as_targets, read_npz_clients
+from .files import as_features, as_targets, read_client_csv, read_npz_clients
 from .options import check_options
 
 #: The keys of a client's entry given as a mapping (beside the optional ``features``, its column ids).
@@ -53,10 +53,9 @@ USER_KINDS = {"task": "str?"}
 
 
 def _read_csv(path: Path) -> np.ndarray:
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise DatasetError(f"{path}: cannot read ({e})") from e
+    """One client's CSV as a ``[rows, columns]`` array (header row skipped), read only when it is a
+    regular file of at most its bound (:func:`.files.read_client_csv`)."""
+    text = read_client_csv(path)
     lines = [(k, ln) for k, ln in enumerate(text.splitlines(), 1) if ln.strip()]  # file line numbers
     if lines:
         try:

@@ -26,6 +26,7 @@ METRIC_COLUMNS = (
     "rejected_messages",  # received but invalid (shape, dtype, non-finite); runtime/engine/faults.py
     "dropped_messages",  # lost to drop_prob / link_drop_prob
     "wall_seconds",
+    "clients_present",  # the clients the evaluation averages over (joined, with data in the split)
 )
 LEGACY_METRIC_COLUMN = "test_metric"  # the metric column's name before it said which metric it is
 #: What :func:`read_metrics` also keys the evaluated metric's column by, whatever its split and name.
@@ -108,6 +109,9 @@ def format_summary(summary: dict[str, Any], out: Path | str | None) -> str:
     elif summary.get("status") == "stopped":
         by, done_rounds = summary.get("stopped_by"), summary.get("rounds_done")
         done = f" (stopped by {by} after {done_rounds} of {summary['rounds']} rounds)"
+    elif isinstance(summary.get("stop_at_last_round"), dict):  # a stop asked for once every round ran
+        done = f" (ran all {summary['rounds']} rounds; {summary['stop_at_last_round'].get('by')} asked to "
+        done += "stop at the last one)"
     tested = [v for v in summary.get("per_client") or [] if v is not None]
     over = f"{summary['num_clients']}"
     if summary.get("per_client") and len(tested) < summary["num_clients"]:  # clients without test data

@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...config import ConfigError
+from ...config.errors import shown
+from ...config.values import MAX_JOIN_ROUND, join_round_values
 from ...sheaf.graph import ClientGraph, make_graph
 from ...sheaf.links import BUDGETED, budget_count, edge_matchings
 from ...spelling import setting
@@ -68,27 +70,26 @@ def join_rounds(spec: str, num_clients: int, seed: int) -> np.ndarray | None:
 
     ``spec``: ``""``; a comma-separated list, one round per client; or ``late:K@R``: ``K`` clients,
     chosen from ``seed``, join at round ``R``."""
-    spec = spec.strip()
-    if not spec:
-        return None
     try:
-        if spec.startswith("late:"):
-            k, _, r = spec[5:].partition("@")
-            count, first = int(k), int(r)
-            if not 0 <= count <= num_clients or first < 0:
+        read = join_round_values(spec)
+        if read is None:
+            return None
+        if isinstance(read, tuple):
+            count, first = read
+            if count > num_clients:
                 raise ValueError
             chosen = np.random.default_rng([seed, JOIN_DRAW]).permutation(num_clients)[:count]
             rounds = np.zeros(num_clients, np.int64)
             rounds[chosen] = first
             return rounds
-        rounds = np.array([int(v) for v in spec.strip("[]").split(",")], np.int64)
+        rounds = np.array(read, np.int64)
     except ValueError:
         rounds = np.array([-1])
     if len(rounds) != num_clients or (rounds < 0).any():
         raise ConfigError(
-            f"config key 'join_round' = {spec} is not allowed; allowed: one round >= 0 per client "
+            f"config key 'join_round' = {shown(spec)} is not allowed; allowed: one round >= 0 per client "
             f"({num_clients} of them, comma-separated) or late:K@R (K <= {num_clients} clients join at "
-            f"round R), e.g. {setting('join_round', 'late:2@50')}"
+            f"round R <= {MAX_JOIN_ROUND}), e.g. {setting('join_round', 'late:2@50')}"
         )
     return rounds
 
@@ -157,9 +158,16 @@ class Schedule:
 
     def present(self, round_: int) -> np.ndarray | None:
         """``[N]`` bool: whose metrics an evaluation after round ``round_`` reports (``None``: all)."""
-        if self.joins is None:
-            return None
-        return (self.joins <= round_) | (self.joins <= 1)
+        return reported(self.joins, round_)
+
+
+def reported(joins: np.ndarray | None, round_: int) -> np.ndarray | None:
+    """``[N]`` bool: the clients of first rounds ``joins`` (:func:`join_rounds`) whose metrics an
+    evaluation after round ``round_`` reports (``None``: all of them)."""
+    if joins is None:
+        return None
+    out: np.ndarray = (joins <= round_) | (joins <= 1)
+    return out
 
 
 def schedule_graph(config: RunConfig, num_clients: int, edge_bytes: float = 0.0) -> ClientGraph:

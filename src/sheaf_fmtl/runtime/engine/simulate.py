@@ -149,7 +149,8 @@ class Simulation(Generic[S]):
 
     def evaluate(self) -> dict[str, Any]:
         """Test metric per client and its mean over the clients that have test data (a data-less
-        server node of the special cases is left out of the mean and reported as ``None``).
+        server node of the special cases is left out of the mean and reported as ``None``) and
+        have joined (``join_round``), ``clients_present`` of them.
         ``train_loss`` and ``objective`` use a fixed random subsample of each client's training data
         (:data:`sheaf_fmtl.federation.EVAL_TRAIN_SAMPLES`), so an evaluation costs about a round."""
         fed, comm = self.ctx.fed, self.ctx.comm
@@ -169,6 +170,7 @@ class Simulation(Generic[S]):
                 float(v) if ok else None for v, ok in zip(metric.tolist(), tested.tolist(), strict=True)
             ],
             "test_metric": float(metric[tested].mean()),
+            "clients_present": int(tested.sum()),
             "train_loss": float(f.mean()),
             "objective": float(f.sum()) + (pen[0] if pen else 0.0),
             "sheaf_energy": pen[1] if pen else None,

@@ -22,13 +22,14 @@ from typing import Any
 
 from ... import progress
 from ...config import RunConfig
+from ...transforms import TransformError
 from ..engine.divergence import divergence_message
 from ..engine.simulate import DivergenceError, Simulation
 from .agreement import RoundAgreement
 from .callbacks import Hooks, RunView, agreed, checked
 from .checkpoint import rank_and_world, remove_checkpoints
 from .folderlock import writing
-from .full import disk_full
+from .full import disk_full, user_code_failed
 from .gather import final_state
 from .interrupt import StopRequest
 from .prepare import RunState, prepare, record
@@ -98,7 +99,8 @@ def execute(
         callbacks: objects with ``on_round_end(round, metrics, view)`` and/or ``on_run_end(summary)``
             (:mod:`.callbacks`), after those the config's keys ask for (``log_tensorboard``,
             ``early_stop_patience``); one that returns a ``Stop`` ends the run after that round with
-            a checkpoint, recorded with ``status = stopped`` and ``stopped_by``.
+            a checkpoint, recorded with ``status = stopped`` and ``stopped_by`` (at the last round
+            the run ran all its rounds: ``status = ok``, with ``stop_at_last_round``).
         agreement: what the ranks agree after each round, when a launched rank's signal handling
             already holds it (:mod:`.launch`); by default the loop makes its own.
     Returns:
@@ -136,6 +138,8 @@ def _execute(
         return _run(state, progress, hooks, resumed=resume_from is not None)
     except OSError as e:  # a full disk: one line naming the folder and what it kept
         raise disk_full(state.folder, state.recorder.rows, e) from None
+    except TransformError as e:  # the user's transform raised: the same, the user's error kept
+        raise user_code_failed(state.folder, state.recorder.rows, e) from e.__cause__
 
 
 def _run(state: RunState, progress: bool, hooks: Hooks, *, resumed: bool) -> RunOutcome:
@@ -232,11 +236,13 @@ def _finish(state: RunState, ending: _Ending, *, resumed: bool, kept: list[Any])
     ``summary.json`` vouches for the files an export reads (``checkpoint``, ``files``, ``best``)."""
     config, sim, recorder, diverged_at = state.config, state.sim, state.recorder, ending.diverged_at
     status = "diverged" if diverged_at is not None else "interrupted" if ending.signum is not None else "ok"
-    if status == "ok" and ending.stopped_by is not None:
+    if status == "ok" and ending.stopped_by is not None and ending.done < config.rounds:
         status = "stopped"  # by a callback: resumable like an interrupted run
     summary = summarize(
         sim, config, state.counter, status, state.last, diverged_at, ending.done, state.t0, state.notes
     )
+    if status == "ok" and ending.stopped_by is not None:  # asked at the last round: every round ran
+        summary["stop_at_last_round"] = {"by": ending.stopped_by[0], "reason": ending.stopped_by[1]}
     if status == "interrupted":
         summary.update(rounds_done=ending.done, signal=signal.Signals(ending.signum or 0).name)
     if status == "stopped" and ending.stopped_by is not None:

@@ -189,6 +189,7 @@ def record(sim: Simulation[Any], recorder: Recorder, k: int, t0: float) -> dict[
         "transmitted_bits": sim.transmitted_bits(),
         **sim.fault_counts(),
         "wall_seconds": time.perf_counter() - t0,
+        "clients_present": ev["clients_present"],
     }
     if math.isfinite(ev["objective"]):
         recorder.log(row)

@@ -21,6 +21,7 @@ from ...federation import build_federation
 from ...metrics.results import split_of
 from ...plugins import untrusted_specs
 from ...spelling import option
+from ..engine.schedule import join_rounds, reported
 from ..engine.simulate import load_dataset, resolve_device
 from .shipped_callbacks import BestCheckpoint
 
@@ -32,12 +33,15 @@ def score(
     thetas: Sequence[torch.Tensor],
     split: str = "test",
     norms: Mapping[int, dict[str, torch.Tensor]] | None = None,
+    after_round: int | None = None,
 ) -> dict[str, Any]:
     """The metric of one model per client (``thetas``, in client order; ``norms``: the BatchNorm
     statistics of those that have BatchNorm, by client id) on ``split`` of the config's data:
-    ``{"split", "metric", "mean", "per_client"}`` (``mean`` over the clients that
-    have data in that split, ``per_client`` ``None`` for the others), as the run's evaluations
-    compute it.
+    ``{"split", "metric", "mean", "per_client", "clients", "not_joined"}`` (``mean`` over the
+    ``clients`` that have data in that split and, with ``after_round``, the round the models are
+    from, had joined by then (``join_round``), as that round's evaluation reported them;
+    ``per_client`` ``None`` for the others, ``not_joined`` of them not joined yet), as the run's
+    evaluations compute it.
 
     Raises:
         ValueError: an unknown split, or ``validation`` of a run that held none out.
@@ -71,9 +75,41 @@ def score(
             values.append(cohort.test_metric(stacked.to(device, torch.float32)))
             tested.append((cohort.n_test > 0).float())
         metric, has = fed.per_client(values).cpu(), fed.per_client(tested).cpu() > 0
+    joined = _joined(config, dataset.num_clients, after_round)
+    has &= joined
     per_client = [float(v) if ok else None for v, ok in zip(metric.tolist(), has.tolist(), strict=True)]
     mean = float(metric[has].mean()) if bool(has.any()) else None
-    return {"split": split, "metric": fed.metric_name, "mean": mean, "per_client": per_client}
+    return {
+        "split": split,
+        "metric": fed.metric_name,
+        "mean": mean,
+        "per_client": per_client,
+        "clients": int(has.sum()),
+        "not_joined": int((~joined).sum()),
+    }
+
+
+def _joined(config: RunConfig, num_clients: int, after_round: int | None) -> torch.Tensor:
+    """``[N]`` bool: the clients an evaluation after round ``after_round`` reports (``join_round``:
+    those that had joined by then; every client when ``None``)."""
+    present = (
+        None
+        if after_round is None
+        else reported(join_rounds(config.join_round, num_clients, config.seed), after_round)
+    )
+    return torch.ones(num_clients, dtype=torch.bool) if present is None else torch.from_numpy(present)
+
+
+def last_round(summary: Mapping[str, Any], folder: Path) -> int:
+    """The last round of the run whose ``summary.json`` is ``summary`` (``rounds_done`` of a stopped
+    or interrupted run, ``rounds`` of a finished one): its final models' round."""
+    done = summary.get("rounds_done", summary.get("rounds"))
+    if not isinstance(done, int) or isinstance(done, bool) or done < 0:
+        raise DatasetError(
+            f"{folder / 'summary.json'}: rounds_done / rounds = {done!r:.40} is not a number of rounds; "
+            "is it a run's file?"
+        )
+    return done
 
 
 def best_on_test(config: RunConfig, callbacks: Sequence[Any], num_clients: int) -> dict[str, Any]:
@@ -88,7 +124,8 @@ def best_on_test(config: RunConfig, callbacks: Sequence[Any], num_clients: int) 
     if best is None or len(best.thetas) != num_clients:
         return {}
     try:
-        scored = score(config, [best.thetas[i] for i in range(num_clients)], "test", best.norms)
+        thetas = [best.thetas[i] for i in range(num_clients)]
+        scored = score(config, thetas, "test", best.norms, after_round=best.round)
     except DatasetError:  # (a special topology's nodes): the models stay in best.pt
         return {}
     return {

@@ -45,7 +45,7 @@ def summarize(
         "metric": fed.metric_name,
         "higher_is_better": higher_is_better(config.metric_goal, config.metric, fed.metric_name),
         "status": status,
-        "final": last["test_metric"] if diverged_at is None else None,
+        "final": last["test_metric"] if diverged_at is None and last.get("clients_present") != 0 else None,
         "per_client": last["per_client"] if diverged_at is None else None,
         "transmitted_bits": sim.transmitted_bits(),
         **sim.fault_counts(),  # rejected_messages, dropped_messages (runtime/engine/faults.py)
