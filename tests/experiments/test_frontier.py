@@ -94,8 +94,8 @@ def test_a_budgeted_sheaf_level_tunes_its_rule_and_multiples_of_the_lam_it_chose
     method = next(m for m in fr.METHODS if m.slug == "redrawn-links")
     grid = fr.strength_grid(method, 0.35, quick=False)
     assert grid[0] == {"lam": None} and [g["lam_times"] for g in grid[1:]] == list(fr.RULE_TIMES)
-    assert fr._relative(grid[1], 4.0) == {"lam": 2.0}
-    assert fr._relative(grid[2], 4.0) == {"lam": 8.0}
+    assert fr._relative(grid[1], 4.0) == {"lam": 1.0}
+    assert fr._relative(grid[2], 4.0) == {"lam": 2.0}
     assert fr._relative(grid[1], None) is None  # the rule's run refused: nothing to scale
     assert fr._relative({"lam": 0.3}, None) == {"lam": 0.3}
     assert fr.strength_grid(method, 0.35, quick=True) == [{"lam": None}]
