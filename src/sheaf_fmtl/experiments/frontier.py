@@ -7,7 +7,7 @@ Every method couples the same clients over the same graph: dFedU's Laplacian cou
 ``gamma`` (with and without CHOCO-form estimates). The budget is spent on two axes: coordinates a
 message (the compression, ``gamma``) and edges a round (budgeted links, ``graph_schedule =
 matchings``, ``link_budget`` from half the graph's matchings a round to one), the sheaf at
-``gamma = 0.01`` and its rivals (dFedU whole, top-k at 1 %) under the same link budgets; a budgeted
+``gamma`` 0.01 and 0.03 and its rivals (dFedU whole, top-k at 1 %) under the same link budgets; a budgeted
 sheaf level's strength is its rule's ``lam`` (which divides the pull by the share of edges on),
 half or twice it. Each method is swept over its compression (kept
 fraction, bits, rank, ``gamma``); at each level its strength (``lam``, and CHOCO's
@@ -132,6 +132,15 @@ METHODS = (
         "sheaf-links",
     ),
     Method(
+        "Sheaf-FMTL, redrawn (gamma 0.03), budgeted links",
+        "redrawn-wide-links",
+        {"algorithm": "sheaf-fmtl", "maps": "redrawn", "gamma": 0.03, "graph_schedule": "matchings"},
+        "link_budget",
+        LINK_BUDGETS,
+        grid="sheaf-links",
+        quick=False,
+    ),
+    Method(
         "Sheaf-FMTL, redrawn + estimates (gamma 0.01), budgeted links",
         "estimates-links",
         {
@@ -182,6 +191,7 @@ RUN_ORDER = (
     "redrawn",
     "top-k",
     "redrawn-links",
+    "redrawn-wide-links",
     "estimates",
     "estimates-links",
     "dfedu-links",
