@@ -6,20 +6,19 @@ Every method couples the same clients over the same graph: dFedU's Laplacian cou
 ``sign``) or PowerGossip's low-rank differences; and Sheaf-FMTL's maps redrawn each round at
 ``gamma`` (with and without CHOCO-form estimates). The budget is spent on two axes: coordinates a
 message (the compression, ``gamma``) and edges a round (budgeted links, ``graph_schedule =
-matchings``, ``link_budget`` from half the graph's matchings a round to one), the sheaf at
-``gamma`` 0.01 and 0.03 and its rivals (dFedU whole, top-k at 1 %) under the same link budgets; a budgeted
-sheaf level's strength is its rule's ``lam`` (which divides the pull by the share of edges on),
-half or twice it. Each method is swept over its compression (kept
-fraction, bits, rank, ``gamma``); at each level its strength (``lam``, and CHOCO's
-``consensus_step``) is chosen from a small grid (``lam`` 0.1, 0.3, 1; the default consensus step
-and 1; the sheaf's ``lam`` rule and the pulls 0.03 and 0.3 beside it) on a validation split (seed
-0, ``validation = 0.2``; the test split is never read for it), then run on the test split for
-every seed. Output in
-``OUT``: ``frontier.csv`` and ``frontier.md`` (every point: metric, total bits, bits per round
-measured and by the formula, seconds, bits to target and how many times fewer than dFedU's; the
-Pareto front marked) and ``frontier.png`` (one panel per
-problem, log bits, seed bands, the front). Cells are cached in ``OUT/cells`` as the other
-experiments' (an interrupted run continues where it stopped).
+matchings``, ``link_budget`` from half the graph's matchings a round to one), the sheaf at ``gamma``
+0.01 and 0.03 and its rivals (dFedU whole, top-k at 1 %) under the same link budgets; a budgeted
+sheaf level's strength is its rule's ``lam`` (which divides the pull by the share of edges on), a
+half or a quarter of it; the estimates' their rule's and 10, 30 and 100 times it. Each method is
+swept over its compression (kept fraction, bits, rank, ``gamma``); at each level its strength
+(``lam``, and CHOCO's ``consensus_step``) is chosen from a small grid (``lam`` 0.1, 0.3, 1; the
+default consensus step and 1; the sheaf's ``lam`` rule and the pulls 0.03 and 0.3 beside it) on a
+validation split (seed 0, ``validation = 0.2``; the test split is never read for it), then run on
+the test split for every seed. Output in ``OUT``: ``frontier.csv`` and ``frontier.md`` (every point:
+metric, total bits, bits per round measured and by the formula, seconds, bits to target and how many
+times fewer than dFedU's; the Pareto front marked) and ``frontier.png`` (one panel per problem, log
+bits, seed bands, the front). Cells are cached in ``OUT/cells`` as the other experiments' (an
+interrupted run continues where it stopped).
 """
 
 from __future__ import annotations
