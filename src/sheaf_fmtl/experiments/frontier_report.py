@@ -254,7 +254,8 @@ def draw(rows: Sequence[dict[str, Any]], stem: Path) -> list[Path]:
                 x = np.array([r["total_bits"] for r in pts])
                 y = np.array([r["mean"] for r in pts])
                 se = np.array([r["se"] for r in pts])
-                ax.plot(x, y, marker=marker(k), color=color(k), label=method, markersize=5)
+                style = "--" if "budgeted links" in method else "-"  # the link budget's axis: dashed
+                ax.plot(x, y, marker=marker(k), color=color(k), linestyle=style, label=method, markersize=5)
                 ax.fill_between(x, y - se, y + se, color=color(k), alpha=0.15, linewidth=0)
             front = sorted((r for r in mine if r["pareto"]), key=lambda r: r["total_bits"])
             if front:
@@ -281,5 +282,6 @@ def draw(rows: Sequence[dict[str, Any]], stem: Path) -> list[Path]:
             for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
                 seen.setdefault(label, handle)
         fig.legend(list(seen.values()), list(seen), loc="lower center", ncol=min(5, len(seen)), frameon=False)
-        fig.tight_layout(rect=(0, 0.08 + 0.04 * (len(seen) > 5), 1, 1))
+        legend_rows = math.ceil(len(seen) / 5)
+        fig.tight_layout(rect=(0, 0.03 + 0.045 * legend_rows, 1, 1))
         return save_figure(fig, stem)
