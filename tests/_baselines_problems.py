@@ -3,7 +3,7 @@ numpy reference of their gradients written from the loss, independent of the lib
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -127,3 +127,23 @@ def mlp_bn(input_shape: tuple[int, ...], num_outputs: int) -> torch.nn.Module:
         torch.nn.ReLU(),
         torch.nn.Linear(32, num_outputs),
     )
+
+
+def restored_beside(
+    build: Callable[[], Simulation], before: int, after: int
+) -> tuple[Simulation, Simulation]:
+    """``(whole, resumed)``: a run of ``before + after`` rounds, and one restored from its checkpoint
+    shard after ``before`` rounds and stepped ``after`` more beside it (both from ``build``)."""
+    from sheaf_fmtl.metrics.flops import SampleCounter
+    from sheaf_fmtl.runtime.run.shard import restore, snapshot
+
+    whole = build()
+    for _ in range(before):
+        whole.step()
+    shard = snapshot(whole, SampleCounter(whole.ctx.fed))
+    resumed = build()
+    restore(resumed, SampleCounter(resumed.ctx.fed), shard)
+    for _ in range(after):
+        whole.step()
+        resumed.step()
+    return whole, resumed

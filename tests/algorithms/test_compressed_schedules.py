@@ -14,13 +14,18 @@ import torch
 from sheaf_fmtl.algorithms import compressed
 from sheaf_fmtl.compression import COMPRESSORS
 from sheaf_fmtl.config import RunConfig
-from sheaf_fmtl.metrics.flops import SampleCounter
 from sheaf_fmtl.runtime.engine.schedule import Schedule
 from sheaf_fmtl.runtime.engine.simulate import Simulation
-from sheaf_fmtl.runtime.run.shard import restore, snapshot
 from sheaf_fmtl.sheaf.graph import ClientGraph
 
-from .._baselines_problems import complete_graph, config, federation, regression_dataset, simulation
+from .._baselines_problems import (
+    complete_graph,
+    config,
+    federation,
+    regression_dataset,
+    restored_beside,
+    simulation,
+)
 from ..runtime.test_faults import freeze_gradients
 
 N = 5
@@ -166,15 +171,7 @@ def test_a_restored_snapshot_continues_the_per_edge_copies() -> None:
     def build() -> Simulation:
         return sim_on("dpsgd", complete_graph(N), compressor="qsgd", join_round="late:2@3", **SCHEDULED)
 
-    whole = build()
-    for _ in range(2):
-        whole.step()
-    shard = snapshot(whole, SampleCounter(whole.ctx.fed))
-    resumed = build()
-    restore(resumed, SampleCounter(resumed.ctx.fed), shard)
-    for _ in range(3):
-        whole.step()
-        resumed.step()
+    whole, resumed = restored_beside(build, 2, 3)
     assert torch.equal(whole.state.thetas[0], resumed.state.thetas[0])
     assert torch.equal(whole.state.edge_estimates, resumed.state.edge_estimates)
 

@@ -20,7 +20,7 @@ from sheaf_fmtl.runtime.engine.transport import server_average
 from sheaf_fmtl.runtime.run.loop import execute
 from sheaf_fmtl.sheaf.graph import ClientGraph
 
-from .._baselines_problems import config, federation, regression_dataset, simulation
+from .._baselines_problems import config, federation, regression_dataset, restored_beside, simulation
 from ..conftest import make_dataset
 
 BODY_AND_HEAD = "tests._baselines_problems:tiny_network"  # two layers: what algorithm=partial needs
@@ -427,22 +427,12 @@ def test_drops_do_not_sync_on_cuda(name: str) -> None:
 def test_a_restored_snapshot_continues_the_same_drops(algorithm: str) -> None:
     """A run restored from a checkpoint shard draws the same drops as the uninterrupted run (the
     plan's round and the counts travel in the shard)."""
-    from sheaf_fmtl.metrics.flops import SampleCounter
-    from sheaf_fmtl.runtime.run.shard import restore, snapshot
 
     def build() -> Simulation:
         cfg = config(algorithm, message_mode="compact", drop_prob=0.3, link_drop_prob=0.3, batch_size=4)
         return build_simulation(cfg, fed=federation(regression_dataset(sizes=(6, 7, 8, 9))), graph=GRAPH)
 
-    whole = build()
-    for _ in range(3):
-        whole.step()
-    shard = snapshot(whole, SampleCounter(whole.ctx.fed))
-    resumed = build()
-    restore(resumed, SampleCounter(resumed.ctx.fed), shard)
-    for _ in range(3):
-        whole.step()
-        resumed.step()
+    whole, resumed = restored_beside(build, 3, 3)
     for a, b in zip(whole.state.thetas, resumed.state.thetas, strict=True):
         assert torch.equal(a, b)
     assert resumed.transport.faults.counts() == whole.transport.faults.counts()

@@ -11,14 +11,19 @@ import pytest
 import torch
 
 from sheaf_fmtl.config import ConfigError
-from sheaf_fmtl.metrics.flops import SampleCounter
 from sheaf_fmtl.runtime.engine.faults import DropPlan
 from sheaf_fmtl.runtime.engine.schedule import Schedule, exponential_graph, join_rounds
 from sheaf_fmtl.runtime.engine.simulate import Simulation
-from sheaf_fmtl.runtime.run.shard import restore, snapshot
 from sheaf_fmtl.sheaf.graph import ClientGraph
 
-from .._baselines_problems import complete_graph, config, federation, regression_dataset, simulation
+from .._baselines_problems import (
+    complete_graph,
+    config,
+    federation,
+    regression_dataset,
+    restored_beside,
+    simulation,
+)
 from .test_distributed import TINY, _compare
 from .test_faults import freeze_gradients
 
@@ -204,15 +209,7 @@ def test_a_restored_snapshot_continues_the_same_schedule_across_a_join() -> None
             "dfedu", complete_graph(N), graph_schedule="random-peers", peers=1, join_round="late:2@4"
         )
 
-    whole = build()
-    for _ in range(3):
-        whole.step()
-    shard = snapshot(whole, SampleCounter(whole.ctx.fed))
-    resumed = build()
-    restore(resumed, SampleCounter(resumed.ctx.fed), shard)
-    for _ in range(3):
-        whole.step()
-        resumed.step()
+    whole, resumed = restored_beside(build, 3, 3)
     assert torch.equal(whole.state.thetas[0], resumed.state.thetas[0])
     assert resumed.transport.bits == whole.transport.bits
 
