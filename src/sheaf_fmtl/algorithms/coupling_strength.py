@@ -44,7 +44,7 @@ import numpy as np
 from ..config import RunConfig
 from ..config.registry import map_mode_spec
 from ..sheaf.graph import ClientGraph
-from ..sheaf.links import link_fraction, round_lambda_max
+from ..sheaf.links import BUDGETED, link_fraction, round_lambda_max
 from .coupling_step import measured, reference_step
 
 
@@ -127,7 +127,7 @@ def _links_note(links: float) -> str:
 
 
 def _lmax_name(config: RunConfig) -> str:
-    budgeted = config.graph_schedule in ("matchings", "sampled-edges")
+    budgeted = config.graph_schedule in BUDGETED
     return "lambda_max(L_t) <= min(lambda_max(L), 2 k)" if budgeted else "lambda_max(L)"
 
 

@@ -15,6 +15,7 @@ from dataclasses import fields
 from types import SimpleNamespace
 from typing import Any, cast
 
+from ..sheaf.links import BUDGETED
 from . import registry
 from .errors import shown
 from .schema import RunConfig
@@ -46,7 +47,7 @@ _OTHER_READERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "class_assignment": ("partition", ("classes",)),
     "peers": ("graph_schedule", ("random-peers",)),
     "peers_from": ("graph_schedule", ("random-peers",)),
-    "link_budget": ("graph_schedule", ("matchings", "sampled-edges")),
+    "link_budget": ("graph_schedule", BUDGETED),
 }
 #: Keys a mode reads that the config's rules refuse with any other mode (``rules._check_maps``).
 _REFUSED_ELSEWHERE = ("estimates", "map_kind")

@@ -9,6 +9,7 @@ import re
 from ..compression import COMPRESSOR_NAMES
 from ..data.base import CLASS_ASSIGNMENTS, PARTITIONS
 from ..sheaf.graph import GRAPH_KINDS
+from ..sheaf.links import BUDGETED
 from ..sheaf.maps import MAP_DTYPES, MAP_INITS
 from ..sheaf.selection import MAP_KINDS
 from . import registry
@@ -26,7 +27,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "init": ("common", "per-client"),
     "edge_weights": ("auto", "relatedness", "graph"),
     "map_draw": ("host", "device"),
-    "graph_schedule": ("fixed", "random-peers", "exponential", "matchings", "sampled-edges"),
+    "graph_schedule": ("fixed", "random-peers", "exponential", *BUDGETED),
     "peers_from": ("all", "graph"),
     "placement": PLACEMENTS,
     "partition": PARTITIONS,

@@ -209,17 +209,16 @@ def strength_grid(method: Method, level: Any, quick: bool) -> list[dict[str, Any
         return [{}]
     if method.grid == "dfedu":
         return [{"lam": lam} for lam in lams]
-    if method.grid == "choco":  # CHOCO's consensus step from omega, or 1
+    if method.grid in ("choco", "choco-links"):  # CHOCO's consensus step from omega, or 1
         steps: tuple[float | None, ...] = (None,) if quick else (None, 1.0)
-        return [{"lam": lam, "consensus_step": s} for lam in lams for s in steps]
+        grid = [{"lam": lam, "consensus_step": s} for lam in lams for s in steps]
+        return grid + ([{"lam": None}] if method.grid == "choco-links" else [])  # dFedU's rule, pull 0.1 / b
     if method.grid == "sheaf":  # the lam rule (pull 0.1/q), and pulls 0.03 and 0.3 beside it
         return [{"lam": None}] + ([] if quick else [{"lam": p / level} for p in (0.03, 0.3)])
     if method.grid == "sheaf-links":  # the rule, and multiples of the lam it chose
         return [{"lam": None}] + ([] if quick else [{"lam_times": t} for t in RULE_TIMES])
     if method.grid == "dfedu-links":  # dFedU's grid and its rule (pull 0.1 / b)
         return [{"lam": lam} for lam in lams] + [{"lam": None}]
-    if method.grid == "choco-links":
-        return strength_grid(Method("", "", {}, grid="choco"), level, quick) + [{"lam": None}]
     # estimates: the rule (half the consensus step's mean-square limit, a bound far below what runs
     # stably on the built-in problems) and multiples of it, past the start-up check
     return [{"lam": None}] + (

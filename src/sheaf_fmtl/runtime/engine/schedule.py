@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from ...config import RunConfig
 
 PEER_DRAW, JOIN_DRAW, LINK_DRAW = 13, 14, 15  # stream kinds (sheaf_fmtl.streams; 11, 12: the drop plan's)
-SCHEDULES = ("fixed", "random-peers", "exponential", *BUDGETED)
 
 
 def exponential_hops(num_nodes: int) -> list[int]:
