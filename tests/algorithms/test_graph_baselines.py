@@ -208,7 +208,8 @@ def test_holdout_of_a_shard_keeps_the_common_initial_model_of_the_whole_federati
     before = shard.cohorts[0]
     after = split_holdout(shard, 0.3, seed=4)[0].cohorts[0]
     assert before.first_client == after.first_client == 0
-    assert (after.loss_fn, after.metric_fn, after.cnn_kernel) == (before.loss_fn, before.metric_fn, before.cnn_kernel)
+    for kept in ("loss_fn", "metric_fn", "cnn_kernel"):
+        assert getattr(after, kept) == getattr(before, kept), kept
     expected = whole.init_thetas(seed=5, common=True)[0]
     assert not torch.equal(expected, before.init_thetas_for([2], seed=5, stream=8)[0])  # (the oracle tells)
     for row in after.init_thetas(seed=5, common=True):

@@ -80,8 +80,8 @@ def split_holdout(fed: Cohorts, fraction: float, seed: int) -> tuple[Cohorts, li
         out = _padded([o[:k] for o, k in zip(order, h, strict=True)])
         rows = torch.arange(c.size, device=c.x_train.device)[:, None]
         kept = torch.as_tensor(keep, device=rows.device)
-        n_kept = torch.as_tensor(n - h, device=c.n_train.device)
-        cohorts.append(c.with_train(c.x_train[rows, kept].contiguous(), c.y_train[rows, kept].contiguous(), n_kept))
+        x, y = c.x_train[rows, kept].contiguous(), c.y_train[rows, kept].contiguous()
+        cohorts.append(c.with_train(x, y, torch.as_tensor(n - h, device=c.n_train.device)))
         idx = torch.as_tensor(out, device=rows.device)
         held.append(
             Holdout(c.x_train[rows, idx], c.y_train[rows, idx], torch.as_tensor(h, device=c.n_train.device))
