@@ -12,16 +12,24 @@ The ranks are forked from this process and meet through a file (:func:`_in_ranks
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+import sheaf_fmtl
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.config.registry import algorithm_names
+from sheaf_fmtl.runtime.engine.simulate import DivergenceError
 from sheaf_fmtl.runtime.run import launch
+from sheaf_fmtl.runtime.run.checkpoint_read import latest_checkpoint
 from sheaf_fmtl.runtime.run.loop import RunOutcome, execute
 
 from .test_distributed_checkpoint import _in_ranks
@@ -184,9 +192,6 @@ def test_commands_of_several_runs_refused_as_a_rank_of_torchrun(
 
 def test_a_run_diverging_on_two_processes_raises_what_one_process_raises(tmp_path: Path) -> None:
     """The ranks' divergence is the one-process DivergenceError, with the summary's message."""
-    import sheaf_fmtl
-    from sheaf_fmtl.runtime.engine.simulate import DivergenceError
-
     keys = {"dataset": "synthetic", "clients": 5, "rounds": 10, "eval_every": 1, "alpha": 1e4}
     keys.update(algorithm="sheaf-fmtl", maps="learned", local_epochs=0, stability_check=False)
     with pytest.raises(DivergenceError) as one:
@@ -195,3 +200,30 @@ def test_a_run_diverging_on_two_processes_raises_what_one_process_raises(tmp_pat
         sheaf_fmtl.run(out=tmp_path / "two", processes=2, **keys)
     assert str(two.value) == str(one.value)
     assert json.loads((tmp_path / "two" / "summary.json").read_text())["status"] == "diverged"
+
+
+@pytest.mark.slow  # two commands, each starting 2 fresh interpreters
+def test_run_seeds_of_processes_2_stopped_by_sigterm_and_continued(tmp_path: Path) -> None:
+    """SIGTERM to ``run --seeds`` of ``processes=2``: its ranks stop with a checkpoint and the command
+    with 143 (the signal forwarded to them is the command's too); the same command again resumes the
+    seed over 2 processes."""
+    out = tmp_path / "seeds"
+    pairs = ["dataset=synthetic", "clients=6", "rounds=400", "eval_every=10", "processes=2", "lam=0.1"]
+    argv = ["run", "--quiet", "--seeds", "0", "--out", str(out), "--set", *pairs, "algorithm=dfedu"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "sheaf_fmtl", *argv], stderr=subprocess.PIPE, text=True, env=env
+    )
+    deadline = time.monotonic() + 120
+    while latest_checkpoint(out / "seed0") is None:
+        assert time.monotonic() < deadline and parent.poll() is None, parent.communicate()
+        time.sleep(0.05)
+    parent.send_signal(signal.SIGTERM)
+    _, err = parent.communicate(timeout=60)
+    assert parent.returncode == 143, err
+    stopped = json.loads((out / "seed0" / "summary.json").read_text())
+    assert stopped["status"] == "interrupted" and stopped["processes"] == 2
+    assert main(argv) == 0
+    summary = json.loads((out / "seed0" / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["resumed_from_round"] == stopped["rounds_done"]
+    assert (summary["processes"], summary["clients_per_process"]) == (2, [3, 3])

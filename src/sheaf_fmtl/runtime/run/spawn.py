@@ -23,6 +23,7 @@ import yaml
 
 from ...config import RunConfig
 from ...data.bounded import read_text_bounded
+from . import interrupt
 from .folderlock import HELD_ENV, HELD_FD_ENV, held_lock
 from .precheck import check_processes
 from .rank import RankLostError
@@ -175,6 +176,7 @@ def _wait(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> list[int]:
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signum)
+        interrupt.adopt(signum)  # a command of several runs stops after this one (run --seeds, sweep)
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
