@@ -86,13 +86,14 @@ def _demo_run(
 ) -> tuple[RunConfig, dict]:
     """Run one curve of the demo into ``run_dir``; returns its config and summary. ``flags``:
     config keys given as flags (``--seed``, ``--clients``, ...), applied after ``overrides``."""
-    from .runtime.run import loop
+    from .runtime.run.launch import dispatch
 
     sets = [*spec.defaults, *overrides, *extra, *spec.forced, f"algorithm={spec.algorithm}"]
     config = load_config(config_path, sets, flags)
     with warnings.catch_warnings():  # keys other runs of the demo read: see run_demo
         warnings.simplefilter("ignore", UnusedKeysWarning)
-        return config, loop.run(config, run_dir, progress=not quiet)
+        ran = dispatch(config, run_dir, progress=not quiet, overwrite=False)  # processes = K: K ranks
+        return config, ran if isinstance(ran, dict) else ran.summary
 
 
 def _unused(run_dir: Path) -> set[str]:
@@ -119,8 +120,10 @@ def run_demo(
 
     from .plots import plot_demo
     from .runtime.run.clearing import prepare_out_dir
+    from .runtime.run.launch import refuse_in_a_rank
     from .runtime.run.rundir import check_out_dir
 
+    refuse_in_a_rank()
     base = load_config(config_path, overrides, flags)
     check_out_dir(out, overwrite)
     prepare_out_dir(out, overwrite, kind="demo")  # (a folder of runs: --overwrite clears them too)

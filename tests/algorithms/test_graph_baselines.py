@@ -15,6 +15,7 @@ import torch
 from sheaf_fmtl.algorithms.dpfl import exchange_round, greedy_choice, holdout_counts, split_holdout
 from sheaf_fmtl.algorithms.pfedgraph import collaboration_weights, simplex_projection
 from sheaf_fmtl.config import ConfigError, RunConfig
+from sheaf_fmtl.federation import build_federation
 from sheaf_fmtl.runtime.engine.simulate import build_simulation
 from sheaf_fmtl.sheaf.graph import ClientGraph
 
@@ -195,6 +196,24 @@ def test_holdout_is_disjoint_from_training_and_drawn_per_client() -> None:
         torch.testing.assert_close(rows, c.y_train[k, : int(c.n_train[k])].sort().values)
     again = split_holdout(fed, 0.3, seed=4)[1][0]
     torch.testing.assert_close(again.y, h.y)
+
+
+def test_holdout_of_a_shard_keeps_the_common_initial_model_of_the_whole_federation() -> None:
+    """A rank holding clients 2 and 3 only: after the holdout its cohort still draws the common initial
+    model from the architecture's first client (0), as the whole federation does; its kept fields
+    (objective, first client, kernel) are the cohort's."""
+    data = regression_dataset(sizes=(6, 8, 10, 12))
+    whole = split_holdout(federation(data), 0.3, seed=4)[0].cohorts[0]
+    shard = build_federation(data, "linear", l2=L2, clients=[2, 3])
+    before = shard.cohorts[0]
+    after = split_holdout(shard, 0.3, seed=4)[0].cohorts[0]
+    assert before.first_client == after.first_client == 0
+    for kept in ("loss_fn", "metric_fn", "cnn_kernel"):
+        assert getattr(after, kept) == getattr(before, kept), kept
+    expected = whole.init_thetas(seed=5, common=True)[0]
+    assert not torch.equal(expected, before.init_thetas_for([2], seed=5, stream=8)[0])  # (the oracle tells)
+    for row in after.init_thetas(seed=5, common=True):
+        torch.testing.assert_close(row, expected, rtol=0, atol=0)
 
 
 def test_dpfl_exchanges_on_its_schedule_and_counts_whole_models() -> None:

@@ -8,6 +8,7 @@ import math
 import torch
 
 from ..config import ConfigError
+from ..messages import Comm
 
 
 def require_stable_coupling(
@@ -48,7 +49,8 @@ def require_stable_coupling(
     return None
 
 
-def coupling_energy(diff: torch.Tensor, lam: float) -> tuple[float, float]:
-    """``(lam/2 sum ||diff||^2, sum ||diff||^2)`` over the rows of ``diff``."""
-    e = float((diff.double() ** 2).sum())
+def coupling_energy(diff: torch.Tensor, lam: float, comm: Comm) -> tuple[float, float]:
+    """``(lam/2 sum ||diff||^2, sum ||diff||^2)`` over the rows of ``diff`` (the clients held here)
+    and those of every other process (``comm``'s sum)."""
+    e = float(comm.all_sum((diff.double() ** 2).sum()))
     return 0.5 * lam * e, e

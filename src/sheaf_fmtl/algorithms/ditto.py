@@ -35,4 +35,4 @@ class Ditto(ServerAlgorithm):
 
     def penalty(self, state: ServerState, ctx: Context) -> tuple[float, float]:
         assert state.global_copies is not None
-        return coupling_energy(state.thetas[0] - state.global_copies, self.lam)
+        return coupling_energy(state.thetas[0] - state.global_copies, self.lam, ctx.comm)

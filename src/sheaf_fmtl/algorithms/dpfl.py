@@ -25,7 +25,6 @@ not candidates that round. ``thetas``: the personalised models.
 from __future__ import annotations
 
 import copy
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,15 +79,9 @@ def split_holdout(fed: Cohorts, fraction: float, seed: int) -> tuple[Cohorts, li
         keep = _padded([o[k:] for o, k in zip(order, h, strict=True)])
         out = _padded([o[:k] for o, k in zip(order, h, strict=True)])
         rows = torch.arange(c.size, device=c.x_train.device)[:, None]
-        train = dataclasses.replace(
-            c,
-            x_train=c.x_train[rows, torch.as_tensor(keep, device=rows.device)].contiguous(),
-            y_train=c.y_train[rows, torch.as_tensor(keep, device=rows.device)].contiguous(),
-            n_train=torch.as_tensor(n - h, device=c.n_train.device),
-        )
-        train.use_objective(c.loss_fn, c.metric_fn)
-        train.factory = c.factory
-        cohorts.append(train)
+        kept = torch.as_tensor(keep, device=rows.device)
+        x, y = c.x_train[rows, kept].contiguous(), c.y_train[rows, kept].contiguous()
+        cohorts.append(c.with_train(x, y, torch.as_tensor(n - h, device=c.n_train.device)))
         idx = torch.as_tensor(out, device=rows.device)
         held.append(
             Holdout(c.x_train[rows, idx], c.y_train[rows, idx], torch.as_tensor(h, device=c.n_train.device))

@@ -132,8 +132,10 @@ def run_folder(
     maps) or a divergence is recorded in ``summary.json`` instead of stopping the caller; an
     interrupted run (``status = interrupted``) is not marked. ``fed``: a federation to reuse."""
     from ..runtime.run.interrupt import leave_summary
+    from ..runtime.run.launch import refuse_in_a_rank
     from ..runtime.run.rundir import claim
 
+    refuse_in_a_rank()  # (before the folder is touched)
     folder = Path(folder)
     with claim(folder, overwrite=True), leave_summary(folder):  # a folder sheaf-fmtl wrote, or a new one
         (folder / CELL_FILE).unlink(missing_ok=True)
@@ -171,12 +173,17 @@ def _run_in(config: RunConfig, folder: Path, marker: Mapping[str, Any], fed: Any
     from ..runtime.run.clearing import clear
     from ..runtime.run.folderlock import FolderError
     from ..runtime.run.integrity import CheckpointError
+    from ..runtime.run.launch import dispatch, resume_any
     from ..runtime.run.loop import run
-    from ..runtime.run.resume import RESUMABLE_KEYS, resume
+    from ..runtime.run.resume import RESUMABLE_KEYS
 
     try:
-        if _stopped_run_of(config, folder):  # continue it where it stopped
-            summary = resume(folder, keys={k: getattr(config, k) for k in RESUMABLE_KEYS}).summary
+        if _stopped_run_of(config, folder):  # continue it where it stopped, over as many processes
+            keys = {k: getattr(config, k) for k in RESUMABLE_KEYS}
+            summary = resume_any(folder, keys=keys, progress=False) or {}
+        elif config.processes > 1:  # its ranks, started as `sheaf-fmtl run` starts them
+            ran = dispatch(config, folder, progress=False, overwrite=True)
+            summary = ran if isinstance(ran, dict) else ran.summary
         else:
             sim = None if fed is None else build_simulation(config, fed=fed)
             summary = run(config, folder, progress=False, sim=sim, overwrite=True)

@@ -167,7 +167,8 @@ def _run_cells(
         if summary is None:
             if signalled():
                 return cells, True
-            summary = run_cell(config, folder, cache.get(config))
+            reused_data = cache.get(config) if config.processes == 1 else None  # (ranks read their own)
+            summary = run_cell(config, folder, reused_data)
         cell = CellResult(point, folder, summary, reused)
         cells.append(cell)
         if not reused:

@@ -16,6 +16,7 @@ masks) and the evaluation share one cohort's stacked data and parameter layout.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -103,6 +104,16 @@ class Cohort(StackedClients):
         self.loss_fn, self.metric_fn = loss, metric
         if loss is not None and self._linear_io is not None and not grouped.supports(self.module):
             self._grad = vmap(grad_and_value(self._loss))
+
+    def with_train(self, x_train: torch.Tensor, y_train: torch.Tensor, n_train: torch.Tensor) -> Cohort:
+        """The same cohort (model, objective, user factory, architecture's first client, kernel) on other
+        training samples. ``dataclasses.replace`` alone resets the fields set after construction: the
+        initial models of ``init = common`` would then come from the first client held here, which
+        differs between process layouts."""
+        out = dataclasses.replace(self, x_train=x_train, y_train=y_train, n_train=n_train)
+        out.use_objective(self.loss_fn, self.metric_fn)
+        out.factory, out.first_client, out.cnn_kernel = self.factory, self.first_client, self.cnn_kernel
+        return out
 
     @property
     def dim(self) -> int:

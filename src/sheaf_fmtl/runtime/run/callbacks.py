@@ -23,6 +23,7 @@ from ...metrics.results import metric_column, split_of
 from ...models.batchnorm import set_buffers
 from ...plugins import higher_is_better
 from ..engine.transport import InProcessTransport
+from .gather import gather_models
 
 if TYPE_CHECKING:
     from ..engine.simulate import Simulation
@@ -95,6 +96,20 @@ class RunView:
     def thetas(self) -> dict[int, torch.Tensor]:
         """:meth:`theta` of every client this process holds."""
         return {i: self.theta(i) for i in self.clients()}
+
+    def every_model(self) -> tuple[dict[int, torch.Tensor], dict[int, dict[str, torch.Tensor]]]:
+        """Every client's theta and BatchNorm statistics (CPU copies, by client id) on rank 0; the
+        other ranks get their own. Across processes a collective: every rank calls it in the same
+        round (e.g. after :meth:`rank_zero_says`)."""
+        return gather_models(self._sim)
+
+    def rank_zero_says(self, flag: bool) -> bool:
+        """Rank 0's ``flag`` on every rank (one small all-reduce across processes), so that a choice
+        rank 0 takes from the run folder it alone writes is every rank's."""
+        if isinstance(self._sim.transport, InProcessTransport):
+            return flag
+        lead = torch.tensor(int(flag and self.rank == 0), dtype=torch.int32)
+        return bool(int(self._sim.ctx.comm.all_max(lead)))
 
     def norms(self) -> dict[int, dict[str, torch.Tensor]]:
         """The BatchNorm statistics of every client this process holds that has BatchNorm (CPU copies,

@@ -42,17 +42,41 @@ def _batchnorm(stats: dict[int, dict[str, torch.Tensor]], n: int) -> dict[str, A
     return {"batchnorm": [stats.get(i) for i in range(n)]} if stats else {}
 
 
+def held_thetas(sim: Simulation[Any]) -> dict[int, torch.Tensor]:
+    """The thetas of the clients this process holds (CPU copies), by client id."""
+    return {int(i): sim.theta(int(i)).detach().to("cpu", copy=True) for i in sim.ctx.fed.held.nonzero()[0]}
+
+
+def on_rank_zero(part: Any) -> list[Any]:  # noqa: ANN401 - any picklable object
+    """Every rank's ``part``, in rank order, on rank 0 (``[]`` on the others); a collective: every
+    rank calls it."""
+    parts: list[Any] = [None] * dist.get_world_size() if dist.get_rank() == 0 else []
+    dist.gather_object(part, parts if dist.get_rank() == 0 else None, dst=0)
+    return parts
+
+
+def gather_models(sim: Simulation[Any]) -> tuple[dict[int, torch.Tensor], dict[int, dict[str, torch.Tensor]]]:
+    """Every client's theta and BatchNorm statistics (by client id) on rank 0, this process's own
+    on the others (a collective across processes: every rank calls it)."""
+    mine = (held_thetas(sim), sim.ctx.fed.norm_state())
+    parts = [mine] if sim.ctx.fed.held.all() else on_rank_zero(mine)
+    thetas: dict[int, torch.Tensor] = {}
+    norms: dict[int, dict[str, torch.Tensor]] = {}
+    for t, b in parts or [mine]:  # (ranks other than 0: their own)
+        thetas.update(t)
+        norms.update(b)
+    return thetas, norms
+
+
 def gather_final_state(sim: Simulation[Any]) -> dict[str, Any]:
     """See the module docstring; a collective: every rank calls it."""
     fed, graph, comm = sim.ctx.fed, sim.ctx.graph, sim.ctx.comm
-    mine = {int(i): sim.theta(int(i)).detach().cpu() for i in fed.held.nonzero()[0]}
+    mine = held_thetas(sim)
     local = sim.algorithm.checkpoint(sim.state, sim.ctx)
     maps = sim.maps() if "maps" in local else {}
     index = {(int(s), int(d)): h for h, (s, d) in enumerate(zip(graph.src, graph.dst, strict=True))}
     my_maps = {index[k]: m.detach().cpu() for k, m in maps.items()}
-    parts: list[Any] = [None] * dist.get_world_size() if dist.get_rank() == 0 else []
-    my_norms = fed.norm_state()
-    dist.gather_object((mine, my_maps, my_norms), parts if dist.get_rank() == 0 else None, dst=0)
+    parts = on_rank_zero((mine, my_maps, fed.norm_state()))
     out: dict[str, Any] = {k: v for k, v in local.items() if k not in ("maps", "bucket_half_edges")}
     for key in ("map_norms", "shared_parameters", "edge_weights", "edge_weight_history"):
         if key in local:  # [2E] (or [K, E]), zero off this rank's half-edges

@@ -84,6 +84,17 @@ def dispatch(
         return execute(config, out, progress=progress, overwrite=overwrite, build=build, callbacks=callbacks)
 
 
+def refuse_in_a_rank() -> None:
+    """A command that makes several runs (``run --seeds``, ``sweep``, ``reproduce``, ``demo``) starts
+    each run's ranks itself (:func:`dispatch`); as one rank of ``torchrun`` it is refused in one line
+    (every rank would make every run)."""
+    if rank_world() is not None:
+        raise ConfigError(
+            "run --seeds, sweep, reproduce and demo start the processes of each run themselves "
+            f"({setting('processes', 'K')}); start them without torchrun"
+        )
+
+
 def resume_any(
     run_dir: Path,
     overrides: list[str] | None = None,

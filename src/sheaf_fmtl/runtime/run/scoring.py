@@ -115,9 +115,8 @@ def last_round(summary: Mapping[str, Any], folder: Path) -> int:
 def best_on_test(config: RunConfig, callbacks: Sequence[Any], num_clients: int) -> dict[str, Any]:
     """``summary.json``'s ``best_test_<metric>`` (and ``best_test_per_client``, ``best_round``): the
     best validation evaluation's models scored on the test split, for a run that evaluated on a
-    validation split and kept them (:class:`BestCheckpoint`, e.g. by early stopping); ``{}``
-    otherwise (also across processes, where each one holds only its clients' models:
-    ``sheaf-fmtl evaluate RUN --round best`` scores the kept ``best.pt`` then)."""
+    validation split and kept them (:class:`BestCheckpoint`, e.g. by early stopping; across
+    processes rank 0, which gathered every client's); ``{}`` otherwise (on the other ranks too)."""
     if split_of(config.validation) != "validation":
         return {}
     best = next((cb for cb in callbacks if isinstance(cb, BestCheckpoint) and cb.round is not None), None)

@@ -150,11 +150,12 @@ def _higher(goal: str, view: RunView) -> bool:
 
 
 class BestCheckpoint:
-    """The thetas of the best evaluation so far, kept in :attr:`thetas` and, for a run with a
-    folder, saved to ``RUN_DIR/best.pt`` (``{"round", "metric", "value", "thetas"}``, ``thetas``
-    a list in client order, with models with BatchNorm ``batchnorm``: each client's statistics or
-    ``None``) each time the evaluated metric improves. A resumed run starts from the
-    ``best.pt`` its folder holds (``sheaf_fmtl.load(run, round="best")`` reads it)."""
+    """The thetas of the best evaluation so far, kept in :attr:`thetas` (across processes every
+    client's on rank 0, gathered when the metric improves) and, for a run with a folder, saved to
+    ``RUN_DIR/best.pt`` (``{"round", "metric", "value", "thetas"}``, ``thetas`` a list in client
+    order, with models with BatchNorm ``batchnorm``: each client's statistics or ``None``) each time
+    the evaluated metric improves. A resumed run starts from the ``best.pt`` its folder holds
+    (``sheaf_fmtl.load(run, round="best")`` reads it)."""
 
     def __init__(self, goal: str = "auto", filename: str = BEST) -> None:
         self.goal, self.filename = goal, filename
@@ -175,10 +176,11 @@ class BestCheckpoint:
                 self.thetas = dict(enumerate(saved["thetas"]))
                 self.norms = {i: b for i, b in enumerate(saved.get("batchnorm") or []) if b}
         value = float(metrics[view.metric_column])
-        if not _improves(value, self.best, _higher(self.goal, view), 0.0):
+        improved = _improves(value, self.best, _higher(self.goal, view), 0.0)
+        if not view.rank_zero_says(improved):  # (rank 0 alone read the best a stopped run kept)
             return
-        self.best, self.round, self.thetas = value, round, view.thetas()
-        self.norms = view.norms() if hasattr(view, "norms") else {}
+        self.best, self.round = value, round
+        self.thetas, self.norms = view.every_model()  # across processes: every client's, on rank 0
         if view.out is not None and view.rank == 0 and len(self.thetas) == view.num_clients:
             payload: dict[str, Any] = {"round": round, "metric": view.metric, "value": value}
             payload["thetas"] = [self.thetas[i] for i in range(view.num_clients)]

@@ -23,6 +23,7 @@ import yaml
 
 from ...config import RunConfig
 from ...data.bounded import read_text_bounded
+from . import interrupt
 from .folderlock import HELD_ENV, HELD_FD_ENV, held_lock
 from .precheck import check_processes
 from .rank import RankLostError
@@ -127,10 +128,25 @@ def _spawn(config: RunConfig, out: Path, *, progress: bool, overwrite: bool, res
     shutil.rmtree(tmp, ignore_errors=True)
     if errors and all(c == 2 for c in codes):  # every rank refused the run: its one line, once
         raise ValueError(_refusal(errors[0]))
+    if errors and all(c == 1 for c in codes):  # every rank ended with the run's error
+        _raise_divergence(out)
     if errors:
         raise RankLostError(f"{world} processes: " + "; ".join(errors))
     summary: dict[str, Any] = json.loads(read_text_bounded(out / "summary.json"))
     return summary
+
+
+def _raise_divergence(out: Path) -> None:
+    """A run that diverged on its ranks (rank 0's ``summary.json``: ``status = diverged``) raises what
+    one process raises, :class:`~sheaf_fmtl.runtime.engine.simulate.DivergenceError`, with its message."""
+    from ..engine.simulate import DivergenceError
+
+    try:
+        summary = json.loads(read_text_bounded(out / "summary.json"))
+    except (OSError, ValueError):
+        return
+    if isinstance(summary, dict) and summary.get("status") == "diverged":
+        raise DivergenceError(str(summary.get("message", "the run diverged")))
 
 
 def _relay(stream: IO[bytes] | None, log: IO[str]) -> None:
@@ -160,6 +176,7 @@ def _wait(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> list[int]:
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signum)
+        interrupt.adopt(signum)  # a command of several runs stops after this one (run --seeds, sweep)
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

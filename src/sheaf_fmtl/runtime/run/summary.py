@@ -20,6 +20,7 @@ from ...plugins import higher_is_better
 from ...sheaf.graph import ClientGraph
 from ...sheaf.links import BUDGETED, link_fraction
 from ..engine.simulate import Simulation
+from .checkpoint import rank_and_world
 from .recorder import software_versions
 
 
@@ -68,7 +69,7 @@ def summarize(
     elif config.lam is not None and "lam" in getattr(algorithm_spec(config.algorithm), "reads", ()):
         # a baseline's strength, and how a default one was derived (none for one that reads no lam)
         summary.update(lam=config.lam, lam_rule=sim.lam_rule)
-    summary.update(_coupling_step(sim))
+    summary.update({**_layout(sim), **_coupling_step(sim)})  # (both collectives across processes)
     summary.update(_schedule(config, sim.ctx.graph))
     summary.update(_bits_side_by_side(sim, summary["transmitted_bits"], diverged_at or done))
     if getattr(config, "compressor", "none") != "none":  # the compressed gossip that ran
@@ -83,6 +84,15 @@ def summarize(
     if kept is not None:
         summary["coupling_state_bytes"] = int(sim.ctx.comm.all_sum(torch.tensor(kept, dtype=torch.int64)))
     return summary
+
+
+def _layout(sim: Simulation[Any]) -> dict[str, Any]:
+    """The process layout that ran: ``processes`` and ``clients_per_process``, the clients each rank
+    held, in rank order (a collective across processes)."""
+    rank, world = rank_and_world()
+    held = torch.zeros(world, dtype=torch.int64)
+    held[rank] = int(sim.ctx.fed.held.sum())
+    return {"processes": world, "clients_per_process": [int(n) for n in sim.ctx.comm.all_sum(held).tolist()]}
 
 
 def vouched(folder: Path | None) -> dict[str, Any]:
