@@ -57,10 +57,6 @@ KEYS: dict[str, dict[str, Any]] = {
 #: 1.2e-7) of parameters of size about 1, a few of them over the rounds run here (the largest
 #: difference seen is 7.5e-8); many runs here happen to agree bit for bit, none is guaranteed to.
 RTOL, ATOL = 1e-6, 1e-6
-#: The default suite's algorithms: the greedy choice of its collaborators (DPFL), a server
-#: average (FedAvg) and the sheaf coupling; the others are in the slow suite.
-FAST = ("dpfl", "fedavg", "sheaf-fmtl")
-
 
 def _config(algorithm: str, **extra: Any) -> RunConfig:  # noqa: ANN401
     return RunConfig(**{**TINY, "algorithm": algorithm, **KEYS.get(algorithm, {}), **extra})
@@ -106,13 +102,7 @@ def _layout_matches(algorithm: str, tmp_path: Path) -> None:
     _assert_same(one, summary, final, tmp_path / "two")
 
 
-@pytest.mark.parametrize("algorithm", FAST)
-def test_two_processes_give_one_process_numbers(algorithm: str, tmp_path: Path) -> None:
-    _layout_matches(algorithm, tmp_path)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("algorithm", [a for a in algorithm_names() if a not in FAST])
+@pytest.mark.parametrize("algorithm", algorithm_names())  # forked ranks: well under a second each
 def test_every_algorithm_on_two_processes_gives_one_process_numbers(algorithm: str, tmp_path: Path) -> None:
     _layout_matches(algorithm, tmp_path)
 
