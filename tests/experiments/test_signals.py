@@ -126,3 +126,18 @@ def test_a_second_signal_in_a_seed_leaves_its_summary(tmp_path, capsys, signal_a
     signal_at(2, sig=signal.SIGINT, times=2)
     assert main(["run", *TINY, "--seeds", "0,1", "--out", str(out)]) == 130
     assert _status(out / "seed0") == "interrupted" and not (out / "seed1").exists()
+
+
+@pytest.mark.parametrize(
+    "keys", [["algorithm=dfedu"], ["maps=redrawn"], ["algorithm=ditto"], ["maps=redrawn", "estimates=true"]]
+)
+def test_a_stopped_seed_with_the_rule_lam_is_continued_not_started_again(tmp_path, signal_at, keys):
+    """``lam`` left out: the stopped run recorded the lam its rule chose, and the rerun continues it."""
+    out = tmp_path / "seeds"
+    argv = ["run", *TINY[:-1], *keys, "data.homogeneous=true", "--quiet", "--seeds", "0,1", "--out", str(out)]
+    signal_at(6)  # seed 1 stopped after its round 2
+    assert main(argv) == 143
+    signal_at(0)
+    assert main(argv) == 0
+    resumed = json.loads((out / "seed1" / "summary.json").read_text())
+    assert resumed.get("resumed_from_round") == 2, resumed.get("lam_rule")

@@ -163,8 +163,11 @@ def _stopped_run_of(config: RunConfig, folder: Path) -> bool:
         and summary.get("maps_auto")
     ):
         want["maps"] = saved.get("maps")  # the stopped run chose its maps itself
-    if saved is not None and config.lam is None:
-        want["lam"] = default_lam(config.replace(maps=want["maps"]), summary.get("laplacian_lambda_max"))
+    if saved is not None and config.lam is None:  # lam as the stopped run resolved it
+        if summary.get("lam_rule"):  # by a rule of the graph, maps and data: as recorded
+            want["lam"] = saved.get("lam")
+        else:  # the mode's or the algorithm's fixed default
+            want["lam"] = default_lam(config.replace(maps=want.get("maps", config.maps)))
     return saved == json.loads(json.dumps(want, default=str))
 
 

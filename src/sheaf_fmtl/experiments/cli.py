@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -67,8 +68,16 @@ def run_seeds(
                 print(f"seed {seed} -> {folder}")
             if run_cell(cell, folder).get("status") == "interrupted" or signalled():
                 break
-        done = [f for f in folders if (read_summary(f) or {}).get("status") not in (None, "interrupted")]
-        return write_aggregate(done, root)
+        summaries = {f: read_summary(f) or {} for f in folders}
+        done = [f for f, s in summaries.items() if s.get("status") not in (None, "interrupted")]
+        aggregate = write_aggregate(done, root)
+    refused = [(f, s) for f, s in summaries.items() if s.get("status") == "refused"]
+    if refused and len(refused) == len(done):  # nothing ran: say why, as one run would
+        why = refused[0][1].get("message", "see its summary.json")
+        raise ConfigError(f"run --seeds: every seed refused: {why}")
+    for folder, summary in refused:
+        print(f"sheaf-fmtl: warning: {folder.name} refused: {summary.get('message')}", file=sys.stderr)
+    return aggregate
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
