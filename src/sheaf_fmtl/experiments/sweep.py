@@ -20,6 +20,7 @@ import csv
 import io
 import json
 import signal
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -276,7 +277,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if result.stopped or stop.signum:
         return stopped_status(stop.signum or signalled() or signal.SIGINT, "sweep", out)
     if result.best is None:
-        print(f"sweep: no cell finished; see {out}/sweep.csv")
+        why = next((c.summary["message"] for c in result.ranked if c.summary.get("message")), None)
+        print(f"sweep: no cell finished{f' (first: {why})' if why else ''}; see {out}/sweep.csv", file=sys.stderr)
         return 1
     best = ", ".join(f"{k}={v}" for k, v in result.ranked[0].point.items())
     print(f"best: {best} (validation {result.metric} {result.ranked[0].value:.4f})")
