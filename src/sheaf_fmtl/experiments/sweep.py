@@ -278,7 +278,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return stopped_status(stop.signum or signalled() or signal.SIGINT, "sweep", out)
     if result.best is None:
         why = next((c.summary["message"] for c in result.ranked if c.summary.get("message")), None)
-        print(f"sweep: no cell finished{f' (first: {why})' if why else ''}; see {out}/sweep.csv", file=sys.stderr)
+        first = f" (first: {why})" if why else ""
+        print(f"sweep: no cell finished{first}; see {out}/sweep.csv", file=sys.stderr)
         return 1
     best = ", ".join(f"{k}={v}" for k, v in result.ranked[0].point.items())
     print(f"best: {best} (validation {result.metric} {result.ranked[0].value:.4f})")
