@@ -40,37 +40,14 @@ from .metrics.final import BEST, FINAL, check_vouched, read_best, read_final, re
 from .models import build_model, default_model
 from .models.batchnorm import set_buffers
 from .plugins import hold, is_held, is_spec
+from .preprocessed import Preprocessed
+from .score_objects import object_keys
 from .spelling import on_command_line, option
+from .user import UserObjects
 
 EXPORT_FORMAT = 1
 #: What ``load(run, round=...)`` reads: the final checkpoint, or the best validation evaluation's models.
 ROUNDS = {"final": FINAL, "best": BEST}
-
-
-class Preprocessed(nn.Module):
-    """``model`` applied to features preprocessed as the run's data pipeline did: ``x`` cast to
-    float32, then ``(x - mean) / std`` when the client's features were standardised."""
-
-    mean: torch.Tensor
-    std: torch.Tensor
-
-    def __init__(
-        self, model: nn.Module, standardize: dict[str, list[float]] | None, shape: list[int]
-    ) -> None:
-        super().__init__()
-        self.model = model
-        self.standardized = standardize is not None
-        if standardize is not None:
-            self.register_buffer(
-                "mean", torch.tensor(standardize["mean"], dtype=torch.float32).view(1, *shape)
-            )
-            self.register_buffer("std", torch.tensor(standardize["std"], dtype=torch.float32).view(1, *shape))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = torch.as_tensor(x).to(torch.float32)
-        if self.standardized:
-            x = (x - self.mean) / self.std
-        return self.model(x)  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -94,6 +71,8 @@ class TrainedRun:
     modules: list[nn.Module] = field(repr=False)
     round: int | None = None
     given_model: Any = field(default=None, repr=False)  # load(..., model=...): what builds the models
+    #: ``load(..., data=..., metric=...)``: the Python objects the run was made from, to score
+    given_objects: dict[str, Any] = field(default_factory=dict, repr=False)
     norms: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict, repr=False)  # BatchNorm's
 
     def evaluate(
@@ -103,6 +82,8 @@ class TrainedRun:
         trust_plugins: bool = False,
         data_dir: str | Path | None = None,
         device: str = "cpu",
+        data: Any = None,  # noqa: ANN401 - the user's data, as sheaf_fmtl.run takes them
+        metric: Any = None,  # noqa: ANN401 - the user's metric function
     ) -> dict[str, Any]:
         """These models' metric on ``split`` (``test``, or ``validation`` for a run that held one out)
         of the run's data, read as the run read them (the same training data and standardisation), as
@@ -116,8 +97,15 @@ class TrainedRun:
                 names; by default a run folder never runs its own code.
             data_dir: where the data lie now, if not where the run read them.
             device: where to compute (``cpu``, ``cuda``, ``cuda:N``).
+            data: for a run made from Python data (``sheaf_fmtl.run(data=...)``), those data again,
+                as ``run`` took them (else those given to :func:`load`); they are read as the run
+                read them, so the same data give the run's scores.
+            metric: for a run given a metric function as an object, that function again (else the
+                one given to :func:`load`). A loss given as an object needs nothing: a score does
+                not use it.
         Raises:
-            ConfigError: the config names code not named again and ``trust_plugins`` is false.
+            ConfigError: the config names code not named again and ``trust_plugins`` is false, or
+                the run was made from Python data (or a metric object) and none is given.
             DatasetError: the data cannot be read, or do not fit the models.
         """
         from .runtime.run.scoring import folder_config, last_round, score
@@ -134,10 +122,14 @@ class TrainedRun:
             parts = [p.strip() for p in spelled.split(",")]
             named = [given if is_user_model(p) and (held is not None or is_held(p)) else p for p in parts]
             keys["model"] = ",".join(named)
+        objects = UserObjects()  # (holds the data while they are scored)
+        asked = {"data": data, "metric": metric}
+        given = {k: self.given_objects.get(k) if v is None else v for k, v in asked.items()}
+        keys.update(object_keys(self.config, self.out, objects, given))
         config = folder_config(self.out, keys, trust_plugins)
         after = self.round if self.round is not None else last_round(self.summary, self.out)
         scored = score(config, self.thetas, split, self.norms, after_round=after)
-        del held
+        del held, objects
         return {**scored, "round": self.round}
 
     @property
@@ -170,7 +162,9 @@ class TrainedRun:
             raise IndexError(f"client {i}: the run has clients 0 .. {self.num_clients - 1}")
 
 
-def load(run_dir: str | Path, *, model: Any = None, round: str = "final") -> TrainedRun:  # noqa: ANN401 - a spec or the user's object
+def load(  # noqa: ANN401 - a spec or the user's objects
+    run_dir: str | Path, *, model: Any = None, round: str = "final", data: Any = None, metric: Any = None
+) -> TrainedRun:
     """A finished run folder's config, summary and per-client trained models (see the module docstring).
 
     Args:
@@ -181,6 +175,9 @@ def load(run_dir: str | Path, *, model: Any = None, round: str = "final") -> Tra
             a list of modules, as :class:`sheaf_fmtl.Federation` takes).
         round: ``final`` (``checkpoint.pt``) or ``best``: the models of the best validation
             evaluation (``best.pt``, kept by early stopping or :class:`~sheaf_fmtl.callbacks.BestCheckpoint`).
+        data, metric: only for a run made from Python data (or given a metric function): those
+            objects again, as :func:`sheaf_fmtl.run` took them, for :meth:`TrainedRun.evaluate`
+            (which takes them too).
     Raises:
         ConfigError: the config names user code and ``model`` does not name or give it.
         DatasetError: a file of the folder is missing or cannot be read, ``checkpoint.pt`` differs
@@ -224,7 +221,8 @@ def load(run_dir: str | Path, *, model: Any = None, round: str = "final") -> Tra
             raise DatasetError(f"{path}: client {i}: {e}") from None
         module.eval()
     best = int(state["round"]) if round == "best" else None
-    return TrainedRun(config, summary, record, folder, thetas, modules, best, model, norms)
+    objects = {"data": data, "metric": metric}
+    return TrainedRun(config, summary, record, folder, thetas, modules, best, model, objects, norms)
 
 
 def _modules(config: dict[str, Any], record: dict[str, Any], model: Any) -> list[nn.Module]:  # noqa: ANN401
