@@ -57,9 +57,9 @@ class RunKeys(MapKeys):
     )
     peers: int = _key(2, "`graph_schedule=random-peers`: partners each client picks each round.")
     peers_from: str = _key(
-        "all",
-        "`graph_schedule=random-peers`: pick the partners among every client (`all`) or among the "
-        "`graph`'s neighbours (`graph`; the only choice with `maps=learned` or `fixed`).",
+        "graph",
+        "`graph_schedule=random-peers`: pick the partners among the `graph`'s neighbours (`graph`; the "
+        "only choice with `maps=learned` or `fixed`) or among every client (`all`: the complete graph).",
     )
     join_round: str = _key(
         "",
