@@ -182,7 +182,7 @@ def _plot(ds: FederatedDataset, path: Path, spec: PartitionSpec) -> None:
     from ..plots.style import save_figure
 
     counts = label_counts([c.y_train for c in ds.clients], ds.num_classes)
-    how = "" if spec.method == "none" else f", partition {spec.describe()}"
+    how = "" if spec.method == "none" else f"\npartition {spec.describe()}"
     fig = label_mix_figure(counts, f"{ds.name}: training labels per client{how}")
     written = save_figure(fig, path.with_suffix(""), (fmt,))
     print(f"label distribution: {written[0]}")
