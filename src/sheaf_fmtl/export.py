@@ -189,8 +189,14 @@ def load(  # noqa: ANN401 - a spec or the user's objects
             f"(e.g. {option('round', 'final')}, the default)"
         )
     folder = Path(run_dir)
-    if not folder.is_dir():
-        what = "no such folder" if not folder.exists() else "a file, not a folder"
+    if not folder.is_dir() or not (folder / "config.yaml").is_file():
+        what = (
+            "no such folder"
+            if not folder.exists()
+            else "a file, not a folder"
+            if not folder.is_dir()
+            else "no config.yaml in it"
+        )
         raise DatasetError(
             f"{folder} is not a run folder ({what}); give the folder a run wrote (its {option('out')})"
         )
@@ -234,6 +240,12 @@ def _modules(config: dict[str, Any], record: dict[str, Any], model: Any) -> list
     user = sorted({p for p in parts if is_user_model(p)})
     held = None
     objects = all(is_held(p) for p in user)  # Python objects of the script that ran: no name to import
+    if not user and model is not None:  # (it would be ignored)
+        given = option("model", model) if isinstance(model, str) else option("model")
+        raise ConfigError(
+            f"{given}: the run's model is '{spelled}', built in (no code to name); "
+            f"leave {option('model')} out"
+        )
     if user:
         if model is None:
             raise ConfigError(_unnamed(spelled, user[0], objects))
@@ -339,9 +351,8 @@ def export(
     trained = load(run_dir, model=model, round=round)
     target = Path(out)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise DatasetError(
-            f"export folder {target} exists and is not an empty folder; choose another {option('out')}"
-        )
+        what = "a file" if not target.is_dir() else "not an empty folder"
+        raise DatasetError(f"export folder {target} exists and is {what}; choose another {option('out')}")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:

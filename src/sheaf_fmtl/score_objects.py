@@ -48,3 +48,9 @@ def object_keys(
     if str(config.get("loss", "auto")) != "auto":
         keys["loss"] = "auto"
     return keys
+
+
+def held_objects(config: Mapping[str, Any]) -> list[str]:
+    """The keys of a run's ``config.yaml`` whose Python objects a score needs again (``dataset``,
+    ``metric`` placeholders): none can be given on the command line."""
+    return [key for key in ("dataset", "metric") if is_held(str(config.get(key, "")))]
