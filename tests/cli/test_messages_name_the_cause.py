@@ -53,6 +53,8 @@ def _said(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[str, str
         (["export", "plain", "--out", "exported"], "plain is not a run folder (no config.yaml in it)"),
         (["export", "RUN", "--out", "a_file"], "export folder a_file exists and is a file"),
         (["plot", "missing"], "missing is not a run folder (no such folder)"),
+        (["table", "missing"], "missing is not a run folder (no such folder)"),
+        (["table", "a_file"], "a_file is not a run folder (a file)"),
         (
             ["data", "describe", "plain"],
             "unknown dataset 'plain'; your own data are named file:PATH (file:plain)",
@@ -97,3 +99,13 @@ def test_evaluate_says_at_once_that_a_run_of_python_data_is_scored_in_python(tmp
 def test_a_model_given_for_a_built_in_one_is_refused_in_python_too(finished) -> None:
     with pytest.raises(ConfigError, match=r"^model=\.\.\.: the run's model is 'auto', built in"):
         sheaf_fmtl.load(finished, model=lambda i: torch.nn.Linear(5, 2))
+
+
+@pytest.mark.parametrize("given", [["--set", "validation=0"], ["zero.yaml"]])
+def test_a_sweep_given_no_validation_split_is_refused_not_silently_given_one(place, capsys, given) -> None:
+    (place / "zero.yaml").write_text("validation: 0\nrounds: 1\n")
+    _, line = _said(["sweep", *given, "--grid", "rounds=1", "--out", "sweep"], capsys)
+    assert (
+        "validation=0: a sweep ranks its cells on a validation split" in line and "--validation 0.2" in line
+    )
+    assert not (place / "sweep").exists()
