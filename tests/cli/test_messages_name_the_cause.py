@@ -54,6 +54,7 @@ def _said(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[str, str
         (["export", "RUN", "--out", "a_file"], "export folder a_file exists and is a file"),
         (["plot", "missing"], "missing is not a run folder (no such folder)"),
         (["table", "missing"], "missing is not a run folder (no such folder)"),
+        (["run", "--out", "r", "--quiet", "--set", "optimizer=adamw"], "did you mean --set optimizer=AdamW?"),
         (["table", "a_file"], "a_file is not a run folder (a file)"),
         (
             ["data", "describe", "plain"],
