@@ -24,8 +24,12 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A working folder with a plain folder and a file in it."""
+    """A working folder with a plain folder (one client's CSV in it), a folder holding an .npz
+    only, and a file."""
     (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "client_00.csv").write_text("1,2,0\n3,4,1\n")
+    (tmp_path / "npzs").mkdir()
+    (tmp_path / "npzs" / "all.npz").write_bytes(b"")
     (tmp_path / "a_file").write_text("mine\n")
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -54,6 +58,11 @@ def _said(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[str, str
         (["export", "RUN", "--out", "a_file"], "export folder a_file exists and is a file"),
         (["plot", "missing"], "missing is not a run folder (no such folder)"),
         (["table", "missing"], "missing is not a run folder (no such folder)"),
+        (
+            ["data", "describe", "file:plain/client_00.csv"],
+            "one CSV file is one client's; give the folder holding one CSV per client (file:plain)",
+        ),
+        (["data", "describe", "file:npzs"], "an .npz holds every client: give it, file:npzs/all.npz"),
         (["run", "--out", "r", "--quiet", "--set", "optimizer=adamw"], "did you mean --set optimizer=AdamW?"),
         (["table", "a_file"], "a_file is not a run folder (a file)"),
         (
@@ -110,3 +119,11 @@ def test_a_sweep_given_no_validation_split_is_refused_not_silently_given_one(pla
         "validation=0: a sweep ranks its cells on a validation split" in line and "--validation 0.2" in line
     )
     assert not (place / "sweep").exists()
+
+
+@pytest.mark.skipif(
+    not Path("/proc/self").is_dir(), reason="needs /proc (Linux), where no folder can be made"
+)
+def test_a_tensorboard_folder_that_cannot_be_made_is_named_with_its_key(place, capsys) -> None:
+    _, line = _said(["run", "--out", "r", "--quiet", "--set", "rounds=1", "log_tensorboard=/proc/tb"], capsys)
+    assert "TensorBoardLogger: cannot write its folder /proc/tb" in line and "'log_tensorboard'" in line

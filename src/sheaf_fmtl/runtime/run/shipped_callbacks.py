@@ -79,7 +79,13 @@ class TensorBoardLogger:
             return
         if self._writer is None:
             claim_entry(view.out, self.log_dir)  # (a folder it creates in the run folder is its own)
-            self._writer = self._make(log_dir=str(self.log_dir))
+            try:
+                self._writer = self._make(log_dir=str(self.log_dir))
+            except OSError as e:  # (a folder the checks could not judge: /proc, a read-only mount)
+                raise OSError(
+                    f"TensorBoardLogger: cannot write its folder {self.log_dir} ({e.strerror or e}); give a "
+                    "folder TensorBoard can write (config key 'log_tensorboard')"
+                ) from None
         for key, value in metrics.items():
             if key != "round" and isinstance(value, int | float) and math.isfinite(value):
                 self._writer.add_scalar(key, value, global_step=round)
