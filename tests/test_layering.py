@@ -55,6 +55,7 @@ RANK = {
     "experiments": 8,
     "export": 8,
     "score_objects": 8,
+    "loaded_models": 8,
     "preprocessed": 0,
     "cli": 9,
 }
