@@ -73,7 +73,7 @@ def cells(seeds: list[int], rounds: int) -> list[tuple[str, dict[str, Any], bool
             base = {"dataset": name, "seed": seed, "rounds": rounds, "eval_every": 5}
             out.append((f"{name}/fixed/{seed}", {**base, **FIXED}, True))
             for p in PEERS:
-                keys = {**base, "graph_schedule": "random-peers", "peers": p}
+                keys = {**base, "graph_schedule": "random-peers", "peers_from": "all", "peers": p}
                 out.append((f"{name}/peers{p}/{seed}", keys, False))
             late = {**base, **FIXED, "join_round": f"late:{LATE_K}@{LATE_R}"}
             out.append((f"{name}/late-coupled/{seed}", late, True))

@@ -54,6 +54,9 @@ RANK = {
     "bench": 8,
     "experiments": 8,
     "export": 8,
+    "score_objects": 8,
+    "loaded_models": 8,
+    "preprocessed": 0,
     "cli": 9,
 }
 #: Floors inside a top-level package: its sub-packages, lower below higher.

@@ -28,49 +28,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
-from .config import ConfigError, read_config_file
+from .config import read_config_file
 from .data import preprocessing
-from .data.base import ClientSplit, DatasetError, FederatedDataset, Task
-from .federation.user import UserModels, is_user_model
+from .data.base import DatasetError
+from .federation.user import is_user_model
+from .loaded_models import build_modules
 from .metrics.final import BEST, FINAL, check_vouched, read_best, read_final, read_summary, save_state
-from .models import build_model, default_model
+from .models import default_model
 from .models.batchnorm import set_buffers
-from .plugins import hold, is_held, is_spec
-from .spelling import on_command_line, option
+from .plugins import hold, is_held
+from .preprocessed import Preprocessed
+from .score_objects import object_keys
+from .spelling import option
+from .user import UserObjects
 
 EXPORT_FORMAT = 1
 #: What ``load(run, round=...)`` reads: the final checkpoint, or the best validation evaluation's models.
 ROUNDS = {"final": FINAL, "best": BEST}
-
-
-class Preprocessed(nn.Module):
-    """``model`` applied to features preprocessed as the run's data pipeline did: ``x`` cast to
-    float32, then ``(x - mean) / std`` when the client's features were standardised."""
-
-    mean: torch.Tensor
-    std: torch.Tensor
-
-    def __init__(
-        self, model: nn.Module, standardize: dict[str, list[float]] | None, shape: list[int]
-    ) -> None:
-        super().__init__()
-        self.model = model
-        self.standardized = standardize is not None
-        if standardize is not None:
-            self.register_buffer(
-                "mean", torch.tensor(standardize["mean"], dtype=torch.float32).view(1, *shape)
-            )
-            self.register_buffer("std", torch.tensor(standardize["std"], dtype=torch.float32).view(1, *shape))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = torch.as_tensor(x).to(torch.float32)
-        if self.standardized:
-            x = (x - self.mean) / self.std
-        return self.model(x)  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -94,6 +71,8 @@ class TrainedRun:
     modules: list[nn.Module] = field(repr=False)
     round: int | None = None
     given_model: Any = field(default=None, repr=False)  # load(..., model=...): what builds the models
+    #: ``load(..., data=..., metric=...)``: the Python objects the run was made from, to score
+    given_objects: dict[str, Any] = field(default_factory=dict, repr=False)
     norms: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict, repr=False)  # BatchNorm's
 
     def evaluate(
@@ -103,6 +82,8 @@ class TrainedRun:
         trust_plugins: bool = False,
         data_dir: str | Path | None = None,
         device: str = "cpu",
+        data: Any = None,  # noqa: ANN401 - the user's data, as sheaf_fmtl.run takes them
+        metric: Any = None,  # noqa: ANN401 - the user's metric function
     ) -> dict[str, Any]:
         """These models' metric on ``split`` (``test``, or ``validation`` for a run that held one out)
         of the run's data, read as the run read them (the same training data and standardisation), as
@@ -116,8 +97,15 @@ class TrainedRun:
                 names; by default a run folder never runs its own code.
             data_dir: where the data lie now, if not where the run read them.
             device: where to compute (``cpu``, ``cuda``, ``cuda:N``).
+            data: for a run made from Python data (``sheaf_fmtl.run(data=...)``), those data again,
+                as ``run`` took them (else those given to :func:`load`); they are read as the run
+                read them, so the same data give the run's scores.
+            metric: for a run given a metric function as an object, that function again (else the
+                one given to :func:`load`). A loss given as an object needs nothing: a score does
+                not use it.
         Raises:
-            ConfigError: the config names code not named again and ``trust_plugins`` is false.
+            ConfigError: the config names code not named again and ``trust_plugins`` is false, or
+                the run was made from Python data (or a metric object) and none is given.
             DatasetError: the data cannot be read, or do not fit the models.
         """
         from .runtime.run.scoring import folder_config, last_round, score
@@ -134,10 +122,14 @@ class TrainedRun:
             parts = [p.strip() for p in spelled.split(",")]
             named = [given if is_user_model(p) and (held is not None or is_held(p)) else p for p in parts]
             keys["model"] = ",".join(named)
+        objects = UserObjects()  # (holds the data while they are scored)
+        asked = {"data": data, "metric": metric}
+        given = {k: self.given_objects.get(k) if v is None else v for k, v in asked.items()}
+        keys.update(object_keys(self.config, self.out, objects, given))
         config = folder_config(self.out, keys, trust_plugins)
         after = self.round if self.round is not None else last_round(self.summary, self.out)
         scored = score(config, self.thetas, split, self.norms, after_round=after)
-        del held
+        del held, objects
         return {**scored, "round": self.round}
 
     @property
@@ -170,7 +162,9 @@ class TrainedRun:
             raise IndexError(f"client {i}: the run has clients 0 .. {self.num_clients - 1}")
 
 
-def load(run_dir: str | Path, *, model: Any = None, round: str = "final") -> TrainedRun:  # noqa: ANN401 - a spec or the user's object
+def load(  # noqa: ANN401 - a spec or the user's objects
+    run_dir: str | Path, *, model: Any = None, round: str = "final", data: Any = None, metric: Any = None
+) -> TrainedRun:
     """A finished run folder's config, summary and per-client trained models (see the module docstring).
 
     Args:
@@ -181,6 +175,9 @@ def load(run_dir: str | Path, *, model: Any = None, round: str = "final") -> Tra
             a list of modules, as :class:`sheaf_fmtl.Federation` takes).
         round: ``final`` (``checkpoint.pt``) or ``best``: the models of the best validation
             evaluation (``best.pt``, kept by early stopping or :class:`~sheaf_fmtl.callbacks.BestCheckpoint`).
+        data, metric: only for a run made from Python data (or given a metric function): those
+            objects again, as :func:`sheaf_fmtl.run` took them, for :meth:`TrainedRun.evaluate`
+            (which takes them too).
     Raises:
         ConfigError: the config names user code and ``model`` does not name or give it.
         DatasetError: a file of the folder is missing or cannot be read, ``checkpoint.pt`` differs
@@ -192,8 +189,14 @@ def load(run_dir: str | Path, *, model: Any = None, round: str = "final") -> Tra
             f"(e.g. {option('round', 'final')}, the default)"
         )
     folder = Path(run_dir)
-    if not folder.is_dir():
-        what = "no such folder" if not folder.exists() else "a file, not a folder"
+    if not folder.is_dir() or not (folder / "config.yaml").is_file():
+        what = (
+            "no such folder"
+            if not folder.exists()
+            else "a file, not a folder"
+            if not folder.is_dir()
+            else "no config.yaml in it"
+        )
         raise DatasetError(
             f"{folder} is not a run folder ({what}); give the folder a run wrote (its {option('out')})"
         )
@@ -211,7 +214,7 @@ def load(run_dir: str | Path, *, model: Any = None, round: str = "final") -> Tra
         raise DatasetError(
             f"{path} does not hold one parameter vector per client of {folder / preprocessing.FILE}"
         )
-    modules = _modules(config, record, model)
+    modules = build_modules(config, record, model)
     norms = {i: b for i, b in enumerate(state.get("batchnorm") or []) if b}  # each client's own
     for i, (module, theta) in enumerate(zip(modules, thetas, strict=True)):
         count = sum(p.numel() for p in module.parameters())
@@ -224,41 +227,8 @@ def load(run_dir: str | Path, *, model: Any = None, round: str = "final") -> Tra
             raise DatasetError(f"{path}: client {i}: {e}") from None
         module.eval()
     best = int(state["round"]) if round == "best" else None
-    return TrainedRun(config, summary, record, folder, thetas, modules, best, model, norms)
-
-
-def _modules(config: dict[str, Any], record: dict[str, Any], model: Any) -> list[nn.Module]:  # noqa: ANN401
-    """One fresh module per client, as the run built them (config key ``model``, round-robin)."""
-    task, clients = str(record["task"]), record["clients"]
-    outputs = int(record["num_classes"]) if task == "classification" else 1
-    spelled = str(config.get("model", "auto"))
-    parts = [default_model(task) if m.strip() == "auto" else m.strip() for m in spelled.split(",")]
-    user = sorted({p for p in parts if is_user_model(p)})
-    held = None
-    objects = all(is_held(p) for p in user)  # Python objects of the script that ran: no name to import
-    if user:
-        if model is None:
-            raise ConfigError(_unnamed(spelled, user[0], objects))
-        if isinstance(model, str) and objects and len(user) == 1 and is_spec(model):
-            parts = [model if p in user else p for p in parts]  # the user's word: code building it
-        elif isinstance(model, str):
-            if model not in (spelled, *user) or (model != spelled and len(user) > 1):
-                raise ConfigError(
-                    f"{option('model', model)}: the run's config key 'model' is '{spelled}'; name that code "
-                    f"({option('model', spelled)})"
-                )
-        else:
-            held = hold(model, "model")  # kept referenced while the modules are built
-            parts = [held.token if p in user else p for p in parts]
-    shapes = [tuple(int(s) for s in c["feature_shape"]) for c in clients]
-    dataset = _shapes_only(record, shapes)
-    made = UserModels.build(parts, dataset, outputs)
-    out = []
-    for i, shape in enumerate(shapes):
-        module = made.modules.get(i)
-        out.append(module if module is not None else build_model(parts[i % len(parts)], shape, outputs))
-    del held
-    return out
+    objects = {"data": data, "metric": metric}
+    return TrainedRun(config, summary, record, folder, thetas, modules, best, model, objects, norms)
 
 
 def _program(trained: TrainedRun, i: int, path: Path) -> Path | None:
@@ -289,39 +259,6 @@ def _program(trained: TrainedRun, i: int, path: Path) -> Path | None:
     return path
 
 
-def _unnamed(spelled: str, first: str, objects: bool) -> str:
-    """The refusal of a run whose model is user code that ``load`` was not given."""
-    if not objects:
-        return (
-            f"config key 'model' = '{spelled}' names user code, which a run folder never imports by itself: "
-            f"name it again, {_given_model(first)}"
-        )
-    given = _given_model("MODULE:FUNCTION")
-    if not on_command_line():
-        given += " or the object itself, sheaf_fmtl.load(run, model=make_model)"
-    return (
-        f"config key 'model' = '{spelled}' was a Python object of the script that ran it, which no file "
-        f"holds: give a function i -> nn.Module that builds it, in a module importable from here, as {given}"
-    )
-
-
-def _given_model(spec: str) -> str:
-    """How the user names the run's model code again: ``--model SPEC`` (the command line) or
-    ``sheaf_fmtl.load(run, model='SPEC')``."""
-    return option("model", spec) if on_command_line() else f"sheaf_fmtl.load(run, model={spec!r})"
-
-
-def _shapes_only(record: dict[str, Any], shapes: list[tuple[int, ...]]) -> FederatedDataset:
-    """A dataset without samples, of the clients' feature shapes (what builds their models)."""
-    task: Task = "classification" if record["task"] == "classification" else "regression"
-    ydtype = np.int64 if task == "classification" else np.float32
-    splits = []
-    for shape in shapes:
-        x, y = np.zeros((0, *shape), np.float32), np.zeros(0, ydtype)
-        splits.append(ClientSplit(x, y, x, y))
-    return FederatedDataset(str(record.get("dataset", "")), task, int(record["num_classes"]), tuple(splits))
-
-
 def export(
     run_dir: str | Path,
     out: str | Path,
@@ -341,9 +278,8 @@ def export(
     trained = load(run_dir, model=model, round=round)
     target = Path(out)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise DatasetError(
-            f"export folder {target} exists and is not an empty folder; choose another {option('out')}"
-        )
+        what = "a file" if not target.is_dir() else "not an empty folder"
+        raise DatasetError(f"export folder {target} exists and is {what}; choose another {option('out')}")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:

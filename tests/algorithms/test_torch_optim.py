@@ -165,7 +165,7 @@ def test_overrides_reach_the_optimizer_and_scheduler_arguments():
     [
         ({"optimizer": "LBFGS"}, "'optimizer' = LBFGS is refused: .*closure.*elementwise.*optimizer=AdamW"),
         ({"optimizer": "Adafactor"}, "'optimizer' = Adafactor is refused: its update of one row depends"),
-        ({"optimizer": "rmsprop"}, "did you mean 'RMSprop'"),
+        ({"optimizer": "rmsprop"}, "did you mean optimizer='RMSprop'"),
         ({"optimizer": "AdamW", "optimizer_args": {"lr": 0.1}}, "'optimizer_args' sets 'lr'.*alpha"),
         ({"optimizer": "AdamW", "optimizer_args": {"weight_decay": 0.1}, "weight_decay": 0.1}, "both set"),
         ({"optimizer": "Adam", "optimizer_args": {"bogus": 1}}, "'optimizer' = Adam is refused: .*bogus"),

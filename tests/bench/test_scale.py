@@ -87,6 +87,29 @@ def test_run_scale_keeps_finished_points_and_draws_the_figure(tmp_path, monkeypa
     assert "4,000 against 1,000 clients" in scale.report(again)
 
 
+def test_the_figure_draws_in_the_tables_units():
+    """ms per client-round, start-up s and peak GB, as the report's table prints them."""
+    import matplotlib.pyplot as plt
+
+    from sheaf_fmtl.bench.scale_plot import scale_figure
+
+    points = [_point("p", 1000, 2.0, 0.5, 1e8), _point("p", 10_000, 30.0, 4.0, 5e9)]
+    fig = scale_figure(points)
+    per_round, startup, memory = fig.axes
+    assert [ax.get_ylabel() for ax in fig.axes] == [
+        "ms per client-round",
+        "start-up s (to round 0)",
+        "peak GB above the interpreter",
+    ]
+    table = scale.report({"points": points, "ratios": scale.ratios(points)})
+    assert "ms/client-round" in table and "peak GB" in table and "start-up s" in table
+    assert list(per_round.get_lines()[0].get_ydata()) == pytest.approx([0.5, 0.4])  # 1e3 * s / clients
+    assert list(startup.get_lines()[0].get_ydata()) == pytest.approx([2.0, 30.0])
+    assert list(memory.get_lines()[0].get_ydata()) == pytest.approx([0.1, 5.0])  # bytes / 1e9
+    assert list(memory.get_lines()[2].get_ydata()) == pytest.approx([0.05, 2.5])  # the floor, in GB too
+    plt.close(fig)
+
+
 def test_measure_in_process_school_shaped():
     p = measure("school-shaped", 24, 2, 4.0)
     assert p["model_dims"] == [29] and p["edges"] >= 23 and p["metric"] > 0  # MSE

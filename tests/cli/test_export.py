@@ -114,6 +114,68 @@ def test_own_model_and_data_load_only_with_the_model_given(tmp_path):
         assert acc == pytest.approx(result.summary["per_client"][i], abs=1e-6)
 
 
+@pytest.mark.parametrize("pooled", [False, True])
+def test_a_run_from_python_data_evaluates_with_those_data_given_again(tmp_path, pooled):
+    """The oracle: the run's own recorded final metric and per-client scores (``summary.json``).
+    The model, loss and metric are the script's own objects (no module:function names them)."""
+
+    def make(i: int) -> nn.Module:
+        return Tiny()
+
+    def error_rate(outputs: torch.Tensor, targets: torch.Tensor) -> float:  # (not accuracy)
+        return float((outputs.argmax(-1) != targets).float().mean())
+
+    def loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(outputs, targets)
+
+    clients = _own_data()
+    data = (
+        (np.concatenate([c[0] for c in clients]), np.concatenate([c[1] for c in clients]))
+        if pooled
+        else clients
+    )
+    extra = {"clients": 4, "partition": "iid"} if pooled else {}
+    out = tmp_path / "run"
+    sheaf_fmtl.run(data=data, model=make, loss=loss, metric=error_rate, rounds=4, out=out, **extra)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["metric"] == "error_rate" and summary["final"] > 0
+    with pytest.raises(
+        ConfigError, match=r"made from a Python object as its dataset .*load\(run, data=\.\.\.\)"
+    ):
+        sheaf_fmtl.load(out, model=make).evaluate()
+    with pytest.raises(ConfigError, match=r"as its metric .*\.evaluate\(metric=\.\.\.\)"):
+        sheaf_fmtl.load(out, model=make, data=data).evaluate()
+    for scored in (
+        sheaf_fmtl.load(out, model=make, data=data, metric=error_rate).evaluate(),
+        sheaf_fmtl.load(out, model=make).evaluate(data=data, metric=error_rate),
+    ):
+        assert scored["metric"] == "error_rate" and scored["mean"] == pytest.approx(
+            summary["final"], abs=1e-6
+        )
+        assert scored["per_client"] == pytest.approx(summary["per_client"], abs=1e-6)
+
+
+def cross_entropy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """A loss this module names (the run records ``tests.cli.test_export:cross_entropy``)."""
+    return nn.functional.cross_entropy(outputs, targets)
+
+
+def test_a_named_loss_is_not_imported_to_score(tmp_path):
+    out = tmp_path / "run"
+    result = sheaf_fmtl.run(dataset="synthetic", clients=3, rounds=2, loss=cross_entropy, out=out)
+    assert result.config.loss == "tests.cli.test_export:cross_entropy"
+    assert sheaf_fmtl.load(out).evaluate()["mean"] == pytest.approx(result.final, abs=1e-6)  # (untrusted)
+
+
+def test_data_given_to_a_run_of_its_own_dataset_or_as_options_is_refused(tmp_path):
+    sheaf_fmtl.run(dataset="synthetic", clients=3, rounds=1, out=tmp_path / "named")
+    with pytest.raises(ConfigError, match=r"^data=...: the run's dataset is synthetic, not a Python object"):
+        sheaf_fmtl.load(tmp_path / "named").evaluate(data=_own_data())
+    sheaf_fmtl.run(data=_own_data(), rounds=1, out=tmp_path / "own")
+    with pytest.raises(ConfigError, match=r"^data=...: a mapping is a dataset's options"):
+        sheaf_fmtl.load(tmp_path / "own").evaluate(data={"groups": 2})
+
+
 def test_a_module_function_model_is_imported_only_when_named(tmp_path, monkeypatch, capsys):
     package = tmp_path / "pkg"
     package.mkdir()

@@ -99,6 +99,24 @@ def test_label_mix_figure_stacks_each_clients_counts() -> None:
     assert heights == [[2, 0], [1, 1], [0, 3]]
 
 
+def test_a_saved_label_mix_figure_holds_its_whole_title_and_legend(tmp_path) -> None:
+    """The saved image spans everything drawn: a title wider than the figure and the legend
+    beside the axes (the figure's own width cut both off)."""
+    import matplotlib.image
+
+    from sheaf_fmtl.plots.style import save_figure
+
+    title = "rmnist: training labels per client, partition dirichlet (partition_alpha=0.5)"
+    fig = label_mix_figure(label_counts([np.array([0, 1, 2, 2])] * 5, 3), title)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    drawn = [ax.title.get_window_extent(), ax.get_legend().get_window_extent(), ax.get_window_extent()]
+    span = (max(b.x1 for b in drawn) - min(b.x0 for b in drawn)) / fig.dpi  # inches
+    assert span > fig.get_figwidth()  # (the title alone is wider than the figure)
+    (png,) = save_figure(fig, tmp_path / "labels", ("png",), dpi=100)
+    assert matplotlib.image.imread(png).shape[1] / 100 >= span
+
+
 @pytest.mark.skipif(shared_data_dir() is None, reason=NO_DATA)
 @pytest.mark.slow
 def test_describe_rmnist_partitioned_prints_the_partition_and_saves_the_figure(tmp_path, capsys) -> None:

@@ -327,3 +327,33 @@ def test_separation_counts_within_and_between_group_edges_by_hand() -> None:
     fig = edge_weight_figure(weights, groups, "a graph saved once")
     assert len(fig.axes) == 2  # the heatmap and its colour bar; no rounds panel without a history
     assert "P(within > between) = 0.88" in fig.axes[0].get_title()
+
+
+@pytest.mark.parametrize("groups", [True, False])
+def test_the_edge_weight_history_covers_every_round_of_the_run(tmp_path, monkeypatch, groups):
+    """Weights are exchanged every 5 rounds (rounds 0 and 5 of a 10-round run): the panel's lines
+    hold the last exchange's weights to round 10, the run's last, as steps."""
+    import sheaf_fmtl
+    from sheaf_fmtl.plots import runs
+
+    dataset = "synthetic-clusters" if groups else "synthetic"
+    out = tmp_path / "run"
+    sheaf_fmtl.run(dataset=dataset, clients=6, rounds=10, eval_every=5, edge_weights="relatedness", out=out)
+    drawn = []
+
+    def keep(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - edge_weight_figure's own
+        drawn.append(real(*args, **kwargs))
+        return drawn[-1]
+
+    real = runs.edge_weight_figure
+    monkeypatch.setattr(runs, "edge_weight_figure", keep)
+    plot_runs([out], formats=("png",))
+    (fig,) = drawn
+    history = fig.axes[1]
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["edge_weight_rounds"].tolist() == [0, 5]
+    lines = history.get_lines()
+    assert lines and all(list(line.get_xdata()) == [0, 5, 10] for line in lines)
+    assert all(line.get_drawstyle() == "steps-post" for line in lines)
+    assert all(line.get_ydata()[-1] == line.get_ydata()[-2] for line in lines)  # (held, not a new value)
+    assert history.get_xlim() == (0.0, 10.0)
+    plt.close(fig)

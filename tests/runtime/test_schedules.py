@@ -13,7 +13,7 @@ import torch
 from sheaf_fmtl.config import ConfigError
 from sheaf_fmtl.runtime.engine.faults import DropPlan
 from sheaf_fmtl.runtime.engine.schedule import Schedule, exponential_graph, join_rounds
-from sheaf_fmtl.runtime.engine.simulate import Simulation
+from sheaf_fmtl.runtime.engine.simulate import Simulation, build_graph
 from sheaf_fmtl.sheaf.graph import ClientGraph
 
 from .._baselines_problems import (
@@ -134,6 +134,15 @@ def test_the_largest_join_round_is_a_client_that_never_joins() -> None:
     assert Schedule("fixed", complete_graph(3), joins=rounds).present(10**6).tolist().count(False) == 1
 
 
+def test_random_peers_draws_from_the_runs_graph_unless_every_client_is_asked_for() -> None:
+    """The default draws partners among the graph's neighbours (the graph's work a round); the
+    complete graph's work only with ``peers_from=all``."""
+    star = config("dfedu", graph="star", graph_schedule="random-peers")
+    assert star.peers_from == "graph"
+    assert build_graph(star, 8).num_edges == 7  # the star's edges
+    assert build_graph(star.replace(peers_from="all"), 8).num_edges == 8 * 7 // 2
+
+
 # -- rounds against oracles ------------------------------------------------------------------------
 def test_a_scheduled_dfedu_round_is_dfedu_on_the_rounds_subgraph() -> None:
     full = complete_graph(N)
@@ -251,7 +260,7 @@ def test_two_processes_match_one_with_a_schedule(tmp_path: Path, keys: dict[str,
 # -- refusals --------------------------------------------------------------------------------------
 def test_per_edge_maps_with_edges_among_everyone_are_refused_in_one_line() -> None:
     with pytest.raises(ConfigError, match="peers_from") as err:
-        config("sheaf-fmtl", maps="learned", graph_schedule="random-peers")
+        config("sheaf-fmtl", maps="learned", graph_schedule="random-peers", peers_from="all")
     assert "\n" not in str(err.value)
     with pytest.raises(ConfigError, match="exponential"):
         config("sheaf-fmtl", maps="fixed", graph_schedule="exponential")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -288,3 +289,72 @@ def test_the_guides_two_machine_command_trains_one_federation_from_disjoint_fold
         assert float(cells[3]) == pytest.approx(row["objective"], rel=1e-5)
     record = json.loads((tmp_path / "out-silo-b" / "preprocessing.json").read_text())
     assert [bool(c.get("elsewhere")) for c in record["clients"]] == [i < N // 2 for i in range(N)]
+
+
+def _page_blocks() -> tuple[str, list[list[str]]]:
+    """The silos guide's CSV example: its config (the ``silos-csv.yaml`` block) and its two
+    ``torchrun`` commands, each as words."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "silos.md").read_text()
+    config = re.search(r"```yaml\n(# silos-csv.yaml.*?)```", text, re.S)
+    bash = re.search(r"```bash\n([^`]*?data_dir=/srv/silo-a.*?)```", text, re.S)
+    assert config is not None and bash is not None
+    joined = bash.group(1).replace("\\\n", " ")
+    commands = [shlex.split(line) for line in joined.splitlines() if line.startswith("torchrun")]
+    assert len(commands) == 2
+    return config.group(1), commands
+
+
+def _csv_silos(root: Path) -> None:
+    """The guide's layout: ``root/silo-a/clients`` with clients 0-2, ``root/silo-b/clients`` with
+    3-5, ``root/all/clients`` with every client's file; each file a header and three features."""
+    for i in range(N):
+        rng = np.random.default_rng(i)
+        x = rng.normal(size=(40, 3))
+        y = (x[:, 0] + 0.3 * rng.normal(size=40) > 0).astype(int)
+        text = "f0,f1,f2,label\n" + "".join(
+            f"{a:.4f},{b:.4f},{c:.4f},{t}\n" for (a, b, c), t in zip(x, y, strict=True)
+        )
+        for silo in ("silo-a" if i < N // 2 else "silo-b", "all"):
+            (root / silo / "clients").mkdir(parents=True, exist_ok=True)
+            (root / silo / "clients" / f"client_{i:02d}.csv").write_text(text)
+
+
+def test_the_guides_csv_config_reads_the_folder_in_data_dir(tmp_path: Path) -> None:
+    config, _ = _page_blocks()
+    _csv_silos(tmp_path)
+    (tmp_path / "silos-csv.yaml").write_text(config.replace("rounds: 200", "rounds: 2"))
+    loaded = load_config(tmp_path / "silos-csv.yaml", keys={"data_dir": str(tmp_path / "all")})
+    result = execute(loaded, None)
+    assert result.summary["num_clients"] == N and result.summary["dataset"] == "file:clients"
+    one = load_raw("file:clients", DataRequest(clients=N, held=(4,), data_dir=tmp_path / "silo-b"))
+    assert one.ids == (4,) and len(one.clients[0].y) == 40
+
+
+@pytest.mark.slow  # two torchrun agents and their ranks: about a minute on two busy cores
+def test_the_guides_csv_commands_train_one_federation_from_each_silos_data_dir(tmp_path: Path) -> None:
+    """The guide's CSV config and torchrun commands (the machines' paths under ``tmp_path``, the
+    address the loopback's) give the one-process run's metrics on a folder of every client's files."""
+    config, commands = _page_blocks()
+    _csv_silos(tmp_path)
+    (tmp_path / "silos-csv.yaml").write_text(config.replace("rounds: 200", "rounds: 4"))
+    port, package = str(free_port()), Path(sheaf_fmtl.__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(package))
+    ranks = []
+    for r, words in enumerate(commands):
+        words = [w.replace("/srv/", f"{tmp_path}/").replace("10.0.0.1", "127.0.0.1") for w in words]
+        words = [port if w == "29500" else w for w in words]
+        words[0] = str(Path(sys.executable).with_name("torchrun"))
+        words[words.index("--out") + 1] = str(tmp_path / f"out-{r}")
+        ranks.append(
+            subprocess.Popen(words, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        )
+    for proc in ranks:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err.decode()[-2000:]
+    one = execute(load_config(tmp_path / "silos-csv.yaml", keys={"data_dir": str(tmp_path / "all")}), None)
+    lines = (tmp_path / "out-0" / "metrics.csv").read_text().splitlines()[1:]
+    assert len(lines) == len(one.rows)
+    for row, line in zip(one.rows, lines, strict=True):
+        cells = line.split(",")
+        assert int(cells[5]) == row["transmitted_bits"]
+        assert float(cells[1]) == pytest.approx(row["test_accuracy"], rel=1e-5)

@@ -114,6 +114,15 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     return parser
 
 
+def _prog(parser: argparse.ArgumentParser, words: Sequence[str]) -> str:
+    """The name of the deepest subcommand ``words`` reach (``sheaf-fmtl bench scale``)."""
+    for word in words:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and word in subs[0].choices:
+            parser = subs[0].choices[word]
+    return parser.prog
+
+
 def _command(argv: Sequence[str]) -> str | None:
     """The subcommand ``argv`` names (its first word not an option), if any."""
     return next((a for a in argv if not a.startswith("-")), None)
@@ -144,7 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         words = sys.argv[1:] if argv is None else list(argv)
-        args = build_parser(_command(words)).parse_args(words)
+        parser = build_parser(_command(words))
+        args, extra = parser.parse_known_args(words)
+        if extra:  # named with the help of the (sub)command that took the others
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see {_prog(parser, words)} --help)")
         _config_from_sets(args)
         from .. import algorithms  # noqa: F401 - registers what configs are checked against (after --help)
 

@@ -123,6 +123,8 @@ def summarize(ds: FederatedDataset) -> dict[str, Any]:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
+    if args.plot is not None:
+        check_plot_path(args.plot)
     req = DataRequest(
         clients=args.clients,
         seed=args.seed,
@@ -171,18 +173,24 @@ def cmd_describe(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plot(ds: FederatedDataset, path: Path, spec: PartitionSpec) -> None:
-    """Save the label distribution figure of ``ds`` (:mod:`..plots.label_mix`) as ``path``."""
+def check_plot_path(path: Path) -> str:
+    """The format ``--plot PATH`` names (``png``, ``pdf``, ``svg``), checked before any data are read."""
     fmt = path.suffix.lstrip(".").lower()
     if fmt not in ("png", "pdf", "svg"):
         raise DatasetError(f"--plot {path}: name a .png, .pdf or .svg file (e.g. --plot labels.png)")
+    return fmt
+
+
+def _plot(ds: FederatedDataset, path: Path, spec: PartitionSpec) -> None:
+    """Save the label distribution figure of ``ds`` (:mod:`..plots.label_mix`) as ``path``."""
+    fmt = check_plot_path(path)
     if ds.task != "classification":
         raise DatasetError(f"--plot: {ds.name} is a regression dataset; the figure shows class labels")
     from ..plots.label_mix import label_counts, label_mix_figure
     from ..plots.style import save_figure
 
     counts = label_counts([c.y_train for c in ds.clients], ds.num_classes)
-    how = "" if spec.method == "none" else f", partition {spec.describe()}"
+    how = "" if spec.method == "none" else f"\npartition {spec.describe()}"
     fig = label_mix_figure(counts, f"{ds.name}: training labels per client{how}")
     written = save_figure(fig, path.with_suffix(""), (fmt,))
     print(f"label distribution: {written[0]}")

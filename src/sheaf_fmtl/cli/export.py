@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 
@@ -50,8 +51,18 @@ def add_export_parser(subparsers: Any) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import json
 
+    from ..config import ConfigError, read_config_file
     from ..export import load
+    from ..score_objects import held_objects
 
+    saved = Path(args.run) / "config.yaml"
+    held = held_objects(read_config_file(saved)) if saved.is_file() else []
+    if held:  # (before --model: naming the model would not do)
+        raise ConfigError(
+            f"{args.run}: the run was made from Python objects ({', '.join(held)}), which no file holds and "
+            "the command line cannot give again; score it in Python, with "
+            "sheaf_fmtl.load(RUN, model=..., data=...).evaluate()"
+        )
     trained = load(args.run, model=args.model, round=args.round)
     scored = trained.evaluate(
         args.split, trust_plugins=args.trust_plugins, data_dir=args.data_dir, device=args.device

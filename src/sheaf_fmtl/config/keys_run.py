@@ -57,9 +57,9 @@ class RunKeys(MapKeys):
     )
     peers: int = _key(2, "`graph_schedule=random-peers`: partners each client picks each round.")
     peers_from: str = _key(
-        "all",
-        "`graph_schedule=random-peers`: pick the partners among every client (`all`) or among the "
-        "`graph`'s neighbours (`graph`; the only choice with `maps=learned` or `fixed`).",
+        "graph",
+        "`graph_schedule=random-peers`: pick the partners among the `graph`'s neighbours (`graph`; the "
+        "only choice with `maps=learned` or `fixed`) or among every client (`all`: the complete graph).",
     )
     join_round: str = _key(
         "",
@@ -274,9 +274,9 @@ class StepKeys(CompressionKeys):
     mlflow_tracking_uri: str = _key(
         "",
         "`log_mlflow`: where MLflow records the run; empty: `$MLFLOW_TRACKING_URI`, else a file store in "
-        "the run folder (`file:RUN_DIR/mlruns`).",
+        "the run folder (`file:RUN_DIR/mlruns`); a server not answering within 5 s is refused.",
     )
-    mlflow_experiment: str = _key("sheaf-fmtl", "`log_mlflow`: the MLflow experiment the run is filed under.")
+    mlflow_experiment: str = _key("sheaf-fmtl", "`log_mlflow`: the MLflow experiment (1-500 characters).")
     log_wandb: bool = _key(
         False,
         "Log the run to Weights & Biases (needs `[wandb]`): the config, every evaluated number by round, "
@@ -286,7 +286,7 @@ class StepKeys(CompressionKeys):
     wandb_mode: str = _key(
         "offline",
         "`log_wandb`: `offline` (files only, nothing sent; `wandb sync` uploads them later), `online` "
-        "(sends to the W&B server) or `disabled`.",
+        "(sends to the W&B server; one not answering within 5 s is refused) or `disabled`.",
     )
     wandb_dir: str = _key(
         "", "`log_wandb`: the folder W&B writes its `wandb/` folder into; empty: the run folder."

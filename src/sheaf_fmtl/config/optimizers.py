@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from ..plugins import PluginError, is_spec, load_spec
+from ..spelling import setting
 from .errors import ConfigError, shown
 
 #: The earlier spellings (their numbers unchanged): the torch class each stands for.
@@ -80,7 +81,7 @@ def load_class(key: str, name: str, module: Any, base: type, refused: Iterable[s
     names = _torch_names(module, base, refused)
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     close += [n for n in names if n.lower() == name.lower()]
-    hint = f"did you mean {close[-1]!r}? " if close else ""
+    hint = f"did you mean {setting(key, close[-1])}? " if close else ""
     legacy = "sgd, momentum, adam, " if key == "optimizer" else ""
     raise ConfigError(
         f"config key '{key}': {shown(name)} is not allowed; {hint}allowed: {legacy}a {module.__name__} "

@@ -28,7 +28,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "edge_weights": ("auto", "relatedness", "graph"),
     "map_draw": ("host", "device"),
     "graph_schedule": ("fixed", "random-peers", "exponential", *BUDGETED),
-    "peers_from": ("all", "graph"),
+    "peers_from": ("graph", "all"),
     "placement": PLACEMENTS,
     "partition": PARTITIONS,
     "class_assignment": CLASS_ASSIGNMENTS,

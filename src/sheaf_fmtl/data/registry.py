@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from pathlib import Path
 from typing import Any
 
 from ..plugins import call_with, first_line, is_held, is_spec, resolve
@@ -50,6 +51,13 @@ def load_raw(name: str, request: DataRequest) -> RawFederated:
         return _take_clients(name, _from_code(name, request), request)
     if name not in READERS:
         known = ", ".join([*sorted(READERS), f"{USER_PREFIX}PATH"])
+        if Path(name).expanduser().exists():  # a path without its prefix
+            if (Path(name).expanduser() / "config.yaml").is_file():
+                raise DatasetError(f"unknown dataset {name!r}: a run folder, not a dataset; known: {known}")
+            raise DatasetError(
+                f"unknown dataset {name!r}; your own data are named {USER_PREFIX}PATH "
+                f"({USER_PREFIX}{name}); known: {known}"
+            )
         raise DatasetError(f"unknown dataset {name!r}; known: {known}")
     check_generated(name, request.clients, dict(request.options))  # sizes first: a refusal in a second
     return _take_clients(name, READERS[name].build(request), request)

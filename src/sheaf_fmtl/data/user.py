@@ -117,13 +117,20 @@ def load_user(spec: str, request: DataRequest) -> RawFederated:
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.suffix.lower() == ".csv")
         if not files:
-            raise DatasetError(f"{path}: folder has no .csv files (one per client expected)")
+            npz = sorted(p.name for p in path.iterdir() if p.suffix.lower() == ".npz")
+            hint = f"; an .npz holds every client: give it, file:{path / npz[0]}" if npz else ""
+            raise DatasetError(f"{path}: folder has no .csv files (one per client expected){hint}")
         files = held_files(path, files, request)
         parts = []
         for f in files:
             table = _read_csv(f)
             parts.append((f, {"x": table[:, :-1], "y": table[:, -1]}))
     elif path.is_file():
+        if path.suffix.lower() == ".csv":  # one client's file: the folder of them is the dataset
+            raise DatasetError(
+                f"file:{spec}: one CSV file is one client's; give the folder holding one CSV per client "
+                f"(file:{path.parent})"
+            )
         parts = [(path, c) for c in read_npz_clients(path)]
     else:
         raise DatasetError(f"file:{spec}: {path} does not exist (give an .npz file or a folder of CSVs)")

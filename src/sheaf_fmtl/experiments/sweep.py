@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from ..commandline import config_keys
-from ..config import ConfigError, RunConfig, load_config
+from ..config import ConfigError, RunConfig, load_config, read_config_file
 from ..config.files import replace_file
 from ..config.usage import UnusedKeysWarning
 from ..plugins import higher_is_better
@@ -262,9 +262,22 @@ def format_ranking(result: SweepResult, keys: list[str]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def _gives_validation(args: argparse.Namespace) -> bool:
+    """Whether the command line's ``--set`` or its config file names ``validation`` (0 given on
+    purpose, not the default)."""
+    if any(s.split("=", 1)[0].strip() == "validation" for s in args.set or []):
+        return True
+    return bool(args.config) and "validation" in read_config_file(Path(args.config))
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     base = load_config(args.config, args.set, config_keys(args))
     grid = parse_grid(args.grid)
+    if args.validation is None and base.validation == 0 and _gives_validation(args):
+        raise ConfigError(
+            f"{setting('validation', 0)}: a sweep ranks its cells on a validation split, 0 < validation < 1; "
+            "give --validation 0.2 (its default), or leave validation out"
+        )
     validation = args.validation if args.validation is not None else (base.validation or 0.2)
     out = (
         Path(args.out)

@@ -185,6 +185,9 @@ def group_runs(run_dirs: Sequence[str | Path]) -> list[Row]:
         FileNotFoundError: a path is not a run folder with a ``summary.json``.
     """
     for d in run_dirs:
+        if not Path(d).is_dir():
+            what = "no such folder" if not Path(d).exists() else "a file"
+            raise FileNotFoundError(f"{d} is not a run folder ({what})")
         if read_summary(d) is None:
             raise FileNotFoundError(
                 f"{Path(d) / 'summary.json'} is missing or unreadable: {d} is not a finished run folder"

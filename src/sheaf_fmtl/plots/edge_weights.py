@@ -65,11 +65,14 @@ def separation(final: np.ndarray, edges: np.ndarray, groups: np.ndarray) -> dict
     return {"within": float(inside.mean()), "between": float(across.mean()), "auc": float(greater)}
 
 
-def edge_weight_figure(weights: dict[str, np.ndarray], groups: np.ndarray | None, title: str) -> Figure:
+def edge_weight_figure(
+    weights: dict[str, np.ndarray], groups: np.ndarray | None, title: str, last_round: int | None = None
+) -> Figure:
     """Left: ``a_ij`` of the last round per pair (non-edges hatched; group blocks outlined).
     Right: the weights over rounds (mean within groups and between them, or the mean and the
-    10-90% band of every edge). With groups, the heatmap's title gives their :func:`separation`;
-    without a history (a rival's graph saved once), the right panel is left out."""
+    10-90% band of every edge), as steps: a weight holds from its exchange to the next, and the
+    last one to ``last_round``, the run's last round. With groups, the heatmap's title gives their
+    :func:`separation`; without a history (a rival's graph saved once), the right panel is left out."""
     final, edges = weights["final"], weights["edges"]
     n = final.shape[0]
     edge = adjacency(edges, n)
@@ -102,16 +105,22 @@ def edge_weight_figure(weights: dict[str, np.ndarray], groups: np.ndarray | None
         fig.suptitle(title)
         fig.tight_layout()
         return fig
+    if last_round is not None and last_round > rounds[-1]:  # the last exchange's weights hold to the end
+        rounds, per_edge = np.append(rounds, last_round), np.vstack([per_edge, per_edge[-1:]])
     if groups is not None:
         same = groups[edges[:, 0]] == groups[edges[:, 1]]
         for mask, label in ((same, "within a group"), (~same, "between groups")):
             if mask.any():
-                cx.plot(rounds, per_edge[:, mask].mean(1), label=f"{label} ({int(mask.sum())} edges)")
+                mean = per_edge[:, mask].mean(1)
+                cx.plot(rounds, mean, drawstyle="steps-post", label=f"{label} ({int(mask.sum())} edges)")
     else:
-        cx.plot(rounds, per_edge.mean(1), label=f"mean over {per_edge.shape[1]} edges")
+        cx.plot(
+            rounds, per_edge.mean(1), drawstyle="steps-post", label=f"mean over {per_edge.shape[1]} edges"
+        )
         low, high = np.quantile(per_edge, [0.1, 0.9], axis=1)
-        cx.fill_between(rounds, low, high, alpha=0.25, label="10-90% of the edges")
+        cx.fill_between(rounds, low, high, step="post", alpha=0.25, label="10-90% of the edges")
     cx.set(xlabel="round", ylabel=r"edge weight $a_{ij}$", ylim=(-0.02, 1.02), title="over rounds")
+    cx.set_xlim(rounds[0], max(rounds[-1], rounds[0] + 1))
     cx.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))  # labels apart at any length
     cx.legend(frameon=False)
     fig.suptitle(title)

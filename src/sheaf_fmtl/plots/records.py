@@ -56,7 +56,8 @@ def load_run(run_dir: str | Path) -> RunRecord:
     path = Path(run_dir)
     csv_path = path / "metrics.csv"
     if not csv_path.is_file():
-        raise FileNotFoundError(f"{path} is not a run folder (no metrics.csv)")
+        what = "no such folder" if not path.exists() else "a file" if not path.is_dir() else "no metrics.csv"
+        raise FileNotFoundError(f"{path} is not a run folder ({what})")
     config = read_config(path)
     columns = read_metrics(path)
     values = np.array(columns.get(METRIC, []), dtype=float)  # alias of the metric column

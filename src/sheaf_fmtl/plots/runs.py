@@ -69,6 +69,7 @@ def plot_runs(
             if weights is not None:  # (also a rival's graph: pfedgraph, dpfl)
                 groups = client_groups(record.config, weights["final"].shape[0])
                 heading = f"{object_name(record.dataset)}: learned edge weights\n{about}"
-                figure = edge_weight_figure(weights, groups, heading)
+                last = int(record.rounds.max()) if len(record.rounds) else None  # (its last evaluation)
+                figure = edge_weight_figure(weights, groups, heading, last_round=last)
                 written += save_figure(figure, out / f"edge_weights_{name}", formats)
     return written

@@ -103,12 +103,15 @@ def check_formats(formats: Sequence[str]) -> None:
 
 
 def save_figure(fig: Figure, stem: Path, formats: Sequence[str] = FORMATS, dpi: int = 150) -> list[Path]:
-    """Write ``stem.png`` / ``stem.pdf`` ... and close the figure. Returns the paths written."""
+    """Write ``stem.png`` / ``stem.pdf`` ... and close the figure. Returns the paths written.
+    Saved in :func:`paper_style`, so that its ``savefig`` settings hold (the bounding box of
+    everything drawn: a title or a legend beside the axes is never cut off)."""
     check_formats(formats)
     paths = []
     for fmt in formats:
         path = stem.with_name(f"{stem.name}.{fmt}")
-        replace_file(path, functools.partial(fig.savefig, dpi=dpi, format=fmt))  # never through a link
+        with paper_style():
+            replace_file(path, functools.partial(fig.savefig, dpi=dpi, format=fmt))  # never through a link
         paths.append(path)
     plt.close(fig)
     return paths

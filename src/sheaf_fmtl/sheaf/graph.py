@@ -292,8 +292,9 @@ def read_edge_list(path: str | Path | None, num_nodes: int) -> ClientGraph:
         The connected, possibly weighted, client graph.
     """
     if path is None or not Path(path).is_file():
+        why = "no such file" if path is None or not Path(path).exists() else "not a file"
         raise GraphError(
-            f"graph=file needs graph_file pointing to an edge-list file; got {path!r}: give "
+            f"graph=file needs graph_file pointing to an edge-list file; got {path!r} ({why}): give "
             f"{setting('graph_file', 'edges.txt')}"
         )
     try:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from .callbacks import RunView
 from .clearing import OWNED
+from .mlflow_store import check_experiment, check_store, local_store
+from .reach import FINISHED, STOPPED, TrackerError, cause, environment, first_line
 from .tracking import Record, new_series, numbers, params_of, prepare_store, texts, tracker_uri
 
 #: The run folder's record of the MLflow run (:class:`.tracking.Record`).
@@ -18,6 +21,14 @@ RECORD = "mlflow.json"
 #: How a run's ``summary.json`` status ends its MLflow run.
 STATUS = {"ok": "FINISHED", "stopped": "FINISHED", "interrupted": "KILLED"}
 _BATCH = 1000  # metrics per ``log_batch`` (MLflow's limit); parameters: 100
+#: MLflow's HTTP settings while the logger calls a server, unless the environment sets them: each
+#: request waits at most 10 s and is tried 3 times, 1 s and 2 s apart (MLflow's own defaults, 120 s
+#: and 8 tries with growing waits, hold a run for minutes on a server that is down).
+HTTP_BOUNDS = {
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+}
 
 
 class MLflowLogger:
@@ -34,7 +45,14 @@ class MLflowLogger:
     ``tracking_uri``: empty for ``$MLFLOW_TRACKING_URI``, else a file store in the run folder
     (``RUN_DIR/mlruns``; ``./mlruns`` for a run without one). MLflow 3 opens a file store only with
     ``MLFLOW_ALLOW_FILE_STORE=true``, which this logger sets when its store is one. Needs the
-    ``mlflow-skinny`` package: ``pip install 'sheaf-fmtl[mlflow]'``."""
+    ``mlflow-skinny`` package: ``pip install 'sheaf-fmtl[mlflow]'``; a database store
+    (``sqlite:///...``) needs the full ``mlflow`` package.
+
+    Made, it checks its destination (:class:`.reach.Refused` in one line): an empty or too long
+    ``experiment``, a URI MLflow opens no store for, a database store without the full package,
+    and a server (``http://...``) that does not answer within :data:`.reach.PROBE_SECONDS` to
+    connect and as many to answer. During the run each call to a server is bounded
+    (:data:`HTTP_BOUNDS`); one that fails ends the run with :class:`.reach.TrackerError`."""
 
     def __init__(self, tracking_uri: str = "", experiment: str = "sheaf-fmtl", run_name: str = "") -> None:
         try:
@@ -46,6 +64,8 @@ class MLflowLogger:
             ) from None
         self._make = MlflowClient
         self.tracking_uri, self.experiment, self.run_name = tracking_uri, experiment, run_name
+        check_experiment(experiment)
+        check_store(MlflowClient, tracking_uri)
         self.run_id: str | None = None  #: the MLflow run's id, once the first row is logged
         self._client: Any = None
         self._view: RunView | None = None
@@ -54,13 +74,28 @@ class MLflowLogger:
     def on_round_end(self, round: int, metrics: dict[str, Any] | None, view: RunView) -> None:
         if metrics is None or view.rank != 0:
             return
-        if self._client is None:
-            self._start(view)
-        if round <= self._record.last_round:  # logged before a resume: never twice
-            return
-        self._metrics(numbers(metrics).items(), round)
+        with self._calls(f"round {round}", STOPPED):
+            if self._client is None:
+                self._start(view)
+            if round <= self._record.last_round:  # logged before a resume: never twice
+                return
+            self._metrics(numbers(metrics).items(), round)
         self._record.last_round = round
         self._record.save()
+
+    @contextmanager
+    def _calls(self, when: str, then: str) -> Iterator[None]:
+        """MLflow's calls within :data:`HTTP_BOUNDS`; one that fails raises :class:`TrackerError`
+        in one line, ending with ``then`` (the logger then calls its store no more)."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            with environment(HTTP_BOUNDS):
+                yield
+        except MlflowException as e:
+            self._client = None
+            uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "") or "the run folder's store"
+            raise TrackerError(f"MLflowLogger: logging {when} to {uri} failed ({cause(e)}); {then}") from None
 
     def _start(self, view: RunView) -> None:
         """Open the store and the MLflow run: the one the run folder records, or a new one."""
@@ -70,7 +105,7 @@ class MLflowLogger:
         uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
         if not uri:
             uri = tracker_uri((out if out is not None else Path.cwd()) / "mlruns")
-        local = _local_store(uri)
+        local = local_store(uri)
         if local is not None:
             from mlflow.store.tracking.file_store import FileStore
 
@@ -111,7 +146,12 @@ class MLflowLogger:
     def on_run_end(self, summary: dict[str, Any]) -> None:
         if self._client is None or self._view is None:
             return
+        with self._calls("the run's end", FINISHED):
+            self._end(summary)
+
+    def _end(self, summary: dict[str, Any]) -> None:
         view, record, client = self._view, self._record, self._client
+        assert view is not None
         last = max(record.last_round, 0)
         series = new_series(view.final_state, last, record)
         for step in sorted({s[1] for s in series}):
@@ -130,9 +170,9 @@ class MLflowLogger:
         if self._client is None or self.run_id is None:
             return
         try:
-            line = (str(error).strip().splitlines() or [type(error).__name__])[0][:500]
-            self._client.set_tag(self.run_id, "error", f"{type(error).__name__}: {line}")
-            self._client.set_terminated(self.run_id, status="FAILED")
+            with environment(HTTP_BOUNDS):
+                self._client.set_tag(self.run_id, "error", f"{type(error).__name__}: {first_line(error)}")
+                self._client.set_terminated(self.run_id, status="FAILED")
         except Exception:  # noqa: BLE001 - the run's own error is the one raised
             pass
         self._client = None
@@ -147,16 +187,6 @@ def _params_of_run(client: Any, run_id: str | None) -> dict[str, str] | None:  #
         return dict(client.get_run(run_id).data.params)
     except Exception:  # noqa: BLE001 - MlflowException: no such run here
         return None
-
-
-def _local_store(uri: str) -> Path | None:
-    """The folder of a local file store URI (``file:...`` or a plain path), ``None`` for another kind."""
-    parsed = urlparse(uri)
-    if parsed.scheme == "file":
-        return Path(parsed.path)
-    if parsed.scheme == "" or (len(parsed.scheme) == 1 and os.name == "nt"):
-        return Path(uri)
-    return None
 
 
 def _artifacts(out: Path | None) -> list[Path]:

@@ -66,12 +66,9 @@ class TensorBoardLogger:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
-            raise ImportError(
-                "TensorBoardLogger (config key 'log_tensorboard') needs the tensorboard package: "
-                "pip install 'sheaf-fmtl[tensorboard]'"
-            ) from None
-        self.log_dir = Path(log_dir)
-        self._make = SummaryWriter
+            fix = "needs the tensorboard package: pip install 'sheaf-fmtl[tensorboard]'"
+            raise ImportError(f"TensorBoardLogger (config key 'log_tensorboard') {fix}") from None
+        self.log_dir, self._make = Path(log_dir), SummaryWriter
         self._writer: Any = None
 
     def on_round_end(self, round: int, metrics: dict[str, Any] | None, view: RunView) -> None:
@@ -79,7 +76,13 @@ class TensorBoardLogger:
             return
         if self._writer is None:
             claim_entry(view.out, self.log_dir)  # (a folder it creates in the run folder is its own)
-            self._writer = self._make(log_dir=str(self.log_dir))
+            try:
+                self._writer = self._make(log_dir=str(self.log_dir))
+            except OSError as e:  # (a folder the checks could not judge: /proc, a read-only mount)
+                fix = "give a folder TensorBoard can write (config key 'log_tensorboard')"
+                raise OSError(
+                    f"TensorBoardLogger: cannot write {self.log_dir} ({e.strerror}); {fix}"
+                ) from None
         for key, value in metrics.items():
             if key != "round" and isinstance(value, int | float) and math.isfinite(value):
                 self._writer.add_scalar(key, value, global_step=round)

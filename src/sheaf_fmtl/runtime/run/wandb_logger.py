@@ -3,6 +3,7 @@ run, offline unless asked otherwise (nothing leaves the machine)."""
 
 from __future__ import annotations
 
+import os
 import secrets
 import signal
 from collections import defaultdict
@@ -10,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from .callbacks import RunView
+from .reach import STOPPED, Refused, TrackerError, first_line, unanswered
 from .tracking import Record, config_of, new_series, numbers, prepare_store, texts
 
 #: The run folder's record of the W&B run (:class:`.tracking.Record`).
 RECORD = "wandb.json"
 MODES = ("offline", "online", "disabled")
+#: How long an online run waits for W&B's server to start its run (W&B's default: 90 s).
+INIT_SECONDS = 30.0
 
 
 class WandbLogger:
@@ -28,7 +32,13 @@ class WandbLogger:
 
     ``mode``: ``offline`` (the default: files only, ``wandb sync`` uploads them), ``online`` or
     ``disabled``; ``dir``: the folder W&B writes its ``wandb/`` folder into (empty: the run folder,
-    or W&B's own default for a run without one). Needs ``pip install 'sheaf-fmtl[wandb]'``."""
+    or W&B's own default for a run without one). Needs ``pip install 'sheaf-fmtl[wandb]'``.
+
+    Made with ``mode="online"``, it asks W&B's server (``$WANDB_BASE_URL``, else the one ``wandb
+    login`` chose) whether it answers within :data:`.reach.PROBE_SECONDS` to connect and as many to
+    answer (:class:`.reach.Refused` in one line if not); W&B's start of the run then waits at most
+    :data:`INIT_SECONDS`, and a start that fails (no login, a server that stops answering) ends the
+    run with :class:`.reach.TrackerError` in one line."""
 
     def __init__(
         self, project: str = "sheaf-fmtl", mode: str = "offline", dir: str | Path = "", run_name: str = ""
@@ -44,6 +54,18 @@ class WandbLogger:
             ) from None
         self._wandb = wandb
         self.project, self.mode, self.dir, self.run_name = project, mode, str(dir), run_name
+        if mode == "online":
+            base = _server(wandb)
+            why = unanswered(base)
+            if why is not None:
+                raise Refused(
+                    "WandbLogger",
+                    "mode",
+                    mode,
+                    f"W&B's server {base} does not answer ({why}); log offline (the default: `wandb sync` "
+                    "uploads the files later) or point "
+                    "$WANDB_BASE_URL at a server that answers",
+                )
         self.run: Any = None  #: the ``wandb`` run, once the first row is logged
         self._view: RunView | None = None
         self._record = Record(None, RECORD)
@@ -76,18 +98,24 @@ class WandbLogger:
             x_disable_stats=True,
             x_disable_machine_info=True,
             x_save_requirements=False,
+            init_timeout=INIT_SECONDS,
         )
-        self.run = wandb.init(
-            project=self.project,
-            mode=self.mode,
-            dir=None if base is None else str(base),
-            id=run_id,
-            resume="allow",
-            name=self.run_name or (out.name if out is not None else None),
-            config=config_of(view.config),
-            allow_val_change=True,  # (a resume may change rounds, eval_every, ...)
-            settings=settings,
-        )
+        try:
+            self.run = wandb.init(
+                project=self.project,
+                mode=self.mode,
+                dir=None if base is None else str(base),
+                id=run_id,
+                resume="allow",
+                name=self.run_name or (out.name if out is not None else None),
+                config=config_of(view.config),
+                allow_val_change=True,  # (a resume may change rounds, eval_every, ...)
+                settings=settings,
+            )
+        except wandb.errors.Error as e:  # (no login, a server that stopped answering, ...)
+            raise TrackerError(
+                f"WandbLogger: W&B could not start its {self.mode} run ({first_line(e)}); {STOPPED}"
+            ) from None
         self.run.define_metric("round")
         self.run.define_metric("*", step_metric="round")
         self._record.run_id = run_id
@@ -119,3 +147,14 @@ class WandbLogger:
         except Exception:  # noqa: BLE001 - the run's own error is the one raised
             pass
         self.run = None
+
+
+def _server(wandb: Any) -> str:  # noqa: ANN401 - the wandb module
+    """The W&B server an online run talks to: ``$WANDB_BASE_URL``, else the one of W&B's settings
+    files (``wandb login --host``), else W&B's default."""
+    try:
+        from wandb.sdk import wandb_setup
+
+        return str(wandb_setup.singleton().settings.base_url)
+    except Exception:  # noqa: BLE001 - another W&B version: the environment, else its default
+        return os.environ.get("WANDB_BASE_URL") or str(wandb.Settings().base_url)
