@@ -102,9 +102,8 @@ def _improves(value: float, best: float | None, higher: bool, min_delta: float) 
 
 class EarlyStopping:
     """Stop when the validation metric (``metrics.csv``'s ``val_*`` column: ``validation > 0``) has
-    not improved by more than ``min_delta`` for ``patience``
-    evaluations in a row. ``goal``: ``max`` / ``min``, or ``auto`` from the run's ``metric_goal``
-    (accuracy: higher is better, MSE: lower)."""
+    not improved by more than ``min_delta`` for ``patience`` evaluations in a row. ``goal``: ``max``
+    / ``min``, or ``auto`` from the run's ``metric_goal`` (accuracy: higher is better, MSE: lower)."""
 
     def __init__(self, patience: int, min_delta: float = 0.0, goal: str = "auto") -> None:
         if patience < 1:
