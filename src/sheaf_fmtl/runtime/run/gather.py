@@ -42,6 +42,38 @@ def _batchnorm(stats: dict[int, dict[str, torch.Tensor]], n: int) -> dict[str, A
     return {"batchnorm": [stats.get(i) for i in range(n)]} if stats else {}
 
 
+def _gather_parts(
+    thetas: dict[int, torch.Tensor], maps: dict[int, torch.Tensor], norms: dict[int, dict[str, torch.Tensor]]
+) -> tuple[list[Any], bool]:
+    """Every rank's ``(thetas, maps, norms)`` on rank 0 (empty elsewhere), and whether this is rank
+    0: one ``gather_object``, or under ``transport = tls`` named tensors along the silo tree (no pickle)."""
+    from ..silonet.session import current
+
+    silo = current()
+    if silo is None:
+        parts: list[Any] = [None] * dist.get_world_size() if dist.get_rank() == 0 else []
+        dist.gather_object((thetas, maps, norms), parts if dist.get_rank() == 0 else None, dst=0)
+        return parts, dist.get_rank() == 0
+    named = {f"t/{i}": t for i, t in thetas.items()} | {f"m/{h}": m for h, m in maps.items()}
+    named |= {f"b/{i}/{k}": v for i, stats in norms.items() for k, v in stats.items()}
+    got = silo.gather(named)
+    if got is None:
+        return [], False
+    t: dict[int, torch.Tensor] = {}
+    m: dict[int, torch.Tensor] = {}
+    b: dict[int, dict[str, torch.Tensor]] = {}
+    for name, value in got.items():
+        kind, _, rest = name.partition("/")
+        if kind == "t":
+            t[int(rest)] = value
+        elif kind == "m":
+            m[int(rest)] = value
+        else:
+            client, _, key = rest.partition("/")
+            b.setdefault(int(client), {})[key] = value
+    return [(t, m, b)], True
+
+
 def gather_final_state(sim: Simulation[Any]) -> dict[str, Any]:
     """See the module docstring; a collective: every rank calls it."""
     fed, graph, comm = sim.ctx.fed, sim.ctx.graph, sim.ctx.comm
@@ -50,14 +82,13 @@ def gather_final_state(sim: Simulation[Any]) -> dict[str, Any]:
     maps = sim.maps() if "maps" in local else {}
     index = {(int(s), int(d)): h for h, (s, d) in enumerate(zip(graph.src, graph.dst, strict=True))}
     my_maps = {index[k]: m.detach().cpu() for k, m in maps.items()}
-    parts: list[Any] = [None] * dist.get_world_size() if dist.get_rank() == 0 else []
     my_norms = fed.norm_state()
-    dist.gather_object((mine, my_maps, my_norms), parts if dist.get_rank() == 0 else None, dst=0)
+    parts, lead = _gather_parts(mine, my_maps, my_norms)
     out: dict[str, Any] = {k: v for k, v in local.items() if k not in ("maps", "bucket_half_edges")}
     for key in ("map_norms", "shared_parameters", "edge_weights", "edge_weight_history"):
         if key in local:  # [2E] (or [K, E]), zero off this rank's half-edges
             out[key] = comm.all_sum(local[key])
-    if dist.get_rank() != 0:
+    if not lead:
         return {"thetas": list(mine.values()), "edges": torch.as_tensor(graph.edges), **out}
     thetas: dict[int, torch.Tensor] = {}
     by_half_edge: dict[int, torch.Tensor] = {}

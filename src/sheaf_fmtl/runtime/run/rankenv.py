@@ -20,6 +20,7 @@ import time
 from ...config import ConfigError
 
 STORE_FILE = "SHEAF_FMTL_STORE_FILE"  # set by spawn: the ranks meet through this file
+SILO_PEERS = "SHEAF_FMTL_SILO_PEERS"  # set by spawn for transport = tls: the silos' loopback addresses
 LAUNCHER = "SHEAF_FMTL_LAUNCHER_PID"  # set by spawn: the ranks stop when this process ends
 PR_SET_PDEATHSIG = 1  # prctl(2)
 
@@ -41,7 +42,7 @@ def rank_world() -> tuple[int, int] | None:
         ) from None
     if world <= 1:
         return None
-    if not os.environ.get(STORE_FILE) and not (
+    if not os.environ.get(STORE_FILE) and not os.environ.get(SILO_PEERS) and not (
         os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT")
     ):
         raise ConfigError(

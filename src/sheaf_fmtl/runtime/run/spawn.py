@@ -26,7 +26,7 @@ from ...data.bounded import read_text_bounded
 from .folderlock import HELD_ENV, HELD_FD_ENV, held_lock
 from .precheck import check_processes
 from .rank import RankLostError
-from .rankenv import LAUNCHER, STORE_FILE
+from .rankenv import LAUNCHER, SILO_PEERS, STORE_FILE
 from .rundir import claim
 
 if TYPE_CHECKING:
@@ -85,10 +85,19 @@ def _spawn(config: RunConfig, out: Path, *, progress: bool, overwrite: bool, res
     procs, logs = [], []
     lock = held_lock(out)  # ranks inherit it; its descriptor, not the folder's name, lets them in
     held = {HELD_ENV: str(out.resolve()), **({} if lock is None else {HELD_FD_ENV: str(lock)})}
+    peers = Path(config.tls_peers) if config.tls_peers else tmp / "peers.yaml"
+    if config.transport == "tls" and not config.tls_peers:  # the silos' addresses on the loopback
+        from ..silonet.session import write_loopback_peers
+
+        write_loopback_peers(peers, [free_port() for _ in range(world)])
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
-        env.update(LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        env.update({STORE_FILE: str(tmp / "rendezvous"), "GLOO_SOCKET_IFNAME": _loopback()})
+        env.update(LOCAL_WORLD_SIZE=str(world))
+        if config.transport == "tls":  # no rendezvous: each silo dials its neighbours
+            env[SILO_PEERS] = str(peers)
+        else:
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            env.update({STORE_FILE: str(tmp / "rendezvous"), "GLOO_SOCKET_IFNAME": _loopback()})
         env.update({**held, LAUNCHER: str(os.getpid())})
         log = open(tmp / f"rank{rank}.err", "w+")  # noqa: SIM115 - read after the rank ends
         live = progress and rank == 0  # rank 0's progress and warnings shown as they come
