@@ -7,9 +7,10 @@ from ..spelling import setting
 from . import optimizers, registry, schedulers
 from .errors import ConfigError, fix
 from .keys_run import StepKeys  # (every key of a run: the schema's RunConfig, which calls these, adds checks)
+from .keys_silos import SiloKeys
 
 
-def _check_together(config: StepKeys) -> None:
+def _check_together(config: SiloKeys) -> None:
     """Rules that involve several keys."""
     if config.graph == "file" and not config.graph_file:
         raise ConfigError(
@@ -44,7 +45,7 @@ def _check_together(config: StepKeys) -> None:
     check_schedule(config)
 
 
-def _check_silos(config: StepKeys) -> None:
+def _check_silos(config: SiloKeys) -> None:
     """``transport = tls``: the certificates' folder, and a silo among the ``processes``."""
     if config.transport != "tls":
         return

@@ -335,7 +335,7 @@ def _federation_here(
     )
     if config.transport == "tls":  # the silo links (sheaf_fmtl.runtime.silonet)
         from ..silonet.session import current
-        from ..silonet.transport import SiloTransport
+        from .silo_transport import SiloTransport
         from .silos import attach_silo
 
         silo = current()

@@ -18,9 +18,9 @@ import threading
 import time
 
 from ...config import ConfigError
+from ..silonet.session import PEERS_ENV as SILO_PEERS  # set by spawn for transport = tls
 
 STORE_FILE = "SHEAF_FMTL_STORE_FILE"  # set by spawn: the ranks meet through this file
-SILO_PEERS = "SHEAF_FMTL_SILO_PEERS"  # set by spawn for transport = tls: the silos' loopback addresses
 LAUNCHER = "SHEAF_FMTL_LAUNCHER_PID"  # set by spawn: the ranks stop when this process ends
 PR_SET_PDEATHSIG = 1  # prctl(2)
 

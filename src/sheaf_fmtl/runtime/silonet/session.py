@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING
 import yaml
 
 from ...config import ConfigError, RunConfig
-from ..run.rankenv import SILO_PEERS as PEERS_ENV
 
 if TYPE_CHECKING:
     from .group import SiloGroup
 
+
+#: Set by the launcher of ``processes = K`` silos on one machine: their peers file.
+PEERS_ENV = "SHEAF_FMTL_SILO_PEERS"
 
 _CURRENT: list[SiloGroup] = []
 

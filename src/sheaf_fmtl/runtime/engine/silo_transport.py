@@ -1,15 +1,15 @@
 """The edge exchange over the silo links (``transport = tls``): what the distributed transport sends
 in one all-to-all, as one frame per neighbour silo and payload, raw tensor bytes behind a typed
-header (:mod:`.wire`), packed and unpacked by the same :class:`~..engine.distributed.ExchangePlan`.
+header (:mod:`..silonet.wire`), packed and unpacked by the same :class:`.distributed.ExchangePlan`.
 
 A frame is checked against what the receiving silo expects from that neighbour at that step: the
-round, the edges it carries (the payload's name and the undirected edge ids, :func:`.wire.edge_tag`),
+round, the edges it carries (the payload's name and the undirected edge ids, :func:`..silonet.wire.edge_tag`),
 the dtype and the length. A refused frame is never applied: its half-edge messages are not heard
 (zeros, ``heard`` false, as a message the faults reject) and counted in ``rejected_messages``, as
-are frames refused on arrival without a step to stand in for (:class:`.links.Mailbox`).
+are frames refused on arrival without a step to stand in for (:class:`..silonet.links.Mailbox`).
 
 Sums and maxima (:meth:`all_sum`, :meth:`all_max`) go along the silos' spanning tree
-(:mod:`.group`); server payloads (FedAvg & co.) are refused: the star's server is no silo.
+(:mod:`..silonet.group`); server payloads (FedAvg & co.) are refused: the star's server is no silo.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from ...config import ConfigError
 from ...messages import EdgeLayout, EdgeTensor, Payload, ServerTensor
 from ...sheaf.graph import ClientGraph
 from ...spelling import setting
-from ..engine.distributed import ExchangePlan, make_plan, remote_order
-from ..engine.faults import Faults
-from ..engine.shard import Shard
-from ..engine.transport import EdgeTransport
-from .group import SiloGroup, check
-from .links import Refused
-from .wire import EDGE, Frame, encode, edge_tag
+from ..silonet.group import SiloGroup, check
+from ..silonet.links import Refused
+from ..silonet.wire import EDGE, Frame, encode, edge_tag
+from .distributed import ExchangePlan, make_plan, remote_order
+from .faults import Faults
+from .shard import Shard
+from .transport import EdgeTransport
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,7 +44,7 @@ class SiloPlan:
 
 
 class SiloTransport(EdgeTransport):
-    """:class:`~..engine.transport.Transport` and :class:`sheaf_fmtl.messages.Comm` of one silo."""
+    """:class:`.transport.Transport` and :class:`sheaf_fmtl.messages.Comm` of one silo."""
 
     def __init__(self, shard: Shard, graph: ClientGraph, group: SiloGroup, faults: Faults | None = None) -> None:
         super().__init__(faults)
