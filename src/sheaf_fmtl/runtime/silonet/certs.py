@@ -104,6 +104,11 @@ def _certificate(
         ),
         critical=True,
     )
+    builder = builder.add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+    issuer_key = key.public_key() if issuer is None else issuer[1].public_key()
+    builder = builder.add_extension(
+        x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key), critical=False
+    )
     signer = key if issuer is None else issuer[1]
     return builder.sign(signer, hashes.SHA256())
 
