@@ -24,7 +24,11 @@ KEYS = ["dataset=rmnist", "clients=6", "processes=3", "gamma=0.01", "eval_every=
 
 def run(out: Path, rounds: int, extra: list[str]) -> float:
     argv = [sys.executable, "-m", "sheaf_fmtl", "run", "--quiet", "--overwrite", "--out", str(out)]
-    subprocess.run([*argv, "--set", *KEYS, f"rounds={rounds}", *extra], check=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    subprocess.run(
+        [*argv, "--set", *KEYS, f"rounds={rounds}", *extra],
+        check=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     return float(json.loads((out / "summary.json").read_text())["wall_seconds"])
 
 
@@ -35,7 +39,11 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         certs = Path(tmp) / "certs"
-        subprocess.run([sys.executable, "-m", "sheaf_fmtl", "certs", "init", "--clients", "3", "--out", str(certs)], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "sheaf_fmtl", "certs", "init", "--clients", "3", "--out", str(certs)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         times: dict[str, list[float]] = {"gloo": [], "tls": []}
         for _ in range(args.repeats):
             times["gloo"].append(run(Path(tmp) / "gloo", args.rounds, []))

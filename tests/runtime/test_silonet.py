@@ -247,7 +247,11 @@ def test_a_wrong_frame_is_counted_and_never_applied(certs: Path, reason: str) ->
     out, silo = _exchange_against(certs, [CHANGES[reason]()])
     item = out["x"]
     remote = _from_silo_one()
-    assert item.heard is not None and not bool(item.heard[remote].any()) and bool(item.heard.sum() == len(item.heard) - len(remote))
+    assert (
+        item.heard is not None
+        and not bool(item.heard[remote].any())
+        and bool(item.heard.sum() == len(item.heard) - len(remote))
+    )
     start = int(item.layout.offsets[remote[0]])
     assert torch.equal(item.data[start : start + DIM], torch.zeros(DIM, dtype=torch.float64))
     assert silo.faults.counts()["rejected_messages"] == len(remote)

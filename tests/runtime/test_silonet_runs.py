@@ -70,7 +70,10 @@ def test_three_silos_over_tls_give_the_gloo_run(tmp_path: Path, keys: dict[str, 
     init_certs(tmp_path / "certs", 3)
     config = _settings(tmp_path, **keys)
     tls = spawn(
-        config.replace(transport="tls", tls_certs=str(tmp_path / "certs")), tmp_path / "tls", progress=False, overwrite=False
+        config.replace(transport="tls", tls_certs=str(tmp_path / "certs")),
+        tmp_path / "tls",
+        progress=False,
+        overwrite=False,
     )
     gloo = spawn(config, tmp_path / "gloo", progress=False, overwrite=False)
     for key in ("transmitted_bits", "rejected_messages", "dropped_messages", "per_client", "final"):
@@ -100,15 +103,29 @@ def test_a_tls_run_stopped_by_sigterm_resumes_to_the_gloo_run(tmp_path: Path) ->
     parent.send_signal(signal.SIGTERM)
     _, err = parent.communicate(timeout=60)
     assert parent.returncode == 143, err
-    resumed = subprocess.run([sys.executable, "-m", "sheaf_fmtl", "run", "--resume", str(part), "--quiet"], env=env)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "sheaf_fmtl", "run", "--resume", str(part), "--quiet"], env=env
+    )
     assert resumed.returncode == 0
-    full = [sys.executable, "-m", "sheaf_fmtl", "run", "--quiet", "--out", str(tmp_path / "gloo"), "--set", *pairs]
+    full = [
+        sys.executable,
+        "-m",
+        "sheaf_fmtl",
+        "run",
+        "--quiet",
+        "--out",
+        str(tmp_path / "gloo"),
+        "--set",
+        *pairs,
+    ]
     assert subprocess.run(full, env=env).returncode == 0
     _same_run(part, tmp_path / "gloo")
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env = dict(
+        os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore"
+    )
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     return env
 

@@ -14,7 +14,9 @@ def cmd_certs_init(args: argparse.Namespace) -> int:
     try:
         from ..runtime.silonet.certs import init_certs
     except ImportError as e:
-        raise ValueError(f"certs init needs the cryptography package ({e}); pip install 'sheaf-fmtl[silos]'") from None
+        raise ValueError(
+            f"certs init needs the cryptography package ({e}); pip install 'sheaf-fmtl[silos]'"
+        ) from None
     out = Path(args.out)
     init_certs(out, args.clients, days=args.days)
     print(f"certs: authority {out / 'ca.pem'} (keep {out / 'ca.key'} off the silos' machines)")

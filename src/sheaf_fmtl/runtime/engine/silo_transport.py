@@ -26,7 +26,7 @@ from ...sheaf.graph import ClientGraph
 from ...spelling import setting
 from ..silonet.group import SiloGroup, check
 from ..silonet.links import Refused
-from ..silonet.wire import EDGE, Frame, encode, edge_tag
+from ..silonet.wire import EDGE, Frame, edge_tag, encode
 from .distributed import ExchangePlan, make_plan, remote_order
 from .faults import Faults
 from .shard import Shard
@@ -46,7 +46,9 @@ class SiloPlan:
 class SiloTransport(EdgeTransport):
     """:class:`.transport.Transport` and :class:`sheaf_fmtl.messages.Comm` of one silo."""
 
-    def __init__(self, shard: Shard, graph: ClientGraph, group: SiloGroup, faults: Faults | None = None) -> None:
+    def __init__(
+        self, shard: Shard, graph: ClientGraph, group: SiloGroup, faults: Faults | None = None
+    ) -> None:
         super().__init__(faults)
         self.shard, self.graph, self.group = shard, graph, group
         group.round = lambda: self.faults.round
@@ -90,7 +92,11 @@ class SiloTransport(EdgeTransport):
                 continue
             got = group.links.take(r, step)
             tag = edge_tag(name, silo.edges[r])
-            why = got.reason if isinstance(got, Refused) else _check_edge(got, self.faults.round, tag, data.dtype, want)
+            why = (
+                got.reason
+                if isinstance(got, Refused)
+                else _check_edge(got, self.faults.round, tag, data.dtype, want)
+            )
             if why is None:
                 assert isinstance(got, Frame)
                 pieces.append(got.data)
@@ -128,7 +134,11 @@ class SiloTransport(EdgeTransport):
         """``out`` with the messages at ``positions`` (from refused frames) not heard, and counted."""
         first = next(item for item in out.values() if isinstance(item, EdgeTensor))
         device = first.data.device
-        heard = first.heard if first.heard is not None else torch.ones(len(first.layout.sizes), dtype=torch.bool, device=device)
+        heard = (
+            first.heard
+            if first.heard is not None
+            else torch.ones(len(first.layout.sizes), dtype=torch.bool, device=device)
+        )
         where = torch.as_tensor(positions, dtype=torch.long, device=device)
         self.faults.count_refused(int(heard[where].sum()))
         heard = heard.clone()
@@ -139,7 +149,9 @@ class SiloTransport(EdgeTransport):
                 result[name] = item
                 continue
             keep = heard.index_select(0, item.layout.element_positions(device))
-            result[name] = EdgeTensor(torch.where(keep, item.data, item.data.new_zeros(())), item.layout, heard)
+            result[name] = EdgeTensor(
+                torch.where(keep, item.data, item.data.new_zeros(())), item.layout, heard
+            )
         return result
 
     def peek(self, payload: dict[str, EdgeTensor]) -> dict[str, EdgeTensor]:
@@ -151,7 +163,9 @@ class SiloTransport(EdgeTransport):
                 plan = self._plan(item.layout, item.data.device)
                 rev = item.layout.reversed()
                 bad = torch.zeros(len(rev.sizes), dtype=torch.bool, device=data.device)
-                bad[torch.as_tensor(np.concatenate([plan.positions[r] for r in refused]), device=data.device)] = True
+                bad[
+                    torch.as_tensor(np.concatenate([plan.positions[r] for r in refused]), device=data.device)
+                ] = True
                 data = torch.where(bad.index_select(0, rev.element_positions(data.device)), torch.nan, data)
             out[name] = EdgeTensor(data, item.layout.reversed())
         return out

@@ -73,7 +73,8 @@ def check_silos(config: RunConfig) -> None:
         import grpc  # noqa: F401
     except ImportError as e:
         raise ConfigError(
-            f"config key 'transport' = tls needs grpcio and cryptography ({e}): pip install 'sheaf-fmtl[silos]'"
+            f"config key 'transport' = tls needs grpcio and cryptography ({e}): "
+            "pip install 'sheaf-fmtl[silos]'"
         ) from None
     from pathlib import Path
 
@@ -85,5 +86,6 @@ def check_silos(config: RunConfig) -> None:
     if isinstance(kind, type) and issubclass(kind, ServerAlgorithm):
         raise ConfigError(
             f"config key 'algorithm' = {config.algorithm} needs a parameter server, which is no silo; "
-            f"transport = tls links neighbours only: choose a decentralized algorithm or {setting('transport', 'gloo')}"
+            "transport = tls links neighbours only: choose a decentralized algorithm or "
+            f"{setting('transport', 'gloo')}"
         )

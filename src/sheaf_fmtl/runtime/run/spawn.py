@@ -23,10 +23,11 @@ import yaml
 
 from ...config import RunConfig
 from ...data.bounded import read_text_bounded
+from ..silonet.session import PEERS_ENV as SILO_PEERS
 from .folderlock import HELD_ENV, HELD_FD_ENV, held_lock
 from .precheck import check_processes
 from .rank import RankLostError
-from .rankenv import LAUNCHER, SILO_PEERS, STORE_FILE
+from .rankenv import LAUNCHER, STORE_FILE
 from .rundir import claim
 
 if TYPE_CHECKING:

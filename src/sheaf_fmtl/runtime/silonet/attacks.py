@@ -57,11 +57,15 @@ def run_attacks(certs: Path, target: int, neighbour: int, outsider: int, address
                 ),
                 (
                     f"valid certificate of {silo_name(outsider)}, not a neighbour of {silo_name(target)}",
-                    lambda: dial(load_identity(certs, outsider), address, target, frame_for(outsider, target)),
+                    lambda: dial(
+                        load_identity(certs, outsider), address, target, frame_for(outsider, target)
+                    ),
                 ),
                 (
                     f"payload of {silo_name(neighbour)} altered after sealing",
-                    lambda: dial(load_identity(certs, neighbour), address, target, _tampered(neighbour, target)),
+                    lambda: dial(
+                        load_identity(certs, neighbour), address, target, _tampered(neighbour, target)
+                    ),
                 ),
             ]
             lines = [f"{what}: {outcome()}" for what, outcome in attacks]

@@ -37,7 +37,9 @@ def silo_name(rank: int) -> str:
 def silo_rank(name: str) -> int | None:
     """The rank an identity names (``silo-3`` -> 3), ``None`` when it names no silo."""
     digits = name.removeprefix(PREFIX)
-    return int(digits) if name.startswith(PREFIX) and digits.isdigit() and str(int(digits)) == digits else None
+    return (
+        int(digits) if name.startswith(PREFIX) and digits.isdigit() and str(int(digits)) == digits else None
+    )
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ def _certificate(
     issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None,
     days: int,
 ) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     issuer_name = _name(subject) if issuer is None else issuer[0].subject
     builder = (
         x509.CertificateBuilder()
@@ -104,7 +106,9 @@ def _certificate(
         ),
         critical=True,
     )
-    builder = builder.add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+    builder = builder.add_extension(
+        x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
+    )
     issuer_key = key.public_key() if issuer is None else issuer[1].public_key()
     builder = builder.add_extension(
         x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key), critical=False

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from .links import Refused, SiloLinkError, SiloLinks
-from .wire import DOWN, UP, Frame, Header, encode, edge_tag, pack_tensors, unpack_tensors
+from .wire import DOWN, UP, Frame, Header, edge_tag, encode, pack_tensors, unpack_tensors
 
 _OPS = {name: edge_tag(name, np.zeros(0, np.int64)) for name in ("sum", "max", "gather", "json")}
 
@@ -144,8 +144,15 @@ class SiloGroup:
             for r in range(self.world):
                 part = parts[str(r)]
                 if part.shape != t.shape or part.dtype != t.dtype:
-                    raise SiloLinkError(f"silo {r} sent {part.dtype}{list(part.shape)} to a reduction of {t.dtype}{list(t.shape)}")
-                total = part.clone() if total is None else (total + part if op == "sum" else torch.maximum(total, part))
+                    raise SiloLinkError(
+                        f"silo {r} sent {part.dtype}{list(part.shape)} to a reduction of "
+                        f"{t.dtype}{list(t.shape)}"
+                    )
+                total = (
+                    part.clone()
+                    if total is None
+                    else (total + part if op == "sum" else torch.maximum(total, part))
+                )
         return self._broadcast(total, op).to(t.device)
 
     def gather(self, mine: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:

@@ -132,7 +132,9 @@ class SiloLinks:
         self.refusals: list[str] = []  # why callers were refused, for the record (thread-safe appends)
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=_OPTIONS)
         handler = grpc.unary_unary_rpc_method_handler(self._deliver)
-        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Deliver": handler}),))
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE, {"Deliver": handler}),)
+        )
         creds = grpc.ssl_server_credentials(
             [(identity.key, identity.cert)], root_certificates=identity.ca, require_client_auth=True
         )
@@ -141,7 +143,9 @@ class SiloLinks:
         except RuntimeError:
             bound = 0
         if not bound:
-            raise SiloLinkError(f"silo {identity.rank} cannot listen on {listen} (in use, or not this machine's)")
+            raise SiloLinkError(
+                f"silo {identity.rank} cannot listen on {listen} (in use, or not this machine's)"
+            )
         self._server.start()
 
     def attach(self, neighbours: dict[int, str]) -> None:
@@ -166,9 +170,11 @@ class SiloLinks:
         peer = silo_rank(name)
         self._attached.wait(self.timeout_s)  # a neighbour may start before this silo knows the graph
         if peer is None or peer not in self.neighbours:
-            why = f"refused: {name or 'a caller without identity'} is not a graph neighbour of silo {self.identity.rank}"
+            who = name or "a caller without identity"
+            why = f"refused: {who} is not a graph neighbour of silo {self.identity.rank}"
             self.refusals.append(why)
             context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+        assert peer is not None  # (abort raised otherwise)
         reason = self.mailbox.put(peer, request)
         if reason is not None:
             why = f"refused: frame from {name}: {reason}"
@@ -189,7 +195,8 @@ class SiloLinks:
             code = e.code() if hasattr(e, "code") else None
             detail = e.details() if hasattr(e, "details") else str(e)
             raise SiloLinkError(
-                f"silo {self.identity.rank}: sending to silo {rank} failed ({getattr(code, 'name', code)}: {detail})"
+                f"silo {self.identity.rank}: sending to silo {rank} failed "
+                f"({getattr(code, 'name', code)}: {detail})"
             ) from None
 
     def take(self, rank: int, step: int) -> Frame | Refused:

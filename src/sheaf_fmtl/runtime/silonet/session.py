@@ -44,7 +44,9 @@ def read_peers(path: Path, world: int) -> dict[int, str]:
     if not isinstance(raw, dict) or not all(isinstance(k, int) for k in raw):
         raise ConfigError(f"{what} must map each silo's rank to host:port (e.g. '0: 10.0.0.1:50051')")
     if sorted(raw) != list(range(world)):
-        raise ConfigError(f"{what} names silos {sorted(raw)}; processes = {world} needs exactly 0 .. {world - 1}")
+        raise ConfigError(
+            f"{what} names silos {sorted(raw)}; processes = {world} needs exactly 0 .. {world - 1}"
+        )
     out = {}
     for rank, address in raw.items():
         host, _, port = str(address).rpartition(":")

@@ -85,7 +85,9 @@ def encode(header: Header, data: torch.Tensor) -> bytes:
     if header.dtype not in _CODE:
         raise WireError(f"dtype {header.dtype} cannot travel (allowed: {', '.join(_NAMES)})")
     if tuple(data.shape) != header.shape or data.dtype != header.dtype or len(header.shape) > MAX_DIMS:
-        raise WireError(f"header says {header.dtype}{list(header.shape)}, data is {data.dtype}{list(data.shape)}")
+        raise WireError(
+            f"header says {header.dtype}{list(header.shape)}, data is {data.dtype}{list(data.shape)}"
+        )
     payload = raw_bytes(data)
     head = _FIXED.pack(
         MAGIC,
