@@ -265,3 +265,85 @@ def test_a_forged_sender_is_counted_and_the_honest_frame_applied(certs: Path) ->
     assert item.heard is None or bool(item.heard.all())
     assert torch.equal(item.data[start : start + DIM], torch.full((DIM,), 5.0, dtype=torch.float64))
     assert silo.faults.counts()["rejected_messages"] == 1
+
+
+# -- the keys ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("keys", "words"),
+    [
+        ({"transport": "tls", "processes": 3}, "'tls_certs' must name"),
+        ({"transport": "tls", "tls_certs": "c"}, "processes = 1 runs one"),
+        ({"transport": "tls", "tls_certs": "c", "processes": 3, "silo": 3}, "0 <= silo < processes"),
+        ({"transport": "tls", "tls_certs": "c", "processes": 3, "silo": 1}, "needs their addresses"),
+        ({"transport": "grpc"}, "transport"),
+    ],
+)
+def test_the_silo_keys_are_refused_in_one_line_naming_the_key(keys: dict[str, object], words: str) -> None:
+    from sheaf_fmtl.config import RunConfig
+
+    with pytest.raises(ConfigError, match=words) as refused:
+        RunConfig(**keys)  # type: ignore[arg-type]
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("0: a:1\n1: b:2\n", None),
+        ("0: a:1\n", "needs exactly 0 .. 1"),
+        ("0: a:1\n1: b\n", "not host:port"),
+        ("- a:1\n- b:2\n", "must map each silo"),
+        ("0: [a\n", "not YAML"),
+    ],
+)
+def test_the_peers_file_names_every_silo_with_a_port(tmp_path: Path, text: str, words: str | None) -> None:
+    from sheaf_fmtl.runtime.silonet.session import read_peers
+
+    (tmp_path / "peers.yaml").write_text(text)
+    if words is None:
+        assert read_peers(tmp_path / "peers.yaml", 2) == {0: "a:1", 1: "b:2"}
+        return
+    with pytest.raises(ConfigError, match=words):
+        read_peers(tmp_path / "peers.yaml", 2)
+
+
+# -- along the tree ------------------------------------------------------------------------------
+def test_three_silos_sum_from_the_last_rank_down_gather_and_share_their_numbers(certs: Path) -> None:
+    """A path 0 - 1 - 2 (silo 2 reaches silo 0 through silo 1): the sum is ``t0 + (t1 + t2)``
+    (chosen so that ``(t0 + t1) + t2`` differs), the maximum, the gather and the all-gather."""
+    parts = [torch.tensor([1.0], dtype=torch.float32), torch.tensor([1e8]), torch.tensor([-1e8])]
+    assert not torch.equal((parts[0] + parts[1]) + parts[2], parts[0] + (parts[1] + parts[2]))
+    graph = ClientGraph(3, np.array([[0, 1], [1, 2]]))
+    owner = np.arange(3)
+    addresses = {r: f"127.0.0.1:{free_port()}" for r in range(3)}
+    groups = [
+        SiloGroup(SiloLinks(load_identity(certs, r), addresses[r], 10.0), r, 3, addresses) for r in range(3)
+    ]
+    results: dict[int, tuple[object, ...]] = {}
+
+    def silo(r: int) -> None:
+        g = groups[r]
+        g.attach(owner, graph.src, graph.dst)
+        total = g.reduce(parts[r], "sum")
+        top = g.reduce(torch.tensor([r, -r]), "max")
+        gathered = g.gather({f"t/{r}": torch.full((2,), float(r))})
+        shared = g.all_gather_json({"rank": r, "name": f"silo {r}"})
+        results[r] = (total, top, gathered, shared)
+
+    threads = [threading.Thread(target=silo, args=(r,)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    for g in groups:
+        g.links.close()
+    assert sorted(results) == [0, 1, 2]
+    assert groups[2].parent == 1 and groups[0].children == [1] and groups[0].neighbours == {1}
+    for r, (total, top, gathered, shared) in results.items():
+        assert torch.equal(total, parts[0] + (parts[1] + parts[2]))  # type: ignore[arg-type]
+        assert torch.equal(top, torch.tensor([2, 0]))  # type: ignore[arg-type]
+        assert shared == [{"rank": k, "name": f"silo {k}"} for k in range(3)]
+        assert (gathered is None) == (r != 0)
+    gathered = results[0][2]
+    assert isinstance(gathered, dict) and sorted(gathered) == ["t/0", "t/1", "t/2"]
+    assert all(torch.equal(gathered[f"t/{k}"], torch.full((2,), float(k))) for k in range(3))
