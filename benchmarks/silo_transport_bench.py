@@ -28,6 +28,7 @@ def run(out: Path, rounds: int, extra: list[str]) -> float:
         [*argv, "--set", *KEYS, f"rounds={rounds}", *extra],
         check=True,
         env=dict(os.environ, OMP_NUM_THREADS="1"),
+        stdout=subprocess.DEVNULL,
     )
     return float(json.loads((out / "summary.json").read_text())["wall_seconds"])
 
