@@ -27,6 +27,8 @@ from .._version import __version__
 from ..commandline import COMMON_FLAGS, PROG, Parser, UsageError, error_line
 from ..runtime.run.interrupt import SecondSignal
 from ..spelling import command_line
+from .certs import HELP as CERTS_HELP
+from .certs import add_certs_parser
 from .demo import add_demo_parser
 from .export import add_evaluate_parser, add_export_parser
 from .plot import add_plot_parser
@@ -69,6 +71,7 @@ REGISTRARS: list[Callable[[Any], None]] = [
     _add_bench_parser,
     _add_experiments_parsers,
     _add_sweep_parser,
+    add_certs_parser,
 ]
 
 #: Every subcommand's one-line help (``sheaf-fmtl --help``), and the registrar that adds its parser:
@@ -84,6 +87,7 @@ COMMANDS: dict[str, tuple[str, Callable[[Any], None]]] = {
     "reproduce": ("run one of the paper's experiments, tables beside the paper's", _add_experiments_parsers),
     "table": ("Markdown/CSV table of run folders (seeds grouped)", _add_experiments_parsers),
     "sweep": ("grid search on a validation split; writes the best config", _add_sweep_parser),
+    "certs": (CERTS_HELP, add_certs_parser),
 }
 
 

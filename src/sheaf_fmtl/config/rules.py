@@ -7,9 +7,10 @@ from ..spelling import setting
 from . import optimizers, registry, schedulers
 from .errors import ConfigError, fix
 from .keys_run import StepKeys  # (every key of a run: the schema's RunConfig, which calls these, adds checks)
+from .keys_silos import SiloKeys
 
 
-def _check_together(config: StepKeys) -> None:
+def _check_together(config: SiloKeys) -> None:
     """Rules that involve several keys."""
     if config.graph == "file" and not config.graph_file:
         raise ConfigError(
@@ -35,12 +36,40 @@ def _check_together(config: StepKeys) -> None:
             f"add {setting('validation', 0.2)} (a fraction of each client's training data), or "
             f"{setting('early_stop_patience', 0)} to never stop early"
         )
+    _check_silos(config)
     _check_pool(config)
     _check_maps(config)
     _check_optimizer(config)
     _check_compression(config)
     _check_coupling_step(config)
     check_schedule(config)
+
+
+def _check_silos(config: SiloKeys) -> None:
+    """``transport = tls``: the certificates' folder, and a silo among the ``processes``."""
+    if config.transport != "tls":
+        return
+    if not config.tls_certs:
+        raise ConfigError(
+            "config key 'tls_certs' must name the certificates' folder with transport = tls: run "
+            f"sheaf-fmtl certs init --clients {max(config.processes, 2)} --out certs, then add "
+            f"{setting('tls_certs', 'certs')}"
+        )
+    if config.processes < 2:
+        raise ConfigError(
+            f"config key 'transport' = tls links silos, and processes = {config.processes} runs one: "
+            f"give {setting('processes', 'K')} (the number of silos), or leave transport out"
+        )
+    if config.silo is not None and config.silo >= config.processes:
+        raise ConfigError(
+            f"config key 'silo' = {config.silo}: the silos are 0 .. {config.processes - 1} "
+            f"(processes = {config.processes}); allowed: 0 <= silo < processes"
+        )
+    if config.silo is not None and not config.tls_peers:
+        raise ConfigError(
+            f"config key 'silo' = {config.silo} runs one silo of several machines, which needs their "
+            f"addresses: add {setting('tls_peers', 'peers.yaml')} (one 'R: host:port' line per silo)"
+        )
 
 
 def _check_pool(config: StepKeys) -> None:

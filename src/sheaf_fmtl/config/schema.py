@@ -16,13 +16,13 @@ from ..plugins import PLUGIN_KEYS, PluginError, is_held, is_spec, load_spec
 from ..spelling import ANY, on_command_line, setting
 from ..warn import warn
 from .errors import ConfigError, fix, shown
-from .keys_run import StepKeys
+from .keys_silos import SiloKeys
 from .rules import _check_together
 from .values import _CHOICES, _DEVICE, _RANGES, MAX_JOIN_ROUND, PLACEMENTS, choices, join_round_values
 
 
 @dataclass(frozen=True)
-class RunConfig(StepKeys):
+class RunConfig(SiloKeys):
     """Every setting of a run; invalid values raise :class:`ConfigError` in the constructor."""
 
     def __post_init__(self) -> None:

@@ -29,6 +29,7 @@ SELECTORS: dict[str, Callable[[RunConfig], str]] = {
     "compressor": lambda c: c.compressor,
     "partition": lambda c: c.partition,
     "graph_schedule": lambda c: c.graph_schedule,
+    "transport": lambda c: c.transport,
 }
 _COMPRESSING = ("top-k", "rand-k", "rand-k-seeded", "qsgd", "sign", "powergossip")
 #: Keys read by some graph kinds or protocols only: key -> (selector, the selector's values that read it).
@@ -48,6 +49,9 @@ _OTHER_READERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "peers": ("graph_schedule", ("random-peers",)),
     "peers_from": ("graph_schedule", ("random-peers",)),
     "link_budget": ("graph_schedule", BUDGETED),
+    "tls_certs": ("transport", ("tls",)),
+    "tls_peers": ("transport", ("tls",)),
+    "silo": ("transport", ("tls",)),
 }
 #: Keys a mode reads that the config's rules refuse with any other mode (``rules._check_maps``).
 _REFUSED_ELSEWHERE = ("estimates", "map_kind")

@@ -37,6 +37,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "lr_schedule": ("constant", "cosine", "step"),
     "wandb_mode": ("offline", "online", "disabled"),
     "compressor": COMPRESSOR_NAMES,
+    "transport": ("gloo", "tls"),
 }
 # key -> (lower, lower inclusive, upper, upper inclusive, text)
 _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
@@ -82,6 +83,7 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "partition_alpha": (0.0, False, None, False, "partition_alpha > 0"),
     "classes_per_client": (1, True, None, False, "classes_per_client >= 1"),
     "timeout_s": (0.0, False, None, False, "timeout_s > 0"),
+    "silo": (0, True, None, False, "silo >= 0 (null: every silo on this machine)"),
     "momentum": (0.0, True, 1.0, False, "0 <= momentum < 1"),
     "adam_beta1": (0.0, True, 1.0, False, "0 <= adam_beta1 < 1"),
     "adam_beta2": (0.0, True, 1.0, False, "0 <= adam_beta2 < 1"),

@@ -27,7 +27,7 @@ BOOKKEEPING_KEYS = frozenset(
         "map_defer",
         "processes",
     }
-    | {"placement", "timeout_s"}
+    | {"placement", "timeout_s", "transport", "tls_certs", "tls_peers", "silo"}
 )
 
 

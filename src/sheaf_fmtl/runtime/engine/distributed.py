@@ -46,14 +46,22 @@ class ExchangePlan:
     gather: torch.Tensor
 
 
-def make_plan(layout: EdgeLayout, graph: ClientGraph, shard: Shard, device: torch.device) -> ExchangePlan:
-    """The :class:`ExchangePlan` of ``layout`` on rank ``shard.rank`` (see the module docstring)."""
-    assert layout.half_edges is not None and layout.rev_sizes is not None
+def remote_order(layout: EdgeLayout, graph: ClientGraph, shard: Shard) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of ``layout`` whose reverse half-edge is held elsewhere, by peer rank, then by
+    undirected edge id (the order both ends of a pair of ranks pack their messages in), and each
+    one's peer rank."""
+    assert layout.half_edges is not None
     h = layout.half_edges
     remote = np.flatnonzero(layout.rev < 0)
     peer = shard.owner[graph.dst[h[remote]]]
     remote = remote[np.lexsort((h[remote] // 2, peer))]  # by peer rank, then by undirected edge id
-    peer = shard.owner[graph.dst[h[remote]]]
+    return remote, shard.owner[graph.dst[h[remote]]]
+
+
+def make_plan(layout: EdgeLayout, graph: ClientGraph, shard: Shard, device: torch.device) -> ExchangePlan:
+    """The :class:`ExchangePlan` of ``layout`` on rank ``shard.rank`` (see the module docstring)."""
+    assert layout.rev_sizes is not None
+    remote, peer = remote_order(layout, graph, shard)
     send = element_index(layout.offsets[remote], layout.sizes[remote])
     count = np.bincount(peer, weights=layout.sizes[remote], minlength=shard.world).astype(np.int64)
     got = np.bincount(peer, weights=layout.rev_sizes[remote], minlength=shard.world).astype(np.int64)

@@ -256,6 +256,10 @@ class Faults:
         self._count(ok | ~present)
         return ok & present, present, int((~out).sum())
 
+    def count_refused(self, messages: int) -> None:
+        """Count ``messages`` refused by the transport itself (a frame that failed its checks)."""
+        self._rejected = self._rejected + messages
+
     def _count(self, accepted_or_lost: torch.Tensor) -> None:
         self._rejected = self._rejected + (~accepted_or_lost).sum()
 

@@ -30,7 +30,9 @@ def read_silo(
     (``load(held ids)``, :func:`.simulate.load_dataset` with ``held``), the others' shapes and sizes
     from the start-up exchange (a collective: every rank calls it)."""
     rank, world = rank_world
-    held = placement(graph, world, config.placement, config.seed) == rank
+    owner = placement(graph, world, config.placement, config.seed)
+    attach_silo(owner, graph)
+    held = owner == rank
     failed = ""
     try:
         local: FederatedDataset | None = load([int(i) for i in held.nonzero()[0]])
@@ -45,8 +47,23 @@ def read_silo(
     return placeholder(local, merge([Census(**_tuples(p)) for p in parts], graph.num_nodes))
 
 
+def attach_silo(owner: Any, graph: ClientGraph) -> None:  # noqa: ANN401 - the placement array
+    """Under ``transport = tls``: make this silo's links to its neighbours (nothing otherwise)."""
+    from ..silonet.session import current
+
+    silo = current()
+    if silo is not None:
+        silo.attach(owner, graph.src, graph.dst)
+
+
 def exchange(numbers: dict[str, Any], world: int) -> list[dict[str, Any]]:
-    """Every rank's ``numbers`` (plain numbers and strings), in rank order: one all-gather."""
+    """Every rank's ``numbers`` (plain numbers and strings), in rank order: one all-gather (as JSON
+    along the silo links under ``transport = tls``)."""
+    from ..silonet.session import current
+
+    silo = current()
+    if silo is not None:
+        return [dict(p) for p in silo.all_gather_json(numbers)]  # type: ignore[call-overload]
     out: list[Any] = [None] * world
     dist.all_gather_object(out, numbers)
     return out

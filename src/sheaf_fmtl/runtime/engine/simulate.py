@@ -333,6 +333,15 @@ def _federation_here(
     held = build_federation(
         dataset, config.model, l2=config.l2, device=device, clients=shard.clients.tolist()
     )
+    if config.transport == "tls":  # the silo links (sheaf_fmtl.runtime.silonet)
+        from ..silonet.session import current
+        from .silo_transport import SiloTransport
+        from .silos import attach_silo
+
+        silo = current()
+        assert silo is not None, "transport = tls: the silo joins before it builds its clients"
+        attach_silo(shard.owner, graph)
+        return held, SiloTransport(shard, graph, silo, faults)
     return held, DistributedTransport(shard, graph, faults)
 
 

@@ -53,6 +53,11 @@ if TYPE_CHECKING:
 
 def rank_and_world() -> tuple[int, int]:
     """``(rank, processes)`` of this run: from the ``torch.distributed`` group, ``(0, 1)`` without."""
+    from ..silonet.session import current
+
+    silo = current()
+    if silo is not None:
+        return silo.rank, silo.world
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()

@@ -47,25 +47,53 @@ def held_thetas(sim: Simulation[Any]) -> dict[int, torch.Tensor]:
     return {int(i): sim.theta(int(i)).detach().to("cpu", copy=True) for i in sim.ctx.fed.held.nonzero()[0]}
 
 
-def on_rank_zero(part: Any) -> list[Any]:  # noqa: ANN401 - any picklable object
-    """Every rank's ``part``, in rank order, on rank 0 (``[]`` on the others); a collective: every
-    rank calls it."""
-    parts: list[Any] = [None] * dist.get_world_size() if dist.get_rank() == 0 else []
-    dist.gather_object(part, parts if dist.get_rank() == 0 else None, dst=0)
-    return parts
-
-
 def gather_models(sim: Simulation[Any]) -> tuple[dict[int, torch.Tensor], dict[int, dict[str, torch.Tensor]]]:
     """Every client's theta and BatchNorm statistics (by client id) on rank 0, this process's own
     on the others (a collective across processes: every rank calls it)."""
-    mine = (held_thetas(sim), sim.ctx.fed.norm_state())
-    parts = [mine] if sim.ctx.fed.held.all() else on_rank_zero(mine)
+    mine = held_thetas(sim), sim.ctx.fed.norm_state()
+    if sim.ctx.fed.held.all():
+        return mine
+    parts, lead = _gather_parts(mine[0], {}, mine[1])
+    if not lead:  # (ranks other than 0: their own)
+        return mine
     thetas: dict[int, torch.Tensor] = {}
     norms: dict[int, dict[str, torch.Tensor]] = {}
-    for t, b in parts or [mine]:  # (ranks other than 0: their own)
+    for t, _, b in parts:
         thetas.update(t)
         norms.update(b)
     return thetas, norms
+
+
+def _gather_parts(
+    thetas: dict[int, torch.Tensor], maps: dict[int, torch.Tensor], norms: dict[int, dict[str, torch.Tensor]]
+) -> tuple[list[Any], bool]:
+    """Every rank's ``(thetas, maps, norms)`` on rank 0 (empty elsewhere), and whether this is rank
+    0: one ``gather_object``, or under ``transport = tls`` named tensors along the silo tree (no pickle)."""
+    from ..silonet.session import current
+
+    silo = current()
+    if silo is None:
+        parts: list[Any] = [None] * dist.get_world_size() if dist.get_rank() == 0 else []
+        dist.gather_object((thetas, maps, norms), parts if dist.get_rank() == 0 else None, dst=0)
+        return parts, dist.get_rank() == 0
+    named = {f"t/{i}": t for i, t in thetas.items()} | {f"m/{h}": m for h, m in maps.items()}
+    named |= {f"b/{i}/{k}": v for i, stats in norms.items() for k, v in stats.items()}
+    got = silo.gather(named)
+    if got is None:
+        return [], False
+    t: dict[int, torch.Tensor] = {}
+    m: dict[int, torch.Tensor] = {}
+    b: dict[int, dict[str, torch.Tensor]] = {}
+    for name, value in got.items():
+        kind, _, rest = name.partition("/")
+        if kind == "t":
+            t[int(rest)] = value
+        elif kind == "m":
+            m[int(rest)] = value
+        else:
+            client, _, key = rest.partition("/")
+            b.setdefault(int(client), {})[key] = value
+    return [(t, m, b)], True
 
 
 def gather_final_state(sim: Simulation[Any]) -> dict[str, Any]:
@@ -76,12 +104,13 @@ def gather_final_state(sim: Simulation[Any]) -> dict[str, Any]:
     maps = sim.maps() if "maps" in local else {}
     index = {(int(s), int(d)): h for h, (s, d) in enumerate(zip(graph.src, graph.dst, strict=True))}
     my_maps = {index[k]: m.detach().cpu() for k, m in maps.items()}
-    parts = on_rank_zero((mine, my_maps, fed.norm_state()))
+    my_norms = fed.norm_state()
+    parts, lead = _gather_parts(mine, my_maps, my_norms)
     out: dict[str, Any] = {k: v for k, v in local.items() if k not in ("maps", "bucket_half_edges")}
     for key in ("map_norms", "shared_parameters", "edge_weights", "edge_weight_history"):
         if key in local:  # [2E] (or [K, E]), zero off this rank's half-edges
             out[key] = comm.all_sum(local[key])
-    if dist.get_rank() != 0:
+    if not lead:
         return {"thetas": list(mine.values()), "edges": torch.as_tensor(graph.edges), **out}
     thetas: dict[int, torch.Tensor] = {}
     by_half_edge: dict[int, torch.Tensor] = {}

@@ -44,10 +44,15 @@ def run_any(
 ) -> dict[str, Any] | None:
     """The ``run`` command's dispatch: a rank (torchrun or :func:`spawn`'s child), else
     :func:`dispatch`; the summary to print (``None`` on ranks other than 0)."""
-    if rank_world() is not None:
+    if rank_world() is not None or one_silo(config):
         return run_rank(config, out, progress=progress, overwrite=overwrite, build=build)
     ran = dispatch(config, out, progress=progress, overwrite=overwrite, build=build)
     return ran if isinstance(ran, dict) else ran.summary
+
+
+def one_silo(config: RunConfig) -> bool:
+    """This process is one silo of several machines (``transport = tls`` with ``silo`` set)."""
+    return config.transport == "tls" and config.silo is not None
 
 
 def dispatch(
@@ -115,6 +120,8 @@ def resume_any(
     ranks = rank_world()
     member = ranks is not None and ranks[0] != 0  # rank 0 holds the folder's lock for the group
     config = resume_config(run_dir, overrides, keys, group_member=member, trust=trust)
+    if ranks is None and one_silo(config):  # a silo of several machines, each with its own folder
+        ranks = (int(config.silo or 0), config.processes)
     if ranks is not None:
         lead = ranks[0] == 0
         with claim(run_dir, resume=True) if lead else contextlib.nullcontext():

@@ -40,6 +40,8 @@ def check_processes(config: RunConfig, *, data: bool = True) -> None:
             f"processes = {config.processes} is more than the {config.clients} clients; "
             "each process needs at least one client"
         )
+    if config.transport == "tls":
+        check_silos(config)
     if not data:
         return
     per_rank = generated_bytes(config.dataset, config.clients, dict(config.data))
@@ -57,3 +59,33 @@ def check_processes(config: RunConfig, *, data: bool = True) -> None:
             f"{config.dataset}; each process needs at least one client"
         )
     placement(graph, config.processes, config.placement, config.seed)
+
+
+def check_silos(config: RunConfig) -> None:
+    """``transport = tls``: gRPC and cryptography installed, the identities of the silos started here,
+    and an algorithm without a parameter
+    server (the silo links carry neighbour exchanges, sums and gathers, and no star's server)."""
+    from ...algorithms.base import ALGORITHMS
+    from ...algorithms.server import ServerAlgorithm
+
+    try:
+        import cryptography  # noqa: F401
+        import grpc  # noqa: F401
+    except ImportError as e:
+        raise ConfigError(
+            f"config key 'transport' = tls needs grpcio and cryptography ({e}): "
+            "pip install 'sheaf-fmtl[silos]'"
+        ) from None
+    from pathlib import Path
+
+    from ..silonet.certs import load_identity
+
+    for rank in range(config.processes) if config.silo is None else (config.silo,):
+        load_identity(Path(config.tls_certs), rank)  # every silo this machine starts has its identity
+    kind = ALGORITHMS.get(config.algorithm)
+    if isinstance(kind, type) and issubclass(kind, ServerAlgorithm):
+        raise ConfigError(
+            f"config key 'algorithm' = {config.algorithm} needs a parameter server, which is no silo; "
+            "transport = tls links neighbours only: choose a decentralized algorithm or "
+            f"{setting('transport', 'gloo')}"
+        )

@@ -31,7 +31,14 @@ class RankLostError(RuntimeError):
 
 
 def join_group(config: RunConfig) -> tuple[int, int]:
-    """Join the process group given by the environment, with ``timeout_s`` on every collective."""
+    """Join the process group given by the environment, with ``timeout_s`` on every collective;
+    under ``transport = tls``, become silo ``silo`` (or ``RANK``) of ``processes`` instead."""
+    if config.transport == "tls":
+        from ..silonet import session
+
+        rank = config.silo if config.silo is not None else int(os.environ["RANK"])
+        session.join(config, rank, config.processes)
+        return rank, config.processes
     cuda = config.device.startswith("cuda")
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -68,13 +75,16 @@ def run_rank(
     check_processes(config, data=False)
     watch_launcher()
     rank, world = join_group(config)
-    if resuming:
+    silo = config.transport == "tls"  # (its links are made with the graph: agreed after the build)
+    if resuming and not silo:
         resume_from = _common_start(resume_from, out)
     sim = None
     try:
         owned = claim(out, overwrite=overwrite, resume=resuming) if rank == 0 else contextlib.nullcontext()
         with owned, interrupt.leave_summary(out if rank == 0 else None):  # rank 0 writes the run folder
             sim = build_simulation(config, rank_world=(rank, world))
+            if resuming and silo:
+                resume_from = _common_start(resume_from, out)
             agreement = RoundAgreement(sim)
             interrupt.AGREE = agreement.agree_stop  # every rank stops after the same round
             outcome = execute(
@@ -87,7 +97,7 @@ def run_rank(
                 agreement=agreement,
             )
     except RuntimeError as e:
-        if "DistBackendError" in type(e).__name__ or _is_comm_error(e):
+        if type(e).__name__ in ("DistBackendError", "SiloLinkError") or _is_comm_error(e):
             reached = sim.transport.faults.round if sim is not None else 0
             raise RankLostError(
                 f"rank {rank} of {world}: lost contact with the group in round {reached} (a peer rank died "
@@ -96,7 +106,12 @@ def run_rank(
         raise
     finally:
         interrupt.AGREE = None
-    dist.destroy_process_group()
+        if silo:
+            from ..silonet import session
+
+            session.leave()
+    if not silo:
+        dist.destroy_process_group()
     return outcome.summary if rank == 0 else None
 
 
@@ -104,9 +119,15 @@ def _common_start(folder: Path | None, out: Path) -> Path | None:
     """A resume's checkpoint, agreed by every rank (a collective): when some ranks' folders hold a
     complete checkpoint and others none (each machine its own ``--out``, a run stopped before every
     folder's first manifest), every rank starts the run again from round 0."""
-    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-    flags = torch.tensor([int(folder is not None), int(folder is None)], device=device)
-    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    from ..silonet.session import current
+
+    silo = current()
+    flags = torch.tensor([int(folder is not None), int(folder is None)])
+    if silo is not None:
+        flags = silo.reduce(flags, "max")
+    else:
+        flags = flags.to("cuda" if dist.get_backend() == "nccl" else "cpu")
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
     if bool(flags[0]) and bool(flags[1]):
         warnings.warn(
             f"{out}: another rank's folder has no complete checkpoint; the run starts again from round 0",

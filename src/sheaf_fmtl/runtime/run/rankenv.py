@@ -18,6 +18,7 @@ import threading
 import time
 
 from ...config import ConfigError
+from ..silonet.session import PEERS_ENV as SILO_PEERS  # set by spawn for transport = tls
 
 STORE_FILE = "SHEAF_FMTL_STORE_FILE"  # set by spawn: the ranks meet through this file
 LAUNCHER = "SHEAF_FMTL_LAUNCHER_PID"  # set by spawn: the ranks stop when this process ends
@@ -41,8 +42,10 @@ def rank_world() -> tuple[int, int] | None:
         ) from None
     if world <= 1:
         return None
-    if not os.environ.get(STORE_FILE) and not (
-        os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT")
+    if (
+        not os.environ.get(STORE_FILE)
+        and not os.environ.get(SILO_PEERS)
+        and not (os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"))
     ):
         raise ConfigError(
             f"{taken}, but MASTER_ADDR and MASTER_PORT are not set; unset RANK and WORLD_SIZE to run one "

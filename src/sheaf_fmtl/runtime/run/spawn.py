@@ -23,6 +23,7 @@ import yaml
 
 from ...config import RunConfig
 from ...data.bounded import read_text_bounded
+from ..silonet.session import PEERS_ENV as SILO_PEERS
 from . import interrupt
 from .folderlock import HELD_ENV, HELD_FD_ENV, held_lock
 from .precheck import check_processes
@@ -80,16 +81,16 @@ def _rank_command(config: RunConfig, out: Path, tmp: Path, *, overwrite: bool, r
 
 
 def _spawn(config: RunConfig, out: Path, *, progress: bool, overwrite: bool, resume: bool) -> dict[str, Any]:
-    world, port = config.processes, free_port()
+    world = config.processes
     tmp = Path(tempfile.mkdtemp(prefix="sheaf-fmtl-ranks-"))
     argv = _rank_command(config, out, tmp, overwrite=overwrite, resume=resume)
     procs, logs = [], []
     lock = held_lock(out)  # ranks inherit it; its descriptor, not the folder's name, lets them in
     held = {HELD_ENV: str(out.resolve()), **({} if lock is None else {HELD_FD_ENV: str(lock)})}
+    meet = _rendezvous(config, tmp)
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
-        env.update(LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        env.update({STORE_FILE: str(tmp / "rendezvous"), "GLOO_SOCKET_IFNAME": _loopback()})
+        env.update(LOCAL_WORLD_SIZE=str(world), **meet)
         env.update({**held, LAUNCHER: str(os.getpid())})
         log = open(tmp / f"rank{rank}.err", "w+")  # noqa: SIM115 - read after the rank ends
         live = progress and rank == 0  # rank 0's progress and warnings shown as they come
@@ -147,6 +148,24 @@ def _raise_divergence(out: Path) -> None:
         return
     if isinstance(summary, dict) and summary.get("status") == "diverged":
         raise DivergenceError(str(summary.get("message", "the run diverged")))
+
+
+def _rendezvous(config: RunConfig, tmp: Path) -> dict[str, str]:
+    """How the ranks find each other: a file and a loopback port for Gloo; for ``transport = tls``
+    the silos' peers file (``tls_peers``, or one on the loopback written into ``tmp``), no rendezvous."""
+    if config.transport != "tls":
+        return {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(free_port()),
+            STORE_FILE: str(tmp / "rendezvous"),
+            "GLOO_SOCKET_IFNAME": _loopback(),
+        }
+    peers = Path(config.tls_peers) if config.tls_peers else tmp / "peers.yaml"
+    if not config.tls_peers:
+        from ..silonet.session import write_loopback_peers
+
+        write_loopback_peers(peers, [free_port() for _ in range(config.processes)])
+    return {SILO_PEERS: str(peers)}
 
 
 def _relay(stream: IO[bytes] | None, log: IO[str]) -> None:

@@ -1,0 +1,35 @@
+"""The keys of a run across silos over the authenticated transport (:class:`SiloKeys`), after every
+other key (:mod:`.keys_run`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .keys import _key
+from .keys_run import StepKeys
+
+
+@dataclass(frozen=True)
+class SiloKeys(StepKeys):
+    """How the ranks talk, and a silo's certificates and addresses under ``transport = tls``."""
+
+    transport: str = _key(
+        "gloo",
+        "Across processes: how the ranks talk. `gloo`: `torch.distributed` (Gloo on the CPU, NCCL with "
+        "`device=cuda`), for one trusted cluster; `tls`: silos that serve and dial only their graph "
+        "neighbours over gRPC with mutual TLS, each identified by its certificate (the same numbers; see "
+        "the authenticated silos page).",
+    )
+    tls_certs: str = _key(
+        "", "`transport=tls`: the folder `sheaf-fmtl certs init` wrote; silo `R` reads its `silo-R/`."
+    )
+    tls_peers: str = _key(
+        "",
+        "`transport=tls`: a YAML file of each silo's address, `R: host:port` (silo `R` listens there); "
+        "empty: every silo on this machine's loopback, on free ports.",
+    )
+    silo: int | None = _key(
+        None,
+        "`transport=tls` across machines: this process is silo `silo` of `tls_peers`, one of `processes` "
+        "(null: start every silo on this machine).",
+    )
