@@ -79,6 +79,23 @@ def test_three_silos_over_tls_give_the_gloo_run(tmp_path: Path, keys: dict[str, 
     _same_run(tmp_path / "tls", tmp_path / "gloo")
 
 
+def test_early_stopping_over_tls_keeps_the_gloo_runs_best(tmp_path: Path) -> None:
+    """``best.pt``'s models gathered along the silo tree, as the final ones are: the Gloo run's."""
+    init_certs(tmp_path / "certs", 3)
+    config = _settings(tmp_path, eval_every=1, rounds=10, validation=0.3, early_stop_patience=1)
+    tls = spawn(
+        config.replace(transport="tls", tls_certs=str(tmp_path / "certs")),
+        tmp_path / "tls",
+        progress=False,
+        overwrite=False,
+    )
+    gloo = spawn(config, tmp_path / "gloo", progress=False, overwrite=False)
+    assert tls["best_round"] == gloo["best_round"] and tls["status"] == gloo["status"]
+    kept = [torch.load(tmp_path / k / "best.pt", weights_only=True) for k in ("tls", "gloo")]
+    assert kept[0]["round"] == kept[1]["round"] and len(kept[0]["thetas"]) == 6
+    assert all(torch.equal(a, b) for a, b in zip(kept[0]["thetas"], kept[1]["thetas"], strict=True))
+
+
 def test_a_tls_run_stopped_by_sigterm_resumes_to_the_gloo_run(tmp_path: Path) -> None:
     """SIGTERM to a TLS run once a checkpoint exists; ``run --resume`` starts the three silos again
     and ends with the uninterrupted Gloo run's models and numbers."""
