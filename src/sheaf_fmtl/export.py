@@ -175,9 +175,9 @@ def load(  # noqa: ANN401 - a spec or the user's objects
             a list of modules, as :class:`sheaf_fmtl.Federation` takes).
         round: ``final`` (``checkpoint.pt``) or ``best``: the models of the best validation
             evaluation (``best.pt``, kept by early stopping or :class:`~sheaf_fmtl.callbacks.BestCheckpoint`).
-        data, metric: only for a run made from Python data (or given a metric function): those
-            objects again, as :func:`sheaf_fmtl.run` took them, for :meth:`TrainedRun.evaluate`
-            (which takes them too).
+        data: only for a run made from Python data: that data again, as :func:`sheaf_fmtl.run`
+            took it, for :meth:`TrainedRun.evaluate` (which takes it too).
+        metric: only for a run given a metric function: that function again, likewise.
     Raises:
         ConfigError: the config names user code and ``model`` does not name or give it.
         DatasetError: a file of the folder is missing or cannot be read, ``checkpoint.pt`` differs
