@@ -28,7 +28,7 @@ def dial(identity: Identity, address: str, target: int, frame: bytes, timeout_s:
         except grpc.RpcError as e:
             detail = (e.details() or "").splitlines()[0][:160] if hasattr(e, "details") else str(e)
             if e.code() == grpc.StatusCode.UNAVAILABLE:  # the server ended the handshake
-                detail = f"no TLS session: {detail}"
+                detail = f"TLS handshake failed: {detail}"
             return f"refused ({e.code().name}: {detail})"
     return "accepted"
 
