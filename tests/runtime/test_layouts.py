@@ -58,6 +58,7 @@ KEYS: dict[str, dict[str, Any]] = {
 #: difference seen is 7.5e-8); many runs here happen to agree bit for bit, none is guaranteed to.
 RTOL, ATOL = 1e-6, 1e-6
 
+
 def _config(algorithm: str, **extra: Any) -> RunConfig:  # noqa: ANN401
     return RunConfig(**{**TINY, "algorithm": algorithm, **KEYS.get(algorithm, {}), **extra})
 
