@@ -5,6 +5,7 @@ it, and refusals in one line."""
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 import torch
@@ -148,3 +149,33 @@ def test_a_transform_that_changes_the_shape_is_refused_with_what_the_folder_kept
     with pytest.raises(TransformError, match=said) as err:
         sheaf_fmtl.run(out=tmp_path / "r", transform=lambda x: x[:, :1], **KEYS)
     assert "\n" not in str(err.value)
+
+
+def test_a_failed_run_leaves_no_checkpoint_write_running(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """With a slow disk (a manifest written 0.5 s after its shard): the error is raised once the
+    checkpoint write in flight has finished, so no write runs behind it, what the error says was
+    kept is there, and a resume at once in the same process does not race the write (which would
+    remove the checkpoint being resumed)."""
+    import time
+
+    from sheaf_fmtl.cli import main
+    from sheaf_fmtl.runtime.run import checkpoint
+
+    manifest = checkpoint.write_manifest
+
+    def slow(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        time.sleep(0.5)
+        return manifest(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "write_manifest", slow)
+    out, spec = tmp_path / "run", "tests.algorithms.test_transform:fails_when_told"
+    keys = ["dataset=synthetic", "clients=3", "rounds=4", "eval_every=1", "batch_size=8", f"transform={spec}"]
+    TOLD.update(error=None, calls=0)
+    assert main(["run", "--quiet", "--out", str(tmp_path / "count"), "--set", *keys, "rounds=1"]) == 0
+    TOLD.update(error=TypeError("bad operand"), from_call=2 * int(TOLD["calls"]) + 1, calls=0)  # round 3
+    try:
+        assert main(["run", "--quiet", "--out", str(out), "--set", *keys]) == 2
+    finally:
+        TOLD["error"] = None
+    assert not any(t.name.startswith("checkpoint-") and t.is_alive() for t in threading.enumerate())
+    assert main(["run", "--quiet", "--resume", str(out), "--trust-plugins"]) == 0

@@ -154,6 +154,8 @@ def _run(state: RunState, progress: bool, hooks: Hooks, *, resumed: bool) -> Run
             state.recorder.close()
         outcome = _finish(state, ending, resumed=resumed, kept=hooks.callbacks)
     except BaseException as e:
+        if isinstance(e, Exception):  # the write in flight finished (and its pruning done) before
+            state.writer.join()  # the error tells what the folder kept, or a resume could race it
         hooks.exception(e)
         raise
     if view is not None:
