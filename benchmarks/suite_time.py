@@ -86,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     print(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:])
     if done.returncode != 0:
+        for line in done.stdout.splitlines():  # pytest's short summary: which failed
+            if line.startswith(("FAILED", "ERROR")):
+                print(line, file=sys.stderr)
         print("the suite failed: README.md left as it is", file=sys.stderr)
         return 1
     commit = subprocess.run(
