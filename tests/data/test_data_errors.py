@@ -122,7 +122,9 @@ def test_env_then_user_data_folder_and_a_named_data_dir_alone(tmp_path, monkeypa
     (given / "f.bin").unlink()  # a named folder lacking the file is an error, not a search
     with pytest.raises(DatasetError) as e:
         find_file("school", ["f.bin"], given)
-    assert f"no data file in data_dir {given}" in str(e.value) and "data_search=True" in str(e.value)
+    assert f"no data file in data_dir {given} (looked" in str(e.value) and "data_search=True" in str(e.value)
+    with pytest.raises(DatasetError, match="no data file in data_dir .*typo \\(no such folder\\)"):
+        find_file("school", ["f.bin"], tmp_path / "typo")  # a folder that is not there says so
     assert find_file("school", ["f.bin"], given, search=True) == user / "f.bin"
 
 
@@ -220,3 +222,17 @@ def test_har_ragged_rows_name_the_line_of_the_file(tmp_path):
         DatasetError, match=r"X_train\.txt: ragged rows \(line 4 has 2 values, line 2 has 561\)"
     ):
         load_raw("har", DataRequest(data_dir=tmp_path))
+
+
+def test_a_data_dir_that_is_not_there_is_said_for_a_generated_dataset(tmp_path):
+    """A generated dataset reads no folder, but a ``data_dir`` that does not exist is likely a typo:
+    a warning names it (the run goes on); one that exists says nothing."""
+    import warnings
+
+    import sheaf_fmtl
+
+    with pytest.warns(UserWarning, match=r"typo'?: no such folder \(synthetic is generated"):
+        sheaf_fmtl.run(dataset="synthetic", clients=3, rounds=1, data_dir=str(tmp_path / "typo"))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*no such folder")
+        sheaf_fmtl.run(dataset="synthetic", clients=3, rounds=1, data_dir=str(tmp_path))

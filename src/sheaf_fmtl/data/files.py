@@ -96,8 +96,10 @@ def find_file(
             return path
     how = HOW_TO_GET.get(dataset, "see the documentation's Datasets page")
     if data_dir and not search:
+        missing = "" if Path(data_dir).is_dir() else " (no such folder)"
         raise DatasetError(
-            f"{dataset}: no data file in data_dir {data_dir} (looked for {', '.join(map(str, tried))}). "
+            f"{dataset}: no data file in data_dir {data_dir}{missing} "
+            f"(looked for {', '.join(map(str, tried))}). "
             f"Obtain it: {how} (with --dest {data_dir}); or pass {setting('data_search', True)} to search "
             f"${ENV_VAR} and {user_data_dir()} after it."
         )

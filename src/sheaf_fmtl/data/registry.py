@@ -13,6 +13,7 @@ from typing import Any
 
 from ..plugins import call_with, first_line, is_held, is_spec, resolve
 from ..spelling import setting
+from ..warn import warn
 from . import har, images, mocha, school, synthetic  # noqa: F401  (each registers its datasets)
 from .base import READERS, DataRequest, DatasetError, FederatedDataset, Pooled, RawFederated
 from .partition import POOLED_HELP, from_pool
@@ -60,6 +61,9 @@ def load_raw(name: str, request: DataRequest) -> RawFederated:
             )
         raise DatasetError(f"unknown dataset {name!r}; known: {known}")
     check_generated(name, request.clients, dict(request.options))  # sizes first: a refusal in a second
+    if not READERS[name].files and request.data_dir is not None and not Path(request.data_dir).is_dir():
+        given = setting("data_dir", str(request.data_dir))
+        warn(f"{given}: no such folder ({name} is generated and reads none)")
     return _take_clients(name, READERS[name].build(request), request)
 
 
