@@ -38,6 +38,15 @@ def _settings(tmp_path: Path, **keys: Any) -> RunConfig:
     return RunConfig(**{**base, "rounds": 8, "eval_every": 4, "processes": 3, "timeout_s": 60.0, **keys})
 
 
+def _both_transports(tmp_path: Path, config: RunConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``config`` over TLS into ``tmp_path/tls`` (a new authority in ``tmp_path/certs``), then over
+    Gloo into ``tmp_path/gloo``: their summaries."""
+    init_certs(tmp_path / "certs", 3)
+    tls_config = config.replace(transport="tls", tls_certs=str(tmp_path / "certs"))
+    tls = spawn(tls_config, tmp_path / "tls", progress=False, overwrite=False)
+    return tls, spawn(config, tmp_path / "gloo", progress=False, overwrite=False)
+
+
 def _rows(folder: Path) -> list[dict[str, str]]:
     return list(csv.DictReader((folder / "metrics.csv").open()))
 
@@ -62,15 +71,7 @@ def _same_run(tls: Path, gloo: Path) -> None:
     ids=["sheaf-fmtl", "dfedu-with-faults"],
 )
 def test_three_silos_over_tls_give_the_gloo_run(tmp_path: Path, keys: dict[str, Any]) -> None:
-    init_certs(tmp_path / "certs", 3)
-    config = _settings(tmp_path, **keys)
-    tls = spawn(
-        config.replace(transport="tls", tls_certs=str(tmp_path / "certs")),
-        tmp_path / "tls",
-        progress=False,
-        overwrite=False,
-    )
-    gloo = spawn(config, tmp_path / "gloo", progress=False, overwrite=False)
+    tls, gloo = _both_transports(tmp_path, _settings(tmp_path, **keys))
     for key in ("transmitted_bits", "rejected_messages", "dropped_messages", "per_client", "final"):
         assert tls[key] == gloo[key], key
     assert tls["transmitted_bits"] > 0
@@ -81,15 +82,8 @@ def test_three_silos_over_tls_give_the_gloo_run(tmp_path: Path, keys: dict[str, 
 
 def test_early_stopping_over_tls_keeps_the_gloo_runs_best(tmp_path: Path) -> None:
     """``best.pt``'s models gathered along the silo tree, as the final ones are: the Gloo run's."""
-    init_certs(tmp_path / "certs", 3)
     config = _settings(tmp_path, eval_every=1, rounds=10, validation=0.3, early_stop_patience=1)
-    tls = spawn(
-        config.replace(transport="tls", tls_certs=str(tmp_path / "certs")),
-        tmp_path / "tls",
-        progress=False,
-        overwrite=False,
-    )
-    gloo = spawn(config, tmp_path / "gloo", progress=False, overwrite=False)
+    tls, gloo = _both_transports(tmp_path, config)
     assert tls["best_round"] == gloo["best_round"] and tls["status"] == gloo["status"]
     kept = [torch.load(tmp_path / k / "best.pt", weights_only=True) for k in ("tls", "gloo")]
     assert kept[0]["round"] == kept[1]["round"] and len(kept[0]["thetas"]) == 6
