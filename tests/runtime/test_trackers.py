@@ -270,3 +270,13 @@ def test_a_destination_given_again_on_resume_is_used(received, tmp_path, capsys)
     ran = yaml.safe_load((out / "config.yaml").read_text())
     assert ran["log_tensorboard"] == str(mine / "tb") and ran["mlflow_tracking_uri"] == again[1].split("=")[1]
     assert (mine / "mlruns").is_dir() and not (out / "mlruns").exists()
+
+
+def test_the_silos_addresses_of_a_received_folder_are_not_dialled_on_resume():
+    """``tls_peers`` names the hosts a silo dials: like the loggers' servers, a resume takes it from
+    the user only (given again: kept)."""
+    from sheaf_fmtl.runtime.run.resume import dropped_destinations
+
+    received = {"transport": "tls", "tls_peers": "/elsewhere/peers.yaml", "tls_certs": "certs"}
+    assert dropped_destinations(received, {}) == {"tls_peers": ""}
+    assert dropped_destinations(received, {"tls_peers": "mine.yaml"}) == {}

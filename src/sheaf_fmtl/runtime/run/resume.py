@@ -43,7 +43,7 @@ __all__ = ["DESTINATION_KEYS", "RESUMABLE_KEYS", "checkpoint_to_resume", "resume
 #: Keys naming where a run writes or which server it talks to (the loggers' folders, MLflow's
 #: tracking server, W&B's online mode): a resume takes them from the user, never from the folder's
 #: ``config.yaml`` (:func:`dropped_destinations`).
-DESTINATION_KEYS = ("log_tensorboard", "mlflow_tracking_uri", "wandb_dir", "wandb_mode")
+DESTINATION_KEYS = ("log_tensorboard", "mlflow_tracking_uri", "wandb_dir", "wandb_mode", "tls_peers")
 
 
 def resume_config(
