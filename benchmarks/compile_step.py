@@ -55,7 +55,7 @@ def side_by_side(
     round (see the module docstring)."""
     import torch
 
-    from sheaf_fmtl.algorithms.epoch import StaticEpoch
+    from sheaf_fmtl.algorithms.training.epoch import StaticEpoch
 
     sims = {name: build(variant, clients, samples, name != "loop") for name in arms}
     if "static" in sims and sims["static"].compiled:
@@ -103,7 +103,7 @@ def profile_step(variant: str, clients: int, samples: int, calls: int = 3) -> di
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from sheaf_fmtl.algorithms.epoch import StaticEpoch, static_step
+    from sheaf_fmtl.algorithms.training.epoch import StaticEpoch, static_step
 
     sim = build(variant, clients, samples, True)
     (cohort,) = sim.ctx.fed.cohorts

@@ -29,8 +29,8 @@ from typing import Any
 import torch
 
 import sheaf_fmtl
-from sheaf_fmtl.algorithms import sheaf_coordinates
-from sheaf_fmtl.algorithms.coordinate_state import CoordinateState, flat_index
+from sheaf_fmtl.algorithms.maps import coordinates as sheaf_coordinates
+from sheaf_fmtl.algorithms.maps.coordinate_state import CoordinateState, flat_index
 from sheaf_fmtl.sheaf.selection import edge_keys, hash_uniform32
 
 RULES = ("seeded", "age", "gap", "gap-age", "gap-age-floor")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sheaf_fmtl.algorithms.edge_weights import EVERY
+from sheaf_fmtl.algorithms.maps.edge_weights import EVERY
 from sheaf_fmtl.config.usage import UnusedKeysWarning
 
 from .conftest import NO_DATA, shared_data_dir

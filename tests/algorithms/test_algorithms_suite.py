@@ -11,11 +11,10 @@ import pytest
 import torch
 
 from sheaf_fmtl.algorithms import ALGORITHMS
-from sheaf_fmtl.algorithms.base import State
+from sheaf_fmtl.algorithms.protocol.algorithm import State
 from sheaf_fmtl.config.registry import MAP_MODES
 from sheaf_fmtl.federation import Cohorts
-
-from .._baselines_problems import federation, regression_dataset, simulation
+from tests._baselines_problems import federation, regression_dataset, simulation
 
 # Every algorithm (Sheaf-FMTL with the paper's maps), then Sheaf-FMTL with each other map mode.
 CASES = [(name, {}) for name in sorted(ALGORITHMS)] + [

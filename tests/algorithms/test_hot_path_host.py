@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..test_cuda import BY_NAME, build
+from tests.test_cuda import BY_NAME, build
 
 VALUE_DEPENDENT = {
     "_local_scalar_dense",

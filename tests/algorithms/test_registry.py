@@ -14,9 +14,9 @@ import pytest
 
 import sheaf_fmtl
 from sheaf_fmtl.algorithms import ALGORITHMS, register
-from sheaf_fmtl.algorithms.base import MAP_MODE_IMPLEMENTATIONS, register_maps
-from sheaf_fmtl.algorithms.local import Local
-from sheaf_fmtl.algorithms.sheaf_coordinates import COUPLED, CoordinateSheaf
+from sheaf_fmtl.algorithms.baselines.local import Local
+from sheaf_fmtl.algorithms.maps.coordinates import COUPLED, CoordinateSheaf
+from sheaf_fmtl.algorithms.protocol.algorithm import MAP_MODE_IMPLEMENTATIONS, register_maps
 from sheaf_fmtl.config import ConfigError, RunConfig, registry
 from sheaf_fmtl.config.registry import MapModeSpec
 from sheaf_fmtl.config.values import choices

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from sheaf_fmtl.algorithms.edge_weights import EVERY
+from sheaf_fmtl.algorithms.maps.edge_weights import EVERY
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.data.base import DatasetError
 from sheaf_fmtl.data.registry import DataRequest, load, load_raw

@@ -40,7 +40,7 @@ def test_graph_file_alone_implies_graph_file(tmp_path: Path) -> None:
     assert config.graph == "file"
 
 
-#: What maps=auto picks, in the order the code tries them (algorithms/auto_maps.py), each as the
+#: What maps=auto picks, in the order the code tries them (algorithms/maps/auto.py), each as the
 #: keys' help and the maps page's table word it.
 AUTO = [
     ("redrawn", "neighbouring models of the same size"),

@@ -68,7 +68,10 @@ CASES = {
     "dpsgd-ft-faults": {"algorithm": "dpsgd-ft", "drop_prob": 0.2, "link_drop_prob": 0.2},
     "partial": {"algorithm": "partial", "model": "tests._baselines_problems:mlp"},
     "dfedu-batchnorm": {"algorithm": "dfedu", "model": "tests._baselines_problems:mlp_bn"},
-    "local-transform": {"algorithm": "local", "transform": "tests.algorithms.test_transform:flip_sign"},
+    "local-transform": {
+        "algorithm": "local",
+        "transform": "tests.algorithms.training.test_transform:flip_sign",
+    },
 }
 
 SLOW_CASES = ("dfedu-batchnorm", "local-transform")  # (make test-slow)

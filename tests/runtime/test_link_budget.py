@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from sheaf_fmtl.algorithms.coupling_strength import dfedu_strength
+from sheaf_fmtl.algorithms.training.coupling_strength import dfedu_strength
 from sheaf_fmtl.config import ConfigError
 from sheaf_fmtl.config.usage import unused_keys
 from sheaf_fmtl.runtime.engine.schedule import Schedule

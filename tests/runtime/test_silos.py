@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import sheaf_fmtl
-from sheaf_fmtl.algorithms.auto_maps import resolve_coupling
+from sheaf_fmtl.algorithms.maps.auto import resolve_coupling
 from sheaf_fmtl.config import RunConfig, load_config
 from sheaf_fmtl.data import preprocessing
 from sheaf_fmtl.data.base import DataRequest, DatasetError

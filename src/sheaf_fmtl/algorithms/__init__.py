@@ -1,17 +1,22 @@
-"""Algorithms behind one typed protocol (:class:`.base.Algorithm`), one small file each; importing
-this package registers every one of them, with what the package knows of each
-(``config.registry``), in the order they are listed to users (explicit imports, below)."""
+"""Algorithms behind one typed protocol (:class:`.base.Algorithm`), one small file each, in four
+families: Sheaf-FMTL's map modes (:mod:`.maps`), the model-gossiping baselines and their compressed
+gossip (:mod:`.gossip`), the server, personalised and graph-learning baselines (:mod:`.baselines`),
+and the training step they share (:mod:`.training`). Importing this package registers every one of
+them, with what the package knows of each (``config.registry``), in the order they are listed to
+users (explicit imports, below)."""
 
 from __future__ import annotations
 
 # isort: off
-from . import sheaf_fmtl, sheaf_coordinates, sheaf_proxy, sheaf_functional
-from . import local, dfedu, dpsgd, fedavg, ditto, pfedme, perfedavg
-from . import pfedgraph, dpfl
-from . import fedavg_ft, dpsgd_ft, partial
+from .maps import learned, coordinates, proxy, functional
+from .baselines import local
+from .gossip import dfedu, dpsgd
+from .baselines import fedavg, ditto, pfedme, perfedavg
+from .baselines import pfedgraph, dpfl
+from .baselines import fedavg_ft, dpsgd_ft, partial
 
 # isort: on
-from .base import ALGORITHMS, Algorithm, Context, State, make_algorithm, register
+from .protocol.algorithm import ALGORITHMS, Algorithm, Context, State, make_algorithm, register
 
 __all__ = [
     "ALGORITHMS",
@@ -20,6 +25,7 @@ __all__ = [
     "State",
     "make_algorithm",
     "register",
+    "coordinates",
     "ditto",
     "dfedu",
     "dpfl",
@@ -27,13 +33,12 @@ __all__ = [
     "dpsgd_ft",
     "fedavg",
     "fedavg_ft",
+    "functional",
+    "learned",
     "local",
     "partial",
     "perfedavg",
     "pfedgraph",
     "pfedme",
-    "sheaf_coordinates",
-    "sheaf_functional",
-    "sheaf_fmtl",
-    "sheaf_proxy",
+    "proxy",
 ]

@@ -12,8 +12,8 @@ if TYPE_CHECKING:
 
 #: ``lam`` when the config leaves it open (``null``) and the algorithm is not ``sheaf-fmtl`` (each map mode
 #: has its own: :attr:`.registry.MapModeSpec.default_lam`, or the rule of its ``pull``,
-#: ``algorithms/coupling_strength.py``); ``redrawn`` with ``estimates`` half its stability limit
-#: (:func:`default_lam`; ``algorithms/coordinate_stability.py``).
+#: ``algorithms/training/coupling_strength.py``); ``redrawn`` with ``estimates`` half its stability limit
+#: (:func:`default_lam`; ``algorithms/maps/coordinate_stability.py``).
 LAM_DEFAULT = 0.01
 
 

@@ -3,7 +3,7 @@
 local steps are other than plain SGD (:func:`custom`).
 
 ``optimizer`` names a ``torch.optim`` class (``AdamW``) or ``module:Class``; the algorithms run one
-instance of it over a cohort's stacked ``[C, d]`` parameters (``algorithms/optim.py``), which is
+instance of it over a cohort's stacked ``[C, d]`` parameters (``algorithms/training/optim.py``), which is
 each client's own optimizer only when the update is elementwise. :func:`layout` checks that by a
 probe, once per setting: a few steps on a stacked ``[2, 3]`` parameter against each row alone, and
 state that is either shaped like the parameter (a row per client) or one number (a step count,
@@ -212,7 +212,7 @@ def _probe(config: Any) -> Layout | str:
 
 def _separate(config: Any, p0: torch.Tensor, grads: torch.Tensor, want: torch.Tensor) -> bool:
     """Whether one instance over the rows as separate tensors (clients grouped by their step
-    counts, ``algorithms/optim.py``) moves them as each alone."""
+    counts, ``algorithms/training/optim.py``) moves them as each alone."""
     rows = [p0[i].clone() for i in range(len(p0))]
     opt = build(config, rows, 0.01)
     for g in grads:

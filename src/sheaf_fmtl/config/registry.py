@@ -3,7 +3,7 @@ name in figures, its colour, the keys it reads, its step keys, its server's FLOP
 default ``lam`` and label), kept with the one entry that registers it.
 
 Config sits below the algorithms in the package's layers, so it holds these facts as data that
-the algorithms package fills as it is imported (``algorithms.base.register`` and
+the algorithms package fills as it is imported (``algorithms.protocol.algorithm.register`` and
 ``register_maps``, beside each implementation), and it reads them as they are: nothing in config
 imports the algorithms, by name or by string (``tests/test_layering.py`` reads both). The first
 lookup fills them through the package root's ``fill_registries`` (the root is imported before any
@@ -63,7 +63,7 @@ class MapModeSpec:
         default_lam: ``lam`` when the config leaves it open (``null``) and the mode has no ``pull``.
         pull: the mode's default strength as dFedU's would be, ``lam q`` (``q``: the fraction of the
             support a round couples); ``lam = null`` then resolves to ``min(pull / q, 1 / (alpha
-            lambda_S))`` (``algorithms/coupling_strength.py``; ``inf``: that averaging step).
+            lambda_S))`` (``algorithms/training/coupling_strength.py``; ``inf``: that averaging step).
         reads: the keys only some modes read that this one does (``gamma``, ``map_kind`` and
             ``estimates`` are named in its label).
         builds_maps: it builds its own maps (no special case's fixed maps: ``topology = none``).
@@ -88,7 +88,7 @@ class MapModeSpec:
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {}
 MAP_MODES: dict[str, MapModeSpec] = {}
-#: ``maps = auto``: one of the registered modes, chosen at start-up (``algorithms/auto_maps.py``).
+#: ``maps = auto``: one of the registered modes, chosen at start-up (``algorithms/maps/auto.py``).
 AUTO = "auto"
 
 

@@ -37,7 +37,7 @@ class RunConfig(SiloKeys):
     @property
     def lam_value(self) -> float:
         """``lam`` as the run uses it: a config that leaves ``lam`` open (``null``) gets its mode's
-        default when the run starts (``algorithms/auto_maps.py``); algorithms see only such configs."""
+        default when the run starts (``algorithms/maps/auto.py``); algorithms see only such configs."""
         if self.lam is None:
             raise ValueError("lam is open (null) until the run starts and resolves it")
         return self.lam

@@ -47,7 +47,7 @@ class RawFederated:
     reduce: bool = True  # the protocol's "half of the clients keep 20%" (user data may turn it off)
     generated: bool = False  # made up by a built-in generator: no single-class warning (data.protocol)
     # Per client: the ids, in one shared feature space, of its feature columns, in column order
-    # (``None``: unknown). What ``maps=features`` couples (algorithms/sheaf_coordinates.py).
+    # (``None``: unknown). What ``maps=features`` couples (algorithms/maps/coordinates.py).
     features: tuple[np.ndarray, ...] | None = None
     # A shard's read (``DataRequest.held``): the global ids of ``clients`` and the federation's
     # number of clients N (``None``: ``clients`` is every client, ids ``0..N-1``).

@@ -162,7 +162,7 @@ COMPARISON = Experiment(
     settings=(
         _sheaf(0.01),
         _sheaf(0.03),
-        # beyond the paper: maps redrawn each round from a shared seed (algorithms/sheaf_coordinates.py)
+        # beyond the paper: maps redrawn each round from a shared seed (algorithms/maps/coordinates.py)
         Setting(
             "Sheaf-FMTL, redrawn maps (gamma=0.01)",
             "sheaf-fmtl-redrawn-g0.01",
@@ -182,8 +182,8 @@ COMPARISON = Experiment(
         # beyond the paper: baselines that learn a collaboration graph (the paper reports none)
         _alg("pFedGraph", "pfedgraph"),
         _alg("DPFL", "dpfl"),
-        # beyond the paper: the shared models fine-tuned before scoring (algorithms/finetune.py), and
-        # partial personalisation, the CNN's last layer personal (algorithms/partial.py)
+        # beyond the paper: the shared models fine-tuned before scoring (algorithms/baselines/finetune.py),
+        # and partial personalisation, the CNN's last layer personal (algorithms/baselines/partial.py)
         _alg("FedAvg+FT", "fedavg-ft"),
         _alg("D-PSGD+FT", "dpsgd-ft"),
         _alg("DFedAlt (partial personalisation)", "partial"),

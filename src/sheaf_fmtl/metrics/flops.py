@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..algorithms.base import State
+from ..algorithms.protocol.algorithm import State
 from ..config.registry import algorithm_spec
 from ..models.linear import linear_shape
 
@@ -141,7 +141,7 @@ def map_elements(layout: Any) -> int:
 
 
 def sheaf_products(config: RunConfig, rounds: int) -> dict[str, int]:
-    """How many graph-wide map products Sheaf-FMTL (``algorithms/sheaf_fmtl.py``) takes in ``rounds``
+    """How many graph-wide map products Sheaf-FMTL (``algorithms/maps/learned.py``) takes in ``rounds``
     rounds: ``messages`` (``P_ij theta_i``), ``coupling`` (``P_ij^T r_ij``), ``map_steps`` (rank-one).
 
     Local-epochs mode: a round sends the messages once (twice in ``literal`` mode with learned maps:

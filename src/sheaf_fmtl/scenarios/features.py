@@ -42,7 +42,7 @@ def shared_feature_maps(
     ``lambda_max(L_F)`` is at most the graph Laplacian's.
 
     The same coupling without stored maps, from any config and across processes, is ``maps =
-    features`` (:mod:`sheaf_fmtl.algorithms.sheaf_coordinates`; the feature ids come from the
+    features`` (:mod:`sheaf_fmtl.algorithms.maps.coordinates`; the feature ids come from the
     dataset); this dense form stays as its independent check and for hand-made feature lists.
     """
     if config.eta != 0.0:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from ..algorithms.sheaf_fmtl import SheafFMTL, SheafState
+from ..algorithms.maps.learned import SheafFMTL, SheafState
 from ..config import RunConfig
 from ..federation import Cohorts
 from ..runtime.engine.simulate import Simulation, build_simulation

@@ -15,11 +15,11 @@ import numpy as np
 import torch
 
 from ...algorithms import Algorithm, Context, State, make_algorithm
-from ...algorithms.auto_maps import coupled_dims as _coupled_dims
-from ...algorithms.auto_maps import fallback_note, resolve_coupling
-from ...algorithms.coupling_strength import negligible_note
-from ...algorithms.epoch import StaticEpoch, resolve_compile
-from ...algorithms.sheaf_fmtl import SheafState
+from ...algorithms.maps.auto import coupled_dims as _coupled_dims
+from ...algorithms.maps.auto import fallback_note, resolve_coupling
+from ...algorithms.maps.learned import SheafState
+from ...algorithms.training.coupling_strength import negligible_note
+from ...algorithms.training.epoch import StaticEpoch, resolve_compile
 from ...config import ConfigError, RunConfig
 from ...config.rules import check_schedule
 from ...data.base import FederatedDataset, PartitionSpec
@@ -58,7 +58,9 @@ class Simulation(Generic[S]):
     transport: Transport
     maps_chosen: str | None = None  # maps = auto: why the mode in config.maps was chosen
     lam_rule: str | None = None  # lam = null: how the default lam that runs was derived
-    compiled: bool = False  # the local epochs take the compiled static step (compile, algorithms/epoch.py)
+    compiled: bool = (
+        False  # the local epochs take the compiled static step (compile, algorithms/training/epoch.py)
+    )
     compile_note: str | None = None  # compile = true: why the local epochs run uncompiled
 
     def theta(self, i: int) -> torch.Tensor:

@@ -65,8 +65,8 @@ def check_silos(config: RunConfig) -> None:
     """``transport = tls``: gRPC and cryptography installed, the identities of the silos started here,
     and an algorithm without a parameter
     server (the silo links carry neighbour exchanges, sums and gathers, and no star's server)."""
-    from ...algorithms.base import ALGORITHMS
-    from ...algorithms.server import ServerAlgorithm
+    from ...algorithms.baselines.server import ServerAlgorithm
+    from ...algorithms.protocol.algorithm import ALGORITHMS
 
     try:
         import cryptography  # noqa: F401

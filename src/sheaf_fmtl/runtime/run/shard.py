@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ...algorithms.snapshot import host_copy, to_device
+from ...algorithms.protocol.snapshot import host_copy, to_device
 
 if TYPE_CHECKING:
     from ...metrics.flops import SampleCounter

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ...algorithms.coupling_step import CouplingStep, totals
+from ...algorithms.training.coupling_step import CouplingStep, totals
 from ...config import RunConfig
 from ...config.registry import algorithm_spec, edge_weights_of
 from ...federation import Cohorts
@@ -59,7 +59,7 @@ def summarize(
         "model_dims": sorted({int(d) for d in fed.node_dims()}),
         "warnings": notes,
         "versions": software_versions(),
-        "compile": sim.compiled,  # the local epochs' step compiled (algorithms/epoch.py)
+        "compile": sim.compiled,  # the local epochs' step compiled (algorithms/training/epoch.py)
     }
     if sim.compile_note:
         summary["compile_note"] = sim.compile_note
@@ -142,7 +142,7 @@ def config_with_clients(config: RunConfig, fed: Cohorts) -> RunConfig:
 
 
 def _coupling_step(sim: Simulation[Any]) -> dict[str, Any]:
-    """The coupling step that ran after the local epochs (``algorithms/coupling_step.py``): its rule,
+    """The coupling step that ran after the local epochs (``algorithms/training/coupling_step.py``): its rule,
     its mean and the pull per round over every client-round, the local optimizer (a collective)."""
     algorithm, state = sim.algorithm, sim.state
     coupler = getattr(algorithm, "coupler", None)  # maps = proxy: the proxies' coordinate coupling

@@ -1,0 +1,99 @@
+"""Fine-tuning before scoring (``fedavg-ft``, ``dpsgd-ft``): the shared model, refined on each
+client's own training data into the model that client is evaluated with.
+
+Wang et al., "Federated Evaluation of On-device Personalization" (2019), and Cheng, Chadha and
+Duchi, "Fine-tuning is Fine in Federated Learning" (arXiv 2108.07313, 2021): personalise a federated
+model by a few epochs of local training from it. Here, after every round (and at initialisation),
+``finetune_epochs`` passes of plain mini-batch SGD, ``theta_i <- theta_i - alpha g_i(theta_i)`` with
+``g_i`` the gradient of client ``i``'s L2-regularised loss on a mini-batch of ``batch_size`` (0: all)
+of its own training samples, each pass a fresh random order of them (as ``local_epochs`` walks them).
+
+The fine-tuned copies are what ``thetas`` holds, so what the run evaluates and saves; the shared
+model never sees them. Their batches come from streams of their own, derived from ``(seed,
+round, client)`` (:func:`client_seeds`), so the shared model's iterates are those of the
+algorithm without fine-tuning, number for number, and a client's batches do not depend on which
+process holds it. Their gradients go through the cohorts' ``gradients`` like every local step's, so
+``flops_local`` counts them (``metrics/flops.py``; the fine-tuning at initialisation comes before the
+run counts, like the rest of start-up). Fine-tuning is plain SGD at ``alpha`` whatever
+``optimizer`` and ``lr_schedule`` say (those drive the shared model's local steps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import TypeVar
+
+import numpy as np
+import torch
+
+from ...streams import ClientStreams, stream_seed
+from ..protocol.algorithm import Context, State
+
+#: Stream kind of the fine-tuning batches (``sheaf_fmtl.streams``: 2-4, 7-8 and 11-12 are taken).
+FINETUNE = 21
+
+S = TypeVar("S", bound=State)
+
+
+def client_seeds(seed: int, draw: int, clients: np.ndarray) -> np.ndarray:
+    """63-bit seeds ``[C]``, one per client id, of fine-tuning number ``draw``: splitmix64 of the id
+    under the key of stream ``(seed, FINETUNE, draw)`` (one vectorised hash for every client, not a
+    ``SeedSequence`` each, which costs ~90 us a client a round)."""
+    key = np.uint64(stream_seed(seed, FINETUNE, draw))
+    x = np.asarray(clients, np.uint64) ^ key
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return x >> np.uint64(1)
+
+
+class FinetuneStreams(ClientStreams):
+    """One CPU generator per client held here, reseeded for each fine-tuning from
+    :func:`client_seeds` (``draw`` 0: at initialisation, ``k``: after round ``k``)."""
+
+    def __init__(self, clients: list[int]) -> None:  # (no batch streams of its own: seeded per draw)
+        self.seed = -1
+        self.ids = np.asarray(clients, np.int64)
+        self.gens = {c: torch.Generator() for c in clients}
+
+    def reseed(self, seed: int, draw: int) -> FinetuneStreams:
+        for gen, s in zip(self.gens.values(), client_seeds(seed, draw, self.ids).tolist(), strict=True):
+            gen.manual_seed(s)
+        return self
+
+
+def finetune_streams(ctx: Context) -> FinetuneStreams:
+    """The fine-tuning streams of the clients held here (reseeded by :func:`finetune` each time)."""
+    return FinetuneStreams([int(c) for cohort in ctx.fed.cohorts for c in cohort.clients])
+
+
+def finetune(
+    ctx: Context, thetas: list[torch.Tensor], streams: FinetuneStreams, draw: int
+) -> list[torch.Tensor]:
+    """Copies of ``thetas`` (per cohort ``[C, d]``, left unchanged) after ``finetune_epochs`` passes of
+    plain mini-batch SGD over each client's own training data (module docstring), the batches from
+    ``streams`` reseeded for fine-tuning number ``draw``."""
+    config = ctx.config
+    streams.reseed(config.seed, draw)
+    out = []
+    for cohort, theta in zip(ctx.fed.cohorts, thetas, strict=True):
+        for _ in range(config.finetune_epochs):
+            plan = cohort.epoch(config.batch_size, streams)
+            for step in range(plan.steps):
+                batch = cohort.epoch_batch(plan, step, config.batch_size)
+                if batch is None:  # pragma: no cover - every step of a plan has a client
+                    continue
+                noise = cohort.draw_noise(batch, streams)  # dropout's masks, from the same streams
+                args = (theta, batch) if noise is None else (theta, batch, noise)
+                g, _ = cohort.gradients(*args)
+                theta = theta - config.alpha * g
+        out.append(theta)
+    return out
+
+
+def extended(state: State, cls: type[S]) -> S:
+    """``state``'s fields in an instance of its subclass ``cls`` (the subclass's own fields at their
+    defaults)."""
+    return cls(**{f.name: getattr(state, f.name) for f in fields(state) if f.init})

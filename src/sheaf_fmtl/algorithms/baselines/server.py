@@ -1,0 +1,88 @@
+"""The round of a star with a parameter server (FedAvg, Ditto, pFedMe, Per-FedAvg)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from ...config import RunConfig
+from ...messages import Payload, ServerTensor
+from ..protocol.algorithm import Algorithm, Context, State
+from ..training.steps import require_single_cohort
+
+
+def server_flops(config: RunConfig, dim: int, clients: int, half_edges: int) -> int:
+    """A round's model combinations at the server: the weighted mean of ``clients`` models."""
+    return 2 * dim * clients
+
+
+@dataclass
+class ServerState(State):
+    """``thetas[0]``: what is evaluated (see each algorithm); ``global_copies [N, d]``: each
+    client's copy of the global model, which is what the clients uplink; ``anchor``: the global model
+    at round start."""
+
+    global_copies: torch.Tensor | None = None
+    anchor: torch.Tensor | None = None
+    client_rows: ClassVar[tuple[str, ...]] = ("thetas", "global_copies", "opt_rows", "opt_scalars", "opt_t")
+    saved_names: ClassVar[dict[str, str]] = {"glob": "global_copies"}
+
+
+class ServerAlgorithm(Algorithm[ServerState]):
+    """A round over a star with a parameter server (not a client): ``local_update`` (subclasses) ->
+    uplink ``global_copies`` rows -> the server's weighted average -> downlink -> ``after_average``.
+
+    Aggregation weights: sample counts ``n_i`` (``uniform = False``) or equal (``uniform = True``).
+    The global model starts from client 0's initial model, shared by every client.
+
+    Missing clients (``drop_prob``, ``link_drop_prob`` does not apply to the star, rejected rows):
+    the server averages over the clients whose rows arrived and passed validation, its weights
+    renormalised over them. A client that sits a round out sends nothing, receives nothing and keeps
+    its models (``global_copies`` and ``thetas``) as they were. If no row is accepted, every client takes its
+    own uplinked row as the average.
+    """
+
+    uniform: bool = False
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+        self.alpha = config.alpha
+        self.lam = 0.0 if config.lam is None else config.lam  # null for those that do not read it
+
+    def init(self, ctx: Context) -> ServerState:
+        require_single_cohort(ctx, self.name)
+        w0 = ctx.init_thetas()[0]
+        if ctx.config.init != "common":  # client 0's own draw, wherever client 0 is held
+            w0 = ctx.fed.architecture(0).initial_model(ctx.config.seed, common=False).to(w0).expand_as(w0)
+        copies = w0[:1].expand_as(w0).clone()
+        return ServerState(thetas=[copies.clone()], global_copies=copies, anchor=copies.clone())
+
+    def local(self, state: ServerState, ctx: Context) -> ServerState:
+        assert state.global_copies is not None
+        state.anchor = state.global_copies.clone()
+        return self.local_update(state, ctx)
+
+    def local_update(self, state: ServerState, ctx: Context) -> ServerState:
+        raise NotImplementedError
+
+    def weights(self, ctx: Context) -> torch.Tensor:
+        n = ctx.fed.cohorts[0].n_train.to(torch.float32)
+        return torch.ones_like(n) if self.uniform else n
+
+    def send(self, state: ServerState, phase: int, ctx: Context) -> Payload:
+        assert state.global_copies is not None
+        return {"model": ServerTensor(state.global_copies, self.weights(ctx))}
+
+    def receive(self, state: ServerState, incoming: Payload, phase: int, ctx: Context) -> ServerState:
+        return self.after_average(state, incoming["model"].data.clone(), ctx)
+
+    def after_average(self, state: ServerState, avg: torch.Tensor, ctx: Context) -> ServerState:
+        """``avg [N, d]``: the server's average as every client received it."""
+        state.global_copies = avg
+        return state
+
+    def checkpoint(self, state: ServerState, ctx: Context) -> dict[str, Any]:
+        assert state.global_copies is not None
+        return {"global_model": state.global_copies[0].cpu()}

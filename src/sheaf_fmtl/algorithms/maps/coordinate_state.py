@@ -1,0 +1,242 @@
+"""The state of :mod:`.sheaf_coordinates` (maps that relate coordinates), the supports of its
+structure-aware modes per half-edge, and its FLOP count."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...config import ConfigError, RunConfig
+from ...federation import Cohorts
+from ...messages import Comm, EdgeTensor
+from ...sheaf.layout import SheafLayout
+from ...sheaf.selection import SelectionDraws, Support
+from ...sheaf.supports import aligned_support, feature_support
+from ..protocol.algorithm import Context, PerSampleFlops, State
+
+
+@dataclass
+class CoordinateState(State):
+    """Thetas, the layout (buckets of half-edges by source cohort and ``d_e``), the supports, the
+    round counter the maps are drawn from, and (``estimates``) both public copies of every edge."""
+
+    layout: SheafLayout | None = None
+    support: Support | None = None
+    round: int = 0
+    grads: list[torch.Tensor] | None = None
+    own: list[torch.Tensor] | None = None  # per bucket [H_b, d_e]: P_ij theta_i sent this round
+    estimates: list[torch.Tensor] | None = None  # per bucket [H_b, d]: xhat_(j|e) held at half-edge i -> j
+    own_copies: list[torch.Tensor] | None = None  # per bucket [H_b, d]: xhat_(i|e), the copy j holds of i
+    lambda_max: float | None = None  # start-up bound on lambda_max of every round's sheaf Laplacian
+    # features/aligned: per bucket [H_b, d_e], the flat coordinates coupled, the same every round
+    constant_coords: list[torch.Tensor] | None = field(default=None, repr=False)
+    weights: list[torch.Tensor] | None = field(default=None, repr=False)  # per bucket [H_b] a_ij, weighted
+    maps_now: tuple[list[torch.Tensor], list[torch.Tensor] | None] | None = field(default=None, repr=False)
+    draws: SelectionDraws | None = field(default=None, repr=False)  # maps=redrawn, map_kind=selection
+    # edge_weights = relatedness (algorithms/maps/edge_weights.py): per bucket [H_b, 2] the averaged signals
+    # (n, r) of each half-edge, per bucket [H_b] this round's weights a_e, and the weights over rounds
+    relatedness: list[torch.Tensor] | None = None
+    learned_weights: list[torch.Tensor] | None = None
+    weight_trace: list[torch.Tensor] = field(default_factory=list)  # [H] a_e of each exchange round
+    initial: list[torch.Tensor] | None = field(default=None, repr=False)  # per cohort the initial thetas
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The data fields but ``constant_coords``, ``weights`` and ``initial``, which ``init`` rebuilds
+        (the supports' coordinates are as large as the shared parameters with ``maps=aligned``)."""
+        rebuilt = ("constant_coords", "weights", "initial")
+        return {k: v for k, v in super().checkpoint().items() if k not in rebuilt}
+
+    @property
+    def coupling_state_bytes(self) -> int:
+        """Bytes of what the coupling keeps between rounds: both copies of every edge (no maps are
+        stored)."""
+        kept = (self.estimates or []) + (self.own_copies or [])
+        return sum(e.numel() * e.element_size() for e in kept)
+
+    def flop_terms(
+        self, config: RunConfig, fed: Cohorts, samples: list[int], rounds: int, per_sample: PerSampleFlops
+    ) -> tuple[int | None, int | None]:
+        """The coupling's count, :func:`coupling_flops`; local training's is the default."""
+        return None, coupling_flops(config, self, rounds)
+
+
+def flat_index(
+    layout: SheafLayout, thetas: list[torch.Tensor], coords: list[torch.Tensor]
+) -> list[torch.Tensor]:
+    """Per bucket ``[H_b, d_e]``: positions in ``thetas[c].view(-1)`` of each half-edge's source
+    coordinates ``coords[b]``."""
+    out = []
+    for b, c in zip(layout.buckets, coords, strict=True):
+        t = thetas[b.cohort]
+        out.append(b.src_pos_on(t.device)[:, None] * t.shape[1] + c)
+    return out
+
+
+def _tabular(ctx: Context) -> list[bool]:
+    return [c.model_name in ("linear", "logistic") for c in ctx.fed.cohorts]
+
+
+def aligned_supports(ctx: Context) -> list[np.ndarray]:
+    """Per graph half-edge ``i -> j``: the coordinates of ``theta_i`` it couples (``maps =
+    aligned``: the parameter slices two architectures share)."""
+    fed, graph = ctx.fed, ctx.graph
+    if any(_tabular(ctx)):
+        raise ConfigError(
+            "maps=aligned matches layers of neural networks; for linear/logistic models use maps=features"
+        )
+    modules = [fed.architecture(i).module for i in range(fed.num_clients)]  # held here or not
+    out: list[np.ndarray] = [np.zeros(0, np.int64)] * graph.num_half_edges
+    for e, (i, j) in enumerate(graph.edges.tolist()):
+        out[2 * e], out[2 * e + 1] = aligned_support(modules[i], modules[j])
+    return out
+
+
+def feature_supports(ctx: Context) -> list[np.ndarray]:
+    """Per graph half-edge ``i -> j``: the coordinates of ``theta_i`` it couples (``maps =
+    features``: the weights of the features both clients see, and the biases)."""
+    fed, graph = ctx.fed, ctx.graph
+    tabular = _tabular(ctx)
+    features = fed.dataset.features
+    if features is None:
+        raise ConfigError(
+            f"maps=features needs the ids of each client's feature columns; dataset {fed.dataset.name} "
+            "has none (built-in generators carry them; file: data gives features_i per client)"
+        )
+    if not all(tabular):
+        raise ConfigError(
+            "maps=features couples the weights of linear/logistic models; use maps=aligned for networks"
+        )
+    outputs = fed.dataset.num_classes if fed.task == "classification" else 1
+    dims = fed.node_dims()
+    for i, f in enumerate(features):
+        if dims[i] != outputs * (len(f) + 1):
+            raise ConfigError(f"maps=features: client {i} has {dims[i]} parameters but {len(f)} feature ids")
+    return [
+        feature_support(features[i], features[j], outputs) for i, j in zip(graph.src, graph.dst, strict=True)
+    ]
+
+
+def coupling_flops(config: RunConfig, state: CoordinateState, rounds: int) -> int:
+    """Floating-point operations of the coupling over ``rounds`` rounds: selections cost the
+    residuals and their scatter (``2 sum d_e`` per step); dense kinds ``2 d_e d`` per product
+    (message and coupling per step; with estimates the message per step and two products for each
+    of the edge's two copies), QR ``2 d d_e^2`` per half-edge; estimates ``2 d`` per half-edge and
+    step (the difference of the copies and its scatter)."""
+    layout = state.layout
+    assert layout is not None
+    steps = 1 if config.local_epochs > 0 else config.local_steps
+    elements = int(layout.messages.total)
+    per_round = 0
+    weighted = 3 if state.weights is not None else 2  # a_ij: one more product per element
+    if state.estimates is None:
+        per_round += weighted * elements * steps
+    else:
+        per_round += sum(weighted * b.size * b.node_dim for b in layout.buckets) * steps
+    if state.constant_coords is None and config.map_kind != "selection":  # redrawn dense rows
+        products = sum(2 * b.size * b.edge_dim * b.node_dim for b in layout.buckets)
+        if state.estimates is None:  # the message and the coupling's S^T r per step
+            per_round += products * 2 * steps
+        else:  # the message per step; two copies refreshed, S x and S^T (S theta - S x) each
+            per_round += products * (steps + 4)
+        if config.map_kind == "orthonormal":
+            per_round += sum(2 * b.size * b.node_dim * b.edge_dim**2 for b in layout.buckets)
+    return per_round * rounds
+
+
+def refresh_copies(
+    state: CoordinateState,
+    maps: tuple[list[torch.Tensor], list[torch.Tensor] | None],
+    own: list[torch.Tensor],
+    theirs: list[torch.Tensor],
+    held: list[torch.Tensor] | None,
+    kind: str,
+) -> None:
+    """Both public copies of each edge heard, on this round's coordinates (CHOCO-SGD's
+    ``xhat <- xhat + Q(x - xhat)``, Koloskova et al. 2019, Algorithm 2, with ``Q = S^+ S``):
+    ``xhat_(j|e) += S^+ (S theta_j - S xhat_(j|e))`` from the message received and
+    ``xhat_(i|e) += S^+ (S theta_i - S xhat_(i|e))`` from the message sent, so the copy of ``theta_i``
+    that ``j`` holds and the one ``i`` holds are refreshed from the same numbers."""
+    assert state.estimates is not None and state.own_copies is not None
+    for copies, new in ((state.estimates, theirs), (state.own_copies, own)):
+        _refresh(state, maps, copies, new, held, kind)
+
+
+def _refresh(
+    state: CoordinateState,
+    maps: tuple[list[torch.Tensor], list[torch.Tensor] | None],
+    copies: list[torch.Tensor],
+    new: list[torch.Tensor],
+    held: list[torch.Tensor] | None,
+    kind: str,
+) -> None:
+    """``x += S^+ (S theta - S x)`` per bucket, ``S theta`` given (``new [H_b, d_e]``), where heard."""
+    assert state.layout is not None
+    coords, dense = maps
+    for k, (b, x) in enumerate(zip(state.layout.buckets, copies, strict=True)):
+        if dense is None:  # selection: overwrite the round's coordinates
+            local = coords[k] - b.src_pos_on(x.device)[:, None] * x.shape[1]  # row-local
+            values = new[k]
+            if held is not None:
+                values = torch.where(held[k][:, None], values, x.gather(1, local))
+            x.scatter_(1, local, values)
+            continue
+        s = dense[k]
+        gap = new[k] - torch.bmm(s, x.unsqueeze(-1)).squeeze(-1)
+        if kind == "gaussian":  # S^+ = S^T (S S^T)^-1
+            gap = torch.linalg.solve(torch.bmm(s, s.transpose(1, 2)), gap)
+        step = torch.bmm(s.transpose(1, 2), gap.unsqueeze(-1)).squeeze(-1)
+        if held is not None:
+            step = torch.where(held[k][:, None], step, step.new_zeros(()))
+        x.add_(step)
+
+
+#: Model coordinates compared at once by :func:`expected_energy` when the supports change each round:
+#: whole models are exchanged a group of edges at a time, never ``[H, d]`` at once.
+ENERGY_CHUNK = 1 << 22
+
+
+def expected_energy(state: CoordinateState, comm: Comm) -> float:
+    """The expected sheaf energy ``sum_e a_e (d_e/m_e) ||Pi_i theta_i - Pi_j theta_j||^2`` over the
+    supports, by an uncounted exchange of them (exact for fixed supports)."""
+    layout = state.layout
+    assert layout is not None
+    if state.constant_coords is not None:
+        parts = [
+            state.thetas[b.cohort].reshape(-1)[c]
+            for b, c in zip(layout.buckets, state.constant_coords, strict=True)
+        ]
+        sizes = layout.messages.sizes
+        per_half = _squared_differences(layout, torch.cat([p.reshape(-1) for p in parts]), sizes, comm)
+    else:  # whole models: a group of edges at a time (the same groups on every process)
+        sizes = layout.node_dims[layout.graph.src[layout.order]]
+        step = max(1, ENERGY_CHUNK // (2 * int(layout.node_dims.max(initial=1))))
+        edge_of = layout.order // 2
+        per_half = torch.zeros(len(sizes), dtype=torch.float64, device=state.thetas[0].device)
+        for lo in range(0, layout.graph.num_edges, step):
+            inside = (edge_of >= lo) & (edge_of < lo + step)  # (a collective: every process, every group)
+            rows = [b.src_pos_on(per_half.device)[inside[b.first : b.first + b.size]] for b in layout.buckets]
+            parts = [
+                state.thetas[b.cohort].index_select(0, r) for b, r in zip(layout.buckets, rows, strict=True)
+            ]
+            mine = torch.cat([p.reshape(-1) for p in parts]) if parts else per_half.new_zeros(0).float()
+            per_half += _squared_differences(layout, mine, np.where(inside, sizes, 0), comm)
+    a = layout.graph.half_edge_weights()[layout.order]
+    weight = torch.as_tensor(a * layout.messages.sizes / sizes, dtype=torch.float64, device=per_half.device)
+    return 0.5 * float(comm.all_sum((weight * per_half).sum()))  # each edge from both ends
+
+
+def _squared_differences(
+    layout: SheafLayout, mine: torch.Tensor, sizes: np.ndarray, comm: Comm
+) -> torch.Tensor:
+    """``[H]`` float64: ``||mine_h - theirs_h||^2`` per held half-edge, ``theirs`` the reverse
+    half-edge's payload of ``sizes[h]`` elements (the same size at both ends) by an uncounted exchange."""
+    sent = EdgeTensor(mine, layout.messages.with_sizes(sizes, sizes))
+    theirs = comm.peek({"s": sent})["s"].data
+    per_half = torch.zeros(len(sizes), dtype=torch.float64, device=mine.device)
+    counts = torch.as_tensor(sizes, device=mine.device)
+    where = torch.repeat_interleave(torch.arange(len(sizes), device=mine.device), counts)
+    per_half.index_add_(0, where, (mine - theirs).double().pow_(2))
+    return per_half
