@@ -30,6 +30,7 @@ import pytest
 import torch
 
 from sheaf_fmtl.config import RunConfig, validate
+from sheaf_fmtl.config.schema import key_fields
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 from sheaf_fmtl.federation import build_federation
 from sheaf_fmtl.reference import loop as ref
@@ -42,7 +43,7 @@ pytestmark = pytest.mark.skipif(
     reason="needs a CUDA device (torch.cuda.is_available() is False); the CPU paths are tested elsewhere",
 )
 
-FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
+FIELDS = set(key_fields())
 SYNC_WARNING = "synchronizing CUDA operation"  # c10::cuda::warn_or_error_on_sync
 
 

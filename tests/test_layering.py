@@ -31,6 +31,7 @@ RANK = {
     "models": 0,
     "messages": 0,
     "spelling": 0,
+    "component_keys": 0,
     "streams": 0,
     "transforms": 0,
     "plugins": 0,

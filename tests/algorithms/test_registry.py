@@ -5,7 +5,6 @@ reads the registries as the entry points filled them (it imports nothing of the 
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import subprocess
 import sys
@@ -19,13 +18,14 @@ from sheaf_fmtl.algorithms.maps.coordinates import COUPLED, CoordinateSheaf
 from sheaf_fmtl.algorithms.protocol.algorithm import MAP_MODE_IMPLEMENTATIONS, register_maps
 from sheaf_fmtl.config import ConfigError, RunConfig, registry
 from sheaf_fmtl.config.registry import MapModeSpec
+from sheaf_fmtl.config.schema import key_fields
 from sheaf_fmtl.config.values import choices
 from sheaf_fmtl.data.base import READERS
 from sheaf_fmtl.data.base import register as register_dataset
 from sheaf_fmtl.plots.labels import algorithm_name, long_label
 from sheaf_fmtl.plots.style import PALETTE
 
-KEYS = {f.name for f in dataclasses.fields(RunConfig)}
+KEYS = set(key_fields())
 
 
 def test_config_choices_are_the_registered_entries() -> None:

@@ -8,6 +8,7 @@ from typing import Protocol, TypeVar
 
 import torch
 
+from ..component_keys import Keys, declare_keys, key
 from ..sheaf.stalks import edge_dim
 
 #: The values of the config key ``compressor``: ``none`` (whole models) and ``powergossip``
@@ -89,3 +90,46 @@ def make_compressor(name: str, *, fraction: float = 0.1, quantization_bits: int 
     if not 2 <= quantization_bits <= 16:
         raise ValueError(f"quantization_bits = {quantization_bits}: allowed 2 to 16")
     return COMPRESSORS[name](fraction=fraction, quantization_bits=quantization_bits)
+
+
+@declare_keys("compressor", selector="compressor")
+@dataclass(frozen=True)
+class CompressionKeys(Keys):
+    """The compressors' own keys (``compressor`` picks one)."""
+
+    compression: float = key(
+        0.1,
+        "`top-k`, `rand-k`, `rand-k-seeded`: kept fraction, `k = max(1, floor(compression d))` values.",
+        low=0.0,
+        high=1.0,
+        low_open=True,
+        rule="0 < compression <= 1",
+        readers=("top-k", "rand-k", "rand-k-seeded"),
+    )
+    quantization_bits: int = key(
+        4,
+        "`qsgd`: bits per coordinate (a sign and `2^(b-1) - 1` levels), plus one norm per message.",
+        low=2,
+        high=16,
+        rule="2 <= quantization_bits <= 16",
+        readers=("qsgd",),
+    )
+    rank: int = key(
+        1,
+        "`powergossip`: rank of each weight matrix's approximated difference.",
+        low=1,
+        rule="rank >= 1",
+        readers=("powergossip",),
+    )
+    consensus_step: float | None = key(
+        None,
+        "With a `compressor`: the consensus step `gamma` of the copies (CHOCO-SGD's), scaling the pull "
+        "towards them (D-PSGD: `x_i += gamma sum_j w_ij (xhat_j - xhat_i)`; dFedU: its coupling step times "
+        "gamma); `null`: half the stability limit of the compressor's quality `omega`, "
+        "`2 omega / (2 - omega)` over the step's largest eigenvalue, at most 1 (1 for `powergossip`). "
+        "summary.json's `consensus_step` says what ran.",
+        low=0.0,
+        low_open=True,
+        rule="consensus_step > 0",
+        readers=tuple(n for n in COMPRESSOR_NAMES if n != "none"),
+    )

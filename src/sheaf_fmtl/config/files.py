@@ -16,7 +16,7 @@ import yaml
 from ..data.bounded import UnboundedFile, read_text_bounded
 from ..spelling import setting
 from .errors import ConfigError, shown
-from .schema import DICT_KEYS, RunConfig, from_mapping
+from .schema import RunConfig, dict_keys, from_mapping
 from .usage import unused_keys
 
 
@@ -238,10 +238,10 @@ def load_config(
     layers = [parse_overrides(overrides or []), dict(keys or {})]
     for layer in layers:
         for key, value in layer.items():
-            if key in DICT_KEYS and isinstance(value, dict) and isinstance(mapping.get(key, {}), dict):
+            if key in dict_keys() and isinstance(value, dict) and isinstance(mapping.get(key, {}), dict):
                 mapping[key] = {**mapping.get(key, {}), **value}
-            elif isinstance(value, dict) and key not in DICT_KEYS:
-                subkeyed = ", ".join(f"{k}" for k in DICT_KEYS)
+            elif isinstance(value, dict) and key not in dict_keys():
+                subkeyed = ", ".join(f"{k}" for k in dict_keys())
                 raise ConfigError(
                     f"config key '{key}' takes one value, not a mapping: give {setting(key)} (only "
                     f"{subkeyed} hold options, e.g. {setting('data.relatedness', 0.5)})"

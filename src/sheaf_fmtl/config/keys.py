@@ -61,20 +61,6 @@ class ProblemKeys:
         "The client graph: `erdos-renyi` (`graph_p` or `graph_degree`), `watts-strogatz` (`graph_k`, "
         "`graph_p`), `barabasi-albert` (`graph_m`), `complete`, `star`, or `file` (`graph_file`).",
     )
-    graph_p: float = _key(0.2, "Edge probability (`erdos-renyi`); rewiring probability (`watts-strogatz`).")
-    graph_degree: float | None = _key(
-        None,
-        "Mean degree of an `erdos-renyi` graph: `graph_p = graph_degree / (clients - 1)`, so the degree "
-        "stays as clients grow; drawn once, its small components joined to the largest by one edge each "
-        "(summary.json's `graph_joined_edges`). `null`: `graph_p` as given.",
-    )
-    graph_k: int = _key(4, "Neighbours of each client on the `watts-strogatz` ring.")
-    graph_m: int = _key(2, "Edges each new client attaches with (`barabasi-albert`).")
-    graph_file: str = _key(
-        "",
-        "Edge list for `graph=file`: `i j` or `i j a_ij` (a positive weight, default 1) per line; given "
-        "without `graph`, it implies `graph=file`.",
-    )
     topology: str = _key(
         "none",
         "`none`, or a special case of the paper, run with fixed maps: `conventional-fmtl`, "
@@ -158,67 +144,4 @@ class MapKeys(TrainingKeys):
         "unless an edge list gives them) or `auto` (`relatedness`, except `graph` for `proxy`: a proxy "
         "trained on another client's task can cost more than a fresh one on this client's samples and "
         "still share what averaging helps). The run records the weights that ran. See the maps page.",
-    )
-    proxy_model: str = _key(
-        "",
-        "`maps=proxy`: the proxy's architecture, a built-in model name; empty: the run's model with the "
-        "fewest parameters.",
-    )
-    proxy_gamma: float = _key(
-        1.0,
-        "`maps=proxy`: fraction of the proxy's coordinates an edge couples each round, redrawn from the seed "
-        "(1: the whole proxy, dFedU on the proxies; below 1, `lam` reads as `1/proxy_gamma` times dFedU's).",
-    )
-    distill: float = _key(
-        1.0,
-        "`maps=proxy`: weight of the mutual distillation `KL(proxy || private) + KL(private || proxy)` "
-        "between a client's two models (0: each learns alone).",
-    )
-    probe_size: int = _key(
-        32, "`maps=functional`: inputs per probe batch `B`; `B x outputs` floats per message."
-    )
-    probe_data: str = _key(
-        "",
-        "`maps=functional`: a `.npy` of unlabelled inputs `[P, ...]` (or `.npz` with `x`) the probes are "
-        "drawn from; empty: seeded Gaussian noise shaped like the inputs (no data leaves a client).",
-    )
-    map_kind: str = _key(
-        "selection",
-        "`maps=redrawn`: `selection` of `d_ij` random coordinates (O(d_ij) per edge), or `orthonormal` / "
-        "`gaussian` rows (O(d_ij d) per edge, drawn each round).",
-    )
-    estimates: bool = _key(
-        False,
-        "`maps=redrawn`: keep a copy of each neighbour's model, refreshed on each round's coordinates, and "
-        "couple whole models against it (CHOCO-SGD style; `degree x d` floats per client, same bits).",
-    )
-    map_init: str = _key(
-        "gaussian", "Initial maps (zero maps never learn, and are refused: the paper's Remark)."
-    )
-    map_scale: float | None = _key(
-        None,
-        "Scale of the initial maps (sigma; `a` for uniform); `null`: `1/sqrt(d_i)` (uniform: "
-        "`sqrt(3/d_i)`), so `P^T P` is close to a projection whatever the model size. The paper's "
-        "N(0, 1) is `map_scale=1`, which needs `alpha lam` about `d_i` times smaller.",
-    )
-    map_dtype: str = _key("float32", "Storage of the maps (`bfloat16`: half the memory).")
-    shared_maps: bool = _key(
-        True,
-        "Both maps of an edge between equal-size models start equal (`P_ji = P_ij`), so the coupling "
-        "asks the two models to agree on one projection; `false`: independent draws (the paper's wording).",
-    )
-    map_draw: str = _key(
-        "host",
-        "`host`: each map drawn on the CPU from the seed (the same maps on every device); `device`: drawn "
-        "per bucket on the device (same law, other numbers; seconds instead of minutes for GiBs of maps).",
-    )
-    message_mode: str = _key(
-        "compact",
-        "`compact`: one `d_ij` vector and one scalar per neighbour and round; `literal`: two vectors "
-        "(Algorithm 1 as written). Same iterates.",
-    )
-    map_defer: int = _key(
-        -1,
-        "Fold the rank-one map updates into the maps every so many rounds (-1: about `sqrt(d_ij)`; "
-        "1: every round). Same iterates.",
     )

@@ -50,17 +50,6 @@ class RunKeys(MapKeys):
         "matchings talk, one when null; `sampled-edges`: `link_budget` of its edges, drawn at random). "
         "Edges off in a round send nothing. See the faults and schedules page.",
     )
-    link_budget: float | None = _key(
-        None,
-        "`graph_schedule=matchings` or `sampled-edges`: the fraction of the graph's matchings (or edges) "
-        "that talk each round, at least one (null: one matching a round; `sampled-edges` needs a value).",
-    )
-    peers: int = _key(2, "`graph_schedule=random-peers`: partners each client picks each round.")
-    peers_from: str = _key(
-        "graph",
-        "`graph_schedule=random-peers`: pick the partners among the `graph`'s neighbours (`graph`; the "
-        "only choice with `maps=learned` or `fixed`) or among every client (`all`: the complete graph).",
-    )
     join_round: str = _key(
         "",
         "Clients that join a running federation: one first round per client (`0,0,50,...`), or "
@@ -102,16 +91,6 @@ class RunKeys(MapKeys):
         "client's test split is then drawn from its own samples (stratified 75/25). `none`: the dataset's "
         "own clients and protocol. See the datasets guide.",
     )
-    partition_alpha: float = _key(
-        0.5, "`partition=dirichlet`: concentration `alpha` (small: few classes a client; large: near IID)."
-    )
-    classes_per_client: int = _key(2, "`partition=classes`: the number of classes each client holds.")
-    class_assignment: str = _key(
-        "first-deterministic",
-        "`partition=classes`: which classes a client holds: `first-deterministic` (client `i` holds class "
-        "`i mod K`, the others drawn; every class used when `clients >= K`), `random`, or `deterministic` "
-        "(classes `i, i+1, ...` mod K), as Flower's `class_assignment_mode`.",
-    )
     data: dict[str, Any] = field(
         default_factory=dict,
         metadata={
@@ -135,21 +114,6 @@ class CompressionKeys(RunKeys):
         "(rank-`rank` power-iteration approximations of each weight matrix's difference); `none`: whole "
         "models. See the communication page.",
     )
-    compression: float = _key(
-        0.1, "`top-k`, `rand-k`, `rand-k-seeded`: kept fraction, `k = max(1, floor(compression d))` values."
-    )
-    quantization_bits: int = _key(
-        4, "`qsgd`: bits per coordinate (a sign and `2^(b-1) - 1` levels), plus one norm per message."
-    )
-    rank: int = _key(1, "`powergossip`: rank of each weight matrix's approximated difference.")
-    consensus_step: float | None = _key(
-        None,
-        "With a `compressor`: the consensus step `gamma` of the copies (CHOCO-SGD's), scaling the pull "
-        "towards them (D-PSGD: `x_i += gamma sum_j w_ij (xhat_j - xhat_i)`; dFedU: its coupling step times "
-        "gamma); `null`: half the stability limit of the compressor's quality `omega`, "
-        "`2 omega / (2 - omega)` over the step's largest eigenvalue, at most 1 (1 for `powergossip`). "
-        "summary.json's `consensus_step` says what ran.",
-    )
 
 
 @dataclass(frozen=True)
@@ -158,46 +122,6 @@ class StepKeys(CompressionKeys):
     (``algorithms/training/optim.py``) and the loop's callbacks (``runtime/run/callbacks.py``)."""
 
     # Baselines (algorithms/*.py)
-    dpsgd_order: str = _key(
-        "lian", "D-PSGD's update: `lian` (`x <- W x - alpha g(x)`) or `atc` (`x <- W (x - alpha g(x))`)."
-    )
-    inner_steps: int = _key(5, "pFedMe: gradient steps of the inner (Moreau envelope) solve.")
-    inner_lr: float = _key(0.05, "pFedMe: step size of the inner solve.")
-    pfedme_beta: float = _key(1.0, "pFedMe: server mixing `w <- (1 - beta) w + beta mean_i w_i`.")
-    perfedavg_beta: float = _key(0.01, "Per-FedAvg: meta (outer) step size; `alpha` is the adaptation step.")
-    pfedgraph_alpha: float = _key(
-        0.8,
-        "pFedGraph: weight `alpha` of the data-size prior in each client's graph step, `min_w sum_j w_j "
-        "(-cos_ij) + alpha ||w - p||^2` over the simplex of itself and its neighbours (larger: closer to "
-        "averaging by sample counts; smaller: to the most similar updates).",
-    )
-    dpfl_budget: int = _key(
-        9,
-        "DPFL: most collaborators (graph neighbours) a client chooses besides itself (the authors' "
-        "cardinality 10 counts the client); it stops earlier when no neighbour lowers its held-out loss.",
-    )
-    dpfl_period: int = _key(
-        2,
-        "DPFL: rounds between two exchanges (each one chooses the collaborators again and averages with "
-        "them); the first comes after two rounds of local training, as in the authors' code.",
-    )
-    dpfl_holdout: float = _key(
-        0.2,
-        "DPFL: fraction of each client's training samples held out of training to choose its "
-        "collaborators on (their validation loss).",
-    )
-    finetune_epochs: int = _key(
-        1,
-        "`fedavg-ft`, `dpsgd-ft`: passes of plain mini-batch SGD (step `alpha`, batch `batch_size`) over "
-        "each client's own training data that turn the shared model into the model the client is scored "
-        "with, after every round; the shared model goes on unchanged (fine-tuning never feeds back).",
-    )
-    personal_layers: int = _key(
-        1,
-        "`partial`: how many of the model's last layers (modules with parameters, e.g. the last "
-        "`nn.Linear`'s weight and bias) stay personal and are never sent; the layers before them are "
-        "gossiped. At least one layer must be shared: a one-layer model (`logistic`, `linear`) is refused.",
-    )
     # The local optimizer and schedule (algorithms/training/optim.py), the loop's callbacks
     optimizer: str = _key(
         "sgd",
@@ -208,13 +132,6 @@ class StepKeys(CompressionKeys):
         "elementwise (LBFGS, per-tensor norms). Other than `sgd`: with `local`, `fedavg` and `fedavg-ft`, "
         "and with `sheaf-fmtl`, `dfedu`, `dpsgd`, `dpsgd-ft` when `local_epochs > 0` (the fine-tuning "
         "before scoring stays plain SGD).",
-    )
-    optimizer_args: dict[str, Any] = field(
-        default_factory=dict,
-        metadata={
-            "doc": "Keyword arguments of `optimizer`, `optimizer_args.KEY=VALUE` (e.g. "
-            "`optimizer_args.betas=[0.9,0.99]`, `optimizer_args.momentum=0.9`); not `lr` (that is `alpha`)."
-        },
     )
     weight_decay: float | None = _key(
         None,
@@ -227,29 +144,17 @@ class StepKeys(CompressionKeys):
         "Clip each client's gradient to this norm before the optimizer's step (as "
         "`torch.nn.utils.clip_grad_norm_` on that client's parameters alone); 0: no clipping.",
     )
-    momentum: float = _key(0.9, "`optimizer=momentum`: the momentum `mu` (`buf <- mu buf + g`).")
-    adam_beta1: float = _key(0.9, "`optimizer=adam`: decay of the first moment.")
-    adam_beta2: float = _key(0.999, "`optimizer=adam`: decay of the second moment.")
-    adam_eps: float = _key(1e-8, "`optimizer=adam`: added to the root of the second moment.")
     lr_schedule: str = _key(
         "constant",
         "Learning rate of the local steps by round `r`: `constant` (`alpha`), `step` (`alpha lr_step_gamma^"
         "floor(r / lr_step_every)`) or `cosine` (`alpha (1 + cos(pi r / rounds)) / 2`); where `optimizer` "
         "may be other than `sgd`.",
     )
-    lr_step_every: int = _key(100, "`lr_schedule=step`: rounds between two decays.")
-    lr_step_gamma: float = _key(0.1, "`lr_schedule=step`: factor of each decay.")
     lr_scheduler: str = _key(
         "",
         "A `torch.optim.lr_scheduler` class by name (`CosineAnnealingLR`, `StepLR`, `OneCycleLR`, ...) or "
         "`module:Class`, with `lr_scheduler_args`, stepped once per round from `alpha`; `T_max` and "
         "`total_steps` default to `rounds`. Instead of `lr_schedule`; empty: none.",
-    )
-    lr_scheduler_args: dict[str, Any] = field(
-        default_factory=dict,
-        metadata={
-            "doc": "Keyword arguments of `lr_scheduler`, `lr_scheduler_args.KEY=VALUE` (e.g. `gamma=0.5`)."
-        },
     )
     transform: str = _key(
         "none",
@@ -263,38 +168,3 @@ class StepKeys(CompressionKeys):
         default_factory=dict,
         metadata={"doc": "Keyword arguments of `transform`, `transform_args.KEY=VALUE` (e.g. `padding=2`)."},
     )
-    log_tensorboard: str = _key(
-        "", "Write every evaluated number as a TensorBoard scalar into this folder (needs `[tensorboard]`)."
-    )
-    log_mlflow: bool = _key(
-        False,
-        "Log the run to MLflow (needs `[mlflow]`): the config as parameters, every evaluated number by "
-        "round, the per-edge series, the summary and the run folder's files.",
-    )
-    mlflow_tracking_uri: str = _key(
-        "",
-        "`log_mlflow`: where MLflow records the run; empty: `$MLFLOW_TRACKING_URI`, else a file store in "
-        "the run folder (`file:RUN_DIR/mlruns`); a server not answering within 5 s is refused.",
-    )
-    mlflow_experiment: str = _key("sheaf-fmtl", "`log_mlflow`: the MLflow experiment (1-500 characters).")
-    log_wandb: bool = _key(
-        False,
-        "Log the run to Weights & Biases (needs `[wandb]`): the config, every evaluated number by round, "
-        "the per-edge series and the summary.",
-    )
-    wandb_project: str = _key("sheaf-fmtl", "`log_wandb`: the W&B project.")
-    wandb_mode: str = _key(
-        "offline",
-        "`log_wandb`: `offline` (files only, nothing sent; `wandb sync` uploads them later), `online` "
-        "(sends to the W&B server; one not answering within 5 s is refused) or `disabled`.",
-    )
-    wandb_dir: str = _key(
-        "", "`log_wandb`: the folder W&B writes its `wandb/` folder into; empty: the run folder."
-    )
-    early_stop_patience: int = _key(
-        0,
-        "`N > 0`: stop when the metric on the validation split (it needs `validation > 0`: the test split "
-        "never chooses) has not improved for `N` evaluations in a row (`status: stopped`, resumable), and "
-        "keep the best evaluation's models in `best.pt` (`sheaf_fmtl.load(run, round='best')`); 0: never.",
-    )
-    early_stop_min_delta: float = _key(0.0, "What counts as an improvement for `early_stop_patience`.")

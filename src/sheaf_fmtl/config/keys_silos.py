@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..component_keys import Keys, declare_keys, key
 from .keys import _key
 from .keys_run import StepKeys
 
@@ -20,16 +21,25 @@ class SiloKeys(StepKeys):
         "neighbours over gRPC with mutual TLS, each identified by its certificate (the same numbers; see "
         "the authenticated silos page).",
     )
-    tls_certs: str = _key(
+
+
+@declare_keys("transport tls", selector="transport", readers=("tls",))
+@dataclass(frozen=True)
+class TLSKeys(Keys):
+    """``transport = tls``: a silo's certificates and the silos' addresses."""
+
+    tls_certs: str = key(
         "", "`transport=tls`: the folder `sheaf-fmtl certs init` wrote; silo `R` reads its `silo-R/`."
     )
-    tls_peers: str = _key(
+    tls_peers: str = key(
         "",
         "`transport=tls`: a YAML file of each silo's address, `R: host:port` (silo `R` listens there); "
         "empty: every silo on this machine's loopback, on free ports.",
     )
-    silo: int | None = _key(
+    silo: int | None = key(
         None,
         "`transport=tls` across machines: this process is silo `silo` of `tls_peers`, one of `processes` "
         "(null: start every silo on this machine).",
+        low=0,
+        rule="silo >= 0 (null: every silo on this machine)",
     )

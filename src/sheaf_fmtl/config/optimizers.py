@@ -18,11 +18,12 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from ..component_keys import Keys, declare_keys, key
 from ..plugins import PluginError, is_spec, load_spec
 from ..spelling import setting
 from .errors import ConfigError, shown
@@ -227,3 +228,48 @@ def check(config: Any) -> None:
     if custom(config):
         _check_args(config)
         layout(config)
+
+
+@declare_keys("optimizer")
+@dataclass(frozen=True)
+class OptimizerKeys(Keys):
+    """The built-in optimizers' own keys and a named optimizer's arguments (``optimizer`` picks one)."""
+
+    optimizer_args: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "doc": "Keyword arguments of `optimizer`, `optimizer_args.KEY=VALUE` (e.g. "
+            "`optimizer_args.betas=[0.9,0.99]`, `optimizer_args.momentum=0.9`); not `lr` (that is `alpha`)."
+        },
+    )
+    momentum: float = key(
+        0.9,
+        "`optimizer=momentum`: the momentum `mu` (`buf <- mu buf + g`).",
+        low=0.0,
+        high=1.0,
+        high_open=True,
+        rule="0 <= momentum < 1",
+    )
+    adam_beta1: float = key(
+        0.9,
+        "`optimizer=adam`: decay of the first moment.",
+        low=0.0,
+        high=1.0,
+        high_open=True,
+        rule="0 <= adam_beta1 < 1",
+    )
+    adam_beta2: float = key(
+        0.999,
+        "`optimizer=adam`: decay of the second moment.",
+        low=0.0,
+        high=1.0,
+        high_open=True,
+        rule="0 <= adam_beta2 < 1",
+    )
+    adam_eps: float = key(
+        1e-8,
+        "`optimizer=adam`: added to the root of the second moment.",
+        low=0.0,
+        low_open=True,
+        rule="adam_eps > 0",
+    )

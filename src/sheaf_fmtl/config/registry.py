@@ -20,10 +20,13 @@ one more file to edit for a new algorithm or map mode.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..component_keys import Keys, declare_keys, declared
 
 #: ``(config, model dimension, clients, half-edges) -> FLOPs`` of one round's model combinations.
 AggregationFlops = Callable[[Any, int, int, int], int]
@@ -42,6 +45,8 @@ class AlgorithmSpec:
         color: an index into the figures' palette, or ``None`` for the palette's cycle.
         divergence_hint: appended to the divergence message (a step-size condition).
         aggregation: FLOPs of a round's model combinations (``None``: none).
+        keys: its own keys, declared beside it (:mod:`sheaf_fmtl.component_keys`): a run of this
+            algorithm reads them (they join ``reads`` when it is registered).
     """
 
     name: str
@@ -51,6 +56,7 @@ class AlgorithmSpec:
     color: int | None = None
     divergence_hint: str = ""
     aggregation: AggregationFlops | None = None
+    keys: tuple[type[Keys], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,7 @@ class MapModeSpec:
             before the key existed).
         learns_weights: ``edge_weights = auto`` learns each edge's weight from the exchange
             (``relatedness``) rather than taking the graph's.
+        keys: its own keys, declared beside it (they join ``reads`` when it is registered).
     """
 
     name: str
@@ -84,6 +91,7 @@ class MapModeSpec:
     idle_as: str | None = None
     unrecorded: bool = False
     learns_weights: bool = True
+    keys: tuple[type[Keys], ...] = ()
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {}
@@ -101,7 +109,7 @@ def add_algorithm(spec: AlgorithmSpec) -> None:
         raise ValueError(f"algorithm '{spec.name}': color = {spec.color!r}; give a palette index or None")
     if spec.aggregation is not None and not callable(spec.aggregation):
         raise ValueError(f"algorithm '{spec.name}': aggregation must be a function or None")
-    ALGORITHMS[spec.name] = spec
+    ALGORITHMS[spec.name] = _with_keys(spec, f"algorithm {spec.name}")
 
 
 def add_map_mode(spec: MapModeSpec) -> None:
@@ -115,7 +123,20 @@ def add_map_mode(spec: MapModeSpec) -> None:
             isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
         ):
             raise ValueError(f"map mode '{spec.name}': {key} = {value!r}; give a number >= 0")
-    MAP_MODES[spec.name] = spec
+    MAP_MODES[spec.name] = _with_keys(spec, f"maps {spec.name}")
+
+
+def _with_keys(spec: Any, component: str) -> Any:  # noqa: ANN401 - an AlgorithmSpec or MapModeSpec
+    """``spec`` reading its own keys: each class of ``spec.keys`` declared (by the first entry that
+    lists it), its keys added to ``reads``."""
+    own: list[str] = []
+    for cls in spec.keys:
+        if not (isinstance(cls, type) and issubclass(cls, Keys)):
+            raise ValueError(f"{spec.name}: keys = {spec.keys!r}; give classes of Keys")
+        if all(entry.cls is not cls for entry in declared()):
+            declare_keys(component)(cls)
+        own += [f.name for f in dataclasses.fields(cls) if f.name not in spec.reads]
+    return dataclasses.replace(spec, reads=(*spec.reads, *own)) if own else spec
 
 
 #: Why a lookup finds nothing: no module has imported the algorithms package yet.

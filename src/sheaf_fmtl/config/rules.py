@@ -1,16 +1,18 @@
 """Rules between config keys (a key that another key's value ignores or forbids), checked once
-every key's own value is (:mod:`.schema`)."""
+every key's own value is (:mod:`.schema`). Each rule takes the run's whole config (a
+``RunConfig``, typed ``Any`` here: the schema imports these rules, and no module of a package
+imports one that imports it)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from ..spelling import setting
 from . import optimizers, registry, schedulers
 from .errors import ConfigError, fix
-from .keys_run import StepKeys  # (every key of a run: the schema's RunConfig, which calls these, adds checks)
-from .keys_silos import SiloKeys
 
 
-def _check_together(config: SiloKeys) -> None:
+def _check_together(config: Any) -> None:
     """Rules that involve several keys."""
     if config.graph == "file" and not config.graph_file:
         raise ConfigError(
@@ -27,7 +29,7 @@ def _check_together(config: SiloKeys) -> None:
         raise ConfigError(
             f"config key 'map_scale' = 0 gives zero maps with map_init={config.map_init}; "
             "zero restriction maps never learn (allowed: map_scale > 0)"
-            + fix("map_scale", type(config).__dataclass_fields__["map_scale"].default)
+            + fix("map_scale", type(config).default_of("map_scale"))
         )
     if config.early_stop_patience > 0 and config.validation == 0:
         raise ConfigError(
@@ -45,7 +47,7 @@ def _check_together(config: SiloKeys) -> None:
     check_schedule(config)
 
 
-def _check_silos(config: SiloKeys) -> None:
+def _check_silos(config: Any) -> None:
     """``transport = tls``: the certificates' folder, and a silo among the ``processes``."""
     if config.transport != "tls":
         return
@@ -72,7 +74,7 @@ def _check_silos(config: SiloKeys) -> None:
         )
 
 
-def _check_pool(config: StepKeys) -> None:
+def _check_pool(config: Any) -> None:
     """``data.pool`` samples the pool a partition splits: refused without ``partition`` (before any
     data are read)."""
     pool = config.data.get("pool") if isinstance(config.data, dict) else None
@@ -84,7 +86,7 @@ def _check_pool(config: StepKeys) -> None:
         )
 
 
-def check_schedule(config: StepKeys) -> None:
+def check_schedule(config: Any) -> None:
     """Per-edge state (``maps=learned`` or ``fixed``, PowerGossip's factors) only on the base graph's
     edges: refused with a schedule whose edges come from every client, or with changing edges or
     late joiners (PowerGossip). CHOCO's compressors keep a copy per edge under a schedule and run."""
@@ -120,7 +122,7 @@ def check_schedule(config: StepKeys) -> None:
         )
 
 
-def _check_compression(config: StepKeys) -> None:
+def _check_compression(config: Any) -> None:
     """``compressor`` only where an algorithm gossips whole models (its registry entry reads it)."""
     if config.compressor == "none":
         return
@@ -160,13 +162,12 @@ _IGNORED_UNLESS = {
 }
 
 
-def _check_optimizer(config: StepKeys) -> None:
+def _check_optimizer(config: Any) -> None:
     """``optimizer`` / ``lr_schedule`` / ``lr_scheduler`` (and ``weight_decay``, ``grad_clip``) where
     the algorithm's local steps may take them; their keys only with them; an optimizer or scheduler
     the stacked local steps can run (:func:`.optimizers.check`, :func:`.schedulers.check`)."""
-    defaults = type(config).__dataclass_fields__
     for key, (owner, value) in _IGNORED_UNLESS.items():
-        if getattr(config, key) != defaults[key].default and getattr(config, owner) != value:
+        if getattr(config, key) != type(config).default_of(key) and getattr(config, owner) != value:
             raise ConfigError(
                 f"config key '{key}' is set but {owner} = {getattr(config, owner)}, which ignores it; "
                 f"add {setting(owner, value)} to use it"
@@ -178,7 +179,7 @@ def _check_optimizer(config: StepKeys) -> None:
     key, value = next(
         (k, getattr(config, k))
         for k in ("optimizer", "optimizer_args", "weight_decay", "grad_clip", "lr_schedule", "lr_scheduler")
-        if getattr(config, k) not in (defaults[k].default, {}, None, 0.0)
+        if getattr(config, k) not in (type(config).default_of(k), {}, None, 0.0)
     )
     if config.algorithm in _SGD_BY_PAPER:
         raise ConfigError(
@@ -202,7 +203,7 @@ def _check_optimizer(config: StepKeys) -> None:
         )
 
 
-def _check_maps(config: StepKeys) -> None:
+def _check_maps(config: Any) -> None:
     """The map modes: which keys go together (what each mode reads: :mod:`.registry`)."""
     if config.maps not in ("learned", registry.AUTO) and config.algorithm != "sheaf-fmtl":
         raise ConfigError(
@@ -250,7 +251,7 @@ def _modes_reading(key: str) -> str:
 _ALGORITHM_1_MAPS = ("learned", "fixed")
 
 
-def _check_coupling_step(config: StepKeys) -> None:
+def _check_coupling_step(config: Any) -> None:
     """``coupling_step`` only where a coupling step of its own follows the local epochs:
     ``sheaf-fmtl`` with maps other than the paper's and dFedU, with ``local_epochs > 0``."""
     if config.coupling_step is None:

@@ -7,10 +7,12 @@ a table, one per round (:func:`lr_table`), computed once per setting: nothing to
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from ..component_keys import Keys, declare_keys, key
 from .errors import ConfigError, shown
 from .optimizers import accepted_args, load_class
 
@@ -99,3 +101,27 @@ def check(config: Any) -> None:
         )
     if config.lr_scheduler:
         lr_table(config, rounds=2)
+
+
+@declare_keys("lr schedule")
+@dataclass(frozen=True)
+class ScheduleKeys(Keys):
+    """The learning-rate schedules' own keys (``lr_schedule``, ``lr_scheduler`` pick one)."""
+
+    lr_step_every: int = key(
+        100, "`lr_schedule=step`: rounds between two decays.", low=1, rule="lr_step_every >= 1"
+    )
+    lr_step_gamma: float = key(
+        0.1,
+        "`lr_schedule=step`: factor of each decay.",
+        low=0.0,
+        high=1.0,
+        low_open=True,
+        rule="0 < lr_step_gamma <= 1",
+    )
+    lr_scheduler_args: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "doc": "Keyword arguments of `lr_scheduler`, `lr_scheduler_args.KEY=VALUE` (e.g. `gamma=0.5`)."
+        },
+    )

@@ -5,34 +5,100 @@ checks the configs of the CLI and of Python."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, TypeVar
 
-from ..plugins import PLUGIN_KEYS, PluginError, is_held, is_spec, load_spec
-from ..spelling import ANY, on_command_line, setting
+from ..component_keys import Keys, component_fields, declared, owner_of
+from ..plugins import PLUGIN_KEYS, is_held
+from ..spelling import ANY, setting
 from ..warn import warn
+from . import keys_callbacks as _declares_keys  # noqa: F401 - the loggers and early stopping declare their keys
+from . import registry
 from .errors import ConfigError, fix, shown
 from .keys_silos import SiloKeys
 from .rules import _check_together
-from .values import _CHOICES, _DEVICE, _RANGES, MAX_JOIN_ROUND, PLACEMENTS, choices, join_round_values
+from .value_checks import check_code, check_join_round, key_types
+from .values import _DEVICE, PLACEMENTS, choices, range_of
+
+KT = TypeVar("KT", bound=Keys)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RunConfig(SiloKeys):
-    """Every setting of a run; invalid values raise :class:`ConfigError` in the constructor."""
+    """Every setting of a run: the common keys (the sections of :mod:`.keys`, :mod:`.keys_run`,
+    :mod:`.keys_silos`) and the keys each component declares beside its code
+    (:mod:`sheaf_fmtl.component_keys`), given and read by their own names alike
+    (``RunConfig(personal_layers=2).personal_layers``; a component reads its own as
+    ``config.of(PartialKeys).personal_layers``). Invalid values raise :class:`ConfigError` in the
+    constructor.
 
-    def __post_init__(self) -> None:
+    >>> config = RunConfig(algorithm="pfedme", inner_steps=3, rounds=5)
+    >>> config.rounds, config.inner_steps
+    (5, 3)
+    >>> config.replace(rounds=7).inner_steps
+    3
+    >>> config.to_dict()["inner_steps"]
+    3
+    """
+
+    #: One instance of each declared class of keys (filled by the constructor, by class).
+    components: dict[type[Keys], Keys] = field(default_factory=dict, repr=False, metadata={"internal": True})
+
+    def __init__(self, components: Mapping[type[Keys], Keys] | None = None, **values: Any) -> None:
+        registry.algorithm_names()  # every component has declared its keys once the registries are filled
+        common = common_fields()
+        for name in values:
+            if name not in common and owner_of(name) is None:
+                raise ConfigError(_unknown_key(name, values[name]))
+        for name, f in common.items():
+            given = values[name] if name in values else _default_value(f)
+            object.__setattr__(self, name, given)
         _placement_renamed(self)
-        for f in fields(self):
-            object.__setattr__(self, f.name, _check(f.name, getattr(self, f.name)))
+        for name in common:
+            object.__setattr__(self, name, _check(name, getattr(self, name)))
+        parts: dict[type[Keys], Keys] = {}
+        for entry in declared():
+            mine = {f.name: f for f in fields(entry.cls)}
+            earlier = (components or {}).get(entry.cls)
+            given = {n: getattr(earlier, n) for n in mine} if earlier is not None else {}
+            given.update({n: values[n] for n in mine if n in values})
+            parts[entry.cls] = entry.cls(**{n: _check(n, v) for n, v in given.items()})
+        object.__setattr__(self, "components", parts)
         _check_together(self)
+        for part in parts.values():
+            part.check(self)
+
+    def __getattr__(self, name: str) -> Any:  # noqa: ANN401 - a component's key of any type
+        """A component's key by its own name (called only for names that are no common key)."""
+        cls = owner_of(name)
+        parts = self.__dict__.get("components")
+        if cls is None or parts is None or cls not in parts:
+            raise AttributeError(f"'RunConfig' object has no attribute {name!r}")
+        return getattr(parts[cls], name)
+
+    def of(self, cls: type[KT]) -> KT:
+        """This config's keys of a component (a class :func:`~sheaf_fmtl.component_keys.declare_keys`
+        registered), typed."""
+        part = self.components[cls]
+        assert isinstance(part, cls)
+        return part
+
+    @staticmethod
+    def default_of(name: str) -> Any:  # noqa: ANN401 - a key of any type
+        """Key ``name``'s default (:func:`default_of`)."""
+        return default_of(name)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every key and its value, flat: the common keys, then each component's."""
+        out = {name: copy.deepcopy(getattr(self, name)) for name in common_fields()}
+        for part in self.components.values():
+            out.update(dataclasses.asdict(part))
+        return out
 
     @property
     def lam_value(self) -> float:
@@ -50,7 +116,7 @@ class RunConfig(SiloKeys):
 
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with ``changes``, validated like any other config."""
-        unknown = sorted(set(changes) - _KNOWN)
+        unknown = sorted(set(changes) - known_keys())
         if unknown:
             raise ConfigError(_unknown_key(unknown[0], changes[unknown[0]]))
         return dataclasses.replace(self, **changes)
@@ -86,21 +152,37 @@ def renamed_keys(mapping: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _types(annotation: str) -> tuple[type, ...]:
-    if annotation.startswith("int"):
-        return (int,)
-    if annotation.startswith("float"):
-        return (int, float)
-    if annotation.startswith("bool"):
-        return (bool,)
-    return (dict,) if annotation.startswith("dict") else (str,)
+def _default_value(f: Field[Any]) -> Any:  # noqa: ANN401 - a key of any type
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
 
 
-_TYPES: dict[str, tuple[type, ...]] = {f.name: _types(str(f.type)) for f in fields(RunConfig)}
-_OPTIONAL = {f.name for f in fields(RunConfig) if "None" in str(f.type)}
-_KNOWN = set(_TYPES)
-#: Keys holding a mapping (sub-keys ``KEY.NAME=VALUE``).
-DICT_KEYS = tuple(name for name, types in _TYPES.items() if types == (dict,))
+def common_fields() -> dict[str, Field[Any]]:
+    """The common record's keys (every field of :class:`RunConfig` but its components)."""
+    return {f.name: f for f in fields(RunConfig) if not f.metadata.get("internal")}
+
+
+def key_fields() -> dict[str, Field[Any]]:
+    """Every key of a run by name: the common ones, then the components' (in the order declared)."""
+    registry.algorithm_names()
+    return {**common_fields(), **{f.name: f for f in component_fields()}}
+
+
+def default_of(name: str) -> Any:  # noqa: ANN401 - a key of any type
+    """Key ``name``'s default."""
+    return _default_value(key_fields()[name])
+
+
+def dict_keys() -> tuple[str, ...]:
+    """Keys holding a mapping (sub-keys ``KEY.NAME=VALUE``)."""
+    return tuple(name for name, f in key_fields().items() if key_types(str(f.type)) == (dict,))
+
+
+def known_keys() -> set[str]:
+    return set(key_fields())
+
+
 # Keys a saved config.yaml carries besides the config (what produced it, the keys it set that the run
 # did not read: config.usage); ignored when read back.
 PROVENANCE_KEYS = ("versions", "unused")
@@ -110,22 +192,25 @@ def _unknown_key(key: object, value: Any = ANY) -> str:  # noqa: ANN401 - any co
     """The refusal of an unknown key given ``value``: the closest known keys (``difflib``) given
     that value, in the user's spelling, when some are close, else every known key."""
     name = shown(str(key))[1:-1]
-    close = difflib.get_close_matches(str(key).lower().replace("-", "_"), sorted(_KNOWN), n=3, cutoff=0.6)
+    close = difflib.get_close_matches(
+        str(key).lower().replace("-", "_"), sorted(known_keys()), n=3, cutoff=0.6
+    )
     if close:
         return f"unknown config key '{name}'; did you mean {' or '.join(setting(k, value) for k in close)}?"
-    return f"unknown config key '{name}'; known keys: {', '.join(sorted(_KNOWN))}"
+    return f"unknown config key '{name}'; known keys: {', '.join(sorted(known_keys()))}"
 
 
 def _fix(name: str) -> str:
     """The end of a refusal of key ``name``'s value (:func:`.errors.fix`)."""
-    return fix(name, RunConfig.__dataclass_fields__[name].default)
+    return fix(name, default_of(name))
 
 
 def _check(name: str, value: Any) -> Any:
     """``value`` for key ``name``, normalised (ints to floats where floats are meant); or ConfigError."""
-    if value is None and name in _OPTIONAL:
+    f = key_fields()[name]
+    if value is None and "None" in str(f.type):
         return None
-    types = _TYPES[name]
+    types = key_types(str(f.type))
     if name == "join_round" and isinstance(value, (list, tuple)):  # one round per client, as a list
         value = ",".join(str(v) for v in value)
     if float in types and isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
@@ -146,16 +231,16 @@ def _check(name: str, value: Any) -> Any:
         value = float(value)  # type: ignore[arg-type]  # an int or float, checked above
         if not math.isfinite(value):
             raise ConfigError(f"config key '{name}' = {shown(value)} is not a finite number{_fix(name)}")
-    if name in DICT_KEYS:
+    if types == (dict,):
         return dict(value)
     if name in PLUGIN_KEYS:
-        _check_code(name, value)
+        check_code(name, value, _fix(name))
         if is_held(value):
             return value
     if name == "map_init" and value == "zeros":
         raise ConfigError(
             "config key 'map_init' = zeros is rejected: zero restriction maps never learn "
-            f"(paper Remark); allowed: {', '.join(_CHOICES[name])}{_fix(name)}"
+            f"(paper Remark); allowed: {', '.join(choices(name) or ())}{_fix(name)}"
         )
     allowed = choices(name)
     if allowed is not None and value not in allowed:
@@ -166,13 +251,14 @@ def _check(name: str, value: Any) -> Any:
             + ("" if close else _fix(name))
         )
     if name == "join_round":
-        _check_join_round(value)
+        check_join_round(value)
     if name == "device" and not _DEVICE.fullmatch(value):
         raise ConfigError(
             f"config key 'device': {shown(value)} is not allowed; allowed: cpu, cuda, cuda:N{_fix(name)}"
         )
-    if name in _RANGES:
-        lo, lo_in, hi, hi_in, text = _RANGES[name]
+    bounds = range_of(name)
+    if bounds is not None:
+        lo, lo_in, hi, hi_in, text = bounds
         bad = (lo is not None and (value < lo if lo_in else value <= lo)) or (
             hi is not None and (value > hi if hi_in else value >= hi)
         )
@@ -181,49 +267,6 @@ def _check(name: str, value: Any) -> Any:
                 f"config key '{name}' = {shown(value)} is out of range; allowed: {text}{_fix(name)}"
             )
     return value
-
-
-def _check_join_round(value: str) -> None:
-    """``join_round``'s spelling and numbers (its count per client is checked against the clients
-    once they are known, :func:`sheaf_fmtl.runtime.engine.schedule.join_rounds`)."""
-    try:
-        join_round_values(value)
-    except ValueError:
-        raise ConfigError(
-            f"config key 'join_round' = {shown(value)} is not allowed; allowed: one first round per "
-            "client (comma-separated) or late:K@R (K clients join at round R), each number a whole one "
-            f"from 0 to {MAX_JOIN_ROUND} (2^63 - 1), e.g. {setting('join_round', 'late:2@50')}"
-        ) from None
-
-
-def _check_code(name: str, value: str) -> None:
-    """Import the ``module:function`` a key names (config keys naming user code, ``plugins``)."""
-    for part in value.split(",") if name == "model" else [value]:
-        if is_spec(part.strip()):
-            try:
-                load_spec(name, part.strip())
-            except PluginError as e:
-                raise ConfigError(str(e)) from None
-    if name in ("loss", "metric") and value != "auto" and not is_spec(value) and not is_held(value):
-        raise ConfigError(
-            f"config key '{name}': {shown(value)} is not allowed; allowed: auto, or module:function "
-            + (
-                f"(your own, e.g. {setting(name, f'mypkg.code:my_{name}')})"
-                if on_command_line()
-                else f"or a function (your own, e.g. {name}=my_{name})"
-            )
-            + _fix(name)
-        )
-    if name == "transform" and value not in ("none", "random-crop-flip") and not is_spec(value):
-        if not is_held(value):
-            raise ConfigError(
-                f"config key 'transform': {shown(value)} is not allowed; allowed: none, random-crop-flip, or "
-                + (
-                    f"module:function (e.g. {setting(name, 'mypkg.aug:flip')})"
-                    if on_command_line()
-                    else "a callable on a batched tensor (e.g. transform=v2.RandomHorizontalFlip())"
-                )
-            )
 
 
 def validate(config: RunConfig) -> RunConfig:
@@ -235,7 +278,7 @@ def from_mapping(mapping: Mapping[str, Any]) -> RunConfig:
     """A validated config from a mapping of keys (a saved ``config.yaml``'s provenance is ignored);
     ``graph_file`` given without ``graph`` implies ``graph = file``."""
     values = {k: v for k, v in mapping.items() if k not in PROVENANCE_KEYS}
-    unknown = sorted(set(values) - _KNOWN, key=str)
+    unknown = sorted(set(values) - known_keys(), key=str)
     if unknown:
         raise ConfigError(_unknown_key(unknown[0], values[unknown[0]]))
     if values.get("graph_file") and "graph" not in values:  # an edge list alone: the graph is that file

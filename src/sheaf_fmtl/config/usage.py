@@ -15,10 +15,10 @@ from dataclasses import fields
 from types import SimpleNamespace
 from typing import Any, cast
 
-from ..sheaf.links import BUDGETED
+from ..component_keys import declared
 from . import registry
 from .errors import shown
-from .schema import RunConfig
+from .schema import RunConfig, default_of, key_fields
 
 # What selects whether a key is read, from a config: a name, and the config's value of it.
 SELECTORS: dict[str, Callable[[RunConfig], str]] = {
@@ -30,28 +30,6 @@ SELECTORS: dict[str, Callable[[RunConfig], str]] = {
     "partition": lambda c: c.partition,
     "graph_schedule": lambda c: c.graph_schedule,
     "transport": lambda c: c.transport,
-}
-_COMPRESSING = ("top-k", "rand-k", "rand-k-seeded", "qsgd", "sign", "powergossip")
-#: Keys read by some graph kinds or protocols only: key -> (selector, the selector's values that read it).
-_OTHER_READERS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "graph_p": ("graph", ("erdos-renyi", "watts-strogatz")),
-    "graph_degree": ("graph", ("erdos-renyi",)),
-    "graph_k": ("graph", ("watts-strogatz",)),
-    "graph_m": ("graph", ("barabasi-albert",)),
-    "local_steps": ("local_epochs", ("0",)),
-    "compression": ("compressor", ("top-k", "rand-k", "rand-k-seeded")),
-    "quantization_bits": ("compressor", ("qsgd",)),
-    "rank": ("compressor", ("powergossip",)),
-    "consensus_step": ("compressor", _COMPRESSING),
-    "partition_alpha": ("partition", ("dirichlet",)),
-    "classes_per_client": ("partition", ("classes",)),
-    "class_assignment": ("partition", ("classes",)),
-    "peers": ("graph_schedule", ("random-peers",)),
-    "peers_from": ("graph_schedule", ("random-peers",)),
-    "link_budget": ("graph_schedule", BUDGETED),
-    "tls_certs": ("transport", ("tls",)),
-    "tls_peers": ("transport", ("tls",)),
-    "silo": ("transport", ("tls",)),
 }
 #: Keys a mode reads that the config's rules refuse with any other mode (``rules._check_maps``).
 _REFUSED_ELSEWHERE = ("estimates", "map_kind")
@@ -68,14 +46,31 @@ def read_by() -> dict[str, tuple[str, tuple[str, ...]]]:
                 if key not in _REFUSED_ELSEWHERE:
                     readers = out.get(key, (selector, ()))[1]
                     out[key] = (selector, (*readers, spec.name))
-    return {**out, **_OTHER_READERS}
+    return {**out, **_COMMON_READERS, **_declared_readers()}
+
+
+#: Common keys read by some training protocols only: key -> (selector, its values that read it).
+_COMMON_READERS: dict[str, tuple[str, tuple[str, ...]]] = {"local_steps": ("local_epochs", ("0",))}
+
+
+def _declared_readers() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The keys of the components that name a selector (:mod:`sheaf_fmtl.component_keys`), each
+    with the selector's values that read it (the key's own, else its class's)."""
+    out: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for entry in declared():
+        if entry.selector is None:
+            continue
+        for f in fields(entry.cls):
+            out[f.name] = (entry.selector, tuple(f.metadata.get("readers", entry.readers)))
+    return out
 
 
 class UnusedKeysWarning(UserWarning):
     """A run's config sets keys the run does not read (:func:`unused_warning`)."""
 
 
-_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(RunConfig)}
+def _defaults() -> dict[str, Any]:
+    return {name: default_of(name) for name in key_fields()}
 
 
 def unused_keys(config: RunConfig) -> list[str]:
@@ -86,7 +81,7 @@ def unused_keys(config: RunConfig) -> list[str]:
     out = []
     for key, (selector, readers) in read_by().items():
         value = SELECTORS[selector](config)
-        if value != "auto" and value not in readers and getattr(config, key) != _DEFAULTS[key]:
+        if value != "auto" and value not in readers and getattr(config, key) != default_of(key):
             out.append(key)
     return out
 
@@ -97,12 +92,12 @@ def reads(config: Mapping[str, Any], key: str) -> bool:
     if config.get("topology", "none") != "none":
         return True  # a special case sets the maps' keys itself
     if key == "maps":
-        return config.get("algorithm", _DEFAULTS["algorithm"]) == "sheaf-fmtl"
+        return config.get("algorithm", default_of("algorithm")) == "sheaf-fmtl"
     table = read_by()
     if key not in table:
         return True
     selector, readers = table[key]
-    view = cast(RunConfig, SimpleNamespace(**{**_DEFAULTS, **config}))
+    view = cast(RunConfig, SimpleNamespace(**{**_defaults(), **config}))
     value = SELECTORS[selector](view)
     return value == "auto" or value in readers
 

@@ -5,13 +5,13 @@ configuration reference prints them (:mod:`.reference`)."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
+from ..component_keys import owner_of
 from ..compression import COMPRESSOR_NAMES
-from ..data.base import CLASS_ASSIGNMENTS, PARTITIONS
+from ..data.base import PARTITIONS
 from ..sheaf.graph import GRAPH_KINDS
 from ..sheaf.links import BUDGETED
-from ..sheaf.maps import MAP_DTYPES, MAP_INITS
-from ..sheaf.selection import MAP_KINDS
 from . import registry
 
 #: The values of config key ``placement`` (clients over processes; formerly ``partition``).
@@ -19,33 +19,20 @@ PLACEMENTS = ("contiguous", "community")
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 _CHOICES: dict[str, tuple[str, ...]] = {
     "graph": GRAPH_KINDS,
-    "map_init": MAP_INITS,
-    "map_kind": MAP_KINDS,
-    "map_dtype": tuple(MAP_DTYPES),
-    "message_mode": ("compact", "literal"),
-    "dpsgd_order": ("lian", "atc"),
     "init": ("common", "per-client"),
     "edge_weights": ("auto", "relatedness", "graph"),
-    "map_draw": ("host", "device"),
     "graph_schedule": ("fixed", "random-peers", "exponential", *BUDGETED),
-    "peers_from": ("graph", "all"),
     "placement": PLACEMENTS,
     "partition": PARTITIONS,
-    "class_assignment": CLASS_ASSIGNMENTS,
     "topology": ("none", "conventional-fmtl", "personalised-fl", "hybrid-fl"),
     "metric_goal": ("auto", "max", "min"),
     "lr_schedule": ("constant", "cosine", "step"),
-    "wandb_mode": ("offline", "online", "disabled"),
     "compressor": COMPRESSOR_NAMES,
     "transport": ("gloo", "tls"),
 }
 # key -> (lower, lower inclusive, upper, upper inclusive, text)
 _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "clients": (2, True, None, False, "clients >= 2"),
-    "graph_p": (0.0, False, 1.0, True, "0 < graph_p <= 1"),
-    "graph_degree": (0.0, False, None, False, "graph_degree > 0"),
-    "graph_k": (2, True, None, False, "graph_k >= 2"),
-    "graph_m": (1, True, None, False, "graph_m >= 1"),
     "rounds": (1, True, None, False, "rounds >= 1"),
     "batch_size": (0, True, None, False, "batch_size >= 0 (0 = full batch)"),
     "local_steps": (1, True, None, False, "local_steps >= 1"),
@@ -55,49 +42,17 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "coupling_step": (0.0, False, None, False, "coupling_step > 0 (null: measured from the local work)"),
     "eta": (0.0, True, None, False, "eta >= 0"),
     "gamma": (0.0, False, 1.0, True, "0 < gamma <= 1"),
-    "distill": (0.0, True, None, False, "distill >= 0"),
-    "proxy_gamma": (0.0, False, 1.0, True, "0 < proxy_gamma <= 1"),
-    "probe_size": (1, True, None, False, "probe_size >= 1"),
-    "map_scale": (0.0, True, None, False, "map_scale >= 0"),
     "l2": (0.0, True, None, False, "l2 >= 0"),
-    "map_defer": (-1, True, None, False, "map_defer >= -1 (-1 = auto)"),
     "eval_every": (1, True, None, False, "eval_every >= 1"),
     "checkpoint_every": (-1, True, None, False, "checkpoint_every >= -1 (-1 = eval_every, 0 = none)"),
     "seed": (0, True, None, False, "seed >= 0"),
     "validation": (0.0, True, 1.0, False, "0 <= validation < 1 (0: evaluate on the test split)"),
-    "inner_steps": (1, True, None, False, "inner_steps >= 1"),
-    "inner_lr": (0.0, False, None, False, "inner_lr > 0"),
-    "pfedme_beta": (0.0, False, None, False, "pfedme_beta > 0"),
-    "perfedavg_beta": (0.0, False, None, False, "perfedavg_beta > 0"),
-    "pfedgraph_alpha": (0.0, False, None, False, "pfedgraph_alpha > 0"),
-    "dpfl_budget": (1, True, None, False, "dpfl_budget >= 1"),
-    "dpfl_period": (1, True, None, False, "dpfl_period >= 1"),
-    "dpfl_holdout": (0.0, False, 1.0, False, "0 < dpfl_holdout < 1"),
-    "finetune_epochs": (1, True, None, False, "finetune_epochs >= 1"),
-    "personal_layers": (1, True, None, False, "personal_layers >= 1"),
     "drop_prob": (0.0, True, 1.0, False, "0 <= drop_prob < 1"),
     "link_drop_prob": (0.0, True, 1.0, False, "0 <= link_drop_prob < 1"),
     "processes": (1, True, None, False, "processes >= 1"),
-    "peers": (1, True, None, False, "peers >= 1"),
-    "link_budget": (0.0, False, 1.0, True, "0 < link_budget <= 1 (null: one matching a round)"),
-    "partition_alpha": (0.0, False, None, False, "partition_alpha > 0"),
-    "classes_per_client": (1, True, None, False, "classes_per_client >= 1"),
     "timeout_s": (0.0, False, None, False, "timeout_s > 0"),
-    "silo": (0, True, None, False, "silo >= 0 (null: every silo on this machine)"),
-    "momentum": (0.0, True, 1.0, False, "0 <= momentum < 1"),
-    "adam_beta1": (0.0, True, 1.0, False, "0 <= adam_beta1 < 1"),
-    "adam_beta2": (0.0, True, 1.0, False, "0 <= adam_beta2 < 1"),
-    "adam_eps": (0.0, False, None, False, "adam_eps > 0"),
     "weight_decay": (0.0, True, None, False, "weight_decay >= 0"),
     "grad_clip": (0.0, True, None, False, "grad_clip >= 0 (0: no clipping)"),
-    "lr_step_every": (1, True, None, False, "lr_step_every >= 1"),
-    "lr_step_gamma": (0.0, False, 1.0, True, "0 < lr_step_gamma <= 1"),
-    "early_stop_patience": (0, True, None, False, "early_stop_patience >= 0 (0: never)"),
-    "early_stop_min_delta": (0.0, True, None, False, "early_stop_min_delta >= 0"),
-    "compression": (0.0, False, 1.0, True, "0 < compression <= 1"),
-    "quantization_bits": (2, True, 16, True, "2 <= quantization_bits <= 16"),
-    "rank": (1, True, None, False, "rank >= 1"),
-    "consensus_step": (0.0, False, None, False, "consensus_step > 0"),
 }
 
 
@@ -106,10 +61,49 @@ _REGISTERED = {"algorithm": registry.algorithm_names, "maps": registry.map_mode_
 
 
 def choices(name: str) -> tuple[str, ...] | None:
-    """The values key ``name`` allows, or ``None`` when it is not a choice."""
+    """The values key ``name`` allows, or ``None`` when it is not a choice (a component's key:
+    as its declaration says)."""
     if name in _REGISTERED:
         return _REGISTERED[name]()
+    meta = _declared_meta(name)
+    if meta is not None:
+        found = meta.get("choices")
+        return None if found is None else tuple(found)
     return _CHOICES.get(name)
+
+
+def range_of(name: str) -> tuple[float | None, bool, float | None, bool, str] | None:
+    """The range of numeric key ``name`` (lower, inclusive, upper, inclusive, in words), or
+    ``None`` (a component's key: as its declaration says)."""
+    meta = _declared_meta(name)
+    if meta is None:
+        return _RANGES.get(name)
+    bounds = meta.get("range")
+    if bounds is None:
+        return None
+    lo, lo_in, hi, hi_in, text = bounds
+    return lo, lo_in, hi, hi_in, text or _range_words(name, lo, lo_in, hi, hi_in)
+
+
+def _range_words(name: str, lo: float | None, lo_in: bool, hi: float | None, hi_in: bool) -> str:
+    """``0 < name <= 1``, ``name >= 1``: a range in words."""
+    low = "" if lo is None else f"{_number(lo)} {'<=' if lo_in else '<'} "
+    high = "" if hi is None else f" {'<=' if hi_in else '<'} {_number(hi)}"
+    if lo is not None and hi is None:
+        return f"{name} {'>=' if lo_in else '>'} {_number(lo)}"
+    return f"{low}{name}{high}"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _declared_meta(name: str) -> dict[str, Any] | None:
+    """The metadata of a component's key ``name`` (``None``: a common key)."""
+    cls = owner_of(name)
+    if cls is None:
+        return None
+    return dict(cls.__dataclass_fields__[name].metadata)
 
 
 #: The largest first round ``join_round`` takes (first rounds are held as int64).

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..component_keys import Keys, declare_keys, key
+
 Task = Literal["classification", "regression"]
 
 
@@ -201,3 +203,33 @@ def register(name: str, files: tuple[str, ...] = (), pooled: bool = False) -> Ca
         return fn
 
     return deco
+
+
+@declare_keys("partition", selector="partition")
+@dataclass(frozen=True)
+class PartitionKeys(Keys):
+    """The partitioners' own keys (``partition`` picks one)."""
+
+    partition_alpha: float = key(
+        0.5,
+        "`partition=dirichlet`: concentration `alpha` (small: few classes a client; large: near IID).",
+        low=0.0,
+        low_open=True,
+        rule="partition_alpha > 0",
+        readers=("dirichlet",),
+    )
+    classes_per_client: int = key(
+        2,
+        "`partition=classes`: the number of classes each client holds.",
+        low=1,
+        rule="classes_per_client >= 1",
+        readers=("classes",),
+    )
+    class_assignment: str = key(
+        "first-deterministic",
+        "`partition=classes`: which classes a client holds: `first-deterministic` (client `i` holds class "
+        "`i mod K`, the others drawn; every class used when `clients >= K`), `random`, or `deterministic` "
+        "(classes `i, i+1, ...` mod K), as Flower's `class_assignment_mode`.",
+        choices=CLASS_ASSIGNMENTS,
+        readers=("classes",),
+    )

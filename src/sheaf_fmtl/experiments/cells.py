@@ -15,7 +15,7 @@ from typing import Any
 from ..config import RunConfig, from_mapping, parse_overrides, renamed_keys, save_config
 from ..config.defaults import default_lam
 from ..config.files import replace_file
-from ..config.schema import DICT_KEYS
+from ..config.schema import dict_keys
 from ..data.bounded import read_text_bounded
 from ..metrics.aggregate import FINISHED, read_summary
 from .paper import COMMON, DATASET_BASE, QUICK, Experiment, Setting
@@ -85,7 +85,7 @@ def cell_config(
     if substitute and dataset in substitute:
         mapping.update(substitute[dataset])
     for key, value in parse_overrides(list(overrides)).items():
-        if key in DICT_KEYS and isinstance(value, dict):
+        if key in dict_keys() and isinstance(value, dict):
             mapping[key] = {**mapping.get(key, {}), **value}
         else:
             mapping[key] = value

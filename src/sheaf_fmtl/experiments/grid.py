@@ -8,17 +8,20 @@ import difflib
 import itertools
 import math
 import re
-from dataclasses import fields
 from typing import Any
 
 import numpy as np
 
 from ..config import ConfigError, RunConfig, from_mapping, parse_yaml
-from ..config.schema import DICT_KEYS
+from ..config.schema import dict_keys, key_fields
 
 RANGE = re.compile(r"^(?P<a>[^:]+):(?P<b>[^:]+):(?P<kind>log|lin)(?P<n>[-+]?\d+)$")
-_INT_KEYS = {f.name for f in fields(RunConfig) if str(f.type).startswith("int")}
-_KEYS = {f.name for f in fields(RunConfig)}
+
+
+def _int_keys() -> set[str]:
+    return {name for name, f in key_fields().items() if str(f.type).startswith("int")}
+
+
 #: The most values one key may take, and the most cells a grid may have (each cell is a whole run).
 MAX_VALUES = 1000
 MAX_CELLS = 10000
@@ -78,8 +81,10 @@ def parse_grid(items: list[str]) -> dict[str, list[Any]]:
         if not sep or not key or not spec.strip():
             raise ConfigError(f"--grid {_short(item)!r} must look like KEY=VALUES (e.g. lam=1e-5:10:log7)")
         top, dot, sub = key.partition(".")
-        if top not in _KEYS or (dot and (top not in DICT_KEYS or not sub)):
-            close = difflib.get_close_matches(top.lower().replace("-", "_"), sorted(_KEYS), n=2, cutoff=0.6)
+        if top not in key_fields() or (dot and (top not in dict_keys() or not sub)):
+            close = difflib.get_close_matches(
+                top.lower().replace("-", "_"), sorted(key_fields()), n=2, cutoff=0.6
+            )
             hint = (
                 f"; did you mean {' or '.join(f'--grid {k}={_short(spec)}' for k in close)}?" if close else ""
             )
@@ -111,11 +116,11 @@ def apply_point(base: RunConfig, point: dict[str, Any], **extra: Any) -> RunConf
     mapping = base.to_dict()
     for key, value in {**point, **extra}.items():
         top, dot, sub = key.partition(".")
-        if dot and top in DICT_KEYS:
+        if dot and top in dict_keys():
             mapping[top] = {**mapping[top], sub: value}
         else:
             integral = isinstance(value, float) and value.is_integer()
-            mapping[key] = int(value) if key in _INT_KEYS and integral else value
+            mapping[key] = int(value) if key in _int_keys() and integral else value
     return from_mapping(mapping)
 
 

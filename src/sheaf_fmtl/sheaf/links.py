@@ -17,9 +17,12 @@ from the graph and the budget alone, so every process and the start-up rules agr
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import networkx as nx
 import numpy as np
 
+from ..component_keys import Keys, declare_keys, key
 from .graph import ClientGraph
 from .spectrum import graph_lambda_max
 
@@ -75,3 +78,34 @@ def round_lambda_max(kind: str, budget: float | None, graph: ClientGraph) -> flo
     partners = k if kind == "matchings" else min(k, int(graph.degrees().max()))
     a_max = float(np.max(graph.half_edge_weights()))
     return min(full, 2.0 * a_max * partners)
+
+
+@declare_keys("graph schedule", selector="graph_schedule")
+@dataclass(frozen=True)
+class LinkScheduleKeys(Keys):
+    """The graph schedules' own keys (``graph_schedule`` picks one)."""
+
+    link_budget: float | None = key(
+        None,
+        "`graph_schedule=matchings` or `sampled-edges`: the fraction of the graph's matchings (or edges) "
+        "that talk each round, at least one (null: one matching a round; `sampled-edges` needs a value).",
+        low=0.0,
+        high=1.0,
+        low_open=True,
+        rule="0 < link_budget <= 1 (null: one matching a round)",
+        readers=BUDGETED,
+    )
+    peers: int = key(
+        2,
+        "`graph_schedule=random-peers`: partners each client picks each round.",
+        low=1,
+        rule="peers >= 1",
+        readers=("random-peers",),
+    )
+    peers_from: str = key(
+        "graph",
+        "`graph_schedule=random-peers`: pick the partners among the `graph`'s neighbours (`graph`; the "
+        "only choice with `maps=learned` or `fixed`) or among every client (`all`: the complete graph).",
+        choices=("graph", "all"),
+        readers=("random-peers",),
+    )

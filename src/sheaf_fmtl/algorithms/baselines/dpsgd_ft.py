@@ -23,10 +23,10 @@ import torch
 
 from ...config import RunConfig
 from ...messages import Payload
-from ..gossip.dpsgd import DPSGD, mixing_flops
+from ..gossip.dpsgd import DPSGD, DPSGDKeys, mixing_flops
 from ..gossip.payload import GossipState
 from ..protocol.algorithm import Context, register
-from .finetune import FinetuneStreams, extended, finetune, finetune_streams
+from .finetune import FinetuneKeys, FinetuneStreams, extended, finetune, finetune_streams
 
 
 @dataclass
@@ -42,7 +42,8 @@ class TunedGossipState(GossipState):
 @register(
     "dpsgd-ft",
     display="D-PSGD+FT",
-    reads=("dpsgd_order", "compressor", "finetune_epochs"),
+    reads=("compressor",),
+    keys=(DPSGDKeys, FinetuneKeys),
     aggregation=mixing_flops,
 )
 class DPSGDFT(DPSGD):

@@ -23,7 +23,7 @@ import torch
 from ...config import RunConfig
 from ..protocol.algorithm import Context, register
 from .fedavg import FedAvg
-from .finetune import FinetuneStreams, extended, finetune, finetune_streams
+from .finetune import FinetuneKeys, FinetuneStreams, extended, finetune, finetune_streams
 from .server import ServerState, server_flops
 
 
@@ -34,7 +34,7 @@ class TunedServerState(ServerState):
     tuned: int = 0
 
 
-@register("fedavg-ft", display="FedAvg+FT", reads=("finetune_epochs",), aggregation=server_flops)
+@register("fedavg-ft", display="FedAvg+FT", keys=(FinetuneKeys,), aggregation=server_flops)
 class FedAvgFT(FedAvg):
     name = "fedavg-ft"
 

@@ -20,12 +20,13 @@ run counts, like the rest of start-up). Fine-tuning is plain SGD at ``alpha`` wh
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import TypeVar
 
 import numpy as np
 import torch
 
+from ...component_keys import Keys, key
 from ...streams import ClientStreams, stream_seed
 from ..protocol.algorithm import Context, State
 
@@ -97,3 +98,17 @@ def extended(state: State, cls: type[S]) -> S:
     """``state``'s fields in an instance of its subclass ``cls`` (the subclass's own fields at their
     defaults)."""
     return cls(**{f.name: getattr(state, f.name) for f in fields(state) if f.init})
+
+
+@dataclass(frozen=True)
+class FinetuneKeys(Keys):
+    """The fine-tuning before scoring (``fedavg-ft``, ``dpsgd-ft``)."""
+
+    finetune_epochs: int = key(
+        1,
+        "`fedavg-ft`, `dpsgd-ft`: passes of plain mini-batch SGD (step `alpha`, batch `batch_size`) over "
+        "each client's own training data that turn the shared model into the model the client is scored "
+        "with, after every round; the shared model goes on unchanged (fine-tuning never feeds back).",
+        low=1,
+        rule="finetune_epochs >= 1",
+    )

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ...component_keys import Keys, key
 from ...config import ConfigError, RunConfig
 from ...federation import Cohort
 from ...messages import Payload
@@ -65,7 +66,21 @@ class PartialState(GossipState):
     mixed_dim: int | None = None
 
 
-@register("partial", display="DFedAlt (partial)", reads=("personal_layers",), aggregation=mixing_flops)
+@dataclass(frozen=True)
+class PartialKeys(Keys):
+    """Partial personalisation: the personal layers."""
+
+    personal_layers: int = key(
+        1,
+        "`partial`: how many of the model's last layers (modules with parameters, e.g. the last "
+        "`nn.Linear`'s weight and bias) stay personal and are never sent; the layers before them are "
+        "gossiped. At least one layer must be shared: a one-layer model (`logistic`, `linear`) is refused.",
+        low=1,
+        rule="personal_layers >= 1",
+    )
+
+
+@register("partial", display="DFedAlt (partial)", keys=(PartialKeys,), aggregation=mixing_flops)
 class Partial(Algorithm[PartialState]):
     name = "partial"
 

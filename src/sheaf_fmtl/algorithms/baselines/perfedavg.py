@@ -18,19 +18,35 @@ a client that sits a round out keeps its models (:class:`.server.ServerAlgorithm
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from ...component_keys import Keys, key
 from ...config import RunConfig
 from ..protocol.algorithm import Context, register
 from ..training.steps import gradient
 from .server import ServerAlgorithm, ServerState, server_flops
 
 
+@dataclass(frozen=True)
+class PerFedAvgKeys(Keys):
+    """Per-FedAvg's meta step."""
+
+    perfedavg_beta: float = key(
+        0.01,
+        "Per-FedAvg: meta (outer) step size; `alpha` is the adaptation step.",
+        low=0.0,
+        low_open=True,
+        rule="perfedavg_beta > 0",
+    )
+
+
 @register(
     "perfedavg",
     display="Per-FedAvg",
     step_keys=("alpha", "perfedavg_beta"),
-    reads=("perfedavg_beta",),
+    keys=(PerFedAvgKeys,),
     aggregation=server_flops,
 )
 class PerFedAvg(ServerAlgorithm):

@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from ...component_keys import Keys, key
 from ...config import ConfigError, RunConfig
 from ...messages import Payload
 from ...sheaf.graph import ClientGraph
@@ -150,11 +151,27 @@ def _graph_flops(config: RunConfig, dim: int, clients: int, half_edges: int) -> 
     return 2 * dim * (3 * half_edges + 2 * clients)
 
 
+@dataclass(frozen=True)
+class PFedGraphKeys(Keys):
+    """pFedGraph's collaboration-graph step."""
+
+    pfedgraph_alpha: float = key(
+        0.8,
+        "pFedGraph: weight `alpha` of the data-size prior in each client's graph step, `min_w sum_j w_j "
+        "(-cos_ij) + alpha ||w - p||^2` over the simplex of itself and its neighbours (larger: closer to "
+        "averaging by sample counts; smaller: to the most similar updates).",
+        low=0.0,
+        low_open=True,
+        rule="pfedgraph_alpha > 0",
+    )
+
+
 @register(
     "pfedgraph",
     display="pFedGraph",
     step_keys=("alpha", "lam"),
-    reads=("lam", "pfedgraph_alpha"),
+    reads=("lam",),
+    keys=(PFedGraphKeys,),
     aggregation=_graph_flops,
 )
 class PFedGraph(Algorithm[PFedGraphState]):

@@ -17,19 +17,42 @@ a client that sits a round out keeps its models (:class:`.server.ServerAlgorithm
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from ...component_keys import Keys, key
 from ...config import RunConfig
 from ..protocol.algorithm import Context, register
 from ..training.coupling import coupling_energy
 from .server import ServerAlgorithm, ServerState, server_flops
 
 
+@dataclass(frozen=True)
+class PFedMeKeys(Keys):
+    """pFedMe's inner solve and server mixing."""
+
+    inner_steps: int = key(
+        5, "pFedMe: gradient steps of the inner (Moreau envelope) solve.", low=1, rule="inner_steps >= 1"
+    )
+    inner_lr: float = key(
+        0.05, "pFedMe: step size of the inner solve.", low=0.0, low_open=True, rule="inner_lr > 0"
+    )
+    pfedme_beta: float = key(
+        1.0,
+        "pFedMe: server mixing `w <- (1 - beta) w + beta mean_i w_i`.",
+        low=0.0,
+        low_open=True,
+        rule="pfedme_beta > 0",
+    )
+
+
 @register(
     "pfedme",
     display="pFedMe",
     step_keys=("inner_lr", "alpha", "lam", "pfedme_beta"),
-    reads=("lam", "inner_steps", "inner_lr", "pfedme_beta"),
+    reads=("lam",),
+    keys=(PFedMeKeys,),
     aggregation=server_flops,
 )
 class PFedMe(ServerAlgorithm):

@@ -29,10 +29,12 @@ moved by compressed messages (:mod:`.compressed`) or PowerGossip's low-rank appr
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from ...component_keys import Keys, key
 from ...config import RunConfig
 from ...messages import EdgeTensor, Payload, ServerTensor
 from ...sheaf.graph import ClientGraph
@@ -99,7 +101,20 @@ def mix(
     return (self_w * own + gossip.neighbour_sum(terms)) / (1.0 - missed)
 
 
-@register("dpsgd", display="D-PSGD", reads=("dpsgd_order", "compressor"), color=2, aggregation=mixing_flops)
+@dataclass(frozen=True)
+class DPSGDKeys(Keys):
+    """D-PSGD's order of the gradient step and the mixing."""
+
+    dpsgd_order: str = key(
+        "lian",
+        "D-PSGD's update: `lian` (`x <- W x - alpha g(x)`) or `atc` (`x <- W (x - alpha g(x))`).",
+        choices=("lian", "atc"),
+    )
+
+
+@register(
+    "dpsgd", display="D-PSGD", reads=("compressor",), keys=(DPSGDKeys,), color=2, aggregation=mixing_flops
+)
 class DPSGD(Algorithm[GossipState]):
     name = "dpsgd"
 

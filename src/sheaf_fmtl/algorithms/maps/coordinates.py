@@ -53,17 +53,19 @@ are drawn again.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from ...component_keys import Keys, key
 from ...config import ConfigError, RunConfig
 from ...config.registry import MapModeSpec, edge_weights_of
 from ...federation import Cohort
 from ...messages import EdgeTensor, Payload
 from ...sheaf.layout import SheafLayout, build_layout
-from ...sheaf.selection import SelectionDraws, Support, dense_maps
+from ...sheaf.selection import MAP_KINDS, SelectionDraws, Support, dense_maps
 from ...sheaf.supports import align_initial_models
 from ..protocol.algorithm import Algorithm, Context, register_maps
 from ..training.coupling_step import CouplingStep, measured
@@ -83,12 +85,30 @@ from .coordinate_state import (
 from .messages import spread_heard
 
 
+@dataclass(frozen=True)
+class RedrawnKeys(Keys):
+    """``maps = redrawn``: the maps' kind, and the neighbours' estimates."""
+
+    map_kind: str = key(
+        "selection",
+        "`maps=redrawn`: `selection` of `d_ij` random coordinates (O(d_ij) per edge), or `orthonormal` / "
+        "`gaussian` rows (O(d_ij d) per edge, drawn each round).",
+        choices=MAP_KINDS,
+    )
+    estimates: bool = key(
+        False,
+        "`maps=redrawn`: keep a copy of each neighbour's model, refreshed on each round's coordinates, and "
+        "couple whole models against it (CHOCO-SGD style; `degree x d` floats per client, same bits).",
+    )
+
+
 @register_maps(
     MapModeSpec(
         "redrawn",
         "maps redrawn each round",
         0.3,
-        reads=("gamma", "map_kind", "estimates", "edge_weights"),
+        reads=("gamma", "edge_weights"),
+        keys=(RedrawnKeys,),
         pull=0.1,
     ),
     MapModeSpec("features", "feature maps", 0.1, reads=("edge_weights",), pull=0.1),

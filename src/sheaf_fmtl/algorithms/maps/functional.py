@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...component_keys import Keys, key
 from ...config import ConfigError, RunConfig
 from ...config.registry import MapModeSpec
 from ...data.base import DatasetError
@@ -142,7 +143,24 @@ def load_pool(path: str, shape: tuple[int, ...], device: torch.device | str) -> 
     return torch.as_tensor(pool, device=device)
 
 
-@register_maps(MapModeSpec("functional", "functional maps", 1.0, reads=("probe_size", "probe_data")))
+@dataclass(frozen=True)
+class ProbeKeys(Keys):
+    """``maps = functional``: the probe batches."""
+
+    probe_size: int = key(
+        32,
+        "`maps=functional`: inputs per probe batch `B`; `B x outputs` floats per message.",
+        low=1,
+        rule="probe_size >= 1",
+    )
+    probe_data: str = key(
+        "",
+        "`maps=functional`: a `.npy` of unlabelled inputs `[P, ...]` (or `.npz` with `x`) the probes are "
+        "drawn from; empty: seeded Gaussian noise shaped like the inputs (no data leaves a client).",
+    )
+
+
+@register_maps(MapModeSpec("functional", "functional maps", 1.0, keys=(ProbeKeys,)))
 class FunctionalSheaf(Algorithm[FunctionalState]):
     """``algorithm = sheaf-fmtl`` with ``maps = functional`` (see the module docstring)."""
 

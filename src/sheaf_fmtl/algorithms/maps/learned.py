@@ -53,18 +53,20 @@ arrival flags, residuals) in :mod:`.sheaf_messages`.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from ...component_keys import Keys, key
 from ...config import RunConfig
 from ...config.defaults import LAM_DEFAULT
 from ...config.registry import MapModeSpec
 from ...messages import Comm, EdgeTensor, Payload
 from ...sheaf import ops
 from ...sheaf.layout import build_layout
-from ...sheaf.maps import MAP_DTYPES, init_maps
+from ...sheaf.maps import MAP_DTYPES, MAP_INITS, init_maps
 from ...sheaf.stability import laplacian_lambda_max
 from ..protocol.algorithm import Algorithm, Context, register, register_maps
 from ..training.coupling import require_stable_coupling
@@ -79,7 +81,59 @@ STABILITY_ITERS, STABILITY_ITERS_LARGE, LARGE_MAPS_BYTES = 30, 4, 1 << 30
 
 
 #: The keys of the modes that store drawn maps; ``learned`` also reads the maps' step.
-_STORED_MAPS = ("map_init", "map_scale", "map_dtype", "shared_maps", "map_draw", "save_maps", "gamma")
+_STORED_MAPS = ("save_maps", "gamma")
+
+
+@dataclass(frozen=True)
+class StoredMapKeys(Keys):
+    """The stored restriction maps of ``maps = learned`` and ``fixed``: their initial draw and storage."""
+
+    map_init: str = key(
+        "gaussian",
+        "Initial maps (zero maps never learn, and are refused: the paper's Remark).",
+        choices=MAP_INITS,
+    )
+    map_scale: float | None = key(
+        None,
+        "Scale of the initial maps (sigma; `a` for uniform); `null`: `1/sqrt(d_i)` (uniform: "
+        "`sqrt(3/d_i)`), so `P^T P` is close to a projection whatever the model size. The paper's "
+        "N(0, 1) is `map_scale=1`, which needs `alpha lam` about `d_i` times smaller.",
+        low=0.0,
+        rule="map_scale >= 0",
+    )
+    map_dtype: str = key(
+        "float32", "Storage of the maps (`bfloat16`: half the memory).", choices=tuple(MAP_DTYPES)
+    )
+    shared_maps: bool = key(
+        True,
+        "Both maps of an edge between equal-size models start equal (`P_ji = P_ij`), so the coupling "
+        "asks the two models to agree on one projection; `false`: independent draws (the paper's wording).",
+    )
+    map_draw: str = key(
+        "host",
+        "`host`: each map drawn on the CPU from the seed (the same maps on every device); `device`: drawn "
+        "per bucket on the device (same law, other numbers; seconds instead of minutes for GiBs of maps).",
+        choices=("host", "device"),
+    )
+
+
+@dataclass(frozen=True)
+class LearnedMessageKeys(Keys):
+    """How ``maps = learned`` sends its messages and folds its map updates (same iterates either way)."""
+
+    message_mode: str = key(
+        "compact",
+        "`compact`: one `d_ij` vector and one scalar per neighbour and round; `literal`: two vectors "
+        "(Algorithm 1 as written). Same iterates.",
+        choices=("compact", "literal"),
+    )
+    map_defer: int = key(
+        -1,
+        "Fold the rank-one map updates into the maps every so many rounds (-1: about `sqrt(d_ij)`; "
+        "1: every round). Same iterates.",
+        low=-1,
+        rule="map_defer >= -1 (-1 = auto)",
+    )
 
 
 @register(
@@ -95,12 +149,15 @@ _STORED_MAPS = ("map_init", "map_scale", "map_dtype", "shared_maps", "map_draw",
         "learned",
         "the paper's learned maps",
         LAM_DEFAULT,
-        reads=("eta", "message_mode", "map_defer", *_STORED_MAPS),
+        reads=("eta", *_STORED_MAPS),
+        keys=(LearnedMessageKeys, StoredMapKeys),
         builds_maps=False,
         idle_as="fixed",
         unrecorded=True,
     ),
-    MapModeSpec("fixed", "fixed maps", LAM_DEFAULT, reads=_STORED_MAPS, builds_maps=False),
+    MapModeSpec(
+        "fixed", "fixed maps", LAM_DEFAULT, reads=_STORED_MAPS, builds_maps=False, keys=(StoredMapKeys,)
+    ),
 )
 class SheafFMTL(Algorithm[SheafState]):
     name = "sheaf-fmtl"

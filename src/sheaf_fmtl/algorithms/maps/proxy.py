@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...component_keys import Keys, key
 from ...config import ConfigError, RunConfig
 from ...config.registry import MapModeSpec, edge_weights_of
 from ...federation import Batch, Cohort, Cohorts
@@ -150,12 +151,40 @@ class _ProxyContext(Context):
         return [p.clone() for p in self.proxies]
 
 
+@dataclass(frozen=True)
+class ProxyKeys(Keys):
+    """``maps = proxy``: the proxy's architecture, its coupled share and the distillation."""
+
+    proxy_model: str = key(
+        "",
+        "`maps=proxy`: the proxy's architecture, a built-in model name; empty: the run's model with the "
+        "fewest parameters.",
+    )
+    proxy_gamma: float = key(
+        1.0,
+        "`maps=proxy`: fraction of the proxy's coordinates an edge couples each round, redrawn from the seed "
+        "(1: the whole proxy, dFedU on the proxies; below 1, `lam` reads as `1/proxy_gamma` times dFedU's).",
+        low=0.0,
+        high=1.0,
+        low_open=True,
+        rule="0 < proxy_gamma <= 1",
+    )
+    distill: float = key(
+        1.0,
+        "`maps=proxy`: weight of the mutual distillation `KL(proxy || private) + KL(private || proxy)` "
+        "between a client's two models (0: each learns alone).",
+        low=0.0,
+        rule="distill >= 0",
+    )
+
+
 @register_maps(
     MapModeSpec(
         "proxy",
         "proxy models",
         1.0,
-        reads=("proxy_model", "proxy_gamma", "distill", "edge_weights"),
+        reads=("edge_weights",),
+        keys=(ProxyKeys,),
         pull=math.inf,
         learns_weights=False,  # a proxy of another task costs more than a fresh one, yet averaging helps
     )

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from ...config import ConfigError, RunConfig, load_config, parse_overrides, read_config_file
+from ...config.schema import default_of
 from ...plugins import untrusted_specs
 from ...spelling import option, setting
 from ...warn import warn
@@ -123,7 +123,7 @@ def refuse_code(run_dir: str | Path, received: Mapping[str, Any], given: Mapping
 def dropped_destinations(received: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
     """The :data:`DESTINATION_KEYS` that ``received`` (a run folder's config, as read) sets and
     ``given`` (the user's keys) does not name, each with its default: what the resumed run uses."""
-    defaults = {f.name: f.default for f in fields(RunConfig)}
+    defaults = {k: default_of(k) for k in DESTINATION_KEYS}
     return {
         k: defaults[k]
         for k in DESTINATION_KEYS
