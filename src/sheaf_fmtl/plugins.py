@@ -30,7 +30,17 @@ from .spelling import setting
 SPEC = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 HELD_PREFIX = "<python: "
 #: Config keys that may name user code.
-PLUGIN_KEYS = ("dataset", "model", "loss", "metric", "graph", "optimizer", "lr_scheduler", "transform")
+PLUGIN_KEYS = (
+    "algorithm",
+    "dataset",
+    "model",
+    "loss",
+    "metric",
+    "graph",
+    "optimizer",
+    "lr_scheduler",
+    "transform",
+)
 
 
 class PluginError(ValueError):

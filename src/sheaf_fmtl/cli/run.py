@@ -15,7 +15,10 @@ from ..runtime.run.interrupt import StopRequest, stopped_status
 
 def _default_out(algorithm: str, dataset: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{dataset.replace(':', '_').replace('/', '_')}-{algorithm}-{stamp}"
+    safe = {
+        name: text.replace(":", "_").replace("/", "_") for name, text in (("d", dataset), ("a", algorithm))
+    }
+    return Path("runs") / f"{safe['d']}-{safe['a']}-{stamp}"
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..component_keys import Keys, declare_keys, declared
+from ..plugins import PluginError, is_spec, load_spec
 
 #: ``(config, model dimension, clients, half-edges) -> FLOPs`` of one round's model combinations.
 AggregationFlops = Callable[[Any, int, int, int], int]
@@ -203,8 +204,27 @@ def map_mode_names() -> tuple[str, ...]:
 
 
 def algorithm_spec(name: str) -> AlgorithmSpec | None:
+    """The entry of ``algorithm = name`` (a registered name, or the ``module:Class`` of your own
+    algorithm, :func:`registered_name`)."""
     _filled()
-    return ALGORITHMS.get(name)
+    return ALGORITHMS.get(registered_name(name))
+
+
+def registered_name(value: str) -> str:
+    """``algorithm``'s value as the registry names it: a ``module:Class`` (your own algorithm in
+    its own file, registered with ``@register`` as its module is imported) gives the name it was
+    registered under; any other value as it is. :class:`~sheaf_fmtl.plugins.PluginError` when the
+    module cannot be imported or the class was not registered."""
+    if not is_spec(value):
+        return value
+    cls = load_spec("algorithm", value)
+    name = getattr(cls, "registered_as", None)
+    if not isinstance(name, str) or name not in ALGORITHMS:
+        raise PluginError(
+            f"config key 'algorithm' = '{value}' names {getattr(cls, '__name__', cls)!r}, which no @register "
+            "registered; decorate your class with @sheaf_fmtl.algorithms.register(NAME, ...)"
+        )
+    return name
 
 
 def map_mode_spec(name: str) -> MapModeSpec | None:

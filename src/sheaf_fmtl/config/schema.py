@@ -14,7 +14,7 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any, TypeVar
 
 from ..component_keys import Keys, component_fields, declared, owner_of
-from ..plugins import PLUGIN_KEYS, is_held
+from ..plugins import PLUGIN_KEYS, is_held, is_spec
 from ..spelling import ANY, setting
 from ..warn import warn
 from . import keys_callbacks as _declares_keys  # noqa: F401 - the loggers and early stopping declare their keys
@@ -22,7 +22,7 @@ from . import registry
 from .errors import ConfigError, fix, shown
 from .keys_silos import SiloKeys
 from .rules import _check_together
-from .value_checks import check_code, check_join_round, key_types
+from .value_checks import check_code, check_join_round, key_types, own_algorithm, registered_algorithm
 from .values import _DEVICE, PLACEMENTS, choices, range_of
 
 KT = TypeVar("KT", bound=Keys)
@@ -51,6 +51,7 @@ class RunConfig(SiloKeys):
 
     def __init__(self, components: Mapping[type[Keys], Keys] | None = None, **values: Any) -> None:
         registry.algorithm_names()  # every component has declared its keys once the registries are filled
+        own_algorithm(values)
         common = common_fields()
         for name in values:
             if name not in common and owner_of(name) is None:
@@ -237,6 +238,8 @@ def _check(name: str, value: Any) -> Any:
         check_code(name, value, _fix(name))
         if is_held(value):
             return value
+        if name == "algorithm" and is_spec(value):
+            return registered_algorithm(value)
     if name == "map_init" and value == "zeros":
         raise ConfigError(
             "config key 'map_init' = zeros is rejected: zero restriction maps never learn "
@@ -278,6 +281,7 @@ def from_mapping(mapping: Mapping[str, Any]) -> RunConfig:
     """A validated config from a mapping of keys (a saved ``config.yaml``'s provenance is ignored);
     ``graph_file`` given without ``graph`` implies ``graph = file``."""
     values = {k: v for k, v in mapping.items() if k not in PROVENANCE_KEYS}
+    own_algorithm(values)
     unknown = sorted(set(values) - known_keys(), key=str)
     if unknown:
         raise ConfigError(_unknown_key(unknown[0], values[unknown[0]]))

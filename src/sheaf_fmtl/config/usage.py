@@ -22,7 +22,7 @@ from .schema import RunConfig, default_of, key_fields
 
 # What selects whether a key is read, from a config: a name, and the config's value of it.
 SELECTORS: dict[str, Callable[[RunConfig], str]] = {
-    "algorithm": lambda c: c.algorithm,
+    "algorithm": lambda c: registry.registered_name(c.algorithm),
     "maps": lambda c: c.maps if c.algorithm == "sheaf-fmtl" else f"none (algorithm={c.algorithm})",
     "graph": lambda c: c.graph,
     "local_epochs": lambda c: "0" if c.local_epochs == 0 else f"{c.local_epochs}",

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from ..plugins import PluginError, is_held, is_spec, load_spec
 from ..spelling import on_command_line, setting
+from . import registry
 from .errors import ConfigError, shown
 from .values import MAX_JOIN_ROUND, join_round_values
 
@@ -60,3 +64,21 @@ def check_code(name: str, value: str, fix_text: str) -> None:
                     else "a callable on a batched tensor (e.g. transform=v2.RandomHorizontalFlip())"
                 )
             )
+
+
+def own_algorithm(values: Mapping[str, Any]) -> None:
+    """Import the module of ``algorithm = module:Class`` before the keys are read: it declares the
+    algorithm's own keys."""
+    value = values.get("algorithm")
+    if isinstance(value, str) and is_spec(value):
+        registered_algorithm(value)
+
+
+def registered_algorithm(value: str) -> str:
+    """``algorithm = module:Class``, once its module registered the class (kept as given, so a run
+    folder, a resume and the ranks import it again)."""
+    try:
+        registry.registered_name(value)
+    except PluginError as e:
+        raise ConfigError(str(e)) from None
+    return value

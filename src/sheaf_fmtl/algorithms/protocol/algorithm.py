@@ -286,6 +286,7 @@ def register(name: str | AlgorithmSpec, **facts: Any) -> Callable[[type[A]], typ
         _check_class(cls, f"algorithm '{spec.name}'")
         registry.add_algorithm(spec)  # (refuses a name registered already)
         ALGORITHMS[spec.name] = cls
+        setattr(cls, "registered_as", spec.name)  # noqa: B010 - ``algorithm = module:Class`` finds its name by it
         return cls
 
     return deco
@@ -317,6 +318,7 @@ def _check_class(cls: object, what: str) -> None:
 def make_algorithm(config: RunConfig) -> Algorithm[Any]:
     if config.algorithm == "sheaf-fmtl" and config.maps in MAP_MODE_IMPLEMENTATIONS:
         return MAP_MODE_IMPLEMENTATIONS[config.maps](config)
-    if config.algorithm not in ALGORITHMS:
+    name = registry.registered_name(config.algorithm)
+    if name not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {config.algorithm!r}; allowed: {', '.join(sorted(ALGORITHMS))}")
-    return ALGORITHMS[config.algorithm](config)
+    return ALGORITHMS[name](config)

@@ -5,6 +5,7 @@ support, ``timeout_s``, the device, the data, the graph and the placement of its
 from __future__ import annotations
 
 from ...config import ConfigError, RunConfig
+from ...config.registry import registered_name
 from ...data.sizes import check_fits, generated_bytes
 from ...spelling import setting
 
@@ -82,7 +83,7 @@ def check_silos(config: RunConfig) -> None:
 
     for rank in range(config.processes) if config.silo is None else (config.silo,):
         load_identity(Path(config.tls_certs), rank)  # every silo this machine starts has its identity
-    kind = ALGORITHMS.get(config.algorithm)
+    kind = ALGORITHMS.get(registered_name(config.algorithm))
     if isinstance(kind, type) and issubclass(kind, ServerAlgorithm):
         raise ConfigError(
             f"config key 'algorithm' = {config.algorithm} needs a parameter server, which is no silo; "
