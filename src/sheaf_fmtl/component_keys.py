@@ -32,6 +32,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+
+class ConfigError(ValueError):
+    """One line naming the key and the allowed values (every refused config raises it; also
+    ``sheaf_fmtl.config.ConfigError``)."""
+
+
 #: (lower, lower inclusive, upper, upper inclusive, the rule in words) of a numeric key.
 Range = tuple[float | None, bool, float | None, bool, str]
 
@@ -68,7 +74,7 @@ class Keys:
 
     def check(self, config: Any) -> None:  # noqa: ANN401 - the whole run's config (RunConfig)
         """Rules between these keys and the rest of ``config``, once every key's own value is
-        checked (raise ``ConfigError``); none by default."""
+        checked (raise :class:`ConfigError`); none by default."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = "algorithm=tests.algorithms.toy_algorithm:ToyShrink"
-FAST = ["--set", "rounds=4", "--set", "eval_every=2", "--set", "clients=6", "--set", "local_epochs=0", "--quiet"]
+FAST = [
+    "--set",
+    "rounds=4",
+    "--set",
+    "eval_every=2",
+    "--set",
+    "clients=6",
+    "--set",
+    "local_epochs=0",
+    "--quiet",
+]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

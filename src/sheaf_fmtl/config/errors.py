@@ -5,11 +5,10 @@ from __future__ import annotations
 import reprlib
 from typing import Any
 
+from ..component_keys import ConfigError
 from ..spelling import setting
 
-
-class ConfigError(ValueError):
-    """One line naming the key and the allowed values."""
+__all__ = ["SHOWN_CHARS", "ConfigError", "fix", "shown"]
 
 
 #: How much of a value an error message echoes.

@@ -6,8 +6,11 @@ imported only by a run, and a config is read before one."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..component_keys import Keys, declare_keys, key
+from ..spelling import setting
+from .errors import ConfigError
 
 
 @declare_keys("logger tensorboard")
@@ -79,3 +82,13 @@ class EarlyStopKeys(Keys):
         low=0.0,
         rule="early_stop_min_delta >= 0",
     )
+
+    def check(self, config: Any) -> None:  # noqa: ANN401 - the run's config
+        """Early stopping watches the validation split: refused without one (never the test split)."""
+        if config.early_stop_patience > 0 and config.validation == 0:
+            raise ConfigError(
+                f"config key 'early_stop_patience' = {config.early_stop_patience} watches the validation "
+                "split, and validation = 0 holds none out (stopping on the test split would choose by test "
+                f"data); add {setting('validation', 0.2)} (a fraction of each client's training data), or "
+                f"{setting('early_stop_patience', 0)} to never stop early"
+            )

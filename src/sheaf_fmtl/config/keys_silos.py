@@ -4,8 +4,11 @@ other key (:mod:`.keys_run`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..component_keys import Keys, declare_keys, key
+from ..spelling import setting
+from .errors import ConfigError
 from .keys import _key
 from .keys_run import StepKeys
 
@@ -43,3 +46,29 @@ class TLSKeys(Keys):
         low=0,
         rule="silo >= 0 (null: every silo on this machine)",
     )
+
+    def check(self, config: Any) -> None:  # noqa: ANN401 - the run's config
+        """``transport = tls``: the certificates' folder, and a silo among the ``processes``."""
+        if config.transport != "tls":
+            return
+        if not config.tls_certs:
+            raise ConfigError(
+                "config key 'tls_certs' must name the certificates' folder with transport = tls: run "
+                f"sheaf-fmtl certs init --clients {max(config.processes, 2)} --out certs, then add "
+                f"{setting('tls_certs', 'certs')}"
+            )
+        if config.processes < 2:
+            raise ConfigError(
+                f"config key 'transport' = tls links silos, and processes = {config.processes} runs one: "
+                f"give {setting('processes', 'K')} (the number of silos), or leave transport out"
+            )
+        if config.silo is not None and config.silo >= config.processes:
+            raise ConfigError(
+                f"config key 'silo' = {config.silo}: the silos are 0 .. {config.processes - 1} "
+                f"(processes = {config.processes}); allowed: 0 <= silo < processes"
+            )
+        if config.silo is not None and not config.tls_peers:
+            raise ConfigError(
+                f"config key 'silo' = {config.silo} runs one silo of several machines, which needs their "
+                f"addresses: add {setting('tls_peers', 'peers.yaml')} (one 'R: host:port' line per silo)"
+            )

@@ -222,7 +222,7 @@ def registered_name(value: str) -> str:
     if not isinstance(name, str) or name not in ALGORITHMS:
         raise PluginError(
             f"config key 'algorithm' = '{value}' names {getattr(cls, '__name__', cls)!r}, which no @register "
-            "registered; decorate your class with @sheaf_fmtl.algorithms.register(NAME, ...)"
+            "registered; decorate the class with the algorithms' @register(NAME, ...)"
         )
     return name
 

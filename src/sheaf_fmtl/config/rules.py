@@ -9,69 +9,18 @@ from typing import Any
 
 from ..spelling import setting
 from . import optimizers, registry, schedulers
-from .errors import ConfigError, fix
+from .errors import ConfigError
 
 
 def _check_together(config: Any) -> None:
-    """Rules that involve several keys."""
-    if config.graph == "file" and not config.graph_file:
-        raise ConfigError(
-            "config key 'graph_file' must name an edge-list file when graph = file: add "
-            f"{setting('graph_file', 'edges.txt')} (one 'i j' or 'i j weight' per line)"
-        )
-    if config.graph_file and config.graph != "file":
-        raise ConfigError(
-            f"config key 'graph_file' = {config.graph_file} is read with graph = file, but config key "
-            f"'graph' = {config.graph}, which ignores it; add {setting('graph', 'file')} (or leave graph "
-            "out: graph_file alone implies graph=file)"
-        )
-    if config.map_init in ("gaussian", "uniform", "orthogonal") and config.map_scale == 0.0:
-        raise ConfigError(
-            f"config key 'map_scale' = 0 gives zero maps with map_init={config.map_init}; "
-            "zero restriction maps never learn (allowed: map_scale > 0)"
-            + fix("map_scale", type(config).default_of("map_scale"))
-        )
-    if config.early_stop_patience > 0 and config.validation == 0:
-        raise ConfigError(
-            f"config key 'early_stop_patience' = {config.early_stop_patience} watches the validation split, "
-            "and validation = 0 holds none out (stopping on the test split would choose by test data); "
-            f"add {setting('validation', 0.2)} (a fraction of each client's training data), or "
-            f"{setting('early_stop_patience', 0)} to never stop early"
-        )
-    _check_silos(config)
+    """Rules that involve several components' keys (a component's own rules are its keys'
+    ``check``, beside their declaration)."""
     _check_pool(config)
     _check_maps(config)
     _check_optimizer(config)
     _check_compression(config)
     _check_coupling_step(config)
     check_schedule(config)
-
-
-def _check_silos(config: Any) -> None:
-    """``transport = tls``: the certificates' folder, and a silo among the ``processes``."""
-    if config.transport != "tls":
-        return
-    if not config.tls_certs:
-        raise ConfigError(
-            "config key 'tls_certs' must name the certificates' folder with transport = tls: run "
-            f"sheaf-fmtl certs init --clients {max(config.processes, 2)} --out certs, then add "
-            f"{setting('tls_certs', 'certs')}"
-        )
-    if config.processes < 2:
-        raise ConfigError(
-            f"config key 'transport' = tls links silos, and processes = {config.processes} runs one: "
-            f"give {setting('processes', 'K')} (the number of silos), or leave transport out"
-        )
-    if config.silo is not None and config.silo >= config.processes:
-        raise ConfigError(
-            f"config key 'silo' = {config.silo}: the silos are 0 .. {config.processes - 1} "
-            f"(processes = {config.processes}); allowed: 0 <= silo < processes"
-        )
-    if config.silo is not None and not config.tls_peers:
-        raise ConfigError(
-            f"config key 'silo' = {config.silo} runs one silo of several machines, which needs their "
-            f"addresses: add {setting('tls_peers', 'peers.yaml')} (one 'R: host:port' line per silo)"
-        )
 
 
 def _check_pool(config: Any) -> None:

@@ -11,6 +11,7 @@ from ..component_keys import owner_of
 from ..compression import COMPRESSOR_NAMES
 from ..data.base import PARTITIONS
 from ..sheaf.graph import GRAPH_KINDS
+from ..sheaf.graph_keys import GraphKeys as _declares_graph_keys  # noqa: F401 - declared as imported
 from ..sheaf.links import BUDGETED
 from . import registry
 

@@ -18,7 +18,6 @@ import numpy as np
 import scipy.sparse
 import scipy.sparse.csgraph
 
-from ..component_keys import Keys, declare_keys, key
 from ..data.base import DatasetError
 from ..data.sizes import check_fits
 from ..spelling import setting
@@ -341,48 +340,3 @@ def _parse_edge(line: str, where: str, num_nodes: int) -> tuple[int, int, float]
     if not (np.isfinite(a) and a > 0):
         raise GraphError(f"{where}: the weight must be positive and finite, got {parts[2]}")
     return i, j, a
-
-
-@declare_keys("graph", selector="graph", readers=GRAPH_KINDS)
-@dataclass(frozen=True)
-class GraphKeys(Keys):
-    """The graph kinds' own keys (``graph`` picks one)."""
-
-    graph_p: float = key(
-        0.2,
-        "Edge probability (`erdos-renyi`); rewiring probability (`watts-strogatz`).",
-        low=0.0,
-        high=1.0,
-        low_open=True,
-        rule="0 < graph_p <= 1",
-        readers=("erdos-renyi", "watts-strogatz"),
-    )
-    graph_degree: float | None = key(
-        None,
-        "Mean degree of an `erdos-renyi` graph: `graph_p = graph_degree / (clients - 1)`, so the degree "
-        "stays as clients grow; drawn once, its small components joined to the largest by one edge each "
-        "(summary.json's `graph_joined_edges`). `null`: `graph_p` as given.",
-        low=0.0,
-        low_open=True,
-        rule="graph_degree > 0",
-        readers=("erdos-renyi",),
-    )
-    graph_k: int = key(
-        4,
-        "Neighbours of each client on the `watts-strogatz` ring.",
-        low=2,
-        rule="graph_k >= 2",
-        readers=("watts-strogatz",),
-    )
-    graph_m: int = key(
-        2,
-        "Edges each new client attaches with (`barabasi-albert`).",
-        low=1,
-        rule="graph_m >= 1",
-        readers=("barabasi-albert",),
-    )
-    graph_file: str = key(
-        "",
-        "Edge list for `graph=file`: `i j` or `i j a_ij` (a positive weight, default 1) per line; given "
-        "without `graph`, it implies `graph=file`.",
-    )

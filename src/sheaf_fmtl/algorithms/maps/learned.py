@@ -60,8 +60,9 @@ import numpy as np
 import torch
 
 from ...component_keys import Keys, key
-from ...config import RunConfig
+from ...config import ConfigError, RunConfig
 from ...config.defaults import LAM_DEFAULT
+from ...config.errors import fix
 from ...config.registry import MapModeSpec
 from ...messages import Comm, EdgeTensor, Payload
 from ...sheaf import ops
@@ -115,6 +116,15 @@ class StoredMapKeys(Keys):
         "per bucket on the device (same law, other numbers; seconds instead of minutes for GiBs of maps).",
         choices=("host", "device"),
     )
+
+    def check(self, config: RunConfig) -> None:
+        """Zero maps never learn (the paper's Remark): refused for the draws ``map_scale`` scales."""
+        if config.map_init in ("gaussian", "uniform", "orthogonal") and config.map_scale == 0.0:
+            raise ConfigError(
+                f"config key 'map_scale' = 0 gives zero maps with map_init={config.map_init}; "
+                "zero restriction maps never learn (allowed: map_scale > 0)"
+                + fix("map_scale", config.default_of("map_scale"))
+            )
 
 
 @dataclass(frozen=True)
