@@ -188,18 +188,7 @@ def load(  # noqa: ANN401 - a spec or the user's objects
             f"{option('round', round)} is not allowed; allowed: {', '.join(ROUNDS)} "
             f"(e.g. {option('round', 'final')}, the default)"
         )
-    folder = Path(run_dir)
-    if not folder.is_dir() or not (folder / "config.yaml").is_file():
-        what = (
-            "no such folder"
-            if not folder.exists()
-            else "a file, not a folder"
-            if not folder.is_dir()
-            else "no config.yaml in it"
-        )
-        raise DatasetError(
-            f"{folder} is not a run folder ({what}); give the folder a run wrote (its {option('out')})"
-        )
+    folder = _run_folder(run_dir)
     config = read_config_file(folder / "config.yaml")
     summary = read_summary(folder)
     record = preprocessing.read(folder)
@@ -216,6 +205,34 @@ def load(  # noqa: ANN401 - a spec or the user's objects
         )
     modules = build_modules(config, record, model)
     norms = {i: b for i, b in enumerate(state.get("batchnorm") or []) if b}  # each client's own
+    _fill(modules, thetas, norms, path)
+    best = int(state["round"]) if round == "best" else None
+    objects = {"data": data, "metric": metric}
+    return TrainedRun(config, summary, record, folder, thetas, modules, best, model, objects, norms)
+
+
+def _run_folder(run_dir: str | Path) -> Path:
+    """``run_dir`` as a path, refused in one line unless it is a folder holding a ``config.yaml``."""
+    folder = Path(run_dir)
+    if not folder.is_dir() or not (folder / "config.yaml").is_file():
+        what = (
+            "no such folder"
+            if not folder.exists()
+            else "a file, not a folder"
+            if not folder.is_dir()
+            else "no config.yaml in it"
+        )
+        raise DatasetError(
+            f"{folder} is not a run folder ({what}); give the folder a run wrote (its {option('out')})"
+        )
+    return folder
+
+
+def _fill(
+    modules: list[torch.nn.Module], thetas: list[torch.Tensor], norms: dict[int, Any], path: Path
+) -> None:
+    """Each client's trained parameters (and batch-norm buffers) into its module, put in eval
+    mode; a parameter count or buffer that does not fit is refused naming ``path`` and the client."""
     for i, (module, theta) in enumerate(zip(modules, thetas, strict=True)):
         count = sum(p.numel() for p in module.parameters())
         if count != theta.numel():
@@ -226,9 +243,6 @@ def load(  # noqa: ANN401 - a spec or the user's objects
         except ValueError as e:
             raise DatasetError(f"{path}: client {i}: {e}") from None
         module.eval()
-    best = int(state["round"]) if round == "best" else None
-    objects = {"data": data, "metric": metric}
-    return TrainedRun(config, summary, record, folder, thetas, modules, best, model, objects, norms)
 
 
 def _program(trained: TrainedRun, i: int, path: Path) -> Path | None:

@@ -88,6 +88,30 @@ def run_bench(
         torch.set_num_threads(previous_threads)
 
 
+@dataclasses.dataclass
+class _Results:
+    """The results being gathered into ``out/bench.json``, and how a failing part is handled."""
+
+    data: dict[str, Any]
+    out: Path
+    keep_going: bool
+
+    def attempt(self, what: str, fn: Any) -> Any:
+        """``fn()``; with ``keep_going`` a failure is recorded (and printed) instead of raised."""
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - keep_going: record and continue
+            if not self.keep_going:
+                raise
+            self.data["failed"][what] = f"{type(e).__name__}: {e}"
+            print(f"[bench] FAILED {what}: {type(e).__name__}: {e}", file=sys.stderr)
+            return None
+
+    def checkpoint(self) -> None:
+        """Write what is gathered so far: partial results survive a run that is stopped later."""
+        (self.out / "bench.json").write_text(json.dumps(self.data, indent=2, default=str))
+
+
 def _run_bench(
     quick: bool,
     device: str,
@@ -105,7 +129,41 @@ def _run_bench(
     if smoke:
         setting_list = setting_list or SMOKE
         cohort_clients = min(cohort_clients, 4)
-    results: dict[str, Any] = {
+    run = _Results(_header(quick, smoke, device), out, keep_going)
+    results = run.data
+    bw_bytes = (256 << 20) if quick or smoke else (1 << 30)
+    bandwidth = copy_bandwidth(bw_bytes, device)
+    print(f"[bench] copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + write) on {device}", file=sys.stderr)
+    results["bandwidth_bytes_per_s"] = bandwidth
+    results["bandwidth_tensor_bytes"] = bw_bytes
+    if kernels:
+        small = {"half_edges": 4, "edge_dim": 32, "node_dim": 4000} if quick or smoke else {}
+        results["map_kernels"] = run.attempt("map kernels", lambda: map_kernels(device, **small))
+        run.checkpoint()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()  # the settings run in child processes: leave them the memory
+    chosen = setting_list if setting_list is not None else settings(quick)
+    prepared = [
+        for_device(dataclasses.replace(s, map_init_on_device=map_init_on_device), device) for s in chosen
+    ]
+    _run_settings(run, prepared, device, threads, bandwidth)
+    _run_cohorts(run, cohort_models, cohort_clients, 1 if smoke else 7, device)
+    if scaling:
+
+        def sweep() -> None:
+            results["scaling"] = scaling_sweep(quick or smoke, device, smoke)
+            results["scaling_fits"] = plot_scaling(results["scaling"], bandwidth, out / "scaling.png")
+
+        run.attempt("scaling", sweep)
+    _finish(results, bandwidth, bw_bytes, device)
+    (out / "bench.json").write_text(json.dumps(results, indent=2))
+    (out / "ratios.json").write_text(json.dumps(results["ratios"], indent=2))
+    return results
+
+
+def _header(quick: bool, smoke: bool, device: str) -> dict[str, Any]:
+    """The first entries of ``bench.json``: the run's options, the machine and its load."""
+    return {
         "quick": quick,
         "smoke": smoke,
         "device": device,
@@ -115,41 +173,20 @@ def _run_bench(
         "failed": {},
     }
 
-    def attempt(what: str, fn: Any) -> Any:
-        """``fn()``; with ``keep_going`` a failure is recorded (and printed) instead of raised."""
-        try:
-            return fn()
-        except Exception as e:  # noqa: BLE001 - keep_going: record and continue
-            if not keep_going:
-                raise
-            results["failed"][what] = f"{type(e).__name__}: {e}"
-            print(f"[bench] FAILED {what}: {type(e).__name__}: {e}", file=sys.stderr)
-            return None
 
-    def checkpoint() -> None:  # partial results survive a run that is stopped later
-        (out / "bench.json").write_text(json.dumps(results, indent=2, default=str))
-
-    bw_bytes = (256 << 20) if quick or smoke else (1 << 30)
-    bandwidth = copy_bandwidth(bw_bytes, device)
-    print(f"[bench] copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + write) on {device}", file=sys.stderr)
-    results["bandwidth_bytes_per_s"] = bandwidth
-    results["bandwidth_tensor_bytes"] = bw_bytes
-    if kernels:
-        small = {"half_edges": 4, "edge_dim": 32, "node_dim": 4000} if quick or smoke else {}
-        results["map_kernels"] = attempt("map kernels", lambda: map_kernels(device, **small))
-        checkpoint()
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()  # the settings run in child processes: leave them the memory
-    results["settings"] = {}
-    for s in setting_list if setting_list is not None else settings(quick):
-        s = for_device(dataclasses.replace(s, map_init_on_device=map_init_on_device), device)
+def _run_settings(
+    run: _Results, chosen: list[Setting], device: str, threads: int | None, bandwidth: float
+) -> None:
+    """Each setting in a fresh process, into ``settings`` with its summary against ``bandwidth``."""
+    run.data["settings"] = {}
+    for s in chosen:
         print(f"[bench] setting {s.name}: {s.clients} clients, {s.model}, gamma={s.gamma}", file=sys.stderr)
         t0 = time.perf_counter()
-        r = attempt(f"setting {s.name}", lambda s=s: _fitting_run(s, device, threads))
+        r = run.attempt(f"setting {s.name}", lambda s=s: _fitting_run(s, device, threads))
         if r is None:
             continue
         r["summary"] = m = summarize(r, bandwidth)
-        results["settings"][s.name] = r
+        run.data["settings"][s.name] = r
         print(
             f"[bench] setting {s.name} done in {time.perf_counter() - t0:.1f} s: maps "
             f"{format_gib(r['bytes']['maps'])} GiB, floor {m['floor_s']:.4f} s, "
@@ -158,34 +195,33 @@ def _run_bench(
             f"{r['reference']['s_per_round']:.4f} s (S {m['speedup']:.1f})",
             file=sys.stderr,
         )
-        checkpoint()
-    results["cohorts"] = {}
-    for model in cohort_models:
+        run.checkpoint()
+
+
+def _run_cohorts(run: _Results, models: tuple[str, ...], clients: int, repeats: int, device: str) -> None:
+    """One cohort benchmark per entry of ``models`` into ``cohorts`` (the first also as ``cohort``)."""
+    run.data["cohorts"] = {}
+    for model in models:
         print(f"[bench] cohort gradients ({model})", file=sys.stderr)
         t0 = time.perf_counter()
-        c = attempt(
+        c = run.attempt(
             f"cohort {model}",
-            lambda model=model: cohort_benchmark(
-                cohort_clients, repeats=1 if smoke else 7, device=device, model=model
-            ),
+            lambda model=model: cohort_benchmark(clients, repeats=repeats, device=device, model=model),
         )
         if c is None:
             continue
-        results["cohorts"][model] = c
+        run.data["cohorts"][model] = c
         print(
             f"[bench] cohort {model} done in {time.perf_counter() - t0:.1f} s: speed-up {c['speedup']:.1f}x",
             file=sys.stderr,
         )
-        checkpoint()
-    if results["cohorts"]:
-        results["cohort"] = next(iter(results["cohorts"].values()))
-    if scaling:
+        run.checkpoint()
+    if run.data["cohorts"]:
+        run.data["cohort"] = next(iter(run.data["cohorts"].values()))
 
-        def sweep() -> None:
-            results["scaling"] = scaling_sweep(quick or smoke, device, smoke)
-            results["scaling_fits"] = plot_scaling(results["scaling"], bandwidth, out / "scaling.png")
 
-        attempt("scaling", sweep)
+def _finish(results: dict[str, Any], bandwidth: float, bw_bytes: int, device: str) -> None:
+    """The closing entries: the bandwidth measured again, the summaries against it, the report."""
     # The copy bandwidth is measured again at the end; the floor uses the faster of the two, so that
     # a copy slowed down by a passing load cannot make the floor look easy.
     results["bandwidth_bytes_per_s_end"] = copy_bandwidth(bw_bytes, device)
@@ -195,9 +231,6 @@ def _run_bench(
     results["load_average_end"] = os.getloadavg()
     results["report"] = report(results)
     results["ratios"] = ratios(results)
-    (out / "bench.json").write_text(json.dumps(results, indent=2))
-    (out / "ratios.json").write_text(json.dumps(results["ratios"], indent=2))
-    return results
 
 
 def _fitting_run(s: Setting, device: str, threads: int | None) -> dict[str, Any]:

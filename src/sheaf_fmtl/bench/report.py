@@ -118,52 +118,10 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
 
 def report(results: dict[str, Any]) -> str:
     """The printed report of a bench run: machine, table of settings, notes, cohorts, scaling fits."""
-    bw = results["bandwidth_bytes_per_s"]
-    lines = [
-        f"kernel: commit {results['kernel'].get('commit', '?')[:12]} "
-        f"(sheaf_fmtl.py+ops.py sha256 {results['kernel']['kernel_sha256']}"
-        f"{', uncommitted changes' if results['kernel'].get('kernel_files_dirty') else ''}); "
-        f"machine: {results['machine'].get('cpu', '?')}, {results['machine']['cpus']} cpus, "
-        f"{results['machine'].get('ram_gib', '?')} GiB; device {results['device']}",
-        f"copy bandwidth (2*bytes/t, read+write; faster of start and end): {bw / 1e9:.1f} GB/s; torch "
-        f"threads {results['machine']['threads']}; "
-        f"load average at start {results['load_average_start'][0]:.1f}, "
-        f"at end {results['load_average_end'][0]:.1f} (other processes share the cores when above 0)",
-        "",
-        f"{'setting':<12} {'|E|':>4} {'d_i':>7} {'d_ij':>5} {'maps GiB':>9} {'floor s':>8} {'map s':>8} "
-        f"{'R':>6} {'s/round':>8} {'ref s/rnd':>9} {'S':>6} {'peak GiB':>9} {'bound GiB':>9} {'M':>5}",
-    ]
+    lines = _header_lines(results)
+    lines += [_setting_row(name, r) for name, r in results["settings"].items()]
     for name, r in results["settings"].items():
-        m = r["summary"]
-        lines.append(
-            f"{name:<12} {r['num_edges']:>4} {','.join(map(str, r['node_dims'])):>7} "
-            f"{','.join(map(str, r['edge_dims'])):>5} {format_gib(r['bytes']['maps']):>9} "
-            f"{m['floor_s']:>8.4f} "
-            f"{r['map_work_s']:>8.4f} {m['floor_ratio']:>6.2f} {m['round_s']:>8.4f} "
-            f"{r['reference']['s_per_round']:>9.4f} "
-            f"{m['speedup']:>6.1f} {format_gib(m['peak_bytes']):>9} {format_gib(r['bytes']['total']):>9} "
-            f"{m['memory_ratio']:>5.2f}"
-        )
-    for name, r in results["settings"].items():
-        ref_ = r["reference"]
-        if ref_["subset"]:
-            lines.append(
-                f"note: {name}: the loop reference was timed on {ref_['edges_timed']} of "
-                f"{ref_['edges_total']} edges ({format_gib(ref_['map_bytes_timed'])} GiB of maps; "
-                f"all maps twice would not fit) and its edge time scaled by {ref_['edge_scale']:.2f} "
-                "(map bytes)"
-            )
-        m = r["summary"]
-        lines.append(
-            f"      {name}: round = {r['gradients_s']:.4f} s local gradients + {r['map_work_s']:.4f} s "
-            f"map work (sheaf term, messages, exchanges, map step and folds; gradients frozen) = "
-            f"{m['round_floor_ratio']:.2f} x floor; median sim.step() {r['s_per_round']:.4f} s"
-        )
-        lines.append(
-            f"      {name}: loop reference = {ref_['gradient_s']:.4f} s per-client autograd gradients + "
-            f"{ref_['edge_s']:.4f} s per-edge loop; peak RSS {format_gib(r['peak_rss'])} GiB incl. "
-            f"{format_gib(r['rss_after_imports'])} GiB interpreter+torch (M excludes it)"
-        )
+        lines += _setting_notes(name, r)
     lines.append("")
     cohorts = results.get("cohorts") or ({"cnn": results["cohort"]} if "cohort" in results else {})
     for c in cohorts.values():
@@ -189,3 +147,62 @@ def report(results: dict[str, Any]) -> str:
     for what, why in results.get("failed", {}).items():
         lines.append(f"FAILED {what}: {why}")
     return "\n".join(lines)
+
+
+def _header_lines(results: dict[str, Any]) -> list[str]:
+    """The report's first lines: kernel, machine, bandwidth and load, and the settings' table head."""
+    bw = results["bandwidth_bytes_per_s"]
+    return [
+        f"kernel: commit {results['kernel'].get('commit', '?')[:12]} "
+        f"(sheaf_fmtl.py+ops.py sha256 {results['kernel']['kernel_sha256']}"
+        f"{', uncommitted changes' if results['kernel'].get('kernel_files_dirty') else ''}); "
+        f"machine: {results['machine'].get('cpu', '?')}, {results['machine']['cpus']} cpus, "
+        f"{results['machine'].get('ram_gib', '?')} GiB; device {results['device']}",
+        f"copy bandwidth (2*bytes/t, read+write; faster of start and end): {bw / 1e9:.1f} GB/s; torch "
+        f"threads {results['machine']['threads']}; "
+        f"load average at start {results['load_average_start'][0]:.1f}, "
+        f"at end {results['load_average_end'][0]:.1f} (other processes share the cores when above 0)",
+        "",
+        f"{'setting':<12} {'|E|':>4} {'d_i':>7} {'d_ij':>5} {'maps GiB':>9} {'floor s':>8} {'map s':>8} "
+        f"{'R':>6} {'s/round':>8} {'ref s/rnd':>9} {'S':>6} {'peak GiB':>9} {'bound GiB':>9} {'M':>5}",
+    ]
+
+
+def _setting_row(name: str, r: dict[str, Any]) -> str:
+    """Setting ``name``'s row of the table (columns of :func:`_header_lines`)."""
+    m = r["summary"]
+    return (
+        f"{name:<12} {r['num_edges']:>4} {','.join(map(str, r['node_dims'])):>7} "
+        f"{','.join(map(str, r['edge_dims'])):>5} {format_gib(r['bytes']['maps']):>9} "
+        f"{m['floor_s']:>8.4f} "
+        f"{r['map_work_s']:>8.4f} {m['floor_ratio']:>6.2f} {m['round_s']:>8.4f} "
+        f"{r['reference']['s_per_round']:>9.4f} "
+        f"{m['speedup']:>6.1f} {format_gib(m['peak_bytes']):>9} {format_gib(r['bytes']['total']):>9} "
+        f"{m['memory_ratio']:>5.2f}"
+    )
+
+
+def _setting_notes(name: str, r: dict[str, Any]) -> list[str]:
+    """The lines under the table on setting ``name``: a loop reference timed on a subset of the
+    edges, what a round and the loop reference spent their time on, and the peak memory."""
+    lines = []
+    ref_ = r["reference"]
+    if ref_["subset"]:
+        lines.append(
+            f"note: {name}: the loop reference was timed on {ref_['edges_timed']} of "
+            f"{ref_['edges_total']} edges ({format_gib(ref_['map_bytes_timed'])} GiB of maps; "
+            f"all maps twice would not fit) and its edge time scaled by {ref_['edge_scale']:.2f} "
+            "(map bytes)"
+        )
+    m = r["summary"]
+    lines.append(
+        f"      {name}: round = {r['gradients_s']:.4f} s local gradients + {r['map_work_s']:.4f} s "
+        f"map work (sheaf term, messages, exchanges, map step and folds; gradients frozen) = "
+        f"{m['round_floor_ratio']:.2f} x floor; median sim.step() {r['s_per_round']:.4f} s"
+    )
+    lines.append(
+        f"      {name}: loop reference = {ref_['gradient_s']:.4f} s per-client autograd gradients + "
+        f"{ref_['edge_s']:.4f} s per-edge loop; peak RSS {format_gib(r['peak_rss'])} GiB incl. "
+        f"{format_gib(r['rss_after_imports'])} GiB interpreter+torch (M excludes it)"
+    )
+    return lines

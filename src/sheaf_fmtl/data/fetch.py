@@ -91,14 +91,6 @@ SOURCES: dict[str, list[Source]] = {
 }
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def download(url: str, dest: Path, expected_sha256: str | None, timeout: float = 60.0) -> str:
     """Stream ``url`` to ``dest`` via a temp file; verify the length the server announced and the
     SHA-256 (when known) before ``os.replace``. Returns the SHA-256."""

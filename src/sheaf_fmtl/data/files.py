@@ -23,7 +23,7 @@ import numpy as np
 import platformdirs
 
 from ..spelling import setting
-from .base import DatasetError
+from .base import DatasetError, RawClient, Task
 from .bounded import LARGE, MiB, UnboundedFile, read_text_bounded
 from .sizes import check_fits, stored_bytes
 
@@ -272,3 +272,46 @@ def map_labels(y: np.ndarray, path: Path, what: str, mapping: Mapping[float, int
         bad = sorted(set(np.unique(y[out < 0]).tolist()))[:5]
         raise DatasetError(f"{path}: {what} has labels {bad} outside {sorted(mapping)}")
     return out
+
+
+def checked_feature_ids(
+    spec: str, parts: Sequence[Mapping[str, Any]], xs: list[np.ndarray], key: str
+) -> tuple[np.ndarray, ...] | None:
+    """The clients' ``features_i`` (ids of their columns in one shared feature space), checked: all
+    clients or none, one distinct non-negative integer per column."""
+    given = ["features" in c for c in parts]
+    if not any(given):
+        return None
+    if not all(given):
+        missing = given.index(False)
+        raise DatasetError(
+            f"{spec}: {key.format('i')} is given for some clients but not for client {missing}"
+        )
+    out = []
+    for i, (c, x) in enumerate(zip(parts, xs, strict=True)):
+        f = np.asarray(c["features"])
+        width = int(np.prod(x.shape[1:]))
+        if f.ndim != 1 or not np.issubdtype(f.dtype, np.integer) or len(f) != width:
+            raise DatasetError(
+                f"{spec}: {key.format(i)} must list one integer id per feature column ({width}), "
+                f"got shape {f.shape} of {f.dtype}"
+            )
+        if len(np.unique(f)) != len(f) or (len(f) and f.min() < 0):
+            raise DatasetError(f"{spec}: {key.format(i)} must be distinct ids >= 0")
+        out.append(f.astype(np.int64))
+    return tuple(out)
+
+
+def raw_clients(arrays: Sequence[tuple[Any, ...]], task: Task) -> tuple[RawClient, ...]:
+    """The clients' ``(x, y, x_test, y_test)`` as :class:`RawClient`: float32 features, int64
+    class ids or float32 targets (a missing test split stays ``None``)."""
+    ydt = np.int64 if task == "classification" else np.float32
+    return tuple(
+        RawClient(
+            x.astype(np.float32),
+            y.astype(ydt),
+            None if xt is None else xt.astype(np.float32),
+            None if yt is None else yt.astype(ydt),
+        )
+        for x, y, xt, yt in arrays
+    )

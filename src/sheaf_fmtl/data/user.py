@@ -41,8 +41,15 @@ import numpy as np
 
 from ..spelling import setting
 from ..warn import user_stacklevel
-from .base import DataRequest, DatasetError, RawClient, RawFederated, Task
-from .files import as_features, as_targets, read_client_csv, read_npz_clients
+from .base import DataRequest, DatasetError, RawFederated, Task
+from .files import (
+    as_features,
+    as_targets,
+    checked_feature_ids,
+    raw_clients,
+    read_client_csv,
+    read_npz_clients,
+)
 from .options import check_options
 
 #: The keys of a client's entry given as a mapping (beside the optional ``features``, its column ids).
@@ -114,39 +121,8 @@ def load_user(spec: str, request: DataRequest) -> RawFederated:
     path = Path(spec).expanduser()
     if not path.is_absolute() and request.data_dir is not None and not path.exists():
         path = Path(request.data_dir) / path
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix.lower() == ".csv")
-        if not files:
-            npz = sorted(p.name for p in path.iterdir() if p.suffix.lower() == ".npz")
-            hint = f"; an .npz holds every client: give it, file:{path / npz[0]}" if npz else ""
-            raise DatasetError(f"{path}: folder has no .csv files (one per client expected){hint}")
-        files = held_files(path, files, request)
-        parts = []
-        for f in files:
-            table = _read_csv(f)
-            parts.append((f, {"x": table[:, :-1], "y": table[:, -1]}))
-    elif path.is_file():
-        if path.suffix.lower() == ".csv":  # one client's file: the folder of them is the dataset
-            raise DatasetError(
-                f"file:{spec}: one CSV file is one client's; give the folder holding one CSV per client "
-                f"(file:{path.parent})"
-            )
-        parts = [(path, c) for c in read_npz_clients(path)]
-    else:
-        raise DatasetError(f"file:{spec}: {path} does not exist (give an .npz file or a folder of CSVs)")
-    arrays = []
-    for i, (src, c) in enumerate(parts):
-        what = f"client {i}"
-        x = as_features(c["x"], src, f"{what} features", allow_nd=True)
-        y = as_targets(c["y"], src, f"{what} targets", len(x))
-        xt = yt = None
-        if "x_test" in c:
-            xt = as_features(c["x_test"], src, f"{what} test features", allow_nd=True)
-            yt = as_targets(c["y_test"], src, f"{what} test targets", len(xt))
-            if xt.shape[1:] != x.shape[1:]:
-                shapes = f"{xt.shape[1:]} (test) vs {x.shape[1:]} (train)"
-                raise DatasetError(f"{src}: {what} feature shapes differ: {shapes}")
-        arrays.append((x, y, xt, yt))
+    parts = _read_parts(spec, path, request)
+    arrays = [_file_client(i, src, c) for i, (src, c) in enumerate(parts)]
     ys = [a[1] for a in arrays] + [a[3] for a in arrays if a[3] is not None]
     if o["task"] is None:
         check_label_kinds(spec, [c["y"] for _, c in parts])
@@ -158,20 +134,51 @@ def load_user(spec: str, request: DataRequest) -> RawFederated:
         if np.any(y_all != np.round(y_all)) or y_all.min() < 0 or y_all.max() > top:
             raise DatasetError(f"file:{spec}: classification targets must be integers in 0..{top}")
         num_classes = max(int(y_all.max()) + 1, 2)
-    ydt = np.int64 if task == "classification" else np.float32
-    clients = tuple(
-        RawClient(
-            x.astype(np.float32),
-            y.astype(ydt),
-            None if xt is None else xt.astype(np.float32),
-            None if yt is None else yt.astype(ydt),
-        )
-        for x, y, xt, yt in arrays
+    clients = raw_clients(arrays, task)
+    features = checked_feature_ids(
+        f"file:{spec}", [c for _, c in parts], [a[0] for a in arrays], "features_{}"
     )
-    features = _feature_ids(f"file:{spec}", [c for _, c in parts], [a[0] for a in arrays])
     return RawFederated(
         f"file:{path.name}", task, num_classes, clients, reduce=o["reduce"], features=features
     )
+
+
+def _read_parts(spec: str, path: Path, request: DataRequest) -> list[tuple[Path, Mapping[str, Any]]]:
+    """Per client held here, the file it was read from and its arrays by key (``x``, ``y``, maybe
+    ``x_test``, ``y_test``, ``features``): a folder's CSVs, or an ``.npz``'s clients."""
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix.lower() == ".csv")
+        if not files:
+            npz = sorted(p.name for p in path.iterdir() if p.suffix.lower() == ".npz")
+            hint = f"; an .npz holds every client: give it, file:{path / npz[0]}" if npz else ""
+            raise DatasetError(f"{path}: folder has no .csv files (one per client expected){hint}")
+        tables = [(f, _read_csv(f)) for f in held_files(path, files, request)]
+        return [(f, {"x": table[:, :-1], "y": table[:, -1]}) for f, table in tables]
+    if path.is_file():
+        if path.suffix.lower() == ".csv":  # one client's file: the folder of them is the dataset
+            raise DatasetError(
+                f"file:{spec}: one CSV file is one client's; give the folder holding one CSV per client "
+                f"(file:{path.parent})"
+            )
+        return [(path, c) for c in read_npz_clients(path)]
+    raise DatasetError(f"file:{spec}: {path} does not exist (give an .npz file or a folder of CSVs)")
+
+
+def _file_client(
+    i: int, src: Path, c: Mapping[str, Any]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """``(x, y, x_test, y_test)`` of client ``i`` read from ``src``, checked (no test split: ``None``s)."""
+    what = f"client {i}"
+    x = as_features(c["x"], src, f"{what} features", allow_nd=True)
+    y = as_targets(c["y"], src, f"{what} targets", len(x))
+    if "x_test" not in c:
+        return x, y, None, None
+    xt = as_features(c["x_test"], src, f"{what} test features", allow_nd=True)
+    yt = as_targets(c["y_test"], src, f"{what} test targets", len(xt))
+    if xt.shape[1:] != x.shape[1:]:
+        shapes = f"{xt.shape[1:]} (test) vs {x.shape[1:]} (train)"
+        raise DatasetError(f"{src}: {what} feature shapes differ: {shapes}")
+    return x, y, xt, yt
 
 
 def held_files(folder: Path, files: list[Path], request: DataRequest) -> list[Path]:
@@ -196,34 +203,6 @@ def held_files(folder: Path, files: list[Path], request: DataRequest) -> list[Pa
     if missing:
         raise DatasetError(f"{folder}: no file for client(s) {_few(missing)} held here (client_ID.csv)")
     return [by_id[i] for i in held]
-
-
-def _feature_ids(
-    spec: str, parts: Sequence[Mapping[str, Any]], xs: list[np.ndarray], key: str = "features_{}"
-) -> tuple[np.ndarray, ...] | None:
-    """The clients' ``features_i`` (ids of their columns in one shared feature space), checked: all
-    clients or none, one distinct non-negative integer per column."""
-    given = ["features" in c for c in parts]
-    if not any(given):
-        return None
-    if not all(given):
-        missing = given.index(False)
-        raise DatasetError(
-            f"{spec}: {key.format('i')} is given for some clients but not for client {missing}"
-        )
-    out = []
-    for i, (c, x) in enumerate(zip(parts, xs, strict=True)):
-        f = np.asarray(c["features"])
-        width = int(np.prod(x.shape[1:]))
-        if f.ndim != 1 or not np.issubdtype(f.dtype, np.integer) or len(f) != width:
-            raise DatasetError(
-                f"{spec}: {key.format(i)} must list one integer id per feature column ({width}), "
-                f"got shape {f.shape} of {f.dtype}"
-            )
-        if len(np.unique(f)) != len(f) or (len(f) and f.min() < 0):
-            raise DatasetError(f"{spec}: {key.format(i)} must be distinct ids >= 0")
-        out.append(f.astype(np.int64))
-    return tuple(out)
 
 
 def _numpy(a: Any) -> np.ndarray:
@@ -321,50 +300,13 @@ def from_objects(entries: Sequence[Any], name: str = "python") -> RawFederated:
             "or a mapping of the dataset's options "
             f"(e.g. {setting('data.relatedness', 0.5)})"
         )
-    datasets = [
-        d for e in entries if isinstance(e, tuple | list) and len(e) == 2 for d in e if _is_dataset(d)
-    ]
-    need, free = sum(_dataset_bytes(d) for d in datasets), _free_bytes()
-    if datasets and free is not None and need > free:
-        raise DatasetError(
-            f"the clients' datasets hold about {need / 1e9:.1f} GB (from their first items) but "
-            f"{free / 1e9:.1f} GB of memory are free; the federation holds every client's data in memory: "
-            "give each client a torch.utils.data.Subset"
-        )
+    _check_memory(entries)
     clients, kinds = [], set()
     for i, entry in enumerate(entries):
-        x, y, xt, yt = _arrays(i, entry)
-        what = f"data of client {i}"
-        if x.ndim < 1 or len(x) == 0:
-            raise DatasetError(f"{what}: no training samples")
-        y, yt = _targets(y, len(x), f"{what} (train)"), _targets(yt, len(xt), f"{what} (test)")
-        if xt.shape[1:] != x.shape[1:] and len(xt):
-            raise DatasetError(
-                f"{what}: test features of shape {xt.shape[1:]}, training features {x.shape[1:]}"
-            )
-        for a, part in (
-            (x, "training features"),
-            (xt, "test features"),
-            (y, "training targets"),
-            (yt, "test targets"),
-        ):
-            if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_):
-                raise DatasetError(f"{what}: {part} of type {a.dtype}; expected a numeric array or tensor")
-            if a.size and not np.all(np.isfinite(a.astype(np.float64))):
-                raise DatasetError(f"{what}: NaN or infinite {part}")
+        x, y, xt, yt = _object_client(i, entry)
         kinds |= {np.issubdtype(a.dtype, np.floating) for a in (y, yt) if len(a)}
         clients.append((x, y, xt.reshape(-1, *x.shape[1:]), yt))
-    untested = [i for i, c in enumerate(clients) if len(c[2]) == 0]
-    if len(untested) == len(clients):
-        raise DatasetError("data: no client has test samples; the test metric needs a test split")
-    if untested:  # counted honestly: the summary says over how many clients the mean is taken
-        which = f"client{'s' if len(untested) > 1 else ''} {', '.join(map(str, untested[:10]))}"
-        warnings.warn(
-            f"data of {which}: no test samples, left out of the mean test metric (over "
-            f"{len(clients) - len(untested)} of {len(clients)} clients)",
-            UserWarning,
-            stacklevel=user_stacklevel(),
-        )
+    _check_tested(clients)
     if len(kinds) > 1:
         raise DatasetError(
             "data: some clients have integer targets (classification) and others floating-point targets "
@@ -378,11 +320,60 @@ def from_objects(entries: Sequence[Any], name: str = "python") -> RawFederated:
             bad = next(i for i, c in enumerate(clients) if np.concatenate([c[1], c[3]]).min() < 0)
             raise DatasetError(f"data of client {bad}: negative class id; class ids must lie in 0..K-1")
         num_classes = max(int(labels.max()) + 1, 2)
-    ydt = np.int64 if task == "classification" else np.float32
-    raw = tuple(
-        RawClient(x.astype(np.float32), y.astype(ydt), xt.astype(np.float32), yt.astype(ydt))
-        for x, y, xt, yt in clients
-    )
+    raw = raw_clients(clients, task)
     mappings = [e if isinstance(e, Mapping) else {} for e in entries]
-    features = _feature_ids("data", mappings, [c[0] for c in clients], key="client {}'s features")
+    features = checked_feature_ids("data", mappings, [c[0] for c in clients], key="client {}'s features")
     return RawFederated(name, task, num_classes, raw, reduce=False, features=features)
+
+
+def _check_memory(entries: Sequence[Any]) -> None:
+    """Refuse clients' datasets that would not fit in the free memory (estimated from their first
+    items), before any is read."""
+    datasets = [
+        d for e in entries if isinstance(e, tuple | list) and len(e) == 2 for d in e if _is_dataset(d)
+    ]
+    need, free = sum(_dataset_bytes(d) for d in datasets), _free_bytes()
+    if datasets and free is not None and need > free:
+        raise DatasetError(
+            f"the clients' datasets hold about {need / 1e9:.1f} GB (from their first items) but "
+            f"{free / 1e9:.1f} GB of memory are free; the federation holds every client's data in memory: "
+            "give each client a torch.utils.data.Subset"
+        )
+
+
+def _object_client(i: int, entry: Any) -> tuple[np.ndarray, ...]:
+    """``(x, y, x_test, y_test)`` of client ``i``'s entry, checked: training samples, one target per
+    sample, test features shaped as the training ones, finite numbers."""
+    x, y, xt, yt = _arrays(i, entry)
+    what = f"data of client {i}"
+    if x.ndim < 1 or len(x) == 0:
+        raise DatasetError(f"{what}: no training samples")
+    y, yt = _targets(y, len(x), f"{what} (train)"), _targets(yt, len(xt), f"{what} (test)")
+    if xt.shape[1:] != x.shape[1:] and len(xt):
+        raise DatasetError(f"{what}: test features of shape {xt.shape[1:]}, training features {x.shape[1:]}")
+    for a, part in (
+        (x, "training features"),
+        (xt, "test features"),
+        (y, "training targets"),
+        (yt, "test targets"),
+    ):
+        if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_):
+            raise DatasetError(f"{what}: {part} of type {a.dtype}; expected a numeric array or tensor")
+        if a.size and not np.all(np.isfinite(a.astype(np.float64))):
+            raise DatasetError(f"{what}: NaN or infinite {part}")
+    return x, y, xt, yt
+
+
+def _check_tested(clients: Sequence[tuple[np.ndarray, ...]]) -> None:
+    """Refuse clients none of which has test samples; warn of those without (left out of the mean)."""
+    untested = [i for i, c in enumerate(clients) if len(c[2]) == 0]
+    if len(untested) == len(clients):
+        raise DatasetError("data: no client has test samples; the test metric needs a test split")
+    if untested:  # counted honestly: the summary says over how many clients the mean is taken
+        which = f"client{'s' if len(untested) > 1 else ''} {', '.join(map(str, untested[:10]))}"
+        warnings.warn(
+            f"data of {which}: no test samples, left out of the mean test metric (over "
+            f"{len(clients) - len(untested)} of {len(clients)} clients)",
+            UserWarning,
+            stacklevel=user_stacklevel(),
+        )

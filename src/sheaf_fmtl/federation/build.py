@@ -166,6 +166,10 @@ class Cohorts:
         return self._index[key]
 
 
+#: A client's architecture: model name, input shape and the user model's architecture (or ``None``).
+_Key = tuple[str, tuple[int, ...], Any]
+
+
 def build_federation(
     dataset: FederatedDataset,
     model: str = "auto",
@@ -188,30 +192,19 @@ def build_federation(
         (names[i % len(names)], dataset.feature_shape(i), user.archs.get(i))
         for i in range(dataset.num_clients)
     ]
-    held = np.zeros(len(keys), bool)
-    held[np.arange(len(keys)) if clients is None else np.asarray(clients, np.int64)] = True
-    distinct = list(dict.fromkeys(keys))  # architectures, in order of their first client
+    held, distinct, local, cohort_of = _layout(keys, clients)
     first = {k: keys.index(k) for k in distinct}
-    local = [k for k in distinct if any(held[i] for i in range(len(keys)) if keys[i] == k)]
-    cohort_of = np.array([local.index(k) if held[i] else -1 for i, k in enumerate(keys)], np.int64)
     position = np.full(len(keys), -1, np.int64)
     dev = torch.device(device)
-    ydtype = torch.long if dataset.task == "classification" else torch.float32
     loss, metric = objective(dataset)
     cohorts = []
     for c, (name, shape, arch) in enumerate(local):
         members = np.flatnonzero(cohort_of == c)
         position[members] = np.arange(len(members))
-        splits = [dataset.clients[i] for i in members]
-        x_tr, n_tr = pad([s.x_train for s in splits], torch.float32, dev)
-        y_tr, _ = pad([s.y_train for s in splits], ydtype, dev)
-        x_te, n_te = pad([s.x_test for s in splits], torch.float32, dev)
-        y_te, _ = pad([s.y_test for s in splits], ydtype, dev)
+        data = _padded(dataset, members, dev)
         lead = first[(name, shape, arch)]
         module = build_model(name, shape, outputs) if arch is None else user.modules[lead]
-        cohort = Cohort(
-            c, members, name, module.to(dev), dataset.task, l2, x_tr, y_tr, n_tr, x_te, y_te, n_te
-        )
+        cohort = Cohort(c, members, name, module.to(dev), dataset.task, l2, *data)
         cohort.first_client = lead
         if arch is not None:
             cohort.factory = user.maker(name, shape, outputs)
@@ -219,29 +212,59 @@ def build_federation(
         if arch is not None or loss is not None or metric is not None:
             preflight(cohort, dataset, user_model=arch is not None)
         cohorts.append(cohort)
+    archs = _architectures(distinct, first, user, outputs)
+    arch_of = np.array([distinct.index(k) for k in keys], np.int64)
+    return Cohorts(
+        dataset if held.all() else _only(dataset, held),
+        cohorts,
+        cohort_of,
+        position,
+        all_dims=np.array([count_parameters(archs[a].module) for a in arch_of], np.int64),
+        train_sizes=np.array(dataset.train_sizes or [len(c.y_train) for c in dataset.clients], np.int64),
+        user_metric=None if metric is None else metric.name,
+        architectures=archs,
+        arch_of=arch_of,
+    )
+
+
+def _layout(
+    keys: list[_Key], clients: Sequence[int] | None
+) -> tuple[np.ndarray, list[_Key], list[_Key], np.ndarray]:
+    """``(held, distinct, local, cohort_of)`` of the clients' architecture ``keys``: which clients
+    are held (``clients``, default all), the architectures in order of their first client, those
+    with a client held here (one cohort each) and each client's cohort (``-1``: held elsewhere)."""
+    held = np.zeros(len(keys), bool)
+    held[np.arange(len(keys)) if clients is None else np.asarray(clients, np.int64)] = True
+    distinct = list(dict.fromkeys(keys))  # architectures, in order of their first client
+    local = [k for k in distinct if any(held[i] for i in range(len(keys)) if keys[i] == k)]
+    cohort_of = np.array([local.index(k) if held[i] else -1 for i, k in enumerate(keys)], np.int64)
+    return held, distinct, local, cohort_of
+
+
+def _padded(dataset: FederatedDataset, members: np.ndarray, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """``(x_train, y_train, n_train, x_test, y_test, n_test)`` of clients ``members``, each split
+    zero-padded to one ``[C, n_max, ...]`` tensor on ``device`` (:func:`.stacked.pad`)."""
+    ydtype = torch.long if dataset.task == "classification" else torch.float32
+    splits = [dataset.clients[i] for i in members]
+    x_tr, n_tr = pad([s.x_train for s in splits], torch.float32, device)
+    y_tr, _ = pad([s.y_train for s in splits], ydtype, device)
+    x_te, n_te = pad([s.x_test for s in splits], torch.float32, device)
+    y_te, _ = pad([s.y_test for s in splits], ydtype, device)
+    return x_tr, y_tr, n_tr, x_te, y_te, n_te
+
+
+def _architectures(
+    distinct: list[_Key], first: dict[_Key, int], user: UserModels, outputs: int
+) -> list[Architecture]:
+    """One :class:`Architecture` per key of ``distinct`` (model name, input shape, user
+    architecture), held here or not, built without touching the global random state."""
     with torch.random.fork_rng(devices=[]):  # architectures held elsewhere too; no global draw
-        archs = [
+        return [
             Architecture(build_model(k[0], k[1], outputs), None, first[k])
             if k[2] is None
             else Architecture(user.modules[first[k]], user.maker(k[0], k[1], outputs), first[k])
             for k in distinct
         ]
-    arch_of = np.array([distinct.index(k) for k in keys], np.int64)
-    all_dims = np.array([count_parameters(archs[a].module) for a in arch_of], np.int64)
-    sizes = np.array(dataset.train_sizes or [len(c.y_train) for c in dataset.clients], np.int64)
-    kept = dataset if held.all() else _only(dataset, held)
-    metric_name = None if metric is None else metric.name
-    return Cohorts(
-        kept,
-        cohorts,
-        cohort_of,
-        position,
-        all_dims=all_dims,
-        train_sizes=sizes,
-        user_metric=metric_name,
-        architectures=archs,
-        arch_of=arch_of,
-    )
 
 
 def _only(dataset: FederatedDataset, held: np.ndarray) -> FederatedDataset:

@@ -20,7 +20,10 @@ from typing import Any
 from ..config.files import replace_file
 from ..data.bounded import LARGE, read_text_bounded
 
-#: Statuses of a run that finished (``ok`` is what :func:`sheaf_fmtl.runtime.run.loop.run` writes).
+#: Statuses of a run that finished, all its rounds run (``ok`` is what
+#: :func:`sheaf_fmtl.runtime.run.loop.run` writes): the runs whose final metric the mean over seeds
+#: takes. A run stopped by a callback (``stopped``) is not one, though its final state holds its
+#: trained models (:data:`.final.TRAINED`).
 FINISHED = ("ok", "finished", "complete")
 #: ``metrics.csv`` names of the evaluated metric, old and new (``val_*``: a validation split's).
 METRIC_COLUMNS = ("test_metric", "test_accuracy", "test_mse", "val_accuracy", "val_mse")

@@ -22,8 +22,9 @@ SUMMARY = "summary.json"
 BEST = "best.pt"  #: the best evaluation's models (early stopping), vouched for by ``summary.json``'s ``best``
 #: Files of a run folder whose size and SHA-256 ``summary.json`` records (``files``), checked before export.
 VOUCHED = ("config.yaml", "preprocessing.json")
-#: ``summary.json`` statuses of a run that ended where it meant to: its last round, or a callback's stop.
-FINISHED = ("ok", "stopped")
+#: ``summary.json`` statuses of a run whose final state holds its trained models: it ended where it
+#: meant to, at its last round or at a callback's stop (not :data:`.aggregate.FINISHED`: all rounds run).
+TRAINED = ("ok", "stopped")
 _CHUNK = 1 << 20
 
 
@@ -65,7 +66,7 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
 
 def read_final(run_dir: str | Path, *, finished: bool = True) -> dict[str, Any]:
     """``run_dir/checkpoint.pt``'s payload, checked against ``summary.json`` (see the module
-    docstring); with ``finished``, only of a run whose status is in :data:`FINISHED`.
+    docstring); with ``finished``, only of a run whose status is in :data:`TRAINED`.
 
     Raises:
         DatasetError: one line naming the file that is missing, unrecorded, altered or unreadable,
@@ -74,7 +75,7 @@ def read_final(run_dir: str | Path, *, finished: bool = True) -> dict[str, Any]:
     folder = Path(run_dir)
     summary = read_summary(folder)
     status = summary.get("status")
-    if finished and status not in FINISHED:
+    if finished and status not in TRAINED:
         done = summary.get("rounds_done", summary.get("diverged_at_round"))
         at = f" at round {done} of {summary.get('rounds')}" if done is not None else ""
         raise DatasetError(

@@ -201,25 +201,38 @@ class FusedCNN:
         _, weight, neg_weight, has, minus_one = self._mask_weights(mask)
         index = self._index(thetas, rows)
         params = self._views(thetas.reshape(-1).index_select(0, index), clients)
+        out, saved = self._forward(params, x, clients, batch)
+        grad_out, f = self._loss(out, y, weight, neg_weight, minus_one)
+        flat = torch.cat(self._backward(params, saved, grad_out, clients, batch))  # layer-major
+        g_coef, f_coef = self._l2_rows(thetas.shape[0], rows, has, mask, l2)
+        g = thetas * g_coef if l2 > 0 else torch.zeros_like(thetas)
+        g.view(-1).index_add_(0, index, flat)
+        sq = torch.bmm(thetas[:, None, :], thetas[:, :, None]).view(-1) if l2 > 0 else None
+        if rows is None:
+            return g, f.view(-1) if sq is None else torch.addcmul(f.view(-1), sq, f_coef)
+        f_full = thetas.new_zeros(thetas.shape[0]) if sq is None else sq.mul_(f_coef)
+        return g, f_full.index_add_(0, rows, f.view(-1))
+
+    def _forward(
+        self,
+        params: list[tuple[torch.Tensor | None, torch.Tensor | None]],
+        x: torch.Tensor,
+        clients: int,
+        batch: int,
+    ) -> tuple[torch.Tensor, list[tuple[Any, ...]]]:
+        """``(out [C, B, k], saved)``: the network's output on ``x [C, B, *input_shape]`` and, per
+        layer, what :meth:`_backward` needs (tensors, or the shape to restore)."""
         h = x
         grouped_layout = False  # h is [B, C*ch, H, W] channels-last, else [C, B, ...]
-        saved: list[tuple[Any, ...]] = []  # per layer: tensors for the backward, or a shape
+        saved: list[tuple[Any, ...]] = []
         for layer, (w, b) in zip(self.layers, params, strict=True):
             if layer.kind == "unflatten":
-                sample = list(h.shape[2:])
-                d = layer.dim - 1 if layer.dim > 0 else len(sample) + layer.dim
                 saved.append(tuple(h.shape))
-                h = h.reshape(clients, batch, *sample[:d], *layer.shape, *sample[d + 1 :])
+                h = _unflatten(h, layer, clients, batch)
             elif layer.kind == "conv":
                 assert w is not None
-                if not grouped_layout:  # [C, B, ch, H, W] -> [B, C*ch, H, W], memory [B, H, W, C, ch]
-                    ch, hh, ww = h.shape[2:]
-                    h = (
-                        h.permute(1, 3, 4, 0, 2)
-                        .contiguous()
-                        .permute(0, 3, 4, 1, 2)
-                        .reshape(batch, -1, hh, ww)
-                    )
+                if not grouped_layout:
+                    h = _to_grouped(h, batch)
                     grouped_layout = True
                 saved.append((h,))
                 h = torch.conv2d(h, w, b, 1, layer.padding, 1, clients)
@@ -235,14 +248,9 @@ class FusedCNN:
                 h = torch.relu(h)
                 saved.append((h,))
             elif layer.kind == "flatten":
-                if grouped_layout:  # [B, C*ch, H, W] -> [C, B, ch*H*W] (each sample flattened as NCHW)
-                    _, cc, hh, ww = h.shape
-                    saved.append((clients, batch, cc // clients, hh, ww))
-                    h = h.view(batch, clients, -1, hh, ww).transpose(0, 1).reshape(clients, batch, -1)
-                    grouped_layout = False
-                else:
-                    saved.append(tuple(h.shape))
-                    h = h.reshape(clients, batch, -1)
+                h, shape = _flatten(h, clients, batch, grouped_layout)
+                saved.append(shape)
+                grouped_layout = False
             else:  # linear on [C, B, in]
                 assert w is not None
                 saved.append((h,))
@@ -251,16 +259,7 @@ class FusedCNN:
                     if b is None
                     else torch.baddbmm(b[:, None], h, w.transpose(1, 2))
                 )
-        grad_out, f = self._loss(h, y, weight, neg_weight, minus_one)
-        flat = torch.cat(self._backward(params, saved, grad_out, clients, batch))  # layer-major
-        g_coef, f_coef = self._l2_rows(thetas.shape[0], rows, has, mask, l2)
-        g = thetas * g_coef if l2 > 0 else torch.zeros_like(thetas)
-        g.view(-1).index_add_(0, index, flat)
-        sq = torch.bmm(thetas[:, None, :], thetas[:, :, None]).view(-1) if l2 > 0 else None
-        if rows is None:
-            return g, f.view(-1) if sq is None else torch.addcmul(f.view(-1), sq, f_coef)
-        f_full = thetas.new_zeros(thetas.shape[0]) if sq is None else sq.mul_(f_coef)
-        return g, f_full.index_add_(0, rows, f.view(-1))
+        return h, saved
 
     def _l2_rows(
         self, n: int, rows: torch.Tensor | None, has: torch.Tensor, mask: torch.Tensor, l2: float
@@ -333,13 +332,8 @@ class FusedCNN:
             need_input = k > first_param
             if layer.kind == "linear":
                 assert w is not None
-                (h_in,) = kept
-                found = [torch.bmm(grad.transpose(1, 2), h_in).view(-1)]
-                if b is not None:
-                    found.append(grad.sum(1).view(-1))
+                grad, found = _linear_backward(grad, kept[0], w, b, need_input)
                 grads[:0] = found
-                if need_input:
-                    grad = torch.bmm(grad, w)
             elif layer.kind == "relu":
                 (out,) = kept
                 grad = torch.ops.aten.threshold_backward(grad, out, 0)
@@ -348,9 +342,7 @@ class FusedCNN:
             elif layer.kind == "flatten":
                 grad = grad.reshape(kept)  # [C, B, ch, H, W] after convolutions, else the input's shape
                 if len(kept) == 5 and k > 0 and self._grouped_before(k):  # -> [B, C*ch, H, W] channels-last
-                    _, _, ch, hh, ww = kept
-                    g5 = grad.permute(1, 3, 4, 0, 2).contiguous()
-                    grad = g5.permute(0, 3, 4, 1, 2).reshape(batch, clients * ch, hh, ww)
+                    grad = _to_grouped(grad, batch)
             elif layer.kind == "pool":
                 h_in, idx = kept
                 kernel, stride, padding, ceil = layer.pool  # type: ignore[misc]
@@ -359,23 +351,73 @@ class FusedCNN:
                 )
             elif layer.kind == "conv":
                 assert w is not None
-                (h_in,) = kept
-                dx, dw, db = torch.ops.aten.convolution_backward(
-                    grad,
-                    h_in,
-                    w,
-                    None if b is None else [b.shape[0]],
-                    [1, 1],
-                    list(layer.padding),
-                    [1, 1],
-                    False,
-                    [0, 0],
-                    clients,
-                    [need_input, True, b is not None],
-                )
-                found = [dw.permute(0, 2, 3, 1).reshape(-1)]  # a view when dw is channels-last
-                if b is not None:
-                    found.append(db.view(-1))
+                grad, found = _conv_backward(grad, kept[0], w, b, layer.padding, clients, need_input)
                 grads[:0] = found
-                grad = dx
         return grads
+
+
+def _to_grouped(h: torch.Tensor, batch: int) -> torch.Tensor:
+    """``[C, B, ch, H, W]`` -> ``[B, C*ch, H, W]`` channels-last (memory ``[B, H, W, C, ch]``): the
+    layout of the grouped convolutions, for activations and for their gradients."""
+    hh, ww = h.shape[3:]
+    return h.permute(1, 3, 4, 0, 2).contiguous().permute(0, 3, 4, 1, 2).reshape(batch, -1, hh, ww)
+
+
+def _unflatten(h: torch.Tensor, layer: _Layer, clients: int, batch: int) -> torch.Tensor:
+    """``h [C, B, *sample]`` with per-sample dimension ``layer.dim`` split into ``layer.shape``."""
+    sample = list(h.shape[2:])
+    d = layer.dim - 1 if layer.dim > 0 else len(sample) + layer.dim
+    return h.reshape(clients, batch, *sample[:d], *layer.shape, *sample[d + 1 :])
+
+
+def _flatten(
+    h: torch.Tensor, clients: int, batch: int, grouped_layout: bool
+) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """``(h [C, B, features], the shape its gradient goes back to)``: from the grouped layout each
+    sample is flattened as NCHW (gradient shape ``[C, B, ch, H, W]``), else ``h``'s own shape."""
+    if grouped_layout:
+        _, cc, hh, ww = h.shape
+        shape = (clients, batch, cc // clients, hh, ww)
+        return h.view(batch, clients, -1, hh, ww).transpose(0, 1).reshape(clients, batch, -1), shape
+    return h.reshape(clients, batch, -1), tuple(h.shape)
+
+
+def _linear_backward(
+    grad: torch.Tensor, h_in: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, need_input: bool
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """``(grad of the input (or ``grad`` itself when not needed), [flat grad of w, of b])`` of a
+    linear layer on ``[C, B, in]``."""
+    found = [torch.bmm(grad.transpose(1, 2), h_in).view(-1)]
+    if b is not None:
+        found.append(grad.sum(1).view(-1))
+    return (torch.bmm(grad, w) if need_input else grad), found
+
+
+def _conv_backward(
+    grad: torch.Tensor,
+    h_in: torch.Tensor,
+    w: torch.Tensor,
+    b: torch.Tensor | None,
+    padding: tuple[int, int],
+    clients: int,
+    need_input: bool,
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """``(grad of the input (``None`` when not needed), [flat grad of w, of b])`` of a grouped
+    convolution, the weight's gradient in the channels-last order of :meth:`FusedCNN._index`."""
+    dx, dw, db = torch.ops.aten.convolution_backward(
+        grad,
+        h_in,
+        w,
+        None if b is None else [b.shape[0]],
+        [1, 1],
+        list(padding),
+        [1, 1],
+        False,
+        [0, 0],
+        clients,
+        [need_input, True, b is not None],
+    )
+    found = [dw.permute(0, 2, 3, 1).reshape(-1)]  # a view when dw is channels-last
+    if b is not None:
+        found.append(db.view(-1))
+    return dx, found

@@ -10,6 +10,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
@@ -74,9 +75,23 @@ def edge_weight_figure(
     last one to ``last_round``, the run's last round. With groups, the heatmap's title gives their
     :func:`separation`; without a history (a rival's graph saved once), the right panel is left out."""
     final, edges = weights["final"], weights["edges"]
+    fig, (ax, cx) = plt.subplots(1, 2, figsize=(11, 4.8), gridspec_kw={"width_ratios": [1.1, 1]})
+    _heatmap(fig, ax, final, edges, groups)
+    rounds, per_edge = weights["rounds"], weights["history"]  # [K, E], in the order of ``edges``
+    if not len(per_edge):  # weights saved once, without their rounds
+        cx.remove()
+    else:
+        _over_rounds(cx, rounds, per_edge, edges, groups, last_round)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def _heatmap(fig: Figure, ax: Axes, final: np.ndarray, edges: np.ndarray, groups: np.ndarray | None) -> None:
+    """The last round's ``a_ij`` per pair on ``ax``: non-edges hatched; with ``groups``, their
+    blocks outlined and their :func:`separation` in the title."""
     n = final.shape[0]
     edge = adjacency(edges, n)
-    fig, (ax, cx) = plt.subplots(1, 2, figsize=(11, 4.8), gridspec_kw={"width_ratios": [1.1, 1]})
     cells = np.arange(n + 1) - 0.5
     ax.add_patch(Rectangle((-0.5, -0.5), n, n, lw=0, zorder=0, **NON_EDGE_HATCH))
     mesh = ax.pcolormesh(cells, cells, np.ma.masked_array(final, mask=~edge), cmap="viridis", vmin=0, vmax=1)
@@ -99,12 +114,18 @@ def edge_weight_figure(
     if groups is not None:
         handles.append(Patch(fill=False, ec="black", label="a group of related clients"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False, ncol=2)
-    rounds, per_edge = weights["rounds"], weights["history"]  # [K, E], in the order of ``edges``
-    if not len(per_edge):  # weights saved once, without their rounds
-        cx.remove()
-        fig.suptitle(title)
-        fig.tight_layout()
-        return fig
+
+
+def _over_rounds(
+    cx: Axes,
+    rounds: np.ndarray,
+    per_edge: np.ndarray,
+    edges: np.ndarray,
+    groups: np.ndarray | None,
+    last_round: int | None,
+) -> None:
+    """The weights ``per_edge [K, E]`` over ``rounds`` on ``cx``, as steps held to ``last_round``:
+    the means within groups and between them, or the mean and the 10-90% band of every edge."""
     if last_round is not None and last_round > rounds[-1]:  # the last exchange's weights hold to the end
         rounds, per_edge = np.append(rounds, last_round), np.vstack([per_edge, per_edge[-1:]])
     if groups is not None:
@@ -123,6 +144,3 @@ def edge_weight_figure(
     cx.set_xlim(rounds[0], max(rounds[-1], rounds[0] + 1))
     cx.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))  # labels apart at any length
     cx.legend(frameon=False)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig

@@ -55,7 +55,25 @@ def shared_feature_maps(
         raise ValueError("shared_feature_maps builds selection matrices for linear and logistic models only")
     outputs = dataset.num_classes if dataset.task == "classification" else 1
     dims = fed.node_dims().tolist()
-    columns: list[dict[int, int]] = []  # per client: global feature -> its column
+    columns = _columns(features, dataset, dims, outputs)
+    if graph is None:
+        graph = build_graph(config, n)
+    if graph.num_nodes != n:
+        raise ValueError(f"graph has {graph.num_nodes} nodes but the federation has {n} clients")
+    edge_dims = np.array([len(_rows(columns, outputs, int(i), int(j))) for i, j in graph.edges], np.int64)
+
+    def map_of(i: int, j: int) -> torch.Tensor:
+        return torch.eye(dims[i])[torch.as_tensor(_rows(columns, outputs, i, j))]
+
+    return with_fixed_maps(config, fed, graph, edge_dims, map_of)
+
+
+def _columns(
+    features: Sequence[Sequence[int] | np.ndarray], dataset: FederatedDataset, dims: list[int], outputs: int
+) -> list[dict[int, int]]:
+    """Per client: global feature -> its column, checked against the client's input width and its
+    number of parameters ``dims[i]`` (a linear model's ``outputs (width + 1)``)."""
+    columns: list[dict[int, int]] = []
     for i, f in enumerate(features):
         cols = [int(v) for v in f]
         width = int(np.prod(dataset.feature_shape(i)))
@@ -67,22 +85,13 @@ def shared_feature_maps(
                 f"names {len(cols)}"
             )
         columns.append({g: c for c, g in enumerate(cols)})
-    if graph is None:
-        graph = build_graph(config, n)
-    if graph.num_nodes != n:
-        raise ValueError(f"graph has {graph.num_nodes} nodes but the federation has {n} clients")
+    return columns
 
-    def rows(i: int, j: int) -> np.ndarray:
-        """Rows of ``P_ij``: ``W_i[:, S]`` (``S`` in increasing global index), then ``b_i``."""
-        width = len(columns[i])
-        shared = sorted(set(columns[i]) & set(columns[j]))
-        if not shared:  # nothing in common but the outputs: the biases
-            return outputs * width + np.arange(outputs)
-        return linear_selection([columns[i][g] for g in shared], width, outputs)
 
-    edge_dims = np.array([len(rows(int(i), int(j))) for i, j in graph.edges], np.int64)
-
-    def map_of(i: int, j: int) -> torch.Tensor:
-        return torch.eye(dims[i])[torch.as_tensor(rows(i, j))]
-
-    return with_fixed_maps(config, fed, graph, edge_dims, map_of)
+def _rows(columns: list[dict[int, int]], outputs: int, i: int, j: int) -> np.ndarray:
+    """Rows of ``P_ij``: ``W_i[:, S]`` (``S`` in increasing global index), then ``b_i``."""
+    width = len(columns[i])
+    shared = sorted(set(columns[i]) & set(columns[j]))
+    if not shared:  # nothing in common but the outputs: the biases
+        return outputs * width + np.arange(outputs)
+    return linear_selection([columns[i][g] for g in shared], width, outputs)

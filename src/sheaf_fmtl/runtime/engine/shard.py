@@ -17,9 +17,8 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
+from ...config.values import PLACEMENTS
 from ...sheaf.graph import ClientGraph
-
-PLACEMENTS = ("contiguous", "community")
 
 
 @dataclass(frozen=True, eq=False)
