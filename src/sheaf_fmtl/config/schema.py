@@ -23,7 +23,19 @@ from .values import _CHOICES, _DEVICE, _RANGES, MAX_JOIN_ROUND, PLACEMENTS, choi
 
 @dataclass(frozen=True)
 class RunConfig(SiloKeys):
-    """Every setting of a run; invalid values raise :class:`ConfigError` in the constructor."""
+    """Every setting of a run; invalid values raise :class:`ConfigError` in the constructor.
+
+    Examples:
+        >>> from sheaf_fmtl import ConfigError, RunConfig
+        >>> config = RunConfig(dataset="school", lam=0.1)
+        >>> config.dataset, config.lam, config.algorithm, config.rounds
+        ('school', 0.1, 'sheaf-fmtl', 200)
+        >>> try:
+        ...     RunConfig(gamma=2.0)
+        ... except ConfigError as refused:
+        ...     print(refused)
+        config key 'gamma' = 2.0 is out of range; allowed: 0 < gamma <= 1; e.g. gamma=0.3 (its default)
+    """
 
     def __post_init__(self) -> None:
         _placement_renamed(self)
@@ -49,7 +61,20 @@ class RunConfig(SiloKeys):
         return self.maps == "learned" and self.eta > 0 and (self.lam or 0.0) > 0
 
     def replace(self, **changes: Any) -> RunConfig:
-        """A copy with ``changes``, validated like any other config."""
+        """A copy with ``changes``, validated like any other config.
+
+        Examples:
+            >>> from sheaf_fmtl import ConfigError, RunConfig
+            >>> config = RunConfig(dataset="school")
+            >>> shorter = config.replace(rounds=5)
+            >>> shorter.rounds, config.rounds, shorter.dataset
+            (5, 200, 'school')
+            >>> try:
+            ...     config.replace(rouds=5)
+            ... except ConfigError as refused:
+            ...     print(refused)
+            unknown config key 'rouds'; did you mean rounds=5?
+        """
         unknown = sorted(set(changes) - _KNOWN)
         if unknown:
             raise ConfigError(_unknown_key(unknown[0], changes[unknown[0]]))
