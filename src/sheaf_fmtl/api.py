@@ -201,6 +201,18 @@ def run(
             ``ModelError`` (all ``ValueError``): the user's data, graph, model, loss or metric
             refused before training, in one line.
         sheaf_fmtl.runtime.engine.simulate.DivergenceError: the loss became NaN or infinite.
+
+    Examples:
+        Two rounds on four clients of a small synthetic problem, kept in memory (no ``out``):
+
+        >>> import sheaf_fmtl
+        >>> result = sheaf_fmtl.run(dataset="synthetic", clients=4, rounds=2, eval_every=1, seed=0)
+        >>> result.summary["status"], result.metric, result.out
+        ('ok', 'accuracy', None)
+        >>> [row["round"] for row in result.metrics], len(result.thetas)
+        ([0, 1, 2], 4)
+        >>> 0.0 <= result.final <= 1.0
+        True
     """
     from .runtime.run.launch import dispatch
     from .runtime.run.resume import resume as resume_run

@@ -15,7 +15,8 @@ This module imports nothing of the package (it sits on the lowest floor): the da
 the compressors below the config declare here too.
 
 >>> from dataclasses import dataclass
->>> @dataclass(frozen=True)
+>>> @declare_keys("toy")
+... @dataclass(frozen=True)
 ... class ToyKeys(Keys):
 ...     toy_depth: int = key(2, "Depth of the toy.", low=1)
 >>> declared(ToyKeys).component

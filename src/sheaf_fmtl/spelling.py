@@ -53,7 +53,16 @@ def on_command_line() -> bool:
 def setting(key: str, value: Any = ANY) -> str:  # noqa: ANN401 - any config value
     """Config key ``key`` (``data.NAME`` for a dataset's option) given ``value`` (:data:`ANY`: a
     value of the user's choosing), as the user writes it: ``--set key=value`` or the command's flag
-    on the command line, ``key=value`` in Python (``data={'NAME': value}`` for a dataset's option)."""
+    on the command line, ``key=value`` in Python (``data={'NAME': value}`` for a dataset's option).
+
+    Examples:
+        >>> from sheaf_fmtl.spelling import command_line, setting
+        >>> setting("validation", 0.2), setting("data.groups", 2), setting("graph", "complete")
+        ('validation=0.2', "data={'groups': 2}", "graph='complete'")
+        >>> with command_line({"seed": "--seed"}):
+        ...     setting("validation", 0.2), setting("data.groups", 2), setting("seed", 3)
+        ('--set validation=0.2', '--set data.groups=2', '--seed 3')
+    """
     flags = _COMMAND.get()
     if flags is not None:
         text = _yaml(value)
@@ -67,7 +76,16 @@ def setting(key: str, value: Any = ANY) -> str:  # noqa: ANN401 - any config val
 def option(name: str, value: Any = ANY) -> str:  # noqa: ANN401 - any argument's value
     """An argument that is no config key (``out``, ``overwrite``, ``resume``, ``trust_plugins``),
     as the user writes it: ``--out FOLDER`` / ``--overwrite`` on the command line (:data:`ANY` and
-    ``True`` name the flag alone), ``out='FOLDER'`` / ``overwrite=True`` in Python."""
+    ``True`` name the flag alone), ``out='FOLDER'`` / ``overwrite=True`` in Python.
+
+    Examples:
+        >>> from sheaf_fmtl.spelling import command_line, option
+        >>> option("out", "runs/a"), option("overwrite", True)
+        ("out='runs/a'", 'overwrite=True')
+        >>> with command_line():
+        ...     option("out", "runs/a"), option("overwrite", True), option("out")
+        ('--out runs/a', '--overwrite', '--out')
+    """
     if on_command_line():
         flag = "--" + name.replace("_", "-")
         return flag if value is ANY or value is True else f"{flag} {_yaml(value)}"

@@ -21,14 +21,10 @@ from sheaf_fmtl.cli import main
 from sheaf_fmtl.runtime.engine import simulate
 from sheaf_fmtl.runtime.run.folderlock import MARKER
 from sheaf_fmtl.runtime.run.interrupt import StopRequest
+from tests.helpers import folder_snapshot, signalling
 
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 TINY = ["--set", "rounds=2", "eval_every=1", "clients=4", "--quiet"]
-
-
-def _files(tmp: Path) -> dict[str, bytes | None]:
-    """Every path under ``tmp`` with its content (folders: None): equal before and after."""
-    return {str(p.relative_to(tmp)): (p.read_bytes() if p.is_file() else None) for p in tmp.rglob("*")}
 
 
 @pytest.fixture
@@ -198,13 +194,13 @@ PARAMS = [
 
 @pytest.mark.parametrize("argv, fragment", PARAMS)
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(sandbox, capsys, argv, fragment):
-    before = _files(sandbox)
+    before = folder_snapshot(sandbox)
     assert main(argv) == 2
     captured = capsys.readouterr()
     err = captured.err.strip()
     assert "Traceback" not in captured.err and len(err.splitlines()) == 1, err
     assert err.startswith("sheaf-fmtl: error: ") and fragment in err, err
-    assert _files(sandbox) == before  # nothing written, nothing overwritten
+    assert folder_snapshot(sandbox) == before  # nothing written, nothing overwritten
 
 
 def test_catalogue_is_large_enough():
@@ -289,15 +285,7 @@ def test_stop_request_records_the_signal_and_restores_the_handlers():
 
 def test_signal_mid_run_stops_after_the_round_and_records_it(sandbox, monkeypatch, capsys):
     """In process: the 3rd round sends SIGTERM to this process; the run records 3 rounds."""
-    step, count = simulate.Simulation.step, {"n": 0}
-
-    def step_then_signal(self):  # noqa: ANN001, ANN202
-        step(self)
-        count["n"] += 1
-        if count["n"] == 3:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(simulate.Simulation, "step", step_then_signal)
+    monkeypatch.setattr(simulate.Simulation, "step", signalling(simulate.Simulation.step, 3))
     out = sandbox / "stopped"
     code = main(["run", "--set", "rounds=50", "eval_every=10", "clients=4", "--quiet", "--out", str(out)])
     assert code == 143

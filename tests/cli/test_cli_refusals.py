@@ -16,8 +16,9 @@ import pytest
 
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import ConfigError, load_config
+from tests.helpers import folder_snapshot
 
-from .test_cli_errors import TINY, _files, sandbox  # noqa: F401 - the catalogue's working folder
+from .test_cli_errors import TINY, sandbox  # noqa: F401 - the catalogue's working folder
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ CASES = [
 
 @pytest.mark.parametrize("argv, fragment", [pytest.param(*rest, id=name) for name, *rest in CASES])
 def test_refused_at_once_in_one_line_and_nothing_written(inputs, capsys, argv, fragment):
-    before = _files(inputs)
+    before = folder_snapshot(inputs)
     t0 = time.monotonic()
     assert main(argv) == 2
     assert time.monotonic() - t0 < 10  # at once (a recursive alias used to hang or exhaust memory)
@@ -62,7 +63,7 @@ def test_refused_at_once_in_one_line_and_nothing_written(inputs, capsys, argv, f
     err = captured.err.strip()
     assert "Traceback" not in captured.err and len(err.splitlines()) == 1, err
     assert err.startswith("sheaf-fmtl: error: ") and fragment in err, err
-    assert _files(inputs) == before
+    assert folder_snapshot(inputs) == before
 
 
 def test_an_alias_used_twice_is_no_cycle():
@@ -91,13 +92,13 @@ def test_stray_rank_variables_are_named_as_taken_for_torchruns(sandbox, capsys, 
     monkeypatch.setenv("WORLD_SIZE", "2")
     for name in ("MASTER_ADDR", "MASTER_PORT", "SHEAF_FMTL_STORE_FILE"):
         monkeypatch.delenv(name, raising=False)
-    before = _files(sandbox)
+    before = folder_snapshot(sandbox)
     assert main(["run", *TINY, "--out", "r"]) == 2
     err = capsys.readouterr().err.strip()
     assert (
         len(err.splitlines()) == 1 and "RANK=0 and WORLD_SIZE=2" in err and "taken for torchrun's" in err
     ), err
-    assert "MASTER_ADDR and MASTER_PORT are not set" in err and _files(sandbox) == before
+    assert "MASTER_ADDR and MASTER_PORT are not set" in err and folder_snapshot(sandbox) == before
 
 
 def test_plot_out_an_existing_file_and_table_of_a_damaged_summary(sandbox, capsys):  # noqa: F811

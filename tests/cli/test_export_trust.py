@@ -17,23 +17,13 @@ import sheaf_fmtl
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.data import preprocessing
 from sheaf_fmtl.data.base import DatasetError
+from tests.helpers import error_line, folder_snapshot
 
 KEYS = ["dataset=synthetic", "clients=4", "rounds=6", "eval_every=1", "validation=0.3", "batch_size=4"]
 
 
 def _run(out: Path, *more: str) -> None:
     assert main(["run", "--out", str(out), "--quiet", "--set", *KEYS, *more]) == 0
-
-
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("sheaf-fmtl: error: "), err
-    return err
-
-
-def _files(root: Path, but: str = "") -> dict[str, bytes]:
-    paths = [p for p in sorted(root.rglob("*")) if p.is_file() and p.name != but]
-    return {str(p.relative_to(root)): p.read_bytes() for p in paths}
 
 
 @pytest.fixture(scope="module")
@@ -61,12 +51,12 @@ def test_a_file_of_another_run_is_never_exported_as_this_runs(two_runs, tmp_path
     shutil.copytree(a, run)
     for name in swap:
         shutil.copy2(b / name, run / name)
-    before = _files(run)
+    before = folder_snapshot(run, folders=False)
     rounds = "best" if swap == ["best.pt"] else "final"
     assert main(["export", str(run), "--out", str(tmp_path / "m"), "--round", rounds, "--no-programs"]) == 2
-    err = _one_line(capsys)
+    err = error_line(capsys)
     assert "differs from the size and SHA-256" in err and "not read" in err, err
-    assert not (tmp_path / "m").exists() and _files(run) == before
+    assert not (tmp_path / "m").exists() and folder_snapshot(run, folders=False) == before
 
 
 def test_a_best_round_left_from_before_a_resume_without_early_stopping_is_not_exported(tmp_path, capsys):
@@ -76,7 +66,7 @@ def test_a_best_round_left_from_before_a_resume_without_early_stopping_is_not_ex
     assert main(["run", "--resume", str(out), "--quiet", "--set", "early_stop_patience=0"]) == 0
     assert (out / "best.pt").is_file() and "best" not in json.loads((out / "summary.json").read_text())
     assert main(["export", str(out), "--out", str(tmp_path / "m"), "--round", "best", "--no-programs"]) == 2
-    err = _one_line(capsys)
+    err = error_line(capsys)
     assert "best.pt is not vouched for" in err and "--round final" in err, err
     with pytest.raises(DatasetError, match="not vouched for"):
         sheaf_fmtl.load(out, round="best")
@@ -121,8 +111,8 @@ def test_a_malformed_best_round_on_resume_is_one_line_and_changes_nothing(stoppe
         with open(out / "best.pt", "r+b") as f:
             f.truncate(8 << 30)
     but = "best.pt" if body == "huge" else ""  # (never read into memory here either)
-    before = _files(out, but)
+    before = folder_snapshot(out, folders=False, but=but)
     assert main(["run", "--resume", str(out), "--quiet", "--set", "early_stop_patience=5"]) == 2
-    err = _one_line(capsys)
+    err = error_line(capsys)
     assert "best.pt" in err and "remove it" in err, err
-    assert _files(out, but) == before  # summary.json kept
+    assert folder_snapshot(out, folders=False, but=but) == before  # summary.json kept

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import signal
 from pathlib import Path
 
 import pytest
@@ -20,12 +18,9 @@ from sheaf_fmtl.cli import main
 from sheaf_fmtl.data.base import DatasetError
 from sheaf_fmtl.metrics.final import file_digest
 from sheaf_fmtl.runtime.engine import simulate
+from tests.helpers import folder_snapshot, signalling
 
 ARGV = ["--quiet", "--set", "clients=4", "rounds=4", "eval_every=2", "batch_size=4"]
-
-
-def _files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +77,7 @@ def test_an_unvouched_final_state_is_refused_by_every_reader(finished, tmp_path,
     shutil.copytree(finished / "a", run)
     damage, fragment = DAMAGE[case]
     damage(run, finished / "b")
-    before = _files(run)
+    before = folder_snapshot(run, folders=False)
     with pytest.raises(DatasetError, match=fragment):
         sheaf_fmtl.load(run)
     for argv in (
@@ -96,31 +91,24 @@ def test_an_unvouched_final_state_is_refused_by_every_reader(finished, tmp_path,
         assert len(err.splitlines()) == 1 and fragment in err and str(run) in err, err
     assert not (tmp_path / "exp").exists()
     assert not any(p.name.startswith("map_norms") for p in (tmp_path / "figs").glob("*"))
-    assert _files(run) == before
+    assert folder_snapshot(run, folders=False) == before
 
 
 def test_an_interrupted_run_is_not_exported_as_if_finished(tmp_path, monkeypatch, capsys):
-    step, count = simulate.Simulation.step, [0]
-
-    def step_then_signal(self):  # noqa: ANN001, ANN202
-        step(self)
-        count[0] += 1
-        if count[0] == 2:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(simulate.Simulation, "step", step_then_signal)
+    step = simulate.Simulation.step
+    monkeypatch.setattr(simulate.Simulation, "step", signalling(step, 2))
     run = tmp_path / "part"
     assert main(["run", *ARGV, "--out", str(run)]) == 143
     monkeypatch.setattr(simulate.Simulation, "step", step)
     capsys.readouterr()
     assert (run / "checkpoint.pt").is_file()  # the state at the stop, which is not the trained models
-    before = _files(run)
+    before = folder_snapshot(run, folders=False)
     with pytest.raises(DatasetError, match=r"did not finish \(status 'interrupted' at round 2 of 4\)"):
         sheaf_fmtl.load(run)
     assert main(["export", str(run), "--out", str(tmp_path / "exp")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "status 'interrupted'" in err and "resume" in err, err
-    assert not (tmp_path / "exp").exists() and _files(run) == before
+    assert not (tmp_path / "exp").exists() and folder_snapshot(run, folders=False) == before
     assert main(["run", "--resume", str(run), "--quiet"]) == 0  # resumed, it exports
     assert main(["export", str(run), "--out", str(tmp_path / "exp")]) == 0
     assert torch.load(tmp_path / "exp" / "client-00000.pt", weights_only=True)
@@ -140,10 +128,10 @@ def test_an_export_cut_short_by_a_full_disk_leaves_nothing(finished, tmp_path, m
         return save(obj, f)
 
     monkeypatch.setattr(export_module.torch, "save", save_then_fail)
-    before = _files(finished / "a")
+    before = folder_snapshot(finished / "a", folders=False)
     assert main(["export", str(finished / "a"), "--out", str(tmp_path / "exp"), "--no-programs"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"export to {tmp_path / 'exp'} failed" in err, err
     assert str(error.args[-1]) in err and "nothing of it was kept" in err
     assert list(tmp_path.iterdir()) == []  # no folder, no temporary one
-    assert _files(finished / "a") == before
+    assert folder_snapshot(finished / "a", folders=False) == before

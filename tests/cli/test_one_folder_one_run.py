@@ -15,16 +15,11 @@ import sheaf_fmtl
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.runtime.run.folderlock import FolderError
 from sheaf_fmtl.runtime.run.rundir import marker_kind
+from tests.helpers import error_line
 
 KEYS = {"clients": 4, "rounds": 3, "eval_every": 1, "batch_size": 4}
 SETS = [a for k, v in KEYS.items() for a in ("--set", f"{k}={v}")]
 SWEEP = ["sweep", "--grid", "lam=0.01", "--validation", "0.3", "--quiet", *SETS]
-
-
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("sheaf-fmtl: error: "), err
-    return err
 
 
 def test_overwrite_makes_a_sweeps_folder_a_runs(tmp_path, capsys):
@@ -36,7 +31,7 @@ def test_overwrite_makes_a_sweeps_folder_a_runs(tmp_path, capsys):
     for argv in (SWEEP, ["run", "--seeds", "0,1", "--quiet", *SETS]):
         before = sorted(p.name for p in out.iterdir())
         assert main([*argv, "--out", str(out)]) == 2
-        assert "holds a sheaf-fmtl run folder" in _one_line(capsys)
+        assert "holds a sheaf-fmtl run folder" in error_line(capsys)
         assert sorted(p.name for p in out.iterdir()) == before
 
 
@@ -48,7 +43,7 @@ def test_overwrite_from_python_makes_a_seeds_folder_a_runs(tmp_path, capsys):
     assert marker_kind(out) == "run"
     capsys.readouterr()
     assert main(["run", "--seeds", "0,1", "--quiet", *SETS, "--out", str(out)]) == 2
-    assert "holds a sheaf-fmtl run folder" in _one_line(capsys)
+    assert "holds a sheaf-fmtl run folder" in error_line(capsys)
 
 
 class RunsIntoItsOwnFolder:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-from pathlib import Path
 
 import pytest
 
@@ -17,21 +16,10 @@ from sheaf_fmtl.cli import main
 from sheaf_fmtl.runtime.run.folderlock import HELD_ENV, HELD_FD_ENV, MARKER, FolderError
 from sheaf_fmtl.runtime.run.ledger import owned_names
 from sheaf_fmtl.runtime.run.rundir import check_out_dir, mark
+from tests.helpers import error_line, folder_snapshot
 
 KEYS = {"clients": 4, "rounds": 2, "eval_every": 1, "batch_size": 4}
 SETS = [a for k, v in KEYS.items() for a in ("--set", f"{k}={v}")]
-
-
-def _files(root: Path) -> dict[str, bytes | None]:
-    return {
-        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))
-    }
-
-
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("sheaf-fmtl: error: "), err
-    return err
 
 
 def test_overwrite_removes_what_the_runs_callbacks_and_logger_wrote(tmp_path):
@@ -69,11 +57,11 @@ def test_overwrite_of_a_sweep_folder_removes_its_ranking_and_best_config(tmp_pat
 def test_a_command_continues_only_a_folder_of_its_own_kind(tmp_path, capsys, kind, argv):
     out = mark(tmp_path / "theirs", kind)
     (out / "aggregate.json").write_text("{}")  # what the other command wrote
-    before = _files(out)
+    before = folder_snapshot(out)
     assert main([*argv, "--out", str(out)]) == 2
-    err = _one_line(capsys)
+    err = error_line(capsys)
     assert f"holds a sheaf-fmtl {kind} folder" in err and str(out) in err
-    assert _files(out) == before
+    assert folder_snapshot(out) == before
 
 
 def test_table_never_replaces_a_file_unasked(tmp_path, capsys):
@@ -83,7 +71,7 @@ def test_table_never_replaces_a_file_unasked(tmp_path, capsys):
     user.mkdir()
     (user / "table.md").write_text("my table")
     assert main(["table", str(run), "--out", str(user)]) == 2
-    err = _one_line(capsys)
+    err = error_line(capsys)
     assert "table.md exists; add --overwrite to replace it" in err
     assert (user / "table.md").read_text() == "my table" and not (user / "table.csv").exists()
     assert main(["table", str(run), "--out", str(user), "--name", "runs"]) == 0
@@ -101,9 +89,9 @@ def test_bench_never_replaces_a_users_file(tmp_path, capsys):
     out.mkdir()
     (out / "bench.json").write_text('{"mine": 1}')
     assert main(["bench", "--smoke", "--out", str(out)]) == 2
-    err = _one_line(capsys)
+    err = error_line(capsys)
     assert "bench.json exists and was not written by sheaf-fmtl" in err
-    assert _files(out) == {"bench.json": b'{"mine": 1}'}
+    assert folder_snapshot(out) == {"bench.json": b'{"mine": 1}'}
 
 
 def test_the_environment_never_lifts_a_live_runs_lock(tmp_path, monkeypatch):
@@ -139,8 +127,8 @@ def test_plot_never_replaces_a_users_figure_but_its_own(tmp_path, capsys):
     user.mkdir()
     (user / "metric_vs_rounds_and_bits.png").write_bytes(b"my figure")
     assert main(["plot", str(run), "--out", str(user)]) == 2
-    assert "metric_vs_rounds_and_bits.png exists and was not written by sheaf-fmtl" in _one_line(capsys)
-    assert _files(user) == {"metric_vs_rounds_and_bits.png": b"my figure"}
+    assert "metric_vs_rounds_and_bits.png exists and was not written by sheaf-fmtl" in error_line(capsys)
+    assert folder_snapshot(user) == {"metric_vs_rounds_and_bits.png": b"my figure"}
     mine = tmp_path / "mine"
     assert main(["plot", str(run), "--out", str(mine)]) == 0
     assert main(["plot", str(run), "--out", str(mine)]) == 0  # its own figures: replaced

@@ -17,6 +17,7 @@ from sheaf_fmtl.config import ConfigError, read_config_file
 from sheaf_fmtl.data.bounded import LARGE, SMALL, UnboundedFile, read_bounded
 from sheaf_fmtl.runtime.run.ledger import owned_names
 from sheaf_fmtl.runtime.run.rundir import marker_kind
+from tests.helpers import error_line
 
 SETS = ["--set", "clients=4", "--set", "rounds=2", "--set", "eval_every=1", "--set", "batch_size=4"]
 HOSTILE = ["zero", "fifo", "huge"]
@@ -50,12 +51,6 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("sheaf-fmtl: error: "), err
-    return err
-
-
 @pytest.mark.parametrize("kind", HOSTILE)
 @pytest.mark.parametrize(
     "name, argv",
@@ -75,7 +70,7 @@ def test_a_hostile_file_in_a_received_folder_is_refused_unread(finished, tmp_pat
     _hostile(run / name, kind, size)
     code = main([a.format(run=run, tmp=tmp_path) for a in argv])
     assert code in (1, 2)
-    err = _one_line(capsys)
+    err = error_line(capsys)
     assert name in err, err
     assert not (tmp_path / "m").exists()
 
@@ -133,7 +128,7 @@ def test_a_hostile_client_csv_is_refused_unread(tmp_path, capsys, kind):
     _hostile(folder / "client_1.csv", kind, CSV_LIMIT)
     argv = ["run", "--quiet", "--set", f"dataset=file:{folder}", "rounds=1", "--out", str(tmp_path / "r")]
     assert main(argv) == 2
-    err = _one_line(capsys)
+    err = error_line(capsys)
     assert "client CSV" in err and str(folder / "client_1.csv") in err and "not read" in err, err
     if kind == "huge":
         assert f"holds {CSV_LIMIT + 1} bytes, more than the {CSV_LIMIT}" in err and ".npz" in err

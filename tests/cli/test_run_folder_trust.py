@@ -15,6 +15,7 @@ import yaml
 import sheaf_fmtl
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.runtime.run.resume import resume
+from tests.helpers import folder_snapshot, signalling
 
 TINY = ["--set", "rounds=2", "eval_every=1", "clients=4", "--quiet"]
 #: A module whose import leaves a file (the proof that it ran) and that names a model factory.
@@ -52,27 +53,14 @@ def sent(tmp_path, monkeypatch):
 
 def _stopped_run(argv: list[str], at: int) -> int:
     """``main(argv)`` with a SIGTERM to this process after round ``at``."""
-    import signal
-
     from sheaf_fmtl.runtime.engine import simulate
 
-    step, count = simulate.Simulation.step, {"n": 0}
-
-    def step_then_signal(self):  # noqa: ANN001, ANN202
-        step(self)
-        count["n"] += 1
-        if count["n"] == at:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    simulate.Simulation.step = step_then_signal  # type: ignore[method-assign]
+    step = simulate.Simulation.step
+    simulate.Simulation.step = signalling(step, at)  # type: ignore[method-assign]
     try:
         return main(argv)
     finally:
         simulate.Simulation.step = step  # type: ignore[method-assign]
-
-
-def _listing(root: Path) -> dict[str, bytes | None]:
-    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in root.rglob("*")}
 
 
 @pytest.mark.parametrize("where", ["elsewhere", "inside"])
@@ -81,18 +69,18 @@ def test_resume_of_a_folder_naming_code_imports_nothing(sent, capsys, monkeypatc
     if where == "inside":
         monkeypatch.chdir(sent)
     target = "." if where == "inside" else str(sent)
-    before = _listing(sent)
+    before = folder_snapshot(sent)
     assert main(["run", "--resume", target, "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "never runs its own code" in err and "--trust-plugins" in err, err
     assert "model = hostile_mod:make" in err
     assert not (sent / "IMPORTED").exists() and "hostile_mod" not in sys.modules
-    assert _listing(sent) == before
+    assert folder_snapshot(sent) == before
     with pytest.raises(ValueError, match="never runs its own code") as refused:  # the Python API
         sheaf_fmtl.run(resume=target)
     said = str(refused.value)  # the keywords of sheaf_fmtl.run(resume=...), no flag
     assert "name it again (model='hostile_mod:make') or pass trust_plugins=True" in said and "--" not in said
-    assert _listing(sent) == before
+    assert folder_snapshot(sent) == before
 
 
 def test_python_resume_imports_nothing_either(sent):
@@ -149,10 +137,10 @@ def test_overwrite_replaces_links_in_the_folder_never_writes_through_them(tmp_pa
         (out / name).unlink()
         (out / name).symlink_to(outside / name)
     (out / "checkpoints").symlink_to(outside / "dir", target_is_directory=True)
-    before = _listing(outside)
+    before = folder_snapshot(outside)
     argv = ["run", "--set", "rounds=4", "eval_every=1", "checkpoint_every=1", "clients=4", "--quiet"]
     assert main([*argv, "--out", str(out), "--overwrite"]) == 0
-    assert _listing(outside) == before  # nothing written through a link
+    assert folder_snapshot(outside) == before  # nothing written through a link
     for name in NAMES:
         assert (out / name).is_file() and not (out / name).is_symlink(), name
     assert json.loads((out / "summary.json").read_text())["status"] == "ok"

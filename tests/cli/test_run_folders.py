@@ -6,7 +6,6 @@ process holds, and ``--overwrite`` clears only after the run is built."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,17 +17,9 @@ from sheaf_fmtl.cli import main
 from sheaf_fmtl.runtime.run.clearing import clear
 from sheaf_fmtl.runtime.run.folderlock import MARKER, is_marked
 from sheaf_fmtl.runtime.run.rundir import claim
+from tests.helpers import folder_snapshot
 
 TINY = ["--set", "rounds=2", "eval_every=1", "clients=4", "--quiet"]
-
-
-def _files(root: Path) -> dict[str, bytes | str | None]:
-    """Every path under ``root`` (links not followed) with its content: equal before and after."""
-    out: dict[str, bytes | str | None] = {}
-    for p in sorted(root.rglob("*")):
-        key = str(p.relative_to(root))
-        out[key] = f"-> {os.readlink(p)}" if p.is_symlink() else p.read_bytes() if p.is_file() else None
-    return out
 
 
 def _user_folder(path: Path, outside: Path) -> Path:
@@ -80,12 +71,14 @@ REFUSED = [
 def test_a_folder_of_user_files_is_refused_and_left_as_it_was(owned, capsys, argv, fragment):
     user, outside = owned
     (user.parent / "L").symlink_to(user, target_is_directory=True)
-    before, before_outside = _files(user), _files(outside)
+    before, before_outside = folder_snapshot(user, links=True), folder_snapshot(outside, links=True)
     argv = [str(user) if a == "U" else str(user.parent / "L") if a == "L" else a for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("sheaf-fmtl: error: ") and fragment in err, err
-    assert _files(user) == before and _files(outside) == before_outside
+    assert (
+        folder_snapshot(user, links=True) == before and folder_snapshot(outside, links=True) == before_outside
+    )
 
 
 @pytest.fixture(scope="module")
@@ -98,10 +91,10 @@ def finished(tmp_path_factory):
 def test_plot_and_table_into_a_user_folder_only_add_their_files(owned, finished, capsys):
     user, _ = owned
     run = finished
-    before = _files(user)
+    before = folder_snapshot(user, links=True)
     assert main(["plot", str(run), "--out", str(user)]) == 0
     assert main(["table", str(run), "--out", str(user), "--name", "mine"]) == 0
-    after = _files(user)
+    after = folder_snapshot(user, links=True)
     assert {k: after[k] for k in before} == before  # every user file as it was
     assert {"mine.md", "mine.csv", "metric_vs_rounds_and_bits.png"} <= set(after) - set(before)
 
@@ -155,10 +148,10 @@ def test_a_link_inside_a_run_folder_is_never_followed(tmp_path):
 def test_overwrite_keeps_the_old_run_when_the_new_one_cannot_start(tmp_path, capsys, bad):
     """Refused while building (bad data option, unstable configuration): the old run is intact."""
     out = _run(tmp_path)
-    before = _files(out)
+    before = folder_snapshot(out, links=True)
     assert main(["run", *TINY, *bad, "--out", str(out), "--overwrite"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
-    assert _files(out) == before
+    assert folder_snapshot(out, links=True) == before
 
 
 def test_a_failed_start_into_a_new_folder_leaves_nothing(tmp_path, capsys):
@@ -210,11 +203,11 @@ def held(tmp_path):
     ids=["overwrite", "resume", "seeds"],
 )
 def test_a_folder_in_use_by_a_live_process_is_refused(held, capsys, argv):
-    before = _files(held)
+    before = folder_snapshot(held, links=True)
     assert main([str(held) if a == "B" else a for a in argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "in use by another sheaf-fmtl process" in err, err
-    assert _files(held) == before
+    assert folder_snapshot(held, links=True) == before
     assert main(["run", *TINY, "--out", str(held), "--overwrite"]) == 2  # still held
 
 

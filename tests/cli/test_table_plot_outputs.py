@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sheaf_fmtl.cli import main
+from tests.helpers import folder_snapshot
 
 TINY = ["dataset=synthetic", "clients=4", "rounds=2", "eval_every=1"]
 
@@ -27,17 +28,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return out
 
 
-def _files(folder: Path) -> set[str]:
-    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
-
-
 def test_table_prints_and_writes_nothing_unless_given_out(tmp_path, monkeypatch, capsys, runs) -> None:  # noqa: ANN001
     monkeypatch.chdir(tmp_path)
-    before = [_files(r) for r in runs]
+    before = [set(folder_snapshot(r)) for r in runs]
     assert main(["table", *map(str, runs)]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("# Runs") and "| synthetic | algorithm=local |" in printed
-    assert list(tmp_path.iterdir()) == [] and [_files(r) for r in runs] == before
+    assert list(tmp_path.iterdir()) == [] and [set(folder_snapshot(r)) for r in runs] == before
 
 
 def test_table_replaces_its_files_only_when_asked(tmp_path, capsys, runs) -> None:  # noqa: ANN001
@@ -69,10 +66,10 @@ def test_table_labels_columns_and_units(tmp_path, runs) -> None:  # noqa: ANN001
 
 @pytest.mark.slow
 def test_plot_of_several_runs_needs_out(tmp_path, capsys, runs) -> None:  # noqa: ANN001
-    before = [_files(r) for r in runs]
+    before = [set(folder_snapshot(r)) for r in runs]
     assert main(["plot", *map(str, runs)]) == 2
     assert "give --out DIR" in capsys.readouterr().err
-    assert [_files(r) for r in runs] == before
+    assert [set(folder_snapshot(r)) for r in runs] == before
     assert main(["plot", *map(str, runs), "--out", str(tmp_path / "figs")]) == 0
     assert (tmp_path / "figs" / "metric_vs_rounds_and_bits.png").is_file()
-    assert [_files(r) for r in runs] == before
+    assert [set(folder_snapshot(r)) for r in runs] == before

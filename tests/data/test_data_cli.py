@@ -14,13 +14,14 @@ import pytest
 
 from sheaf_fmtl.cli.data import run, summarize
 from sheaf_fmtl.data import fetch as fetch_mod
-from sheaf_fmtl.data import files
 from sheaf_fmtl.data.fetch import SOURCES, Source, _unpack
 from sheaf_fmtl.data.registry import DataRequest, load
 
 from ..conftest import NO_DATA, shared_data_dir
 
-_found = shared_data_dir()  # read before the fixture below clears $SHEAF_FMTL_DATA
+pytestmark = pytest.mark.usefixtures("only_given_folders")
+
+_found = shared_data_dir()  # read before only_given_folders clears $SHEAF_FMTL_DATA
 SHARED = Path(_found) if _found else None
 
 
@@ -31,13 +32,6 @@ def shared_file(name: str) -> Path:
     if not (SHARED / name).exists():
         pytest.skip(f"{SHARED / name} absent (the real file is needed)")
     return SHARED / name
-
-
-@pytest.fixture(autouse=True)
-def only_given_folders(monkeypatch):
-    """Search only the folders a test names: no ``$SHEAF_FMTL_DATA`` (and, from conftest, an
-    empty user data folder)."""
-    monkeypatch.delenv(files.ENV_VAR, raising=False)
 
 
 @pytest.fixture

@@ -17,15 +17,10 @@ from sheaf_fmtl.data.files import find_file, search_dirs
 from sheaf_fmtl.data.protocol import ProtocolOptions, apply_protocol
 from sheaf_fmtl.data.registry import DataRequest, dataset_files, load, load_raw
 
+pytestmark = pytest.mark.usefixtures("only_given_folders")
+
 DATA_PKG = Path(files.__file__).parent
 READER_MODULES = ("har", "images", "mocha", "school", "synthetic", "user")
-
-
-@pytest.fixture(autouse=True)
-def only_given_folders(monkeypatch):
-    """Search only the folders a test names: no ``$SHEAF_FMTL_DATA`` (and, from conftest, an
-    empty user data folder)."""
-    monkeypatch.delenv(files.ENV_VAR, raising=False)
 
 
 # ------------------------------------------------------------------------------ import structure

@@ -12,21 +12,15 @@ import numpy as np
 import pytest
 import scipy.io
 
-from sheaf_fmtl.data import files
 from sheaf_fmtl.data.base import DatasetError
 from sheaf_fmtl.data.files import find_file
 from sheaf_fmtl.data.images import read_idx
 from sheaf_fmtl.data.protocol import apply_protocol
 from sheaf_fmtl.data.registry import DataRequest, load, load_raw
 
+pytestmark = pytest.mark.usefixtures("only_given_folders")
+
 RNG = np.random.default_rng(1234)
-
-
-@pytest.fixture(autouse=True)
-def only_given_folders(monkeypatch):
-    """Search only the folders a test names: no ``$SHEAF_FMTL_DATA`` (and, from conftest, an
-    empty user data folder)."""
-    monkeypatch.delenv(files.ENV_VAR, raising=False)
 
 
 def req(d: Path, seed: int = 0, **options: object) -> DataRequest:

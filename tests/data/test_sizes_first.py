@@ -18,12 +18,7 @@ import pytest
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.data import sizes
 from sheaf_fmtl.data.sizes import generated_bytes, stored_bytes
-
-
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("sheaf-fmtl: error: "), err
-    return err
+from tests.helpers import error_line
 
 
 def _declared(path: Path, shape: tuple[int, ...]) -> Path:
@@ -71,7 +66,7 @@ def test_a_run_too_large_for_this_process_is_refused_in_seconds(
     monkeypatch.setattr(sizes, "memory_left", lambda: (2 << 30, "a test's limit of 2 GiB"))
     t0 = time.perf_counter()
     assert main(["run", "--quiet", "--set", *sets, "rounds=1", "--out", str(tmp_path / "run")]) == 2
-    err = _one_line(capsys)
+    err = error_line(capsys)
     assert fragment in err and "more than the 2 GiB this process may use (a test's limit of 2 GiB)" in err, (
         err
     )
@@ -82,9 +77,9 @@ def test_a_run_too_large_for_this_process_is_refused_in_seconds(
 def test_data_describe_and_reproduce_refuse_sizes_before_work(tmp_path, capsys):
     t0 = time.perf_counter()
     assert main(["data", "describe", "synthetic", "--clients", "10000000"]) == 2
-    assert "dataset synthetic with 10000000 clients needs about" in _one_line(capsys)
+    assert "dataset synthetic with 10000000 clients needs about" in error_line(capsys)
     assert main(["reproduce", "comparison", "--seeds", "100000000", "--out", str(tmp_path / "r")]) == 2
-    assert "--seeds 100000000: give a number of seeds from 1 to 1000" in _one_line(capsys)
+    assert "--seeds 100000000: give a number of seeds from 1 to 1000" in error_line(capsys)
     assert time.perf_counter() - t0 < 10 and not (tmp_path / "r").exists()
 
 
@@ -92,7 +87,7 @@ def test_files_declaring_more_rows_than_fit_are_refused_from_their_headers(tmp_p
     pool = _declared(tmp_path / "pool.npy", (10**12, 24))
     sets = ["maps=functional", f"probe_data={pool}", "rounds=1", "clients=4"]
     assert main(["run", "--quiet", "--set", *sets, "--out", str(tmp_path / "a")]) == 2
-    err = _one_line(capsys)
+    err = error_line(capsys)
     assert f"config key 'probe_data' = {pool} needs about" in err and not (tmp_path / "a").exists()
     data = tmp_path / "clients.npz"
     with zipfile.ZipFile(data, "w") as z:
@@ -102,7 +97,7 @@ def test_files_declaring_more_rows_than_fit_are_refused_from_their_headers(tmp_p
             _declared(tmp_path / "x.npy", (10**12, 5))
             z.write(tmp_path / "x.npy", f"x_{i}.npy")
     assert main(["run", "--quiet", "--set", f"dataset=file:{data}", "--out", str(tmp_path / "b")]) == 2
-    err = _one_line(capsys)
+    err = error_line(capsys)
     assert f"{data} needs about" in err and "give a smaller file" in err and not (tmp_path / "b").exists()
     assert json.dumps(err)  # (one printable line)
 
@@ -128,7 +123,7 @@ def test_under_processes_every_rank_holding_the_data_counts(tmp_path, capsys, mo
     monkeypatch.setattr(sizes, "memory_left", lambda: (2 * one, "a test's limit"))
     sets = ["dataset=synthetic", "clients=8", "rounds=1", "processes=4"]
     assert main(["run", "--quiet", "--set", *sets, "--out", str(tmp_path / "run")]) == 2
-    err = _one_line(capsys)
+    err = error_line(capsys)
     assert "4 processes, each with dataset synthetic needs about" in err and "lower processes" in err
     assert not (tmp_path / "run").exists()
 

@@ -17,6 +17,7 @@ import pytest
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.runtime.engine import simulate
 from sheaf_fmtl.runtime.run.interrupt import StopRequest
+from tests.helpers import one_line, signalling
 
 pytestmark = pytest.mark.filterwarnings("ignore:synthetic.*one class:UserWarning")
 TINY = ["--set", "rounds=4", "eval_every=2", "clients=4", "--quiet"]
@@ -29,16 +30,7 @@ def signal_at(monkeypatch):
     step = simulate.Simulation.step
 
     def arm(n: int, sig: int = signal.SIGTERM, times: int = 1) -> None:
-        count = [0]
-
-        def step_then_signal(self):  # noqa: ANN001, ANN202
-            step(self)
-            count[0] += 1
-            if count[0] == n:
-                for _ in range(times):
-                    os.kill(os.getpid(), sig)
-
-        monkeypatch.setattr(simulate.Simulation, "step", step_then_signal if n else step)
+        monkeypatch.setattr(simulate.Simulation, "step", signalling(step, n, sig, times) if n else step)
 
     return arm
 
@@ -48,18 +40,15 @@ def _status(folder: Path) -> str | None:
     return json.loads(path.read_text()).get("status") if path.is_file() else None
 
 
-def _one_line(err: str, fragment: str) -> None:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in err, err
-
-
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_run_seeds_stops_at_the_first_signal_and_a_rerun_continues(tmp_path, capsys, signal_at, sig, code):
     out = tmp_path / "seeds"
     argv = ["run", *TINY, "--seeds", "0-2", "--out", str(out)]
     signal_at(6, sig)  # seed 0: rounds 1-4; seed 1: stopped after its round 2
     assert main(argv) == code
-    _one_line(capsys.readouterr().err, f"run --seeds stopped by {signal.Signals(sig).name}")
+    assert "Traceback" not in one_line(
+        capsys.readouterr().err, f"run --seeds stopped by {signal.Signals(sig).name}"
+    )
     assert [_status(out / f"seed{s}") for s in range(3)] == ["ok", "interrupted", None]
     assert json.loads((out / "aggregate.json").read_text())["seeds"] == [0]  # what finished
     signal_at(0)
@@ -75,7 +64,7 @@ def test_sweep_stops_at_the_first_signal_and_a_rerun_continues(tmp_path, capsys,
     argv = ["sweep", *TINY, "--grid", "lam=0.01,0.1,0.3", "--out", str(out)]
     signal_at(5)  # cell 1 done, cell 2 stopped after round 1, cell 3 never started
     assert main(argv) == 143
-    _one_line(capsys.readouterr().err, "sweep stopped by SIGTERM")
+    assert "Traceback" not in one_line(capsys.readouterr().err, "sweep stopped by SIGTERM")
     rows = list(csv.DictReader(open(out / "sweep.csv")))
     assert [r["lam"] for r in rows] == ["0.01"] and not (out / "best.yaml").exists()
     assert len(list((out / "cells").iterdir())) == 2
@@ -114,7 +103,7 @@ def test_a_second_signal_ends_at_once_and_leaves_a_summary(tmp_path, capsys, sig
     out = tmp_path / "run"
     signal_at(3, times=2)
     assert main(["run", *TINY, "--out", str(out)]) == 143
-    _one_line(capsys.readouterr().err, "stopped at once by a second SIGTERM")
+    assert "Traceback" not in one_line(capsys.readouterr().err, "stopped at once by a second SIGTERM")
     s = json.loads((out / "summary.json").read_text())
     assert s["status"] == "interrupted" and s["signal"] == "SIGTERM" and s["algorithm"] == "sheaf-fmtl"
     signal_at(0)

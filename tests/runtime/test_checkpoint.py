@@ -29,6 +29,7 @@ from sheaf_fmtl.runtime.run import shard as shard_module
 from sheaf_fmtl.runtime.run.checkpoint import CHECKPOINTS, MANIFEST, CheckpointWriter, atomic_write, round_dir
 from sheaf_fmtl.runtime.run.checkpoint_read import CheckpointError, latest_checkpoint, read_checkpoint
 from sheaf_fmtl.runtime.run.resume import resume
+from tests.helpers import signalling
 
 pytestmark = pytest.mark.filterwarnings("ignore:synthetic.*one class:UserWarning")
 
@@ -104,15 +105,7 @@ def _assert_same_run(a: Path, b: Path) -> None:
 def _stopped(config: RunConfig, out: Path, at: int) -> dict[str, Any]:
     """Run ``config`` into ``out``, SIGTERM to this process after round ``at`` (in process)."""
     sim = simulate.build_simulation(config)
-    step, count = sim.step, [0]
-
-    def step_then_signal() -> None:
-        step()
-        count[0] += 1
-        if count[0] == at:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    sim.step = step_then_signal  # type: ignore[method-assign]
+    sim.step = signalling(sim.step, at)  # type: ignore[method-assign]
     return loop.execute(config, out, sim=sim).summary
 
 
@@ -200,15 +193,8 @@ def test_resume_raises_rounds_and_refuses_a_change_of_the_mathematics(tmp_path):
 def test_cli_resume_and_its_one_line_errors(tmp_path, capsys, monkeypatch):
     argv = ["--set", "rounds=6", "eval_every=2", "clients=4", "batch_size=4", "--quiet"]
     assert main(["run", *argv, "--out", str(tmp_path / "full")]) == 0
-    step, count = simulate.Simulation.step, [0]
-
-    def step_then_signal(self):  # noqa: ANN001, ANN202
-        step(self)
-        count[0] += 1
-        if count[0] == 3:
-            os.kill(os.getpid(), signal.SIGINT)
-
-    monkeypatch.setattr(simulate.Simulation, "step", step_then_signal)
+    step = simulate.Simulation.step
+    monkeypatch.setattr(simulate.Simulation, "step", signalling(step, 3, signal.SIGINT))
     assert main(["run", *argv, "--out", str(tmp_path / "part")]) == 130
     monkeypatch.setattr(simulate.Simulation, "step", step)
     capsys.readouterr()

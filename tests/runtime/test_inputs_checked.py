@@ -5,8 +5,6 @@ folder is touched."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -14,6 +12,7 @@ import torch
 import sheaf_fmtl
 from sheaf_fmtl.callbacks import EarlyStopping
 from sheaf_fmtl.cli import main
+from tests.helpers import error_line, folder_snapshot
 
 KEYS = {"clients": 4, "rounds": 4, "eval_every": 1, "batch_size": 4}
 
@@ -63,18 +62,6 @@ def test_a_callback_that_is_not_one_is_refused_naming_the_argument(tmp_path, cal
         assert not (tmp_path / "run").exists()
 
 
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("sheaf-fmtl: error: "), err
-    return err
-
-
-def _files(root: Path) -> dict[str, bytes | None]:
-    return {
-        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))
-    }
-
-
 @pytest.mark.parametrize("where", ["file", "under-a-file"])
 def test_a_tensorboard_folder_that_cannot_be_written_is_refused_before_the_run_folder(
     tmp_path, capsys, where
@@ -83,12 +70,13 @@ def test_a_tensorboard_folder_that_cannot_be_written_is_refused_before_the_run_f
     log_dir = tmp_path / "taken" if where == "file" else tmp_path / "taken" / "tb"
     sets = ["--set", *(f"{k}={v}" for k, v in KEYS.items()), f"log_tensorboard={log_dir}"]
     assert main(["run", "--quiet", *sets, "--out", str(tmp_path / "new")]) == 2
-    err = _one_line(capsys)
+    err = error_line(capsys)
     assert "config key 'log_tensorboard'" in err and f"{tmp_path / 'taken'} is a file, not a folder" in err
     assert not (tmp_path / "new").exists()  # a refused start leaves nothing
     old = tmp_path / "old"
     assert main(["run", "--quiet", "--set", *(f"{k}={v}" for k, v in KEYS.items()), "--out", str(old)]) == 0
-    before = _files(old)
+    before = folder_snapshot(old)
     assert main(["run", "--quiet", *sets, "--out", str(old), "--overwrite"]) == 2
-    assert "log_tensorboard" in _one_line(capsys) and _files(old) == before  # the earlier run as it was
+    assert "log_tensorboard" in error_line(capsys)
+    assert folder_snapshot(old) == before  # the earlier run as it was
     assert (tmp_path / "taken").read_text() == "a file of yours"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from sheaf_fmtl.cli import main
 from sheaf_fmtl.runtime.engine import simulate
 from sheaf_fmtl.runtime.run.checkpoint import MANIFEST
 from sheaf_fmtl.runtime.run.checkpoint_read import latest_checkpoint
+from tests.helpers import folder_snapshot, signalling
 
 ARGV = [
     "--set",
@@ -30,24 +30,11 @@ ARGV = [
 ]
 
 
-def _files(root: Path) -> dict[str, bytes | None]:
-    return {
-        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))
-    }
-
-
 @pytest.fixture
 def stopped(tmp_path, monkeypatch, capsys):
     """A run stopped by SIGTERM after round 3 (checkpoints every round: round 3's kept)."""
-    step, count = simulate.Simulation.step, [0]
-
-    def step_then_signal(self):  # noqa: ANN001, ANN202
-        step(self)
-        count[0] += 1
-        if count[0] == 3:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(simulate.Simulation, "step", step_then_signal)
+    step = simulate.Simulation.step
+    monkeypatch.setattr(simulate.Simulation, "step", signalling(step, 3))
     out = tmp_path / "part"
     assert main(["run", *ARGV, "--out", str(out)]) == 143
     monkeypatch.setattr(simulate.Simulation, "step", step)
@@ -134,11 +121,11 @@ def test_an_untrustworthy_checkpoint_is_refused_and_nothing_changes(stopped, cap
     out, folder = stopped
     damage, fragment = DAMAGE[case]
     damage(out, folder)
-    before = _files(out)
+    before = folder_snapshot(out)
     assert main(["run", "--resume", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("sheaf-fmtl: error: ") and fragment in err, err
-    assert _files(out) == before  # nothing deleted, nothing rewritten
+    assert folder_snapshot(out) == before  # nothing deleted, nothing rewritten
 
 
 def test_a_later_checkpoint_cut_short_is_passed_over_and_said(stopped, capsys):
@@ -172,15 +159,8 @@ def test_the_manifest_records_what_it_vouches_for(stopped):
 
 def _stop_after(out: Path, extra: list[str], at: int, monkeypatch) -> None:  # noqa: ANN001
     """Run ``ARGV`` + ``extra`` into ``out``, stopped by SIGTERM after round ``at``."""
-    step, count = simulate.Simulation.step, [0]
-
-    def step_then_signal(self):  # noqa: ANN001, ANN202
-        step(self)
-        count[0] += 1
-        if count[0] == at:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(simulate.Simulation, "step", step_then_signal)
+    step = simulate.Simulation.step
+    monkeypatch.setattr(simulate.Simulation, "step", signalling(step, at))
     assert main(["run", *ARGV[:-1], *extra, "--quiet", "--out", str(out)]) == 143
     monkeypatch.setattr(simulate.Simulation, "step", step)
 
@@ -199,11 +179,11 @@ def test_a_shard_of_another_run_is_refused_with_or_without_its_record(stopped, t
     ]:
         if strip:
             _strip(folder, "files")
-        before = _files(out)
+        before = folder_snapshot(out)
         assert main(["run", "--resume", str(out), "--quiet"]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and re.search(refusal, err) and "nothing was changed" in err, err
-        assert _files(out) == before
+        assert folder_snapshot(out) == before
 
 
 def test_a_resume_may_not_change_rounds_of_a_schedule_that_spans_them(tmp_path, monkeypatch, capsys):
@@ -212,12 +192,12 @@ def test_a_resume_may_not_change_rounds_of_a_schedule_that_spans_them(tmp_path, 
     cosine = tmp_path / "cos"
     _stop_after(cosine, ["lr_schedule=cosine"], 3, monkeypatch)
     capsys.readouterr()
-    before = _files(cosine)
+    before = folder_snapshot(cosine)
     assert main(["run", "--resume", str(cosine), "--set", "rounds=8", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "'rounds' = 8 differs from the run's 6" in err, err
     assert "lr_schedule = cosine anneals the step size over rounds" in err and "only eval_every" in err
-    assert _files(cosine) == before
+    assert folder_snapshot(cosine) == before
     path = cosine / "config.yaml"
     path.write_text(path.read_text().replace("rounds: 6", "rounds: 8"))
     assert main(["run", "--resume", str(cosine), "--quiet"]) == 2
@@ -236,9 +216,9 @@ def test_a_resume_on_other_data_is_refused(stopped, capsys):
     record = json.loads((out / "preprocessing.json").read_text())
     record["clients"][2]["standardize"]["mean"][0] += 1.0
     (out / "preprocessing.json").write_text(json.dumps(record))
-    before = _files(out)
+    before = folder_snapshot(out)
     assert main(["run", "--resume", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "the data read now differ from the data the run" in err, err
     assert "client 2's features or their standardisation" in err and "give the data_dir it used" in err
-    assert _files(out) == before
+    assert folder_snapshot(out) == before

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sheaf_fmtl.cli import main
+from tests.helpers import folder_snapshot
 
 SETS = ["--set", "clients=4", "--set", "rounds=2", "--set", "eval_every=1", "--set", "batch_size=4"]
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -35,10 +36,6 @@ def _limited(argv: list[str], limit: int, cwd: Path) -> subprocess.CompletedProc
     )
 
 
-def _files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("w") / "run"
@@ -49,7 +46,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("limit, programs", [(8 * 1024, True), (1024, False)])
 @pytest.mark.slow  # (its process or its size: make test-slow, CI's second step)
 def test_export_past_a_write_limit_is_one_line_and_leaves_nothing(finished, tmp_path, limit, programs):
-    before = _files(finished)
+    before = folder_snapshot(finished, folders=False)
     argv = ["export", str(finished), "--out", str(tmp_path / "m"), *([] if programs else ["--no-programs"])]
     done = _limited(argv, limit, tmp_path)
     err = done.stderr.strip()
@@ -58,7 +55,7 @@ def test_export_past_a_write_limit_is_one_line_and_leaves_nothing(finished, tmp_
     assert "enforce fail" not in err and sorted(p.name for p in tmp_path.iterdir()) == [], list(
         tmp_path.iterdir()
     )
-    assert _files(finished) == before
+    assert folder_snapshot(finished, folders=False) == before
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from .errors import ConfigError
 from .files import load_config, parse_overrides, parse_yaml, read_config_file, save_config
-from .schema import PROVENANCE_KEYS, RunConfig, from_mapping, renamed_keys, validate
+from .renames import renamed_keys
+from .schema import PROVENANCE_KEYS, RunConfig, from_mapping, validate
 
 __all__ = [
     "PROVENANCE_KEYS",

@@ -233,7 +233,14 @@ def load_config(
     keys: Mapping[str, Any] | None = None,
 ) -> RunConfig:
     """Defaults, then the YAML file, then ``KEY=VALUE`` overrides, then ``keys`` (typed values,
-    e.g. from CLI flags or Python keywords; ``data`` merged key by key); validated."""
+    e.g. from CLI flags or Python keywords; ``data`` merged key by key); validated.
+
+    Examples:
+        >>> from sheaf_fmtl import load_config
+        >>> config = load_config(overrides=["lam=0.1", "data.groups=2"], keys={"rounds": 5})
+        >>> config.lam, config.data, config.rounds
+        (0.1, {'groups': 2}, 5)
+    """
     mapping: dict[str, Any] = dict(read_config_file(path)) if path is not None else {}
     layers = [parse_overrides(overrides or []), dict(keys or {})]
     for layer in layers:

@@ -16,14 +16,14 @@ from typing import Any, TypeVar
 from ..component_keys import Keys, component_fields, declared, owner_of
 from ..plugins import PLUGIN_KEYS, is_held, is_spec
 from ..spelling import ANY, setting
-from ..warn import warn
 from . import keys_callbacks as _declares_keys  # noqa: F401 - the loggers and early stopping declare their keys
 from . import registry
 from .errors import ConfigError, fix, shown
 from .keys_silos import SiloKeys
+from .renames import placement_renamed
 from .rules import _check_together
 from .value_checks import check_code, check_join_round, key_types, own_algorithm, registered_algorithm
-from .values import _DEVICE, PLACEMENTS, choices, range_of
+from .values import _DEVICE, choices, range_of
 
 KT = TypeVar("KT", bound=Keys)
 
@@ -32,18 +32,23 @@ KT = TypeVar("KT", bound=Keys)
 class RunConfig(SiloKeys):
     """Every setting of a run: the common keys (the sections of :mod:`.keys`, :mod:`.keys_run`,
     :mod:`.keys_silos`) and the keys each component declares beside its code
-    (:mod:`sheaf_fmtl.component_keys`), given and read by their own names alike
-    (``RunConfig(personal_layers=2).personal_layers``; a component reads its own as
-    ``config.of(PartialKeys).personal_layers``). Invalid values raise :class:`ConfigError` in the
-    constructor.
+    (:mod:`sheaf_fmtl.component_keys`), given and read by their own names alike (a component reads
+    its own typed, ``config.of(PartialKeys).personal_layers``). Invalid values raise
+    :class:`ConfigError` in the constructor.
 
-    >>> config = RunConfig(algorithm="pfedme", inner_steps=3, rounds=5)
-    >>> config.rounds, config.inner_steps
-    (5, 3)
-    >>> config.replace(rounds=7).inner_steps
-    3
-    >>> config.to_dict()["inner_steps"]
-    3
+    Examples:
+        >>> from sheaf_fmtl import ConfigError, RunConfig
+        >>> config = RunConfig(dataset="school", lam=0.1)
+        >>> config.dataset, config.lam, config.algorithm, config.rounds
+        ('school', 0.1, 'sheaf-fmtl', 200)
+        >>> try:
+        ...     RunConfig(gamma=2.0)
+        ... except ConfigError as refused:
+        ...     print(refused)
+        config key 'gamma' = 2.0 is out of range; allowed: 0 < gamma <= 1; e.g. gamma=0.3 (its default)
+        >>> pfedme = RunConfig(algorithm="pfedme", inner_steps=3)
+        >>> pfedme.inner_steps, pfedme.to_dict()["inner_steps"]
+        (3, 3)
     """
 
     #: One instance of each declared class of keys (filled by the constructor, by class).
@@ -59,7 +64,7 @@ class RunConfig(SiloKeys):
         for name, f in common.items():
             given = values[name] if name in values else _default_value(f)
             object.__setattr__(self, name, given)
-        _placement_renamed(self)
+        placement_renamed(self, str(common_fields()["placement"].default))
         for name in common:
             object.__setattr__(self, name, _check(name, getattr(self, name)))
         parts: dict[type[Keys], Keys] = {}
@@ -116,41 +121,24 @@ class RunConfig(SiloKeys):
         return self.maps == "learned" and self.eta > 0 and (self.lam or 0.0) > 0
 
     def replace(self, **changes: Any) -> RunConfig:
-        """A copy with ``changes``, validated like any other config."""
+        """A copy with ``changes``, validated like any other config.
+
+        Examples:
+            >>> from sheaf_fmtl import ConfigError, RunConfig
+            >>> config = RunConfig(dataset="school")
+            >>> shorter = config.replace(rounds=5)
+            >>> shorter.rounds, config.rounds, shorter.dataset
+            (5, 200, 'school')
+            >>> try:
+            ...     config.replace(rouds=5)
+            ... except ConfigError as refused:
+            ...     print(refused)
+            unknown config key 'rouds'; did you mean rounds=5?
+        """
         unknown = sorted(set(changes) - known_keys())
         if unknown:
             raise ConfigError(_unknown_key(unknown[0], changes[unknown[0]]))
         return dataclasses.replace(self, **changes)
-
-
-def _placement_renamed(config: RunConfig) -> None:
-    """``partition = contiguous | community`` (the former name of ``placement``, as old configs and
-    run folders' ``config.yaml`` hold it) read as ``placement``, with one warning."""
-    old = config.partition
-    if old not in PLACEMENTS:
-        return
-    given = config.placement
-    if given not in (old, RunConfig.__dataclass_fields__["placement"].default):
-        raise ConfigError(
-            f"config key 'partition' = {old} is the former name of 'placement', which is given as {given}; "
-            f"give {setting('placement', old)} or {setting('placement', given)} alone"
-        )
-    warn(
-        f"config key 'partition' = {old} is read as {setting('placement', old)} (renamed; 'partition' now "
-        "splits a pooled dataset over the clients); write placement",
-        FutureWarning,
-    )
-    object.__setattr__(config, "placement", old)
-    object.__setattr__(config, "partition", "none")
-
-
-def renamed_keys(mapping: Mapping[str, Any]) -> dict[str, Any]:
-    """A recorded config (a run folder's ``config.yaml``, a cell's ``cell.json``) with its former key
-    names as they read now: ``partition = contiguous | community`` as ``placement`` (no warning)."""
-    out = dict(mapping)
-    if out.get("partition") in PLACEMENTS:
-        out["placement"] = out.pop("partition")
-    return out
 
 
 def _default_value(f: Field[Any]) -> Any:  # noqa: ANN401 - a key of any type

@@ -5,6 +5,18 @@ Undirected edge ``e = {i, j}`` (``i < j``) gives half-edges ``2e = (i -> j)`` an
 Edges may carry positive weights ``a_ij`` (default 1; a three-column edge list ``i j a_ij``), the
 weights of the conventional FMTL objective (paper eq. (9), "Special Cases": dFedU's ``a_ij``, the sheaf with
 ``P_ij = sqrt(a_ij) I``).
+
+Examples:
+    :func:`make_graph` draws a connected graph, the same for the same seed:
+
+    >>> import numpy as np
+    >>> from sheaf_fmtl.sheaf.graph import make_graph
+    >>> graph = make_graph("erdos-renyi", 10, p=0.4, seed=1)
+    >>> again = make_graph("erdos-renyi", 10, p=0.4, seed=1)
+    >>> graph.is_connected(), np.array_equal(graph.edges, again.edges)
+    (True, True)
+    >>> make_graph("star", 4).edges.tolist()  # hub 0
+    [[0, 1], [0, 2], [0, 3]]
 """
 
 from __future__ import annotations
@@ -35,6 +47,18 @@ class ClientGraph:
 
     ``edges``: ``[E, 2]`` with ``i < j``, sorted. ``weights``: ``[E]`` positive finite ``a_ij`` in the
     order of ``edges`` (``None`` given: all 1). ``src``, ``dst``, ``rev``: ``[2E]`` half-edge arrays.
+
+    Examples:
+        The path ``0 - 1 - 2``, its edges given in any order and direction:
+
+        >>> from sheaf_fmtl.sheaf.graph import ClientGraph
+        >>> graph = ClientGraph(3, [[1, 0], [1, 2]])
+        >>> graph.edges.tolist(), graph.num_half_edges
+        ([[0, 1], [1, 2]], 4)
+        >>> graph.src.tolist(), graph.dst.tolist(), graph.rev.tolist()  # 2e: i -> j, 2e + 1: j -> i
+        ([0, 1, 1, 2], [1, 0, 2, 1], [1, 0, 3, 2])
+        >>> graph.neighbors(1), graph.degrees().tolist(), graph.is_connected()
+        ([0, 2], [1, 2, 1], True)
     """
 
     num_nodes: int

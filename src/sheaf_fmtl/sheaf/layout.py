@@ -4,6 +4,17 @@ Clients of one architecture form a *cohort*; their thetas are stacked ``[C, d]``
 source is in cohort ``c`` and whose edge stalk has size ``d_e`` form a *bucket*; their maps are
 stacked ``[H_b, d_e, d]``. Messages ``P_ij theta_i`` live in one flat buffer, bucket after bucket,
 each bucket's block a row-major ``[H_b, d_e]`` view.
+
+Examples:
+    :func:`build_layout` on the path ``0 - 1 - 2``, two clients of 4 parameters (cohort 0) and one of
+    2 (cohort 1), ``gamma = 0.5``: a bucket per source cohort and edge stalk, ``(cohort, [H_b, d_e, d])``.
+
+    >>> from sheaf_fmtl.sheaf.graph import ClientGraph
+    >>> from sheaf_fmtl.sheaf.layout import build_layout
+    >>> graph = ClientGraph(3, [[0, 1], [1, 2]])
+    >>> layout = build_layout(graph, node_dims=[4, 4, 2], cohort_of=[0, 0, 1], gamma=0.5)
+    >>> [(b.cohort, b.shape) for b in layout.buckets]
+    [(0, (1, 1, 4)), (0, (2, 2, 4)), (1, (1, 1, 2))]
 """
 
 from __future__ import annotations

@@ -103,6 +103,17 @@ def init_maps(
         One ``[H_b, d_e, d]`` tensor per bucket: the initial ``P_ij^0`` of Algorithm 1.
     References:
         Section "Effect of the Restriction Maps Initialization" (the ablation's initialisations).
+
+    Examples:
+        >>> from sheaf_fmtl.sheaf.graph import make_graph
+        >>> from sheaf_fmtl.sheaf.layout import build_layout
+        >>> from sheaf_fmtl.sheaf.maps import init_maps
+        >>> layout = build_layout(make_graph("complete", 3), [3, 3, 3], [0, 0, 0], gamma=0.7)
+        >>> maps = init_maps(layout, "gaussian", seed=0)
+        >>> [tuple(p.shape) for p in maps], maps[0].dtype  # 6 half-edges, P_ij: [d_ij, d_i] = [2, 3]
+        ([(6, 2, 3)], torch.float32)
+        >>> init_maps(layout, "identity", seed=0)[0][0].tolist()
+        [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
     """
     s = _checked_scale(init, scale, generator, seed)
     maps = [torch.empty(b.shape, dtype=dtype, device=device) for b in layout.buckets]

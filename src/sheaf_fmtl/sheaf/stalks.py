@@ -19,6 +19,11 @@ def edge_dim(gamma: float, d_i: int, d_j: int) -> int:
         d_i, d_j: the two node stalks.
     Returns:
         ``d_ij`` (``= d_ji``).
+
+    Examples:
+        >>> from sheaf_fmtl.sheaf.stalks import edge_dim
+        >>> edge_dim(0.29, 100, 200), edge_dim(0.5, 4, 2), edge_dim(0.01, 50, 70)
+        (29, 1, 1)
     """
     if not 0.0 < gamma <= 1.0:
         raise ValueError(f"gamma must be in (0, 1], got {gamma}")

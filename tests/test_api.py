@@ -14,7 +14,7 @@ from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import ConfigError, RunConfig, load_config
 from sheaf_fmtl.sheaf.graph import half_edge_matrix
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[1] / "README.md"
 TINY = {"rounds": 2, "eval_every": 1, "clients": 4, "maps": "learned"}  # the result holds the maps P_ij
 
 
