@@ -202,8 +202,8 @@ def run(
             refused before training, in one line.
         sheaf_fmtl.runtime.engine.simulate.DivergenceError: the loss became NaN or infinite.
     """
-    from .runtime.run.launch import dispatch
-    from .runtime.run.resume import resume as resume_run
+    from .runtime.run.launching.launch import dispatch
+    from .runtime.run.launching.resume import resume as resume_run
     from .scenarios import build
 
     if has_objects(keys):

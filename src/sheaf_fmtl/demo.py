@@ -86,7 +86,7 @@ def _demo_run(
 ) -> tuple[RunConfig, dict]:
     """Run one curve of the demo into ``run_dir``; returns its config and summary. ``flags``:
     config keys given as flags (``--seed``, ``--clients``, ...), applied after ``overrides``."""
-    from .runtime.run.launch import dispatch
+    from .runtime.run.launching.launch import dispatch
 
     sets = [*spec.defaults, *overrides, *extra, *spec.forced, f"algorithm={spec.algorithm}"]
     config = load_config(config_path, sets, flags)
@@ -119,9 +119,9 @@ def run_demo(
     import json
 
     from .plots import plot_demo
-    from .runtime.run.clearing import prepare_out_dir
-    from .runtime.run.launch import refuse_in_a_rank
-    from .runtime.run.rundir import check_out_dir
+    from .runtime.run.folder.clearing import prepare_out_dir
+    from .runtime.run.folder.rundir import check_out_dir
+    from .runtime.run.launching.launch import refuse_in_a_rank
 
     refuse_in_a_rank()
     base = load_config(config_path, overrides, flags)

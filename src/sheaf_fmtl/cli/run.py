@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..commandline import UsageError, add_config_options, config_keys
-from ..runtime.run.interrupt import StopRequest, stopped_status
+from ..runtime.run.stopping.interrupt import StopRequest, stopped_status
 
 
 def _default_out(algorithm: str, dataset: str) -> Path:
@@ -22,7 +22,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..api import trust_without_resume
     from ..config import load_config
     from ..experiments import cli as experiments_cli
-    from ..runtime.run.launch import run_any
+    from ..runtime.run.launching.launch import run_any
     from ..scenarios import build
 
     if args.trust_plugins and not args.resume:
@@ -49,7 +49,7 @@ def _resume(args: argparse.Namespace, build: Any) -> dict[str, Any] | None:
     """``run --resume RUN_DIR [--set KEY=VALUE ...]``: continue a stopped run in its own folder (over
     as many processes as it ran on)."""
     from ..api import resume_with
-    from ..runtime.run.launch import resume_any
+    from ..runtime.run.launching.launch import resume_any
 
     options = [
         ("config", args.config),

@@ -155,7 +155,7 @@ class CompressionKeys(RunKeys):
 @dataclass(frozen=True)
 class StepKeys(CompressionKeys):
     """The baselines' own keys (``algorithms/*.py``), the local optimizer and schedule
-    (``algorithms/optim.py``) and the loop's callbacks (``runtime/run/callbacks.py``)."""
+    (``algorithms/optim.py``) and the loop's callbacks (``runtime/run/callbacks/callbacks.py``)."""
 
     # Baselines (algorithms/*.py)
     dpsgd_order: str = _key(
@@ -198,7 +198,7 @@ class StepKeys(CompressionKeys):
         "`nn.Linear`'s weight and bias) stay personal and are never sent; the layers before them are "
         "gossiped. At least one layer must be shared: a one-layer model (`logistic`, `linear`) is refused.",
     )
-    # The local optimizer and schedule (algorithms/optim.py), the loop's callbacks (runtime/run/callbacks.py)
+    # The local optimizer and schedule (algorithms/optim.py), the loop's callbacks (runtime/run/callbacks/)
     optimizer: str = _key(
         "sgd",
         "The local steps' optimizer: `sgd` (the paper's), `momentum` (`momentum`), `adam` (`adam_beta1`, "

@@ -24,9 +24,9 @@ from ..data.base import DatasetError
 from ..data.files import ENV_VAR, HOW_TO_GET, search_dirs, try_find
 from ..data.registry import dataset_files
 from ..progress import bar
-from ..runtime.run.interrupt import signalled
-from ..runtime.run.ledger import record_owned
-from ..runtime.run.rundir import check_out_dir, claim
+from ..runtime.run.folder.ledger import record_owned
+from ..runtime.run.folder.rundir import check_out_dir, claim
+from ..runtime.run.stopping.interrupt import signalled
 from .cells import DONE, Cell, cell_config, is_done, run_cell
 from .paper import EXPERIMENTS, QUICK_SEEDS, Experiment, experiment
 from .table import Row, render
