@@ -106,12 +106,6 @@ def clear(path: Path, depth: int = 8, created: bool = False) -> bool:
     return removed
 
 
-def _written(name: str, marked: bool, created: bool, ledger: set[str]) -> bool:
-    """A file sheaf-fmtl wrote: a run folder's own, one the ledger names, or TensorBoard's in a
-    folder sheaf-fmtl created."""
-    return bool((marked and OWNED.fullmatch(name)) or name in ledger or (created and CREATED.fullmatch(name)))
-
-
 def _clear_folder(child: Path, depth: int, checkpoints: bool, created: bool) -> bool:
     """:func:`clear` of one subfolder; it goes once nothing is left in it."""
     if checkpoints:
