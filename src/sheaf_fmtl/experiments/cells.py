@@ -176,20 +176,16 @@ def _run_in(config: RunConfig, folder: Path, marker: Mapping[str, Any], fed: Any
     from ..runtime.run.checkpoints.integrity import CheckpointError
     from ..runtime.run.folder.clearing import clear
     from ..runtime.run.folder.folderlock import FolderError
-    from ..runtime.run.launching.launch import dispatch, resume_any
+    from ..runtime.run.launching.launch import Resume, launch, summary_of
     from ..runtime.run.launching.resume import RESUMABLE_KEYS
-    from ..runtime.run.loop import run
 
     try:
         if _stopped_run_of(config, folder):  # continue it where it stopped, over as many processes
             keys = {k: getattr(config, k) for k in RESUMABLE_KEYS}
-            summary = resume_any(folder, keys=keys, progress=False) or {}
-        elif config.processes > 1:  # its ranks, started as `sheaf-fmtl run` starts them
-            ran = dispatch(config, folder, progress=False, overwrite=True)
-            summary = ran if isinstance(ran, dict) else ran.summary
-        else:
+            summary = summary_of(launch(Resume(keys=keys), folder, progress=False)) or {}
+        else:  # in the layout `sheaf-fmtl run` gives it (processes = K: its ranks)
             sim = None if fed is None else build_simulation(config, fed=fed)
-            summary = run(config, folder, progress=False, sim=sim, overwrite=True)
+            summary = summary_of(launch(config, folder, progress=False, overwrite=True, sim=sim)) or {}
     except DivergenceError:
         summary = read_summary(folder) or {"status": "diverged"}
     except (FolderError, CheckpointError):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +23,7 @@ from .precheck import check_processes
 from .rankenv import STORE_FILE, watch_launcher
 
 if TYPE_CHECKING:
-    pass
+    from ...engine.simulate import Simulation
 
 
 class RankLostError(RuntimeError):
@@ -61,13 +61,14 @@ def run_rank(
     progress: bool,
     overwrite: bool,
     build: Callable[..., Any] | None = None,
+    callbacks: Sequence[Any] = (),
     resume_from: Path | None = None,
     resuming: bool = False,
 ) -> dict[str, Any] | None:
     """Run this process's rank to the end; rank 0's summary (``None`` on the other ranks). Every
-    rank knows the run folder ``out``: rank 0 writes it, each rank its checkpoint shards.
-    ``resuming``: continue the run of ``out`` from ``resume_from`` (its checkpoint; ``None``: from
-    round 0), as :func:`resume_any` decided."""
+    rank knows the run folder ``out`` (rank 0 writes it, each rank its checkpoint shards) and runs
+    ``callbacks``. ``resuming``: continue the run of ``out`` from ``resume_from`` (its checkpoint;
+    ``None``: from round 0), as :func:`.launch.resume_any` decided."""
     from ...engine.simulate import build_simulation
     from ..loop import execute
     from ..stopping.agreement import RoundAgreement
@@ -94,16 +95,14 @@ def run_rank(
                 sim=sim,
                 overwrite=overwrite or resuming,
                 resume_from=resume_from,
+                callbacks=callbacks,
                 agreement=agreement,
             )
     except RuntimeError as e:
-        if type(e).__name__ in ("DistBackendError", "SiloLinkError") or _is_comm_error(e):
-            reached = sim.transport.faults.round if sim is not None else 0
-            raise RankLostError(
-                f"rank {rank} of {world}: lost contact with the group in round {reached} (a peer rank died "
-                f"or stayed silent for timeout_s = {config.timeout_s:g} s): {_first_line(e)}"
-            ) from None
-        raise
+        lost = _lost_contact(e, rank, world, sim, config.timeout_s)
+        if lost is None:
+            raise
+        raise lost from None
     finally:
         interrupt.AGREE = None
         if silo:
@@ -113,6 +112,20 @@ def run_rank(
     if not silo:
         dist.destroy_process_group()
     return outcome.summary if rank == 0 else None
+
+
+def _lost_contact(
+    e: RuntimeError, rank: int, world: int, sim: Simulation[Any] | None, timeout_s: float
+) -> RankLostError | None:
+    """The one line of a collective that failed or timed out (a peer rank died or hung), naming the
+    round the group reached; ``None`` for another error."""
+    if type(e).__name__ not in ("DistBackendError", "SiloLinkError") and not _is_comm_error(e):
+        return None
+    reached = sim.transport.faults.round if sim is not None else 0
+    return RankLostError(
+        f"rank {rank} of {world}: lost contact with the group in round {reached} (a peer rank died "
+        f"or stayed silent for timeout_s = {timeout_s:g} s): {_first_line(e)}"
+    )
 
 
 def _common_start(folder: Path | None, out: Path) -> Path | None:
