@@ -22,8 +22,8 @@ from pathlib import Path
 from sheaf_fmtl.bench.settings import PAPER
 from sheaf_fmtl.bench.synthetic import build
 from sheaf_fmtl.metrics.flops import SampleCounter
-from sheaf_fmtl.runtime.run.checkpoint import CheckpointWriter, write_checkpoint
-from sheaf_fmtl.runtime.run.shard import snapshot
+from sheaf_fmtl.runtime.run.checkpoints.checkpoint import CheckpointWriter, write_checkpoint
+from sheaf_fmtl.runtime.run.checkpoints.shard import snapshot
 
 
 def main() -> None:

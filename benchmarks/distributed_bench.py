@@ -36,8 +36,8 @@ def worker(name: str, rounds: int) -> None:
 
     from sheaf_fmtl.bench.synthetic import make_dataset
     from sheaf_fmtl.runtime.engine.simulate import build_simulation
-    from sheaf_fmtl.runtime.run.rank import join_group
-    from sheaf_fmtl.runtime.run.rankenv import rank_world
+    from sheaf_fmtl.runtime.run.launching.rank import join_group
+    from sheaf_fmtl.runtime.run.launching.rankenv import rank_world
 
     torch.set_num_threads(1)
     setting = settings()[name]
@@ -73,7 +73,7 @@ def worker(name: str, rounds: int) -> None:
 
 def launch(name: str, rounds: int, world: int) -> list[dict]:
     """Run the worker as the simulator (``world = 1``) or as ``world`` ranks; their JSON lines."""
-    from sheaf_fmtl.runtime.run.spawn import free_port
+    from sheaf_fmtl.runtime.run.launching.spawn import free_port
 
     argv = [sys.executable, __file__, "--worker", name, "--rounds", str(rounds)]
     base = dict(os.environ, OMP_NUM_THREADS="1")

@@ -4,7 +4,7 @@ to the file given: python silo_attacks.py CERTS_DIR OUT_FILE. Exit status 1 if a
 import sys
 from pathlib import Path
 
-from sheaf_fmtl.runtime.run.spawn import free_port
+from sheaf_fmtl.runtime.run.launching.spawn import free_port
 from sheaf_fmtl.runtime.silonet.attacks import run_attacks
 
 certs, out = Path(sys.argv[1]), Path(sys.argv[2])

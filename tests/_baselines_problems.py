@@ -135,7 +135,7 @@ def restored_beside(
     """``(whole, resumed)``: a run of ``before + after`` rounds, and one restored from its checkpoint
     shard after ``before`` rounds and stepped ``after`` more beside it (both from ``build``)."""
     from sheaf_fmtl.metrics.flops import SampleCounter
-    from sheaf_fmtl.runtime.run.shard import restore, snapshot
+    from sheaf_fmtl.runtime.run.checkpoints.shard import restore, snapshot
 
     whole = build()
     for _ in range(before):

@@ -93,7 +93,7 @@ def test_out_writes_the_same_run_folder_as_the_cli(tmp_path):
 def test_the_api_and_the_command_line_dispatch_through_one_function(tmp_path, monkeypatch):
     """``sheaf_fmtl.run`` and ``sheaf-fmtl run`` hand the same config to :func:`launch.dispatch`
     (which starts ``processes = K`` ranks for both)."""
-    from sheaf_fmtl.runtime.run import launch
+    from sheaf_fmtl.runtime.run.launching import launch
 
     seen = []
 

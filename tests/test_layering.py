@@ -253,7 +253,7 @@ def test_the_split_packages_keep_every_module_under_300_lines() -> None:
     long = {
         str(p.relative_to(ROOT)): n
         for pkg in SPLIT_PACKAGES
-        for p in sorted((ROOT / pkg).glob("*.py"))
+        for p in sorted((ROOT / pkg).rglob("*.py"))
         if (n := len(p.read_text().splitlines())) > SPLIT_MAX_LINES
     }
     assert not long, f"split these modules by idea (at most {SPLIT_MAX_LINES} lines each): {long}"
@@ -345,6 +345,65 @@ def test_every_runtime_module_sits_in_the_engine_or_the_run() -> None:
     assert {p.name for p in (ROOT / "runtime").iterdir() if p.is_dir() and p.name != "__pycache__"} == set(
         SUBRANK["runtime"]
     )
+
+
+#: The rooms of the run (``runtime/run``), lower below higher; ``""``: the modules of the package
+#: itself, the round loop and its preparation, which the launching of runs alone sits above.
+RUN_ROOMS = {
+    "folder": 0,
+    "checkpoints": 1,
+    "stopping": 2,
+    "callbacks": 2,
+    "scoring": 3,
+    "": 4,
+    "launching": 5,
+}
+#: The modules the run keeps outside its rooms.
+RUN_TOP = {"__init__", "loop", "prepare", "disks"}
+
+
+def _run_room(parts: list[str]) -> str | None:
+    """The room of the run that a package-relative module path sits in (``""``: the package's own
+    modules), or ``None`` outside ``runtime/run``."""
+    if parts[:2] != ["runtime", "run"] or len(parts) < 3:
+        return None
+    return parts[2] if parts[2] in RUN_ROOMS else ""
+
+
+def _upward_in_run(path: Path, targets: list[list[str]]) -> list[str]:
+    """Those of ``targets`` (imported by ``path``) in a room of the run above ``path``'s."""
+    me = list(path.relative_to(ROOT).with_suffix("").parts)
+    mine = _run_room(me)
+    if mine is None:
+        return []
+    return [
+        f"{'/'.join(me)} imports {'.'.join(target)}"
+        for target in targets
+        if (theirs := _run_room(target)) is not None and RUN_ROOMS[theirs] > RUN_ROOMS[mine]
+    ]
+
+
+def test_the_runs_rooms_import_down_only() -> None:
+    """The run folder below the checkpoints, below the stops and the callbacks, below the scores,
+    below the loop and its preparation, below the launching of runs (:data:`RUN_ROOMS`)."""
+    run = ROOT / "runtime" / "run"
+    upward = [line for path in sorted(run.rglob("*.py")) for line in _upward_in_run(path, _imports(path))]
+    assert not upward, "imports pointing up among the run's rooms:\n" + "\n".join(upward)
+    loose = sorted(p.stem for p in run.glob("*.py") if p.stem not in RUN_TOP)
+    assert not loose, f"put these in a room of the run ({', '.join(r for r in RUN_ROOMS if r)}): {loose}"
+    rooms = {p.name for p in run.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert rooms == set(RUN_ROOMS) - {""}
+
+
+def test_the_room_check_sees_an_upward_import() -> None:
+    rundir = ROOT / "runtime" / "run" / "folder" / "rundir.py"
+    back = rundir.read_text() + "\nfrom ..checkpoints.integrity import CheckpointError\n"
+    assert _upward_in_run(rundir, _imports(rundir, back)) == [
+        "runtime/run/folder/rundir imports runtime.run.checkpoints.integrity"
+    ]
+    loop = ROOT / "runtime" / "run" / "loop.py"
+    assert not _upward_in_run(loop, _imports(loop))  # the loop imports its rooms
+    assert _upward_in_run(loop, _imports(loop, "from .launching.launch import launch\n"))
 
 
 def test_the_sub_package_check_sees_the_engine_below_the_run() -> None:

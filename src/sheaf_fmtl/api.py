@@ -55,6 +55,8 @@ from .user import UserObjects, has_objects
 if TYPE_CHECKING:
     import pandas
 
+    from .runtime.run.launching.launch import Launched, Resume
+
 ConfigSource = RunConfig | Mapping[str, Any] | str | Path | None
 
 
@@ -195,7 +197,9 @@ def run(
             ``processes = 1``).
     Returns:
         A :class:`RunResult`. A run stopped by SIGINT/SIGTERM returns what it has, with
-        ``summary["status"] == "interrupted"``; one stopped by a callback, ``"stopped"``.
+        ``summary["status"] == "interrupted"``; one stopped by a callback, ``"stopped"``. As one
+        rank of a group (torchrun, a silo) rank 0 returns the run's result, the other ranks its
+        config alone (rank 0 holds the results).
     Raises:
         ConfigError: a bad key, type or range (before any work); ``DatasetError``, ``GraphError``,
             ``ModelError`` (all ``ValueError``): the user's data, graph, model, loss or metric
@@ -214,37 +218,72 @@ def run(
         >>> 0.0 <= result.final <= 1.0
         True
     """
-    from .runtime.run.launch import dispatch
-    from .runtime.run.resume import resume as resume_run
+    from .runtime.run.launching.launch import launch
     from .scenarios import build
 
     if has_objects(keys):
-        if resume is not None:
-            raise ConfigError(
-                "resume= continues a run with its own config, not with Python objects given again; a run "
-                "given objects resumes through the sheaf_fmtl.Federation that started it: fed.run(resume=...)"
-            )
-        fed = Federation()
-        return fed.run(config, out=out, overwrite=overwrite, progress=progress, callbacks=callbacks, **keys)
-    if trust_plugins and resume is None:
-        raise ConfigError(trust_without_resume())
+        options = {"out": out, "overwrite": overwrite, "progress": progress, "callbacks": callbacks}
+        return _run_objects(config, resume, keys, options)
+    what, folder = _what_to_launch(config, out, overwrite, resume, trust_plugins, keys)
+    ran = launch(what, folder, progress=progress, overwrite=overwrite, build=build, callbacks=callbacks)
+    return _result(ran, what, folder)
+
+
+def _run_objects(
+    config: ConfigSource, resume: str | Path | None, keys: dict[str, Any], options: dict[str, Any]
+) -> RunResult:
+    """:func:`run` given Python objects among ``keys``: a run of a :class:`Federation` of them (a
+    resume, which takes its folder's own config, is refused)."""
     if resume is not None:
-        given = [
-            name for name, value in (("config", config), ("out", out), ("overwrite", overwrite)) if value
-        ]
-        if given:
-            raise ConfigError(resume_with(given[0]))
-        outcome = resume_run(
-            resume, keys=keys, progress=progress, build=build, callbacks=callbacks, trust=trust_plugins
+        raise ConfigError(
+            "resume= continues a run with its own config, not with Python objects given again; a run "
+            "given objects resumes through the sheaf_fmtl.Federation that started it: fed.run(resume=...)"
         )
-        return RunResult(outcome.config, outcome.summary, outcome.rows, outcome.final, Path(resume))
-    resolved = resolve_config(config, **keys)
-    folder = None if out is None else Path(out)
-    ran = dispatch(resolved, folder, progress=progress, overwrite=overwrite, build=build, callbacks=callbacks)
-    if isinstance(ran, dict):  # K processes: rank 0's summary; the results are in the run folder
-        assert folder is not None  # (dispatch refuses K processes without one)
+    return Federation().run(config, **options, **keys)
+
+
+def _what_to_launch(
+    config: ConfigSource,
+    out: str | Path | None,
+    overwrite: bool,
+    resume: str | Path | None,
+    trust: bool,
+    keys: dict[str, Any],
+) -> tuple[RunConfig | Resume, Path | None]:
+    """What :func:`run` launches and into which folder: a new run (``keys`` on ``config``) into
+    ``out``, or the stopped run of the folder ``resume`` (:class:`Resume`); keywords that do not
+    go together are refused in one line."""
+    from .runtime.run.launching.launch import Resume
+
+    if resume is None:
+        if trust:
+            raise ConfigError(trust_without_resume())
+        return resolve_config(config, **keys), None if out is None else Path(out)
+    given = [name for name, value in (("config", config), ("out", out), ("overwrite", overwrite)) if value]
+    if given:
+        raise ConfigError(resume_with(given[0]))
+    return Resume(keys=keys, trust=trust), Path(resume)
+
+
+#: The keywords of :func:`run` that are not config keys (:meth:`Federation.run` passes them on).
+RUN_OPTIONS = ("out", "overwrite", "progress", "resume", "callbacks", "trust_plugins")
+
+
+def _result(ran: Launched, what: RunConfig | Resume, folder: Path | None) -> RunResult:
+    """:func:`run`'s result from what :func:`launch` returned: the outcome of a run in this process;
+    after ranks, what rank 0 wrote in the run folder; on a rank other than 0, the config alone."""
+    from .runtime.run.launching.resume import resume_config
+
+    if isinstance(ran, dict):  # ranks: rank 0's summary; the results are in the run folder
+        assert folder is not None  # (launch refuses ranks without one)
         return read_result(folder)
-    return RunResult(ran.config, ran.summary, ran.rows, ran.final, folder)
+    if ran is not None:
+        return RunResult(ran.config, ran.summary, ran.rows, ran.final, folder)
+    if isinstance(what, RunConfig):  # a rank other than 0: rank 0 holds the results
+        return RunResult(what, {}, [], {}, folder)
+    assert folder is not None
+    config = resume_config(folder, keys=what.keys, group_member=True, trust=what.trust)
+    return RunResult(config, {}, [], {}, folder)
 
 
 def read_result(out: str | Path) -> RunResult:
@@ -323,22 +362,12 @@ class Federation:
             )
         return resolved
 
-    def run(
-        self,
-        config: ConfigSource = None,
-        /,
-        *,
-        out: str | Path | None = None,
-        overwrite: bool = False,
-        progress: bool = False,
-        resume: str | Path | None = None,
-        callbacks: Sequence[Any] = (),
-        **keys: Any,
-    ) -> RunResult:
-        """One run on this federation, as :func:`sheaf_fmtl.run` (same arguments and result);
-        ``resume`` continues a run this federation started in this process; ``callbacks`` run after
-        every round and at the end (:mod:`sheaf_fmtl.callbacks`)."""
-        if resume is not None:
-            return run(resume=resume, progress=progress, callbacks=callbacks, **keys)
-        config = self.config(config, **keys)
-        return run(config, out=out, overwrite=overwrite, progress=progress, callbacks=callbacks)
+    def run(self, config: ConfigSource = None, /, **options: Any) -> RunResult:
+        """One run on this federation, as :func:`sheaf_fmtl.run` (the same keywords and result:
+        ``out``, ``overwrite``, ``progress``, ``resume``, ``callbacks`` and config keys, objects among
+        them replacing this federation's); ``resume`` continues a run this federation started in this
+        process; ``callbacks`` run after every round and at the end (:mod:`sheaf_fmtl.callbacks`)."""
+        given = {name: options.pop(name) for name in RUN_OPTIONS if name in options}
+        if given.get("resume") is not None:
+            return run(config, **given, **options)
+        return run(self.config(config, **options), **given)

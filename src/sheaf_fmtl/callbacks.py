@@ -1,6 +1,6 @@
 """Callbacks for :func:`sheaf_fmtl.run` and :meth:`sheaf_fmtl.Federation.run` (``callbacks=[...]``):
 code run after every round and at the end of a run, and the shipped loggers (CSV, TensorBoard,
-MLflow, W&B), early stopping and best-round checkpoint (:mod:`sheaf_fmtl.runtime.run.callbacks`
+MLflow, W&B), early stopping and best-round checkpoint (:mod:`sheaf_fmtl.runtime.run.callbacks.callbacks`
 says how the loop calls them).
 
 Example::
@@ -14,10 +14,15 @@ Example::
     sheaf_fmtl.run(dataset="school", rounds=200, callbacks=[TensorBoardLogger("tb"), EarlyStopping(5)])
 """
 
-from .runtime.run.callbacks import Callback, RunView, Stop
-from .runtime.run.mlflow_logger import MLflowLogger
-from .runtime.run.shipped_callbacks import BestCheckpoint, CSVLogger, EarlyStopping, TensorBoardLogger
-from .runtime.run.wandb_logger import WandbLogger
+from .runtime.run.callbacks.callbacks import Callback, RunView, Stop
+from .runtime.run.callbacks.mlflow_logger import MLflowLogger
+from .runtime.run.callbacks.shipped_callbacks import (
+    BestCheckpoint,
+    CSVLogger,
+    EarlyStopping,
+    TensorBoardLogger,
+)
+from .runtime.run.callbacks.wandb_logger import WandbLogger
 
 __all__ = [
     "BestCheckpoint",

@@ -86,14 +86,14 @@ def _demo_run(
 ) -> tuple[RunConfig, dict]:
     """Run one curve of the demo into ``run_dir``; returns its config and summary. ``flags``:
     config keys given as flags (``--seed``, ``--clients``, ...), applied after ``overrides``."""
-    from .runtime.run.launch import dispatch
+    from .runtime.run.launching.launch import launch, summary_of
 
     sets = [*spec.defaults, *overrides, *extra, *spec.forced, f"algorithm={spec.algorithm}"]
     config = load_config(config_path, sets, flags)
-    with warnings.catch_warnings():  # keys other runs of the demo read: see run_demo
+    with warnings.catch_warnings():  # keys other runs of the demo read: see _run_problems
         warnings.simplefilter("ignore", UnusedKeysWarning)
-        ran = dispatch(config, run_dir, progress=not quiet, overwrite=False)  # processes = K: K ranks
-        return config, ran if isinstance(ran, dict) else ran.summary
+        ran = launch(config, run_dir, progress=not quiet, overwrite=False)  # processes = K: K ranks
+        return config, summary_of(ran) or {}
 
 
 def _unused(run_dir: Path) -> set[str]:
@@ -119,9 +119,9 @@ def run_demo(
     import json
 
     from .plots import plot_demo
-    from .runtime.run.clearing import prepare_out_dir
-    from .runtime.run.launch import refuse_in_a_rank
-    from .runtime.run.rundir import check_out_dir
+    from .runtime.run.folder.clearing import prepare_out_dir
+    from .runtime.run.folder.rundir import check_out_dir
+    from .runtime.run.launching.launch import refuse_in_a_rank
 
     refuse_in_a_rank()
     base = load_config(config_path, overrides, flags)
@@ -129,6 +129,36 @@ def run_demo(
     prepare_out_dir(out, overwrite, kind="demo")  # (a folder of runs: --overwrite clears them too)
     clusters = base.dataset == "synthetic-clusters"
     problems = DEMO_PROBLEMS if clusters else DEMO_PROBLEMS[:1]
+    ran = _run_problems(problems, config_path, overrides, out, quiet, flags)
+    if isinstance(ran, int):  # a run stopped by a signal: its exit status
+        return ran
+    finals, panels = ran
+    title = f"{base.dataset}"
+    if clusters:
+        from .data.synthetic import describe_clusters
+
+        title += f": {describe_clusters(base.data, base.clients)}"
+    plot = plot_demo(panels, out, title=f"{title}\n{base.graph} graph, {base.rounds} rounds")
+    comparisons = _demo_comparisons(finals)
+    replace_file(out / "demo.json", json.dumps({"runs": finals, "comparisons": comparisons}, indent=2))
+    print(f"\n{title}")
+    for line in comparisons.values():
+        print(f"  {line['text']}")
+    print(f"plot: {plot}\nsummary: {out / 'demo.json'}")
+    return 0
+
+
+def _run_problems(
+    problems: tuple[tuple[str, tuple[str, ...], tuple[DemoRun, ...]], ...],
+    config_path: str | None,
+    overrides: list[str],
+    out: Path,
+    quiet: bool,
+    flags: dict[str, Any] | None,
+) -> tuple[dict[str, dict[str, dict]], list[tuple[str, list[tuple[Path, str]]]]] | int:
+    """Every run of ``problems`` into ``out``, each run's summary printed: the final numbers of each
+    run (by problem and run) and the figure's panels; or, once a signal stopped a run, its exit
+    status. A key that no run read is warned about once (each run's own warning is silenced)."""
     finals: dict[str, dict[str, dict]] = {}
     panels = []
     unread: set[str] | None = None  # keys no run of the demo reads
@@ -152,20 +182,8 @@ def run_demo(
         panels.append((problem, curves))
     if unread:
         named = f"key{'s' if len(unread) > 1 else ''} {', '.join(sorted(unread))}"
-        warnings.warn(f"config {named}: read by no run of the demo", UnusedKeysWarning, stacklevel=2)
-    title = f"{base.dataset}"
-    if clusters:
-        from .data.synthetic import describe_clusters
-
-        title += f": {describe_clusters(base.data, base.clients)}"
-    plot = plot_demo(panels, out, title=f"{title}\n{base.graph} graph, {base.rounds} rounds")
-    comparisons = _demo_comparisons(finals)
-    replace_file(out / "demo.json", json.dumps({"runs": finals, "comparisons": comparisons}, indent=2))
-    print(f"\n{title}")
-    for line in comparisons.values():
-        print(f"  {line['text']}")
-    print(f"plot: {plot}\nsummary: {out / 'demo.json'}")
-    return 0
+        warnings.warn(f"config {named}: read by no run of the demo", UnusedKeysWarning, stacklevel=3)
+    return finals, panels
 
 
 def _demo_comparisons(finals: dict[str, dict[str, dict]]) -> dict[str, dict]:

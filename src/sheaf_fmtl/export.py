@@ -108,7 +108,7 @@ class TrainedRun:
                 the run was made from Python data (or a metric object) and none is given.
             DatasetError: the data cannot be read, or do not fit the models.
         """
-        from .runtime.run.scoring import folder_config, last_round, score
+        from .runtime.run.scoring.scoring import folder_config, last_round, score
 
         keys: dict[str, Any] = {"device": device, **({"data_dir": str(data_dir)} if data_dir else {})}
         spelled = str(self.config.get("model", "auto"))

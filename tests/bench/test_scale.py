@@ -14,9 +14,9 @@ from sheaf_fmtl.bench.scale_worker import measure
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.runtime.engine.simulate import build_simulation
-from sheaf_fmtl.runtime.run.folderlock import is_marked
-from sheaf_fmtl.runtime.run.ledger import record_owned
-from sheaf_fmtl.runtime.run.rundir import mark, marker_kind
+from sheaf_fmtl.runtime.run.folder.folderlock import is_marked
+from sheaf_fmtl.runtime.run.folder.ledger import record_owned
+from sheaf_fmtl.runtime.run.folder.rundir import mark, marker_kind
 
 
 def _point(problem: str, n: int, startup: float, per_round: float, memory: float) -> dict:

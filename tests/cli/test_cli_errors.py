@@ -19,8 +19,8 @@ import torch
 
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.runtime.engine import simulate
-from sheaf_fmtl.runtime.run.folderlock import MARKER
-from sheaf_fmtl.runtime.run.interrupt import StopRequest
+from sheaf_fmtl.runtime.run.folder.folderlock import MARKER
+from sheaf_fmtl.runtime.run.stopping.interrupt import StopRequest
 from tests.helpers import folder_snapshot, signalling
 
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")

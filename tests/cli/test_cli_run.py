@@ -148,7 +148,7 @@ def test_plot_writes_pngs(tmp_path, capsys):
 def test_metrics_csv_names_its_metric_with_plain_newlines_and_old_files_still_read(tmp_path):
     from sheaf_fmtl.config import RunConfig
     from sheaf_fmtl.metrics.results import read_metrics
-    from sheaf_fmtl.runtime.run.recorder import Recorder
+    from sheaf_fmtl.runtime.run.folder.recorder import Recorder
 
     rec = Recorder(tmp_path / "new", RunConfig(), metric="mse")
     rec.log(

@@ -10,8 +10,8 @@ import pytest
 
 import sheaf_fmtl
 from sheaf_fmtl.cli import main
-from sheaf_fmtl.runtime.run.folderlock import FolderError
-from sheaf_fmtl.runtime.run.rundir import mark
+from sheaf_fmtl.runtime.run.folder.folderlock import FolderError
+from sheaf_fmtl.runtime.run.folder.rundir import mark
 
 KEYS = {"clients": 4, "rounds": 1, "batch_size": 4}
 SETS = [a for k, v in KEYS.items() for a in ("--set", f"{k}={v}")]

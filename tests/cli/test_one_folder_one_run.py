@@ -13,8 +13,8 @@ import pytest
 
 import sheaf_fmtl
 from sheaf_fmtl.cli import main
-from sheaf_fmtl.runtime.run.folderlock import FolderError
-from sheaf_fmtl.runtime.run.rundir import marker_kind
+from sheaf_fmtl.runtime.run.folder.folderlock import FolderError
+from sheaf_fmtl.runtime.run.folder.rundir import marker_kind
 from tests.helpers import error_line
 
 KEYS = {"clients": 4, "rounds": 3, "eval_every": 1, "batch_size": 4}

@@ -13,9 +13,9 @@ import pytest
 import sheaf_fmtl
 from sheaf_fmtl.callbacks import BestCheckpoint
 from sheaf_fmtl.cli import main
-from sheaf_fmtl.runtime.run.folderlock import HELD_ENV, HELD_FD_ENV, MARKER, FolderError
-from sheaf_fmtl.runtime.run.ledger import owned_names
-from sheaf_fmtl.runtime.run.rundir import check_out_dir, mark
+from sheaf_fmtl.runtime.run.folder.folderlock import HELD_ENV, HELD_FD_ENV, MARKER, FolderError
+from sheaf_fmtl.runtime.run.folder.ledger import owned_names
+from sheaf_fmtl.runtime.run.folder.rundir import check_out_dir, mark
 from tests.helpers import error_line, folder_snapshot
 
 KEYS = {"clients": 4, "rounds": 2, "eval_every": 1, "batch_size": 4}

@@ -21,9 +21,9 @@ import sheaf_fmtl
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.runtime.run import loop
-from sheaf_fmtl.runtime.run.launch import spawn
+from sheaf_fmtl.runtime.run.launching.launch import spawn
 
-from ..runtime.test_checkpoint import _stopped
+from ..runtime.run.checkpoints.test_checkpoint import _stopped
 
 USER_CODE = """
 import numpy as np

@@ -15,8 +15,8 @@ import pytest
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import ConfigError, read_config_file
 from sheaf_fmtl.data.bounded import LARGE, SMALL, UnboundedFile, read_bounded
-from sheaf_fmtl.runtime.run.ledger import owned_names
-from sheaf_fmtl.runtime.run.rundir import marker_kind
+from sheaf_fmtl.runtime.run.folder.ledger import owned_names
+from sheaf_fmtl.runtime.run.folder.rundir import marker_kind
 from tests.helpers import error_line
 
 SETS = ["--set", "clients=4", "--set", "rounds=2", "--set", "eval_every=1", "--set", "batch_size=4"]

@@ -14,7 +14,7 @@ import yaml
 
 import sheaf_fmtl
 from sheaf_fmtl.cli import main
-from sheaf_fmtl.runtime.run.resume import resume
+from sheaf_fmtl.runtime.run.launching.resume import resume
 from tests.helpers import folder_snapshot, signalling
 
 TINY = ["--set", "rounds=2", "eval_every=1", "clients=4", "--quiet"]

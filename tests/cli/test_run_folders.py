@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from sheaf_fmtl.cli import main
-from sheaf_fmtl.runtime.run.clearing import clear
-from sheaf_fmtl.runtime.run.folderlock import MARKER, is_marked
-from sheaf_fmtl.runtime.run.rundir import claim
+from sheaf_fmtl.runtime.run.folder.clearing import clear
+from sheaf_fmtl.runtime.run.folder.folderlock import MARKER, is_marked
+from sheaf_fmtl.runtime.run.folder.rundir import claim
 from tests.helpers import folder_snapshot
 
 TINY = ["--set", "rounds=2", "eval_every=1", "clients=4", "--quiet"]

@@ -13,10 +13,10 @@ import pytest
 import sheaf_fmtl
 from sheaf_fmtl.callbacks import BestCheckpoint
 from sheaf_fmtl.cli import main
-from sheaf_fmtl.runtime.run.clearing import clear
-from sheaf_fmtl.runtime.run.folderlock import FolderError
-from sheaf_fmtl.runtime.run.ledger import owned_names, record_owned
-from sheaf_fmtl.runtime.run.rundir import mark
+from sheaf_fmtl.runtime.run.folder.clearing import clear
+from sheaf_fmtl.runtime.run.folder.folderlock import FolderError
+from sheaf_fmtl.runtime.run.folder.ledger import owned_names, record_owned
+from sheaf_fmtl.runtime.run.folder.rundir import mark
 
 KEYS = {"clients": 4, "rounds": 3, "eval_every": 1, "batch_size": 4}
 SETS = [a for k, v in KEYS.items() for a in ("--set", f"{k}={v}")]

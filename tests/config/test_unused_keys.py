@@ -18,7 +18,7 @@ from sheaf_fmtl.config import RunConfig, load_config
 from sheaf_fmtl.config.registry import map_mode_names
 from sheaf_fmtl.config.usage import SELECTORS, UnusedKeysWarning, read_by, unused_keys
 from sheaf_fmtl.metrics.groups import group_by_config
-from sheaf_fmtl.runtime.run.resume import resume_config
+from sheaf_fmtl.runtime.run.launching.resume import resume_config
 
 TINY = ["rounds=2", "eval_every=1", "clients=4", "dataset=synthetic"]
 

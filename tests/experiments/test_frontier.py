@@ -62,7 +62,7 @@ def test_unknown_problem_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_folder_of_yours_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
-    from sheaf_fmtl.runtime.run.folderlock import FolderError
+    from sheaf_fmtl.runtime.run.folder.folderlock import FolderError
 
     (tmp_path / "frontier.md").write_text("my notes\n")
     with pytest.raises(FolderError, match="not written by sheaf-fmtl"):

@@ -16,7 +16,7 @@ import pytest
 
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.runtime.engine import simulate
-from sheaf_fmtl.runtime.run.interrupt import StopRequest
+from sheaf_fmtl.runtime.run.stopping.interrupt import StopRequest
 from tests.helpers import one_line, signalling
 
 pytestmark = pytest.mark.filterwarnings("ignore:synthetic.*one class:UserWarning")

@@ -152,7 +152,7 @@ def mlp():
 
 @pytest.mark.slow  # two processes start (about 15 s)
 def test_dropout_runs_over_two_processes_as_in_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sheaf_fmtl.runtime.run.launch import spawn
+    from sheaf_fmtl.runtime.run.launching.launch import spawn
 
     name = f"dropcode_{os.getpid()}"
     (tmp_path / f"{name}.py").write_text(DROPOUT_CODE)

@@ -20,7 +20,7 @@ import torch
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.runtime.engine.distributed import make_plan
 from sheaf_fmtl.runtime.engine.shard import Shard, community, contiguous, placement
-from sheaf_fmtl.runtime.run.launch import spawn
+from sheaf_fmtl.runtime.run.launching.launch import spawn
 from sheaf_fmtl.runtime.run.loop import execute
 from sheaf_fmtl.sheaf.graph import make_graph
 from sheaf_fmtl.sheaf.layout import build_layout

@@ -28,11 +28,11 @@ from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.config.registry import algorithm_names
 from sheaf_fmtl.runtime.engine.simulate import DivergenceError
-from sheaf_fmtl.runtime.run import launch
-from sheaf_fmtl.runtime.run.checkpoint_read import latest_checkpoint
+from sheaf_fmtl.runtime.run.checkpoints.checkpoint_read import latest_checkpoint
+from sheaf_fmtl.runtime.run.launching import launch
 from sheaf_fmtl.runtime.run.loop import RunOutcome, execute
 
-from .test_distributed_checkpoint import _in_ranks
+from .run.checkpoints.test_distributed_checkpoint import _in_ranks
 
 pytestmark = pytest.mark.filterwarnings("ignore:synthetic.*one class:UserWarning")
 

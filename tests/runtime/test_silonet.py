@@ -28,7 +28,7 @@ from sheaf_fmtl.messages import EdgeTensor  # noqa: E402
 from sheaf_fmtl.runtime.engine.faults import Faults  # noqa: E402
 from sheaf_fmtl.runtime.engine.shard import Shard  # noqa: E402
 from sheaf_fmtl.runtime.engine.silo_transport import SiloTransport  # noqa: E402
-from sheaf_fmtl.runtime.run.spawn import free_port  # noqa: E402
+from sheaf_fmtl.runtime.run.launching.spawn import free_port  # noqa: E402
 from sheaf_fmtl.runtime.silonet import wire  # noqa: E402
 from sheaf_fmtl.runtime.silonet.attacks import dial, frame_for, run_attacks  # noqa: E402
 from sheaf_fmtl.runtime.silonet.certs import init_certs, load_identity  # noqa: E402

@@ -21,8 +21,8 @@ pytest.importorskip("grpc", reason="the silo transport needs grpcio (pip install
 pytest.importorskip("cryptography", reason="certs init needs cryptography (pip install 'sheaf-fmtl[silos]')")
 
 from sheaf_fmtl.config import RunConfig  # noqa: E402
-from sheaf_fmtl.runtime.run.checkpoint_read import latest_checkpoint  # noqa: E402
-from sheaf_fmtl.runtime.run.spawn import spawn  # noqa: E402
+from sheaf_fmtl.runtime.run.checkpoints.checkpoint_read import latest_checkpoint  # noqa: E402
+from sheaf_fmtl.runtime.run.launching.spawn import spawn  # noqa: E402
 from sheaf_fmtl.runtime.silonet.certs import init_certs  # noqa: E402
 
 pytestmark = pytest.mark.slow

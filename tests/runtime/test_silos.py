@@ -26,8 +26,8 @@ from sheaf_fmtl.data.registry import load_raw
 from sheaf_fmtl.federation import build_federation
 from sheaf_fmtl.runtime.engine.shard import contiguous
 from sheaf_fmtl.runtime.engine.simulate import build_graph, load_dataset
+from sheaf_fmtl.runtime.run.launching.spawn import free_port
 from sheaf_fmtl.runtime.run.loop import execute
-from sheaf_fmtl.runtime.run.spawn import free_port
 
 from .test_distributed import _compare
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from ..commandline import add_config_options
 from ..config import ConfigError, RunConfig
-from ..runtime.run.clearing import check_replaceable
-from ..runtime.run.folderlock import is_marked
-from ..runtime.run.ledger import LEDGER, owned_names, record_owned
-from ..runtime.run.rundir import check_path, claim, mark
+from ..runtime.run.folder.clearing import check_replaceable
+from ..runtime.run.folder.folderlock import is_marked
+from ..runtime.run.folder.ledger import LEDGER, owned_names, record_owned
+from ..runtime.run.folder.rundir import check_path, claim, mark
 
 #: What ``bench`` writes into ``--out``.
 OUTPUTS = ("bench.json", "ratios.json", "scaling.png")

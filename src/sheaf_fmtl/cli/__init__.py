@@ -25,7 +25,7 @@ from typing import Any
 
 from .._version import __version__
 from ..commandline import COMMON_FLAGS, PROG, Parser, UsageError, error_line
-from ..runtime.run.interrupt import SecondSignal
+from ..runtime.run.stopping.interrupt import SecondSignal
 from ..spelling import command_line
 from .certs import HELP as CERTS_HELP
 from .certs import add_certs_parser

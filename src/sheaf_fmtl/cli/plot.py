@@ -9,8 +9,8 @@ from typing import Any
 
 def cmd_plot(args: argparse.Namespace) -> int:
     from ..plots import plot_runs
-    from ..runtime.run.clearing import check_replaceable
-    from ..runtime.run.ledger import record_owned
+    from ..runtime.run.folder.clearing import check_replaceable
+    from ..runtime.run.folder.ledger import record_owned
 
     if args.out is not None:  # a figure never replaces a file of yours of the same name
         check_replaceable(args.out, _figure_names(args.runs))

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..commandline import UsageError, add_config_options, config_keys
-from ..runtime.run.interrupt import StopRequest, stopped_status
+from ..runtime.run.stopping.interrupt import StopRequest, stopped_status
 
 
 def _default_out(algorithm: str, dataset: str) -> Path:
@@ -25,7 +25,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..api import trust_without_resume
     from ..config import load_config
     from ..experiments import cli as experiments_cli
-    from ..runtime.run.launch import run_any
+    from ..runtime.run.launching.launch import launch, summary_of
     from ..scenarios import build
 
     if args.trust_plugins and not args.resume:
@@ -44,7 +44,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if (out / "aggregate.md").is_file():
             print((out / "aggregate.md").read_text().rstrip())
         return stopped_status(stop.signum, "run --seeds", out)
-    summary = run_any(config, out, progress=not args.quiet, overwrite=args.overwrite, build=build)
+    summary = summary_of(launch(config, out, progress=not args.quiet, overwrite=args.overwrite, build=build))
     return 0 if summary is None else _report(summary, out)  # None: a rank other than 0
 
 
@@ -52,7 +52,7 @@ def _resume(args: argparse.Namespace, build: Any) -> dict[str, Any] | None:
     """``run --resume RUN_DIR [--set KEY=VALUE ...]``: continue a stopped run in its own folder (over
     as many processes as it ran on)."""
     from ..api import resume_with
-    from ..runtime.run.launch import resume_any
+    from ..runtime.run.launching.launch import Resume, launch, summary_of
 
     options = [
         ("config", args.config),
@@ -63,10 +63,8 @@ def _resume(args: argparse.Namespace, build: Any) -> dict[str, Any] | None:
     given = [name for name, value in options if value]
     if given:
         raise UsageError(resume_with(given[0]))
-    keys = config_keys(args)
-    return resume_any(
-        Path(args.resume), args.set, keys, progress=not args.quiet, build=build, trust=args.trust_plugins
-    )
+    resume = Resume(args.set, config_keys(args), trust=args.trust_plugins)
+    return summary_of(launch(resume, Path(args.resume), progress=not args.quiet, build=build))
 
 
 def _report(summary: dict[str, Any], out: Path) -> int:

@@ -119,7 +119,7 @@ class CompressionKeys(RunKeys):
 @dataclass(frozen=True)
 class StepKeys(CompressionKeys):
     """The baselines' own keys (``algorithms/*.py``), the local optimizer and schedule
-    (``algorithms/training/optim.py``) and the loop's callbacks (``runtime/run/callbacks.py``)."""
+    (``algorithms/training/optim.py``) and the loop's callbacks (``runtime/run/callbacks/callbacks.py``)."""
 
     # Baselines (algorithms/*.py)
     # The local optimizer and schedule (algorithms/training/optim.py), the loop's callbacks

@@ -131,9 +131,9 @@ def run_folder(
     (``marker`` and the config). A refused configuration (``ValueError``: the stability check, bad
     maps) or a divergence is recorded in ``summary.json`` instead of stopping the caller; an
     interrupted run (``status = interrupted``) is not marked. ``fed``: a federation to reuse."""
-    from ..runtime.run.interrupt import leave_summary
-    from ..runtime.run.launch import refuse_in_a_rank
-    from ..runtime.run.rundir import claim
+    from ..runtime.run.folder.rundir import claim
+    from ..runtime.run.launching.launch import refuse_in_a_rank
+    from ..runtime.run.stopping.interrupt import leave_summary
 
     refuse_in_a_rank()  # (before the folder is touched)
     folder = Path(folder)
@@ -144,7 +144,7 @@ def run_folder(
 
 def _stopped_run_of(config: RunConfig, folder: Path) -> bool:
     """``folder`` holds a run of ``config`` stopped by a signal (it can be resumed)."""
-    from ..runtime.run.integrity import RESUMABLE_KEYS, resumable_keys, run_config
+    from ..runtime.run.checkpoints.integrity import RESUMABLE_KEYS, resumable_keys, run_config
 
     summary = read_summary(folder) or {}
     if summary.get("status") != "interrupted":
@@ -173,23 +173,19 @@ def _stopped_run_of(config: RunConfig, folder: Path) -> bool:
 
 def _run_in(config: RunConfig, folder: Path, marker: Mapping[str, Any], fed: Any) -> dict[str, Any]:
     from ..runtime.engine.simulate import DivergenceError, build_simulation
-    from ..runtime.run.clearing import clear
-    from ..runtime.run.folderlock import FolderError
-    from ..runtime.run.integrity import CheckpointError
-    from ..runtime.run.launch import dispatch, resume_any
-    from ..runtime.run.loop import run
-    from ..runtime.run.resume import RESUMABLE_KEYS
+    from ..runtime.run.checkpoints.integrity import CheckpointError
+    from ..runtime.run.folder.clearing import clear
+    from ..runtime.run.folder.folderlock import FolderError
+    from ..runtime.run.launching.launch import Resume, launch, summary_of
+    from ..runtime.run.launching.resume import RESUMABLE_KEYS
 
     try:
         if _stopped_run_of(config, folder):  # continue it where it stopped, over as many processes
             keys = {k: getattr(config, k) for k in RESUMABLE_KEYS}
-            summary = resume_any(folder, keys=keys, progress=False) or {}
-        elif config.processes > 1:  # its ranks, started as `sheaf-fmtl run` starts them
-            ran = dispatch(config, folder, progress=False, overwrite=True)
-            summary = ran if isinstance(ran, dict) else ran.summary
-        else:
+            summary = summary_of(launch(Resume(keys=keys), folder, progress=False)) or {}
+        else:  # in the layout `sheaf-fmtl run` gives it (processes = K: its ranks)
             sim = None if fed is None else build_simulation(config, fed=fed)
-            summary = run(config, folder, progress=False, sim=sim, overwrite=True)
+            summary = summary_of(launch(config, folder, progress=False, overwrite=True, sim=sim)) or {}
     except DivergenceError:
         summary = read_summary(folder) or {"status": "diverged"}
     except (FolderError, CheckpointError):

@@ -12,7 +12,7 @@ from typing import Any
 from ..commandline import add_config_options, config_keys
 from ..config import ConfigError, RunConfig, read_config_file
 from ..metrics.aggregate import read_summary, write_aggregate
-from ..runtime.run.interrupt import StopRequest, stopped_status
+from ..runtime.run.stopping.interrupt import StopRequest, stopped_status
 from .paper import EXPERIMENTS, QUICK_SEEDS
 from .reproduce import DEFAULT_SEEDS, MAX_SEEDS
 from .table import compose, group_runs, render, table_spec
@@ -47,9 +47,9 @@ def run_seeds(
     finished run of the same config is reused, one stopped by a signal is resumed), then write
     ``out/aggregate.json`` and ``out/aggregate.md`` (mean, standard error, per-seed values) over
     the seeds finished. ``out`` is new, empty or written by an earlier ``run --seeds``. A signal
-    stops after the current seed (:mod:`sheaf_fmtl.runtime.run.interrupt`). Returns the aggregate."""
-    from ..runtime.run.interrupt import signalled
-    from ..runtime.run.rundir import claim
+    stops after the current seed (:mod:`sheaf_fmtl.runtime.run.stopping.interrupt`). Returns the aggregate."""
+    from ..runtime.run.folder.rundir import claim
+    from ..runtime.run.stopping.interrupt import signalled
     from .cells import Cell, is_done, run_cell
     from .paper import Setting
 

@@ -30,9 +30,9 @@ from typing import Any
 
 from ..config import RunConfig, from_mapping, parse_overrides
 from ..progress import bar, note
-from ..runtime.run.interrupt import signalled
-from ..runtime.run.ledger import record_owned
-from ..runtime.run.rundir import check_out_dir, claim
+from ..runtime.run.folder.ledger import record_owned
+from ..runtime.run.folder.rundir import check_out_dir, claim
+from ..runtime.run.stopping.interrupt import signalled
 from .cells import finished, run_folder
 from .frontier_points import Method, Point
 from .reproduce import data_keys, data_present, missing_note, no_data_error, seed_count

@@ -24,9 +24,9 @@ from ..data.base import DatasetError
 from ..data.files import ENV_VAR, HOW_TO_GET, search_dirs, try_find
 from ..data.registry import dataset_files
 from ..progress import bar
-from ..runtime.run.interrupt import signalled
-from ..runtime.run.ledger import record_owned
-from ..runtime.run.rundir import check_out_dir, claim
+from ..runtime.run.folder.ledger import record_owned
+from ..runtime.run.folder.rundir import check_out_dir, claim
+from ..runtime.run.stopping.interrupt import signalled
 from .cells import DONE, Cell, cell_config, is_done, run_cell
 from .paper import EXPERIMENTS, QUICK_SEEDS, Experiment, experiment
 from .table import Row, render
@@ -204,22 +204,16 @@ def reproduce(
         bad = sorted(set(datasets) - known)[0]
         raise ValueError(f"no experiment has dataset {bad!r}; datasets: {', '.join(sorted(known))}")
     check_out_dir(out, reuse=True, kind="reproduce")  # a folder it may not write: said before the data
-    plans: list[tuple[Experiment, list[Cell], dict[str, str]]] = []
-    for exp_name in names:
-        exp = EXPERIMENTS[exp_name]
-        chosen = [d for d in exp.datasets if d in datasets] if (datasets and name == "all") else datasets
-        if name == "all" and datasets and not chosen:
-            continue
-        cells, missing = plan(
-            exp,
-            range(n_seeds),
-            datasets=chosen,
-            quick=quick,
-            overrides=overrides,
-            tuned=tuned,
-            substitute=substitute,
-        )
-        plans.append((exp, cells, missing))
+    plans = _plans(
+        names,
+        range(n_seeds),
+        datasets,
+        of_all=name == "all",
+        quick=quick,
+        overrides=overrides,
+        tuned=tuned,
+        substitute=substitute,
+    )
     if not any(cells for _, cells, _ in plans):  # every dataset asked lacks its files
         absent = list(dict.fromkeys(ds for _, _, missing in plans for ds in missing))
         raise no_data_error(f"reproduce {name}", absent, *data_keys(overrides))
@@ -230,14 +224,35 @@ def reproduce(
                 exp, cells, missing, Path(out), progress=progress, estimate=estimate, figures=figures
             )
             written += paths
-            top = Path(out)  # (its tables and figures: --overwrite of the folder clears them)
-            for q in paths:  # each file in its folder's ledger, each new top-level name in out's
-                if q.is_relative_to(top):
-                    record_owned(q.parent, [q.name])
-                    record_owned(top, [q.relative_to(top).parts[0]])
+            _record_written(paths, Path(out))
             if stopped:
                 break
         return written
+
+
+def _plans(
+    names: Sequence[str], seeds: range, datasets: Sequence[str] | None, *, of_all: bool, **keys: Any
+) -> list[tuple[Experiment, list[Cell], dict[str, str]]]:
+    """Each experiment of ``names`` with its cells (:func:`plan`, given ``keys``) and its datasets
+    whose files are missing; of ``all`` experiments (``of_all``), each on those of ``datasets``
+    that are its own, and none that has none of them."""
+    plans = []
+    for exp in (EXPERIMENTS[n] for n in names):
+        chosen = [d for d in exp.datasets if d in datasets] if (datasets and of_all) else datasets
+        if of_all and datasets and not chosen:
+            continue
+        cells, missing = plan(exp, seeds, datasets=chosen, **keys)
+        plans.append((exp, cells, missing))
+    return plans
+
+
+def _record_written(paths: Sequence[Path], top: Path) -> None:
+    """Each of ``paths`` inside ``top`` in its folder's ledger, and each new top-level name in
+    ``top``'s (the tables and figures of a reproduction: ``--overwrite`` of the folder clears them)."""
+    for q in paths:
+        if q.is_relative_to(top):
+            record_owned(q.parent, [q.name])
+            record_owned(top, [q.relative_to(top).parts[0]])
 
 
 def data_keys(overrides: Sequence[str]) -> tuple[str, bool]:

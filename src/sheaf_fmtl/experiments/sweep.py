@@ -35,9 +35,9 @@ from ..config import ConfigError, RunConfig, load_config, read_config_file
 from ..config.files import replace_file
 from ..config.usage import UnusedKeysWarning
 from ..plugins import higher_is_better
-from ..runtime.run.interrupt import StopRequest, signalled, stopped_status
-from ..runtime.run.ledger import record_owned
-from ..runtime.run.rundir import claim
+from ..runtime.run.folder.ledger import record_owned
+from ..runtime.run.folder.rundir import claim
+from ..runtime.run.stopping.interrupt import StopRequest, signalled, stopped_status
 from ..spelling import option, setting
 from .cells import finished, run_folder
 from .grid import apply_point, cell_name, grid_points, parse_grid

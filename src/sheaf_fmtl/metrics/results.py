@@ -1,5 +1,5 @@
 """What a run folder's ``metrics.csv`` and ``summary.json`` hold, for their readers (plots,
-the command line) and their writer (:mod:`sheaf_fmtl.runtime.run.recorder`): the columns, the
+the command line) and their writer (:mod:`sheaf_fmtl.runtime.run.folder.recorder`): the columns, the
 columns read back, and the lines the terminal shows of a summary."""
 
 from __future__ import annotations

@@ -69,8 +69,8 @@ class DeferredMaps:
         ]
         self.count = [0] * len(self.base)
         # Called before a fold writes ``base`` in place: a checkpoint being written in the background
-        # from the maps of deferring buckets (sheaf_fmtl.runtime.run.checkpoint) waits there (checkpoints
-        # copy the maps of buckets updated eagerly).
+        # from the maps of deferring buckets (sheaf_fmtl.runtime.run.checkpoints.checkpoint) waits there
+        # (checkpoints copy the maps of buckets updated eagerly).
         self.before_write: Callable[[], None] | None = None
 
     def __len__(self) -> int:

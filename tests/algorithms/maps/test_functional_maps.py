@@ -15,9 +15,9 @@ from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 from sheaf_fmtl.metrics.flops import per_sample_flops
 from sheaf_fmtl.runtime.engine.simulate import Simulation, build_simulation
 from sheaf_fmtl.runtime.run import loop
-from sheaf_fmtl.runtime.run.resume import resume
+from sheaf_fmtl.runtime.run.launching.resume import resume
 from sheaf_fmtl.sheaf.probes import noise_probes, pool_rows
-from tests.runtime.test_checkpoint import _assert_same_run, _stopped
+from tests.runtime.run.checkpoints.test_checkpoint import _assert_same_run, _stopped
 from tests.runtime.test_faults import GRAPH, FixedPlan, half_edge, install
 
 LINEAR = {

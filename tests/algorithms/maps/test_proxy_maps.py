@@ -21,8 +21,8 @@ from sheaf_fmtl.messages import EdgeTensor
 from sheaf_fmtl.metrics.flops import per_sample_flops
 from sheaf_fmtl.runtime.engine.simulate import Simulation, build_simulation
 from sheaf_fmtl.runtime.run import loop
-from sheaf_fmtl.runtime.run.resume import resume
-from tests.runtime.test_checkpoint import _assert_same_run, _stopped
+from sheaf_fmtl.runtime.run.launching.resume import resume
+from tests.runtime.run.checkpoints.test_checkpoint import _assert_same_run, _stopped
 from tests.runtime.test_faults import GRAPH, FixedPlan, half_edge, install
 
 SHAPE = (1, 10, 10)

@@ -159,7 +159,7 @@ def test_a_failed_run_leaves_no_checkpoint_write_running(tmp_path, monkeypatch) 
     import time
 
     from sheaf_fmtl.cli import main
-    from sheaf_fmtl.runtime.run import checkpoint
+    from sheaf_fmtl.runtime.run.checkpoints import checkpoint
 
     manifest = checkpoint.write_manifest
 

@@ -1,6 +1,6 @@
 """A run's simulation and its builders: all clients stacked in one process, or one rank's shard of
-them (:mod:`.shard`, :mod:`.distributed`, launched by :mod:`sheaf_fmtl.runtime.run.launch`). The round loop
-that drives it (evaluations, checkpoints, stops) is :mod:`sheaf_fmtl.runtime.run.loop`."""
+them (:mod:`.shard`, :mod:`.distributed`, launched by :mod:`sheaf_fmtl.runtime.run.launching.launch`).
+The round loop that drives it (evaluations, checkpoints, stops) is :mod:`sheaf_fmtl.runtime.run.loop`."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ class Simulation(Generic[S]):
     def finite_and_max(self, carry: Sequence[int]) -> tuple[bool, list[int]]:
         """:meth:`finite`, and the largest of each number of ``carry`` over the processes, carried
         on the same all-reduce (in one process: ``carry`` itself; the run sends a pending signal
-        and whether a checkpoint write is in flight, :mod:`sheaf_fmtl.runtime.run.agreement`)."""
+        and whether a checkpoint write is in flight, :mod:`sheaf_fmtl.runtime.run.stopping.agreement`)."""
         checked = [*self.state.thetas]
         if self.state.batch_loss is not None:
             checked.append(self.state.batch_loss)

@@ -5,7 +5,7 @@ Each rank is given its ``--out``; the ranks find out which of them see the same 
 (:func:`folder_ranks`, a collective: rank 0 draws a fresh random token, every rank writes it
 into its folder under its own name, and reads back which ranks' names it finds there with that
 token). A folder's lowest rank leads it: it writes that folder's checkpoint manifests, listing the
-shards the folder holds (:mod:`.checkpoint`); a leader other than rank 0 also gives its folder the
+shards the folder holds (:mod:`.checkpoints.checkpoint`); a leader other than rank 0 also gives its folder the
 run folder's marker and ``config.yaml``, so that ``run --resume`` on that machine finds its run.
 No rank ever reads a file another machine wrote: a resume reads each rank's shard from its own
 folder, and the ranks agree on the round to resume from (:func:`common_checkpoint`).
@@ -25,10 +25,10 @@ import torch
 from ...config import RunConfig, save_config
 from ...data import preprocessing
 from ...data.base import DatasetError, FederatedDataset
-from .clearing import prepare_out_dir
-from .folderlock import FolderError
-from .integrity import ROUND_DIR, CheckpointError, check_manifest
-from .recorder import software_versions
+from .checkpoints.integrity import ROUND_DIR, CheckpointError, check_manifest
+from .folder.clearing import prepare_out_dir
+from .folder.folderlock import FolderError
+from .folder.recorder import software_versions
 
 TOKEN = ".sheaf-fmtl-rank-{:05d}"  # a rank's token file, removed again once read
 PIECE = ".preprocessing-rank-{:05d}.json"  # a rank's preprocessing record, combined by its folder's lead

@@ -1,11 +1,11 @@
 """The round loop of a run (:func:`execute`): rounds, evaluations, checkpoints, the stop on a
 signal, divergence, and the run folder's summary; in one process or as one rank of several.
 
-Across processes every rank runs this loop over its shard (:mod:`.launch`); every decision that
+Across processes every rank runs this loop over its shard (:mod:`.launching.launch`); every decision that
 ends or records a round (divergence, a stop by a signal, an evaluation) is taken from all-reduced
 numbers, so all ranks take it at the same round. Rank 0 writes the run folder; every rank writes
-its shard of each checkpoint (:class:`.checkpoint.CheckpointWriter`). Callbacks
-(:mod:`.callbacks`) run after every round; a stop one asks for is agreed the same way.
+its shard of each checkpoint (:class:`.checkpoints.checkpoint.CheckpointWriter`). Callbacks
+(:mod:`.callbacks.callbacks`) run after every round; a stop one asks for is agreed the same way.
 
 The phases of a run (prepare: :mod:`.prepare`; rounds; finish) share one state (:class:`.prepare.RunState`);
 across processes every rank runs their collectives in the same order.
@@ -25,17 +25,17 @@ from ...config import RunConfig
 from ...transforms import TransformError
 from ..engine.divergence import divergence_message
 from ..engine.simulate import DivergenceError, Simulation
-from .agreement import RoundAgreement
-from .callbacks import Hooks, RunView, agreed, checked
-from .checkpoint import rank_and_world, remove_checkpoints
-from .folderlock import writing
-from .full import disk_full, user_code_failed
-from .gather import final_state
-from .interrupt import StopRequest
+from .callbacks.callbacks import Hooks, RunView, agreed, checked
+from .callbacks.shipped_callbacks import best_record, from_config
+from .checkpoints.checkpoint import rank_and_world, remove_checkpoints
+from .checkpoints.gather import final_state
+from .folder.folderlock import writing
 from .prepare import RunState, prepare, record
-from .scoring import best_on_test
-from .shipped_callbacks import best_record, from_config
-from .summary import summarize, vouched
+from .scoring.scoring import best_on_test
+from .scoring.summary import summarize, vouched
+from .stopping.agreement import RoundAgreement
+from .stopping.full import disk_full, user_code_failed
+from .stopping.interrupt import StopRequest
 
 
 @dataclass
@@ -88,21 +88,22 @@ def execute(
             is given it: rank 0 writes the run folder, every rank its checkpoint shards.
         progress: show progress (a bar on a terminal, else a line every so many rounds).
         sim: a simulation built elsewhere from ``config`` (e.g. with hand-made maps,
-            :mod:`sheaf_fmtl.scenarios`, or one rank's shard, :mod:`.launch`).
+            :mod:`sheaf_fmtl.scenarios`, or one rank's shard, :mod:`.launching.launch`).
         overwrite: accept and clear a non-empty ``out_dir``.
         build: builds the simulation from ``config`` after the folder check (default
             :func:`.simulate.build_simulation`; :func:`sheaf_fmtl.scenarios.build` also builds the
             special cases named by ``topology``, which sit above this layer).
-        resume_from: a complete checkpoint folder of ``out_dir`` (:mod:`.checkpoint`): continue
-            the stopped run of ``out_dir`` from it (see :func:`sheaf_fmtl.runtime.run.resume.resume`);
-            across processes each rank reads its own shard.
+        resume_from: a complete checkpoint folder of ``out_dir`` (:mod:`.checkpoints.checkpoint`):
+            continue the stopped run of ``out_dir`` from it (see
+            :func:`sheaf_fmtl.runtime.run.launching.resume.resume`); across processes each rank reads
+            its own shard.
         callbacks: objects with ``on_round_end(round, metrics, view)`` and/or ``on_run_end(summary)``
-            (:mod:`.callbacks`), after those the config's keys ask for (``log_tensorboard``,
+            (:mod:`.callbacks.callbacks`), after those the config's keys ask for (``log_tensorboard``,
             ``early_stop_patience``); one that returns a ``Stop`` ends the run after that round with
             a checkpoint, recorded with ``status = stopped`` and ``stopped_by`` (at the last round
             the run ran all its rounds: ``status = ok``, with ``stop_at_last_round``).
         agreement: what the ranks agree after each round, when a launched rank's signal handling
-            already holds it (:mod:`.launch`); by default the loop makes its own.
+            already holds it (:mod:`.launching.launch`); by default the loop makes its own.
     Returns:
         The summary, rows and final state. Every ``checkpoint_every`` rounds (default: every
         evaluation) ``out_dir`` gets a resumable checkpoint, written in the background. SIGINT /

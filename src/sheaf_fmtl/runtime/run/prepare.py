@@ -24,15 +24,15 @@ from ...metrics.flops import SampleCounter
 from ...metrics.memory import reset_peak_memory
 from ...warn import warn
 from ..engine.simulate import Simulation, build_simulation
-from .agreement import RoundAgreement
-from .checkpoint import CheckpointWriter, rank_and_world
-from .checkpoint_read import read_checkpoint
-from .clearing import prepare_out_dir
+from .checkpoints.checkpoint import CheckpointWriter, rank_and_world
+from .checkpoints.checkpoint_read import read_checkpoint
+from .checkpoints.shard import restore, snapshot
 from .disks import adopt_folder, check_preprocessing, common_checkpoint, folder_ranks, write_preprocessing
-from .recorder import Recorder
-from .rundir import check_out_dir
-from .shard import restore, snapshot
-from .summary import config_with_clients
+from .folder.clearing import prepare_out_dir
+from .folder.recorder import Recorder
+from .folder.rundir import check_out_dir
+from .scoring.summary import config_with_clients
+from .stopping.agreement import RoundAgreement
 
 
 @dataclass
