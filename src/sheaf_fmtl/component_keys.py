@@ -18,7 +18,7 @@ the compressors below the config declare here too.
 >>> @declare_keys("toy")
 ... @dataclass(frozen=True)
 ... class ToyKeys(Keys):
-...     toy_depth: int = key(2, "Depth of the toy.", low=1)
+...     toy_depth: int = key(2, "Depth of the toy.", rule="toy_depth >= 1")
 >>> declared(ToyKeys).component
 'toy'
 >>> ToyKeys().toy_depth
@@ -29,6 +29,7 @@ the compressors below the config declare here too.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -39,34 +40,53 @@ class ConfigError(ValueError):
     ``sheaf_fmtl.config.ConfigError``)."""
 
 
-#: (lower, lower inclusive, upper, upper inclusive, the rule in words) of a numeric key.
-Range = tuple[float | None, bool, float | None, bool, str]
-
-
-def key(  # noqa: PLR0913 - the facts of one key
+def key(
     default: Any,  # noqa: ANN401 - a key of any type
     doc: str,
     *,
     choices: tuple[str, ...] | None = None,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    high_open: bool = False,
     rule: str = "",
     readers: tuple[str, ...] | None = None,
 ) -> Any:  # noqa: ANN401 - a dataclass field of any key's type
-    """A config key of a component: its default and its doc, the ``choices`` it allows or its range
-    (``low``/``high``, exclusive where ``*_open``; ``rule``: the range in words, made from the
-    bounds when empty), and the selector's values that read it when they are fewer than its
-    class's (``readers``)."""
+    """A config key of a component: its default and its doc, the ``choices`` it allows or the range
+    ``rule`` it keeps, in words that are also its bounds (``"0 < gamma <= 1"``, ``"rank >= 1"``, a
+    note in brackets after them), and the selector's values that read it when they are fewer than
+    its class's (``readers``).
+
+    >>> key(0.3, "Edge-space size.", rule="0 < gamma <= 1").metadata["range"]
+    (0.0, False, 1.0, True, '0 < gamma <= 1')
+    """
     meta: dict[str, Any] = {"doc": doc}
     if choices is not None:
         meta["choices"] = tuple(choices)
-    if low is not None or high is not None:
-        meta["range"] = (low, not low_open, high, not high_open, rule)
+    if rule:
+        meta["range"] = (*bounds(rule), rule)
     if readers is not None:
         meta["readers"] = tuple(readers)
     return field(default=default, metadata=meta)
+
+
+_NUMBER = r"-?\d+(?:\.\d+)?(?:e-?\d+)?"
+_BETWEEN = re.compile(rf"^({_NUMBER}) (<=?) \w+ (<=?) ({_NUMBER})(?: \(.*\))?$")
+_ONE_SIDE = re.compile(rf"^\w+ ([<>]=?) ({_NUMBER})(?: \(.*\))?$")
+
+
+def bounds(rule: str) -> tuple[float | None, bool, float | None, bool]:
+    """``(lower, lower inclusive, upper, upper inclusive)`` of a range in words; ValueError for
+    words that are no range."""
+    between = _BETWEEN.match(rule)
+    if between:
+        lo, lo_op, hi_op, hi = between.groups()
+        return float(lo), lo_op == "<=", float(hi), hi_op == "<="
+    one = _ONE_SIDE.match(rule)
+    if not one:
+        raise ValueError(
+            f"range {rule!r}: write it as 'A < key <= B' or 'key >= A' (a note in brackets after)"
+        )
+    op, number = one.groups()
+    if op.startswith(">"):
+        return float(number), op == ">=", None, False
+    return None, False, float(number), op == "<="
 
 
 @dataclass(frozen=True)

@@ -80,14 +80,19 @@ def fill_keys(
         r.uniform_(generator=source)
 
 
-def uniforms(seed: int, kind: int, round_: int, ids: np.ndarray) -> np.ndarray:
-    """``U[0, 1)`` draws, one per id, from ``(seed, kind, round, id)`` alone (splitmix64 of the id
-    under a per-round key), so a process holding some ids draws what a process holding all does."""
-    key = np.uint64(stream_seed(seed, kind, round_))
+def id_hashes(seed: int, kind: int, draw: int, ids: np.ndarray) -> np.ndarray:
+    """64-bit hashes, one per id, of ``(seed, kind, draw, id)`` alone: splitmix64 of the id under the
+    key of stream ``(seed, kind, draw)``, one vectorised hash for all ids (so a process holding some
+    ids gets what a process holding all does)."""
+    key = np.uint64(stream_seed(seed, kind, draw))
     x = np.asarray(ids, np.uint64) ^ key
     with np.errstate(over="ignore"):
         x = x + np.uint64(0x9E3779B97F4A7C15)
         x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        x = x ^ (x >> np.uint64(31))
-    return (x >> np.uint64(11)).astype(np.float64) * 2.0**-53
+        return x ^ (x >> np.uint64(31))
+
+
+def uniforms(seed: int, kind: int, round_: int, ids: np.ndarray) -> np.ndarray:
+    """``U[0, 1)`` draws, one per id, from ``(seed, kind, round, id)`` alone (:func:`id_hashes`)."""
+    return (id_hashes(seed, kind, round_, ids) >> np.uint64(11)).astype(np.float64) * 2.0**-53

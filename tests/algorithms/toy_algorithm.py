@@ -17,7 +17,9 @@ from sheaf_fmtl.messages import Payload
 class ToyKeys(Keys):
     """The toy's own key."""
 
-    toy_shrink: float = key(0.0, "Toy: the fraction each model shrinks by after a round.", low=0.0, high=1.0)
+    toy_shrink: float = key(
+        0.0, "Toy: the fraction each model shrinks by after a round.", rule="0 <= toy_shrink <= 1"
+    )
 
 
 @register("toy-shrink", display="toy", keys=(ToyKeys,))

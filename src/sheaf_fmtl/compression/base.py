@@ -100,24 +100,18 @@ class CompressionKeys(Keys):
     compression: float = key(
         0.1,
         "`top-k`, `rand-k`, `rand-k-seeded`: kept fraction, `k = max(1, floor(compression d))` values.",
-        low=0.0,
-        high=1.0,
-        low_open=True,
         rule="0 < compression <= 1",
         readers=("top-k", "rand-k", "rand-k-seeded"),
     )
     quantization_bits: int = key(
         4,
         "`qsgd`: bits per coordinate (a sign and `2^(b-1) - 1` levels), plus one norm per message.",
-        low=2,
-        high=16,
         rule="2 <= quantization_bits <= 16",
         readers=("qsgd",),
     )
     rank: int = key(
         1,
         "`powergossip`: rank of each weight matrix's approximated difference.",
-        low=1,
         rule="rank >= 1",
         readers=("powergossip",),
     )
@@ -128,8 +122,6 @@ class CompressionKeys(Keys):
         "gamma); `null`: half the stability limit of the compressor's quality `omega`, "
         "`2 omega / (2 - omega)` over the step's largest eigenvalue, at most 1 (1 for `powergossip`). "
         "summary.json's `consensus_step` says what ran.",
-        low=0.0,
-        low_open=True,
         rule="consensus_step > 0",
         readers=tuple(n for n in COMPRESSOR_NAMES if n != "none"),
     )

@@ -73,13 +73,11 @@ class EarlyStopKeys(Keys):
         "`N > 0`: stop when the metric on the validation split (it needs `validation > 0`: the test split "
         "never chooses) has not improved for `N` evaluations in a row (`status: stopped`, resumable), and "
         "keep the best evaluation's models in `best.pt` (`sheaf_fmtl.load(run, round='best')`); 0: never.",
-        low=0,
         rule="early_stop_patience >= 0 (0: never)",
     )
     early_stop_min_delta: float = key(
         0.0,
         "What counts as an improvement for `early_stop_patience`.",
-        low=0.0,
         rule="early_stop_min_delta >= 0",
     )
 

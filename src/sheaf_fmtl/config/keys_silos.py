@@ -43,7 +43,6 @@ class TLSKeys(Keys):
         None,
         "`transport=tls` across machines: this process is silo `silo` of `tls_peers`, one of `processes` "
         "(null: start every silo on this machine).",
-        low=0,
         rule="silo >= 0 (null: every silo on this machine)",
     )
 

@@ -245,31 +245,20 @@ class OptimizerKeys(Keys):
     momentum: float = key(
         0.9,
         "`optimizer=momentum`: the momentum `mu` (`buf <- mu buf + g`).",
-        low=0.0,
-        high=1.0,
-        high_open=True,
         rule="0 <= momentum < 1",
     )
     adam_beta1: float = key(
         0.9,
         "`optimizer=adam`: decay of the first moment.",
-        low=0.0,
-        high=1.0,
-        high_open=True,
         rule="0 <= adam_beta1 < 1",
     )
     adam_beta2: float = key(
         0.999,
         "`optimizer=adam`: decay of the second moment.",
-        low=0.0,
-        high=1.0,
-        high_open=True,
         rule="0 <= adam_beta2 < 1",
     )
     adam_eps: float = key(
         1e-8,
         "`optimizer=adam`: added to the root of the second moment.",
-        low=0.0,
-        low_open=True,
         rule="adam_eps > 0",
     )

@@ -108,15 +108,10 @@ def check(config: Any) -> None:
 class ScheduleKeys(Keys):
     """The learning-rate schedules' own keys (``lr_schedule``, ``lr_scheduler`` pick one)."""
 
-    lr_step_every: int = key(
-        100, "`lr_schedule=step`: rounds between two decays.", low=1, rule="lr_step_every >= 1"
-    )
+    lr_step_every: int = key(100, "`lr_schedule=step`: rounds between two decays.", rule="lr_step_every >= 1")
     lr_step_gamma: float = key(
         0.1,
         "`lr_schedule=step`: factor of each decay.",
-        low=0.0,
-        high=1.0,
-        low_open=True,
         rule="0 < lr_step_gamma <= 1",
     )
     lr_scheduler_args: dict[str, Any] = field(

@@ -83,20 +83,7 @@ def range_of(name: str) -> tuple[float | None, bool, float | None, bool, str] | 
     if bounds is None:
         return None
     lo, lo_in, hi, hi_in, text = bounds
-    return lo, lo_in, hi, hi_in, text or _range_words(name, lo, lo_in, hi, hi_in)
-
-
-def _range_words(name: str, lo: float | None, lo_in: bool, hi: float | None, hi_in: bool) -> str:
-    """``0 < name <= 1``, ``name >= 1``: a range in words."""
-    low = "" if lo is None else f"{_number(lo)} {'<=' if lo_in else '<'} "
-    high = "" if hi is None else f" {'<=' if hi_in else '<'} {_number(hi)}"
-    if lo is not None and hi is None:
-        return f"{name} {'>=' if lo_in else '>'} {_number(lo)}"
-    return f"{low}{name}{high}"
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
+    return lo, lo_in, hi, hi_in, text
 
 
 def _declared_meta(name: str) -> dict[str, Any] | None:

@@ -213,15 +213,12 @@ class PartitionKeys(Keys):
     partition_alpha: float = key(
         0.5,
         "`partition=dirichlet`: concentration `alpha` (small: few classes a client; large: near IID).",
-        low=0.0,
-        low_open=True,
         rule="partition_alpha > 0",
         readers=("dirichlet",),
     )
     classes_per_client: int = key(
         2,
         "`partition=classes`: the number of classes each client holds.",
-        low=1,
         rule="classes_per_client >= 1",
         readers=("classes",),
     )

@@ -19,9 +19,6 @@ class GraphKeys(Keys):
     graph_p: float = key(
         0.2,
         "Edge probability (`erdos-renyi`); rewiring probability (`watts-strogatz`).",
-        low=0.0,
-        high=1.0,
-        low_open=True,
         rule="0 < graph_p <= 1",
         readers=("erdos-renyi", "watts-strogatz"),
     )
@@ -30,22 +27,18 @@ class GraphKeys(Keys):
         "Mean degree of an `erdos-renyi` graph: `graph_p = graph_degree / (clients - 1)`, so the degree "
         "stays as clients grow; drawn once, its small components joined to the largest by one edge each "
         "(summary.json's `graph_joined_edges`). `null`: `graph_p` as given.",
-        low=0.0,
-        low_open=True,
         rule="graph_degree > 0",
         readers=("erdos-renyi",),
     )
     graph_k: int = key(
         4,
         "Neighbours of each client on the `watts-strogatz` ring.",
-        low=2,
         rule="graph_k >= 2",
         readers=("watts-strogatz",),
     )
     graph_m: int = key(
         2,
         "Edges each new client attaches with (`barabasi-albert`).",
-        low=1,
         rule="graph_m >= 1",
         readers=("barabasi-albert",),
     )

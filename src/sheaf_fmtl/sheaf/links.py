@@ -89,16 +89,12 @@ class LinkScheduleKeys(Keys):
         None,
         "`graph_schedule=matchings` or `sampled-edges`: the fraction of the graph's matchings (or edges) "
         "that talk each round, at least one (null: one matching a round; `sampled-edges` needs a value).",
-        low=0.0,
-        high=1.0,
-        low_open=True,
         rule="0 < link_budget <= 1 (null: one matching a round)",
         readers=BUDGETED,
     )
     peers: int = key(
         2,
         "`graph_schedule=random-peers`: partners each client picks each round.",
-        low=1,
         rule="peers >= 1",
         readers=("random-peers",),
     )

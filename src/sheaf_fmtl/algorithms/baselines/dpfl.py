@@ -198,24 +198,18 @@ class DPFLKeys(Keys):
         9,
         "DPFL: most collaborators (graph neighbours) a client chooses besides itself (the authors' "
         "cardinality 10 counts the client); it stops earlier when no neighbour lowers its held-out loss.",
-        low=1,
         rule="dpfl_budget >= 1",
     )
     dpfl_period: int = key(
         2,
         "DPFL: rounds between two exchanges (each one chooses the collaborators again and averages with "
         "them); the first comes after two rounds of local training, as in the authors' code.",
-        low=1,
         rule="dpfl_period >= 1",
     )
     dpfl_holdout: float = key(
         0.2,
         "DPFL: fraction of each client's training samples held out of training to choose its "
         "collaborators on (their validation loss).",
-        low=0.0,
-        high=1.0,
-        low_open=True,
-        high_open=True,
         rule="0 < dpfl_holdout < 1",
     )
 

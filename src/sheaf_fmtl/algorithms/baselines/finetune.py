@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ...component_keys import Keys, key
-from ...streams import ClientStreams, stream_seed
+from ...streams import ClientStreams, id_hashes
 from ..protocol.algorithm import Context, State
 
 #: Stream kind of the fine-tuning batches (``sheaf_fmtl.streams``: 2-4, 7-8 and 11-12 are taken).
@@ -38,16 +38,9 @@ S = TypeVar("S", bound=State)
 
 def client_seeds(seed: int, draw: int, clients: np.ndarray) -> np.ndarray:
     """63-bit seeds ``[C]``, one per client id, of fine-tuning number ``draw``: splitmix64 of the id
-    under the key of stream ``(seed, FINETUNE, draw)`` (one vectorised hash for every client, not a
-    ``SeedSequence`` each, which costs ~90 us a client a round)."""
-    key = np.uint64(stream_seed(seed, FINETUNE, draw))
-    x = np.asarray(clients, np.uint64) ^ key
-    with np.errstate(over="ignore"):
-        x = x + np.uint64(0x9E3779B97F4A7C15)
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        x = x ^ (x >> np.uint64(31))
-    return x >> np.uint64(1)
+    under the key of stream ``(seed, FINETUNE, draw)`` (:func:`~sheaf_fmtl.streams.id_hashes`: one
+    vectorised hash for every client, not a ``SeedSequence`` each, ~90 us a client a round)."""
+    return id_hashes(seed, FINETUNE, draw, clients) >> np.uint64(1)
 
 
 class FinetuneStreams(ClientStreams):
@@ -109,6 +102,5 @@ class FinetuneKeys(Keys):
         "`fedavg-ft`, `dpsgd-ft`: passes of plain mini-batch SGD (step `alpha`, batch `batch_size`) over "
         "each client's own training data that turn the shared model into the model the client is scored "
         "with, after every round; the shared model goes on unchanged (fine-tuning never feeds back).",
-        low=1,
         rule="finetune_epochs >= 1",
     )

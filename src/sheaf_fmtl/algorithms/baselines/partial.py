@@ -75,7 +75,6 @@ class PartialKeys(Keys):
         "`partial`: how many of the model's last layers (modules with parameters, e.g. the last "
         "`nn.Linear`'s weight and bias) stay personal and are never sent; the layers before them are "
         "gossiped. At least one layer must be shared: a one-layer model (`logistic`, `linear`) is refused.",
-        low=1,
         rule="personal_layers >= 1",
     )
 

@@ -36,8 +36,6 @@ class PerFedAvgKeys(Keys):
     perfedavg_beta: float = key(
         0.01,
         "Per-FedAvg: meta (outer) step size; `alpha` is the adaptation step.",
-        low=0.0,
-        low_open=True,
         rule="perfedavg_beta > 0",
     )
 

@@ -160,8 +160,6 @@ class PFedGraphKeys(Keys):
         "pFedGraph: weight `alpha` of the data-size prior in each client's graph step, `min_w sum_j w_j "
         "(-cos_ij) + alpha ||w - p||^2` over the simplex of itself and its neighbours (larger: closer to "
         "averaging by sample counts; smaller: to the most similar updates).",
-        low=0.0,
-        low_open=True,
         rule="pfedgraph_alpha > 0",
     )
 

@@ -33,16 +33,12 @@ class PFedMeKeys(Keys):
     """pFedMe's inner solve and server mixing."""
 
     inner_steps: int = key(
-        5, "pFedMe: gradient steps of the inner (Moreau envelope) solve.", low=1, rule="inner_steps >= 1"
+        5, "pFedMe: gradient steps of the inner (Moreau envelope) solve.", rule="inner_steps >= 1"
     )
-    inner_lr: float = key(
-        0.05, "pFedMe: step size of the inner solve.", low=0.0, low_open=True, rule="inner_lr > 0"
-    )
+    inner_lr: float = key(0.05, "pFedMe: step size of the inner solve.", rule="inner_lr > 0")
     pfedme_beta: float = key(
         1.0,
         "pFedMe: server mixing `w <- (1 - beta) w + beta mean_i w_i`.",
-        low=0.0,
-        low_open=True,
         rule="pfedme_beta > 0",
     )
 

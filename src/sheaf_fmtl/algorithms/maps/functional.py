@@ -150,7 +150,6 @@ class ProbeKeys(Keys):
     probe_size: int = key(
         32,
         "`maps=functional`: inputs per probe batch `B`; `B x outputs` floats per message.",
-        low=1,
         rule="probe_size >= 1",
     )
     probe_data: str = key(

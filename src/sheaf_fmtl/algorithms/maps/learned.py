@@ -99,7 +99,6 @@ class StoredMapKeys(Keys):
         "Scale of the initial maps (sigma; `a` for uniform); `null`: `1/sqrt(d_i)` (uniform: "
         "`sqrt(3/d_i)`), so `P^T P` is close to a projection whatever the model size. The paper's "
         "N(0, 1) is `map_scale=1`, which needs `alpha lam` about `d_i` times smaller.",
-        low=0.0,
         rule="map_scale >= 0",
     )
     map_dtype: str = key(
@@ -141,7 +140,6 @@ class LearnedMessageKeys(Keys):
         -1,
         "Fold the rank-one map updates into the maps every so many rounds (-1: about `sqrt(d_ij)`; "
         "1: every round). Same iterates.",
-        low=-1,
         rule="map_defer >= -1 (-1 = auto)",
     )
 

@@ -164,16 +164,12 @@ class ProxyKeys(Keys):
         1.0,
         "`maps=proxy`: fraction of the proxy's coordinates an edge couples each round, redrawn from the seed "
         "(1: the whole proxy, dFedU on the proxies; below 1, `lam` reads as `1/proxy_gamma` times dFedU's).",
-        low=0.0,
-        high=1.0,
-        low_open=True,
         rule="0 < proxy_gamma <= 1",
     )
     distill: float = key(
         1.0,
         "`maps=proxy`: weight of the mutual distillation `KL(proxy || private) + KL(private || proxy)` "
         "between a client's two models (0: each learns alone).",
-        low=0.0,
         rule="distill >= 0",
     )
 
