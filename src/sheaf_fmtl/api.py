@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -91,7 +91,7 @@ class RunResult:
     def final(self) -> float | None:
         """The final mean metric over the clients (``None`` if the run had no evaluation), on the
         test split, or on the validation split when one is held out (``summary["evaluated_on"]``)."""
-        return self.summary["final"]
+        return cast("float | None", self.summary["final"])
 
     @property
     def thetas(self) -> list[torch.Tensor]:

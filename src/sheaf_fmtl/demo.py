@@ -83,7 +83,7 @@ def _demo_run(
     spec: DemoRun,
     run_dir: Path,
     flags: dict[str, Any] | None = None,
-) -> tuple[RunConfig, dict]:
+) -> tuple[RunConfig, dict[str, Any]]:
     """Run one curve of the demo into ``run_dir``; returns its config and summary. ``flags``:
     config keys given as flags (``--seed``, ``--clients``, ...), applied after ``overrides``."""
     from .runtime.run.launching.launch import launch, summary_of
@@ -155,11 +155,11 @@ def _run_problems(
     out: Path,
     quiet: bool,
     flags: dict[str, Any] | None,
-) -> tuple[dict[str, dict[str, dict]], list[tuple[str, list[tuple[Path, str]]]]] | int:
+) -> tuple[dict[str, dict[str, dict[str, Any]]], list[tuple[str, list[tuple[Path, str]]]]] | int:
     """Every run of ``problems`` into ``out``, each run's summary printed: the final numbers of each
     run (by problem and run) and the figure's panels; or, once a signal stopped a run, its exit
     status. A key that no run read is warned about once (each run's own warning is silenced)."""
-    finals: dict[str, dict[str, dict]] = {}
+    finals: dict[str, dict[str, dict[str, Any]]] = {}
     panels = []
     unread: set[str] | None = None  # keys no run of the demo reads
     for problem, extra, specs in problems:
@@ -186,7 +186,7 @@ def _run_problems(
     return finals, panels
 
 
-def _demo_comparisons(finals: dict[str, dict[str, dict]]) -> dict[str, dict]:
+def _demo_comparisons(finals: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Each of :data:`DEMO_COMPARISONS` whose runs exist: the difference of the final metric
     (accuracy points, or the metric's units), the bits ratio (the baseline's bits over the run's;
     ``None`` when either sends nothing)."""

@@ -115,7 +115,7 @@ def _checked_device(name: str) -> str:
     return resolve_device(RunConfig(device=name).device)
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("bench", help="time Sheaf-FMTL rounds against the memory-bandwidth floor")
     p.add_argument(
         "--quick", action="store_true", help="shrink the paper-scale setting to a few hundred MB of maps"

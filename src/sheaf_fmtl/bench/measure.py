@@ -5,6 +5,7 @@ denominator), ``sim.step()`` times, and the current resident set size (the peak 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 
@@ -31,7 +32,7 @@ def copy_bandwidth(nbytes: int, device: str = "cpu", repeats: int = 5) -> float:
     return 2 * nbytes / best
 
 
-def time_steps(sim: Simulation, warmup: int, rounds: int, device: str, desc: str) -> list[float]:
+def time_steps(sim: Simulation[Any], warmup: int, rounds: int, device: str, desc: str) -> list[float]:
     """Seconds of each of ``rounds`` calls of ``sim.step()`` after ``warmup`` untimed ones."""
     for _ in range(warmup):
         sim.step()

@@ -93,7 +93,7 @@ def batched_conv_gemm_rate(
     ]
     total = 0.0
     for f in forms:
-        f()
+        f()  # type: ignore[no-untyped-call]
         total += statistics.median(timed(f, device) for _ in range(repeats))
     return 3 * 2 * group * m * k * n / total
 

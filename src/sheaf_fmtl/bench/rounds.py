@@ -29,7 +29,7 @@ from .timing import timed
 
 
 @contextlib.contextmanager
-def frozen_gradients(sim: Simulation) -> Iterator[None]:
+def frozen_gradients(sim: Simulation[Any]) -> Iterator[None]:
     """Within the block every round reuses one set of local gradients (drawn on entry from the next
     mini-batches) through :attr:`Context.gradient_source`, so timing sees only the rest of a round."""
     previous = sim.ctx.gradient_source
@@ -41,7 +41,7 @@ def frozen_gradients(sim: Simulation) -> Iterator[None]:
         sim.ctx.gradient_source = previous
 
 
-def time_map_work(sim: Simulation, device: str, min_seconds: float = 0.5, blocks: int = 9) -> float:
+def time_map_work(sim: Simulation[Any], device: str, min_seconds: float = 0.5, blocks: int = 9) -> float:
     """Seconds of a round's map work (sheaf term of the theta step, messages, exchanges, map step
     including its periodic folds) with the local gradients frozen: the median over up to ``blocks``
     blocks of whole fold periods (``map_defer`` rounds, so the folds are paid for) of the mean
@@ -65,7 +65,7 @@ def time_map_work(sim: Simulation, device: str, min_seconds: float = 0.5, blocks
         return statistics.median(means)
 
 
-def reference_edges(sim: Simulation, max_bytes: int) -> tuple[list[int], float]:
+def reference_edges(sim: Simulation[Any], max_bytes: int) -> tuple[list[int], float]:
     """Undirected edges whose two maps fit in ``max_bytes`` (all when possible), and the factor that
     scales the subset's edge time to all edges (ratio of map bytes)."""
     layout = ref.sheaf_state(sim).layout
@@ -89,7 +89,7 @@ def reference_budget(s: Setting, device: str) -> int:
     return max(s.ref_max_bytes, free // 2)
 
 
-def time_reference(sim: Simulation, s: Setting, device: str) -> dict[str, Any]:
+def time_reference(sim: Simulation[Any], s: Setting, device: str) -> dict[str, Any]:
     """Seconds per round of the loop reference: per-client autograd gradients + per-edge loop,
     the edge part measured on a subset of edges and scaled when the maps do not fit twice."""
     cfg = sim.config

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -53,4 +53,4 @@ def run_setting_subprocess(s: Setting, device: str, threads: int | None = None) 
         )
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark of setting {s.name!r} failed (exit {proc.returncode})")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return cast("dict[str, Any]", json.loads(proc.stdout.strip().splitlines()[-1]))

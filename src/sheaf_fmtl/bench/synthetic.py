@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -30,14 +31,14 @@ def make_dataset(s: Setting) -> FederatedDataset:
     )
 
 
-def build(s: Setting, device: str = "cpu") -> Simulation:
+def build(s: Setting, device: str = "cpu") -> Simulation[Any]:
     """The Sheaf-FMTL simulation of setting ``s`` on ``device``, ready for ``sim.step()``."""
     cfg = s.config(device)
     fed = build_federation(make_dataset(s), s.model, l2=cfg.l2, device=device)
     return build_simulation(cfg, fed=fed)
 
 
-def lower_bound_bytes(sim: Simulation) -> dict[str, int]:
+def lower_bound_bytes(sim: Simulation[Any]) -> dict[str, int]:
     """What a run cannot do without: every map, every model, every client's data (unpadded)."""
     maps = sum(m.numel() * m.element_size() for m in sheaf_state(sim).maps)
     models = sum(t.numel() * t.element_size() for t in sim.state.thetas)

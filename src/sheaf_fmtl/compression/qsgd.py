@@ -8,6 +8,7 @@ min(d/s^2, sqrt(d)/s)`` so that the compressor contracts, ``omega = 1/tau`` (CHO
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 
@@ -26,7 +27,7 @@ class QSGD:
 
     def tau(self, d: int) -> float:
         s = self.levels
-        return 1.0 + min(d / s**2, math.sqrt(d) / s)
+        return float(1.0 + min(d / s**2, math.sqrt(d) / s))
 
     def raw_bits(self, d: int) -> int:
         return 32 + self.bits * d
@@ -54,4 +55,4 @@ class QSGD:
     def decode(self, wire: torch.Tensor, d: int, draw: Draw) -> torch.Tensor:
         norm = bitpack.bytes_to_floats(wire, 1)
         v = bitpack.unpack_uint(wire[:, 4:], d, self.bits) - self.levels
-        return norm * v.float() / (self.levels * self.tau(d))
+        return cast("torch.Tensor", norm * v.float() / (self.levels * self.tau(d)))

@@ -20,7 +20,7 @@ from .schema import RunConfig, dict_keys, from_mapping
 from .usage import unused_keys
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class _UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc]  # (PyYAML ships no types)
     """SafeLoader that refuses a key given twice in one mapping (instead of keeping the last)."""
 
 
@@ -28,7 +28,7 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
     loader.flatten_mapping(node)
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=deep)
         line = key_node.start_mark.line + 1
         try:
             first = seen.setdefault(key, line)
@@ -43,7 +43,7 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
 
 _UniqueKeyLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_unique_mapping,  # type: ignore[arg-type]
+    _construct_unique_mapping,
 )
 # YAML 1.1 (PyYAML) reads 1e3 and 1e-5 (no dot) as text; a config means the numbers (as YAML 1.2)
 _UniqueKeyLoader.add_implicit_resolver(
@@ -68,7 +68,7 @@ _SEXAGESIMAL = re.compile(r"[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?")  
 def _construct_int(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int:
     text = str(node.value)
     if _LEADING_ZERO.fullmatch(text):
-        octal = loader.construct_yaml_int(node)  # type: ignore[no-untyped-call]
+        octal = loader.construct_yaml_int(node)
         raise _AmbiguousNumber(
             node,
             f"{text} has a leading zero, which YAML 1.1 reads as the octal number {octal}; write "
@@ -76,15 +76,11 @@ def _construct_int(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int:
         )
     if _SEXAGESIMAL.fullmatch(text):
         raise _AmbiguousNumber(node, _base60(loader, node, text))
-    return loader.construct_yaml_int(node)  # type: ignore[no-untyped-call, no-any-return]
+    return int(loader.construct_yaml_int(node))
 
 
 def _base60(loader: _UniqueKeyLoader, node: yaml.ScalarNode, text: str) -> str:
-    value = (
-        loader.construct_yaml_float(node)  # type: ignore[no-untyped-call]
-        if "." in text
-        else loader.construct_yaml_int(node)  # type: ignore[no-untyped-call]
-    )
+    value = loader.construct_yaml_float(node) if "." in text else loader.construct_yaml_int(node)
     return (
         f"{text} is read by YAML 1.1 as a base-60 number ({value}); write {value} for that number, "
         f"or '{text}' for text"
@@ -95,11 +91,11 @@ def _construct_float(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> float:
     text = str(node.value)
     if _SEXAGESIMAL.fullmatch(text):
         raise _AmbiguousNumber(node, _base60(loader, node, text))
-    return loader.construct_yaml_float(node)  # type: ignore[no-untyped-call, no-any-return]
+    return float(loader.construct_yaml_float(node))
 
 
-_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)  # type: ignore[arg-type]
-_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)  # type: ignore[arg-type]
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 
 
 def _yaml_problem(e: yaml.YAMLError) -> str:
@@ -183,7 +179,7 @@ def parse_yaml(text: str, where: str) -> Any:
         at = f", line {line}" if "\n" in text.strip() or where.startswith("config file") else ""
         raise ConfigError(f"{where}{at}: {e.why}") from None
     finally:
-        loader.dispose()  # type: ignore[no-untyped-call]
+        loader.dispose()
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:

@@ -92,7 +92,7 @@ def reads(config: Mapping[str, Any], key: str) -> bool:
     if config.get("topology", "none") != "none":
         return True  # a special case sets the maps' keys itself
     if key == "maps":
-        return config.get("algorithm", default_of("algorithm")) == "sheaf-fmtl"
+        return bool(config.get("algorithm", default_of("algorithm")) == "sheaf-fmtl")
     table = read_by()
     if key not in table:
         return True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -80,7 +81,7 @@ def standardization(x_train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def standardize(x: np.ndarray, stats: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """``(x - mean) / std`` in float32."""
     mean, std = stats
-    return ((x - mean) / std).astype(np.float32)
+    return cast("np.ndarray", ((x - mean) / std).astype(np.float32))
 
 
 def apply_protocol(raw: RawFederated, seed: int, options: ProtocolOptions | None = None) -> FederatedDataset:

@@ -8,6 +8,7 @@ Read from ``school.mat`` (object arrays ``X``, ``Y`` of shape (1, 139)) or ``sch
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.io
@@ -20,7 +21,7 @@ N_SCHOOLS, N_FEATURES = 139, 28
 SCHOOL_FILES = ("school.mat", "school.npz", "school/school.mat")
 
 
-def _clients(path: Path, xs: list, ys: list) -> list[RawClient]:
+def _clients(path: Path, xs: list[Any], ys: list[Any]) -> list[RawClient]:
     if len(xs) != N_SCHOOLS or len(ys) != N_SCHOOLS:
         raise DatasetError(f"{path}: {len(xs)} X and {len(ys)} Y entries; expected {N_SCHOOLS} schools")
     out = []

@@ -121,7 +121,7 @@ def _same_config(saved: Any, config: RunConfig) -> bool:
     saved = renamed_keys(saved)
     defaults = json.loads(json.dumps(_key(RunConfig())))
     new = {k for k in want.keys() - saved.keys() if want[k] == defaults.get(k)}
-    return {k: v for k, v in want.items() if k not in new} == saved
+    return bool({k: v for k, v in want.items() if k not in new} == saved)
 
 
 def run_folder(
@@ -168,7 +168,7 @@ def _stopped_run_of(config: RunConfig, folder: Path) -> bool:
             want["lam"] = saved.get("lam")
         else:  # the mode's or the algorithm's fixed default
             want["lam"] = default_lam(config.replace(maps=want.get("maps", config.maps)))
-    return saved == json.loads(json.dumps(want, default=str))
+    return bool(saved == json.loads(json.dumps(want, default=str)))
 
 
 def _run_in(config: RunConfig, folder: Path, marker: Mapping[str, Any], fed: Any) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import copy
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import torch
@@ -124,7 +125,7 @@ class Cohort(StackedClients):
         return {n: p.view(s) for n, p, s in zip(self.names, parts, self.shapes, strict=True)}
 
     def _forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.module, self.unflatten(flat), (x,))
+        return cast("torch.Tensor", functional_call(self.module, self.unflatten(flat), (x,)))
 
     def _linear_forward(self, thetas: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         assert self._linear_io is not None
@@ -269,14 +270,16 @@ class Cohort(StackedClients):
             return self._fused_grad(thetas, x, y, mask, active)
         grad = self._grad if noise is None else lambda *a: self._noisy_grad(*a, noise)
         if active is None:
-            return grad(thetas, x, y, mask)
-        g, f = grad(thetas.index_select(0, active), x, y, mask)
+            return grad(thetas, x, y, mask)  # type: ignore[no-untyped-call]
+        g, f = grad(thetas.index_select(0, active), x, y, mask)  # type: ignore[no-untyped-call]
         return (
             torch.zeros_like(thetas).index_copy_(0, active, g),
             thetas.new_zeros(len(thetas)).index_copy_(0, active, f),
         )
 
-    def _chunked(self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, n: torch.Tensor, score: str):
+    def _chunked(
+        self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, n: torch.Tensor, score: str
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-client sums over the valid samples of ``x`` of the loss or the test score, in sample
         chunks so that evaluating large datasets never holds every activation at once."""
         clients, n_max = x.shape[:2]
@@ -300,7 +303,7 @@ class Cohort(StackedClients):
         x, y, n = (self.x_train, self.y_train, self.n_train) if full else self._eval_subsample()
         total, count = self._chunked(thetas, x, y, n, "loss")
         reg = (count > 0).to(thetas.dtype) * 0.5 * self.l2 * (thetas * thetas).sum(1)
-        return total / count.clamp(min=1) + reg
+        return cast("torch.Tensor", total / count.clamp(min=1) + reg)
 
     def test_metric(self, thetas: torch.Tensor) -> torch.Tensor:
         """Per client: test accuracy (classification) or test MSE (regression), ``[C]``; with a user
@@ -314,7 +317,7 @@ class Cohort(StackedClients):
             ]
             return thetas.new_tensor(values)
         total, count = self._chunked(thetas, self.x_test, self.y_test, self.n_test, "score")
-        return total / count.clamp(min=1)
+        return cast("torch.Tensor", total / count.clamp(min=1))
 
     def init_thetas(self, seed: int, common: bool = False) -> torch.Tensor:
         """Parameters from the module's default initialiser: one draw per client, seeded per client,

@@ -12,7 +12,7 @@ inside the function, returned as the auxiliary output), so the update is functio
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 from torch import nn
@@ -71,7 +71,7 @@ class CohortNorms:
         return given
 
     def _forward(self, flat: torch.Tensor, stats: Stats, x: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.cohort.module, self._given(flat, stats, None), (x,))
+        return cast("torch.Tensor", functional_call(self.cohort.module, self._given(flat, stats, None), (x,)))
 
     def _loss(
         self,

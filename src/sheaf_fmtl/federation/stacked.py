@@ -199,7 +199,7 @@ class StackedClients:
             rows = torch.cat([p + s * size for s, p in enumerate(parts)]).to(plan.order.device)
             self._active_rows[b] = (rows, [len(p) for p in parts])
         rows, counts = self._active_rows[b]
-        picked = by_step.reshape(-1, b).index_select(0, rows).split(counts)
+        picked = by_step.reshape(-1, b).index_select(0, rows).split(counts)  # type: ignore[no-untyped-call]
         steps = [p[:, : m.shape[1]] for p, (_, m, _) in zip(picked, static, strict=True)]
         self._plan_rows = (plan, b, steps)
         return steps

@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..config.files import replace_file
 from ..data.bounded import LARGE, read_text_bounded
@@ -154,4 +154,4 @@ def write_aggregate(run_dirs: Sequence[str | Path], out_dir: str | Path) -> dict
         per_seed = ", ".join(f"{v:.6g}" for v in st.values) or "n/a"
         lines.append(f"| {label} | {format_pm(st, spec='.6g')} | {st.n} | {per_seed} |")
     replace_file(out / "aggregate.md", "\n".join(lines) + "\n")
-    return payload
+    return cast("dict[str, Any]", payload)

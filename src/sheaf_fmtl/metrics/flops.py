@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -111,7 +111,7 @@ class SampleCounter:
     def _wrap(self, k: int, gradients: Any) -> Any:
         def counted(thetas: torch.Tensor, batch: Any, *noise: Any) -> tuple[torch.Tensor, torch.Tensor]:
             self.counts[k] += batch[2].detach().sum().to(torch.int64)  # batch = (x, y, mask, ...)
-            return gradients(thetas, batch, *noise)
+            return cast("tuple[torch.Tensor, torch.Tensor]", gradients(thetas, batch, *noise))
 
         return counted
 

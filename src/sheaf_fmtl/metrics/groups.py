@@ -118,7 +118,7 @@ def group_by_config(
     cfgs = [read_config(r) for r in runs] if configs is None else list(configs)
     if len(cfgs) != len(runs):
         raise ValueError(f"{len(runs)} run folders but {len(cfgs)} configs")
-    order: dict[tuple, list[int]] = {}
+    order: dict[tuple[Any, ...], list[int]] = {}
     for i, cfg in enumerate(cfgs):
         key = tuple(sorted(_experiment(cfg, ignore).items(), key=lambda kv: kv[0]))
         order.setdefault(key, []).append(i)

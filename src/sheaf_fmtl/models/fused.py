@@ -319,7 +319,7 @@ class FusedCNN:
     def _backward(
         self,
         params: list[tuple[torch.Tensor | None, torch.Tensor | None]],
-        saved: list,
+        saved: list[Any],
         grad: torch.Tensor,
         clients: int,
         batch: int,

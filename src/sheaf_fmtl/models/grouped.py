@@ -18,7 +18,7 @@ ReLU, MaxPool2d, Flatten and Unflatten; :func:`supports` says whether a module q
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -112,14 +112,16 @@ def conv2d_nhwc(
         x = F.pad(x, (0, 0, pw, pw, ph, ph))
     w = weight.permute(0, 3, 4, 2, 1).reshape(clients, kh * kw * ch, out)
     b = bias if bias is not None else weight.new_zeros(clients, out)
-    return _Conv.apply(x.contiguous(), w, b, (kh, kw))[0]
+    return cast("torch.Tensor", _Conv.apply(x.contiguous(), w, b, (kh, kw))[0])  # type: ignore[no-untyped-call]
 
 
 def _pool_nhwc(x: torch.Tensor, layer: nn.MaxPool2d) -> torch.Tensor:
     """Max pool of ``[C, B, H, W, ch]`` through a channels-last ``[C*B, ch, H, W]`` view."""
     clients, batch, h, w, ch = x.shape
     out = layer(x.reshape(clients * batch, h, w, ch).permute(0, 3, 1, 2))
-    return out.permute(0, 2, 3, 1).reshape(clients, batch, out.shape[2], out.shape[3], ch)
+    return cast(
+        "torch.Tensor", out.permute(0, 2, 3, 1).reshape(clients, batch, out.shape[2], out.shape[3], ch)
+    )
 
 
 def _pool_before_relu(layers: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:

@@ -24,7 +24,7 @@ import inspect
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -228,7 +228,7 @@ class UserLoss:
 
     def __call__(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if self.vector:
-            return self.fn(out, shaped_targets(out, y))
+            return cast("torch.Tensor", self.fn(out, shaped_targets(out, y)))
         return vmap(self._one)(out, y)
 
     def check(self, out: torch.Tensor, y: torch.Tensor) -> None:

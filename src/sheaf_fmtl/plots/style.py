@@ -13,7 +13,9 @@ import matplotlib
 from cycler import cycler
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot  # noqa: E402
+
+plt = matplotlib.pyplot  # (the figures' pyplot, with the backend set above; other modules take it from here)
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402

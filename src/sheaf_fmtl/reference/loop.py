@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -55,18 +55,18 @@ class ReferenceState:
         return sum(p.numel() * p.element_size() for p in self.maps.values())
 
 
-def sheaf_state(sim: Simulation) -> Any:
+def sheaf_state(sim: Simulation[Any]) -> Any:
     """The simulation's Sheaf-FMTL state (``thetas``, ``maps`` per bucket ``[H_b, d_e, d]``, ``layout``);
     typed loosely so the harness follows whatever state class the kernel uses."""
     return sim.state
 
 
-def client_theta(sim: Simulation, i: int) -> torch.Tensor:
+def client_theta(sim: Simulation[Any], i: int) -> torch.Tensor:
     fed = sim.ctx.fed
-    return sim.state.thetas[int(fed.cohort_of[i])][int(fed.position[i])]
+    return cast("torch.Tensor", sim.state.thetas[int(fed.cohort_of[i])][int(fed.position[i])])
 
 
-def from_simulation(sim: Simulation, edges: Iterable[int] | None = None) -> ReferenceState:
+def from_simulation(sim: Simulation[Any], edges: Iterable[int] | None = None) -> ReferenceState:
     """Copy thetas (all clients) and the maps of ``edges`` (undirected edge ids; default: all)
     out of the library's stacked state (``maps[b][k]`` is the map of half-edge ``b.half_edges[k]``)."""
     layout, maps = sheaf_state(sim).layout, sheaf_state(sim).maps
@@ -179,7 +179,7 @@ class CheckResult:
         return self.theta_rel < 1e-5 and self.map_rel < 1e-5
 
 
-def compare(sim: Simulation, state: ReferenceState) -> tuple[float, float, float, float]:
+def compare(sim: Simulation[Any], state: ReferenceState) -> tuple[float, float, float, float]:
     """Max abs and relative differences of thetas and maps between the library and the reference."""
     theta_d = theta_m = map_d = map_m = 0.0
     for i, t in state.thetas.items():
@@ -194,7 +194,7 @@ def compare(sim: Simulation, state: ReferenceState) -> tuple[float, float, float
     return theta_d, theta_d / max(theta_m, 1e-30), map_d, map_d / max(map_m, 1e-30)
 
 
-def check_against_library(sim: Simulation, rounds: int = 5) -> CheckResult:
+def check_against_library(sim: Simulation[Any], rounds: int = 5) -> CheckResult:
     """Run ``rounds`` of ``sim.step()`` and of :func:`reference_round` from the same initial state
     with full-batch gradients (the simulation's config must have ``batch_size = 0``)."""
     cfg = sim.config

@@ -9,6 +9,8 @@ saved ``config.yaml`` records that.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..config import ConfigError, RunConfig
 from ..data.synthetic import CLUSTERS_DEFAULTS, clusters_feature_sets
 from ..federation import build_federation
@@ -27,7 +29,7 @@ TOPOLOGIES = {
 }
 
 
-def build_topology(config: RunConfig) -> Simulation:
+def build_topology(config: RunConfig) -> Simulation[Any]:
     """The simulation of ``config.topology`` (one of :data:`TOPOLOGIES`); run it with
     ``runtime.run.loop.run(sim.config, out, sim=sim)``. Raises :class:`ConfigError` when the config
     does not fit the special case."""
@@ -49,7 +51,7 @@ def build_topology(config: RunConfig) -> Simulation:
     return weighted_fmtl(config, fed, build_graph(config, fed.num_clients))
 
 
-def _hybrid_fl(config: RunConfig) -> Simulation:
+def _hybrid_fl(config: RunConfig) -> Simulation[Any]:
     """Hybrid FL on ``synthetic-clusters``: client ``k`` sees a random subset of the ``F`` features
     (known from the seed), a server node 0 without data holds all ``F``."""
     if config.dataset != "synthetic-clusters":
@@ -84,7 +86,7 @@ __all__ = [
 ]
 
 
-def build(config: RunConfig) -> Simulation:
+def build(config: RunConfig) -> Simulation[Any]:
     """The simulation ``config`` asks for: :func:`build_topology` when it names a special case
     (``topology``), else :func:`sheaf_fmtl.runtime.engine.simulate.build_simulation`. What ``sheaf-fmtl run``
     and :func:`sheaf_fmtl.run` pass to the runtime as its builder."""

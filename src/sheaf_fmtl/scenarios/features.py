@@ -4,6 +4,7 @@ FL's selection matrices (paper, "Connection with hybrid FL") put on the edges of
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,7 +22,7 @@ def shared_feature_maps(
     dataset: FederatedDataset,
     features: Sequence[Sequence[int] | np.ndarray],
     graph: ClientGraph | None = None,
-) -> Simulation:
+) -> Simulation[Any]:
     """Sheaf-FMTL with fixed, feature-aware restriction maps for clients that see different subsets
     of one feature space: client ``i``'s columns are the global features ``features[i]``, in order.
 

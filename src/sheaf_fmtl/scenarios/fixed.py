@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
-from ..algorithms.maps.learned import SheafFMTL, SheafState
+from ..algorithms.maps.learned import SheafFMTL
+from ..algorithms.maps.learned_state import SheafState
 from ..config import RunConfig
 from ..federation import Cohorts
 from ..runtime.engine.simulate import Simulation, build_simulation
@@ -52,7 +54,7 @@ def linear_selection(features: Sequence[int] | np.ndarray, num_features: int, ou
     return linear_columns(f, num_features, outputs)
 
 
-def set_fixed_maps(sim: Simulation, edge_dims: np.ndarray, map_of: MapOf) -> None:
+def set_fixed_maps(sim: Simulation[Any], edge_dims: np.ndarray, map_of: MapOf) -> None:
     """Replace a fresh ``sheaf-fmtl`` simulation's layout and maps by ``P_ij = map_of(i, j)``
     (``[edge_dims[e], d_i]``), stacked per shape bucket, and rerun the start-up stability check on
     them (per ``sim.config``). On a weighted graph the run scales edge ``{i, j}``'s terms by
@@ -78,7 +80,7 @@ def set_fixed_maps(sim: Simulation, edge_dims: np.ndarray, map_of: MapOf) -> Non
 
 def with_fixed_maps(
     config: RunConfig, fed: Cohorts, graph: ClientGraph, edge_dims: np.ndarray, map_of: MapOf
-) -> Simulation:
+) -> Simulation[Any]:
     """A ``sheaf-fmtl`` simulation of ``config`` (``eta`` must be 0) on ``fed`` and ``graph`` whose
     maps are ``map_of`` (:func:`set_fixed_maps`); the stability check runs on these maps only (not
     on the maps drawn at build, which are replaced)."""
@@ -89,7 +91,7 @@ def with_fixed_maps(
     return sim
 
 
-def weighted_fmtl(config: RunConfig, fed: Cohorts, graph: ClientGraph) -> Simulation:
+def weighted_fmtl(config: RunConfig, fed: Cohorts, graph: ClientGraph) -> Simulation[Any]:
     """Sheaf-FMTL with fixed ``P_ij = I_d``, ``d_ij = d``, on ``graph`` whose weights ``a_ij`` (1
     where unweighted) scale each edge's terms (maps acting as ``sqrt(a_ij) I_d``): the conventional
     FMTL objective ``sum_i f_i + lam/2 sum_{e={i,j}} a_ij ||theta_i - theta_j||^2`` (paper eq. (9),

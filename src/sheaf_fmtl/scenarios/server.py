@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -53,7 +54,7 @@ def star(num_nodes: int) -> ClientGraph:
     return make_graph("star", num_nodes)
 
 
-def personalised_fl(config: RunConfig, dataset: FederatedDataset) -> Simulation:
+def personalised_fl(config: RunConfig, dataset: FederatedDataset) -> Simulation[Any]:
     """Sheaf-FMTL on ``dataset`` plus a data-free server node 0, over a star, with identity maps.
 
     Iterates (Algorithm 1 with ``P = I``): ``theta_i <- theta_i - alpha (g_i + lam (theta_i -
@@ -66,7 +67,7 @@ def personalised_fl(config: RunConfig, dataset: FederatedDataset) -> Simulation:
 
 def hybrid_fl(
     config: RunConfig, dataset: FederatedDataset, features: Sequence[Sequence[int] | np.ndarray]
-) -> Simulation:
+) -> Simulation[Any]:
     """Sheaf-FMTL as hybrid FL: node 0 of ``dataset`` is the server and holds all ``F`` features;
     client ``i >= 1`` holds the server's features ``features[i - 1]`` (its columns, in order).
 

@@ -182,7 +182,7 @@ class DPFLState(GossipState):
 def _dpfl_flops(config: RunConfig, dim: int, clients: int, half_edges: int) -> int:
     """A round's model combinations, on average: every ``dpfl_period`` rounds ``dpfl_budget`` greedy
     steps of one candidate average per half-edge (their forward passes are not counted)."""
-    return 3 * dim * half_edges * config.dpfl_budget // config.dpfl_period
+    return int(3 * dim * half_edges * config.dpfl_budget // config.dpfl_period)
 
 
 def exchange_round(t: int, every: int) -> bool:

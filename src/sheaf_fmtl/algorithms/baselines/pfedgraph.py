@@ -27,7 +27,7 @@ round. ``init = per-client`` is refused: the updates are measured from the commo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -142,7 +142,7 @@ def pull_gradient(theta: torch.Tensor, anchor: torch.Tensor, lam: float) -> torc
     ``-lam (c - <c, u> u) / ||theta||`` with ``u = theta / ||theta||``."""
     norm = theta.norm(dim=1, keepdim=True).clamp(min=torch.finfo(theta.dtype).tiny)
     u = theta / norm
-    return -lam * (anchor - (anchor * u).sum(1, keepdim=True) * u) / norm
+    return cast("torch.Tensor", -lam * (anchor - (anchor * u).sum(1, keepdim=True) * u) / norm)
 
 
 def _graph_flops(config: RunConfig, dim: int, clients: int, half_edges: int) -> int:

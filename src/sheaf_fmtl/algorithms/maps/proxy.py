@@ -115,7 +115,7 @@ def proxy_name(config: RunConfig, fed: Cohorts) -> str:
                 f"config key 'proxy_model' = {config.proxy_model!r} is not a built-in model; "
                 f"allowed: {allowed}"
             )
-        return config.proxy_model
+        return str(config.proxy_model)
     names = [default_model(fed.task) if n.strip() == "auto" else n.strip() for n in config.model.split(",")]
     dims = fed.node_dims()
     sizes = sorted((int(dims[k]), n) for k, n in enumerate(names[: len(dims)]) if n in MODELS)

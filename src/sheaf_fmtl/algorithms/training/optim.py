@@ -53,7 +53,7 @@ def learning_rate(config: RunConfig, round_index: int) -> float:
         table = lr_table(config)
         return table[min(round_index, len(table) - 1)]
     if config.lr_schedule == "step":
-        return config.alpha * config.lr_step_gamma ** (round_index // config.lr_step_every)
+        return float(config.alpha * config.lr_step_gamma ** (round_index // config.lr_step_every))
     if config.lr_schedule == "cosine":
         return (
             config.alpha * 0.5 * (1.0 + math.cos(math.pi * min(round_index, config.rounds) / config.rounds))

@@ -17,7 +17,7 @@ import torch
 from ...algorithms import Algorithm, Context, State, make_algorithm
 from ...algorithms.maps.auto import coupled_dims as _coupled_dims
 from ...algorithms.maps.auto import fallback_note, resolve_coupling
-from ...algorithms.maps.learned import SheafState
+from ...algorithms.maps.learned_state import SheafState
 from ...algorithms.training.coupling_strength import negligible_note
 from ...algorithms.training.epoch import StaticEpoch, resolve_compile
 from ...config import ConfigError, RunConfig
