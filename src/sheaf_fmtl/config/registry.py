@@ -134,8 +134,12 @@ def _with_keys(spec: Any, component: str) -> Any:  # noqa: ANN401 - an Algorithm
     for cls in spec.keys:
         if not (isinstance(cls, type) and issubclass(cls, Keys)):
             raise ValueError(f"{spec.name}: keys = {spec.keys!r}; give classes of Keys")
-        if all(entry.cls is not cls for entry in declared()):
+        earlier = next((entry for entry in declared() if entry.cls is cls), None)
+        kind, _, name = component.partition(" ")
+        if earlier is None:
             declare_keys(component)(cls)
+        elif earlier.component.startswith(kind + " "):  # read by several entries: each named
+            declare_keys(f"{earlier.component}, {name}")(cls)
         own += [f.name for f in dataclasses.fields(cls) if f.name not in spec.reads]
     return dataclasses.replace(spec, reads=(*spec.reads, *own)) if own else spec
 

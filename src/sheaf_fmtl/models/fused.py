@@ -28,22 +28,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from .fused_steps import Layer, conv_backward, flatten, linear_backward, to_grouped, unflatten
 from .grouped import supports
 
 __all__ = ["FusedCNN", "supports"]
-
-
-@dataclass(frozen=True)
-class _Layer:
-    """One layer of the plan: its kind, its parameter slots in the layer-major buffer and shapes."""
-
-    kind: str  # conv, linear, relu, pool, flatten (to [C, B, features]), unflatten
-    weight: tuple[int, int, tuple[int, ...]] | None = None  # (offset, numel, shape) in one client
-    bias: tuple[int, int, tuple[int, ...]] | None = None
-    padding: tuple[int, int] = (0, 0)
-    pool: tuple[tuple[int, int], tuple[int, int], tuple[int, int], bool] | None = None
-    shape: tuple[int, ...] = ()  # unflatten: the sizes that per-sample dimension ``dim`` becomes
-    dim: int = 0
 
 
 def _pool_before_relu(layers: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
@@ -67,7 +55,7 @@ class FusedCNN:
 
     module: nn.Sequential
     task: str
-    layers: list[_Layer] = field(init=False)
+    layers: list[Layer] = field(init=False)
     dim: int = field(init=False)
     _perm: dict[tuple[Any, ...], tuple[Any, torch.Tensor]] = field(
         init=False, default_factory=dict, repr=False
@@ -84,29 +72,29 @@ class FusedCNN:
             slots[name] = (offset, p.numel(), tuple(p.shape))
             offset += p.numel()
         self.dim = offset
-        layers: list[_Layer] = []
+        layers: list[Layer] = []
         for name, m in _pool_before_relu(list(self.module.named_children())):
             if isinstance(m, nn.Conv2d):
                 pad = m.padding
                 assert isinstance(pad, tuple)
                 layers.append(
-                    _Layer("conv", slots[f"{name}.weight"], slots.get(f"{name}.bias"), padding=_pair(pad))
+                    Layer("conv", slots[f"{name}.weight"], slots.get(f"{name}.bias"), padding=_pair(pad))
                 )
             elif isinstance(m, nn.Linear):
-                layers.append(_Layer("linear", slots[f"{name}.weight"], slots.get(f"{name}.bias")))
+                layers.append(Layer("linear", slots[f"{name}.weight"], slots.get(f"{name}.bias")))
             elif isinstance(m, nn.ReLU):
-                layers.append(_Layer("relu"))
+                layers.append(Layer("relu"))
             elif isinstance(m, nn.MaxPool2d):
                 stride = m.stride if m.stride is not None else m.kernel_size
                 spec = (_pair(m.kernel_size), _pair(stride), _pair(m.padding), bool(m.ceil_mode))
                 if _pair(m.dilation) != (1, 1):
                     raise ValueError("FusedCNN supports max pools without dilation")
-                layers.append(_Layer("pool", pool=spec))
+                layers.append(Layer("pool", pool=spec))
             elif isinstance(m, nn.Flatten):
-                layers.append(_Layer("flatten"))
+                layers.append(Layer("flatten"))
             elif isinstance(m, nn.Unflatten):
                 sizes = tuple(int(s) for s in m.unflattened_size)
-                layers.append(_Layer("unflatten", shape=sizes, dim=int(m.dim)))
+                layers.append(Layer("unflatten", shape=sizes, dim=int(m.dim)))
         grouped_layout = False
         for layer in layers:  # pools only between convolutions; flatten with its default dims
             grouped_layout = layer.kind == "conv" or (grouped_layout and layer.kind in ("relu", "pool"))
@@ -228,11 +216,11 @@ class FusedCNN:
         for layer, (w, b) in zip(self.layers, params, strict=True):
             if layer.kind == "unflatten":
                 saved.append(tuple(h.shape))
-                h = _unflatten(h, layer, clients, batch)
+                h = unflatten(h, layer, clients, batch)
             elif layer.kind == "conv":
                 assert w is not None
                 if not grouped_layout:
-                    h = _to_grouped(h, batch)
+                    h = to_grouped(h, batch)
                     grouped_layout = True
                 saved.append((h,))
                 h = torch.conv2d(h, w, b, 1, layer.padding, 1, clients)
@@ -248,7 +236,7 @@ class FusedCNN:
                 h = torch.relu(h)
                 saved.append((h,))
             elif layer.kind == "flatten":
-                h, shape = _flatten(h, clients, batch, grouped_layout)
+                h, shape = flatten(h, clients, batch, grouped_layout)
                 saved.append(shape)
                 grouped_layout = False
             else:  # linear on [C, B, in]
@@ -332,7 +320,7 @@ class FusedCNN:
             need_input = k > first_param
             if layer.kind == "linear":
                 assert w is not None
-                grad, found = _linear_backward(grad, kept[0], w, b, need_input)
+                grad, found = linear_backward(grad, kept[0], w, b, need_input)
                 grads[:0] = found
             elif layer.kind == "relu":
                 (out,) = kept
@@ -342,7 +330,7 @@ class FusedCNN:
             elif layer.kind == "flatten":
                 grad = grad.reshape(kept)  # [C, B, ch, H, W] after convolutions, else the input's shape
                 if len(kept) == 5 and k > 0 and self._grouped_before(k):  # -> [B, C*ch, H, W] channels-last
-                    grad = _to_grouped(grad, batch)
+                    grad = to_grouped(grad, batch)
             elif layer.kind == "pool":
                 h_in, idx = kept
                 kernel, stride, padding, ceil = layer.pool  # type: ignore[misc]
@@ -351,73 +339,6 @@ class FusedCNN:
                 )
             elif layer.kind == "conv":
                 assert w is not None
-                grad, found = _conv_backward(grad, kept[0], w, b, layer.padding, clients, need_input)
+                grad, found = conv_backward(grad, kept[0], w, b, layer.padding, clients, need_input)
                 grads[:0] = found
         return grads
-
-
-def _to_grouped(h: torch.Tensor, batch: int) -> torch.Tensor:
-    """``[C, B, ch, H, W]`` -> ``[B, C*ch, H, W]`` channels-last (memory ``[B, H, W, C, ch]``): the
-    layout of the grouped convolutions, for activations and for their gradients."""
-    hh, ww = h.shape[3:]
-    return h.permute(1, 3, 4, 0, 2).contiguous().permute(0, 3, 4, 1, 2).reshape(batch, -1, hh, ww)
-
-
-def _unflatten(h: torch.Tensor, layer: _Layer, clients: int, batch: int) -> torch.Tensor:
-    """``h [C, B, *sample]`` with per-sample dimension ``layer.dim`` split into ``layer.shape``."""
-    sample = list(h.shape[2:])
-    d = layer.dim - 1 if layer.dim > 0 else len(sample) + layer.dim
-    return h.reshape(clients, batch, *sample[:d], *layer.shape, *sample[d + 1 :])
-
-
-def _flatten(
-    h: torch.Tensor, clients: int, batch: int, grouped_layout: bool
-) -> tuple[torch.Tensor, tuple[int, ...]]:
-    """``(h [C, B, features], the shape its gradient goes back to)``: from the grouped layout each
-    sample is flattened as NCHW (gradient shape ``[C, B, ch, H, W]``), else ``h``'s own shape."""
-    if grouped_layout:
-        _, cc, hh, ww = h.shape
-        shape = (clients, batch, cc // clients, hh, ww)
-        return h.view(batch, clients, -1, hh, ww).transpose(0, 1).reshape(clients, batch, -1), shape
-    return h.reshape(clients, batch, -1), tuple(h.shape)
-
-
-def _linear_backward(
-    grad: torch.Tensor, h_in: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, need_input: bool
-) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """``(grad of the input (or ``grad`` itself when not needed), [flat grad of w, of b])`` of a
-    linear layer on ``[C, B, in]``."""
-    found = [torch.bmm(grad.transpose(1, 2), h_in).view(-1)]
-    if b is not None:
-        found.append(grad.sum(1).view(-1))
-    return (torch.bmm(grad, w) if need_input else grad), found
-
-
-def _conv_backward(
-    grad: torch.Tensor,
-    h_in: torch.Tensor,
-    w: torch.Tensor,
-    b: torch.Tensor | None,
-    padding: tuple[int, int],
-    clients: int,
-    need_input: bool,
-) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """``(grad of the input (``None`` when not needed), [flat grad of w, of b])`` of a grouped
-    convolution, the weight's gradient in the channels-last order of :meth:`FusedCNN._index`."""
-    dx, dw, db = torch.ops.aten.convolution_backward(
-        grad,
-        h_in,
-        w,
-        None if b is None else [b.shape[0]],
-        [1, 1],
-        list(padding),
-        [1, 1],
-        False,
-        [0, 0],
-        clients,
-        [need_input, True, b is not None],
-    )
-    found = [dw.permute(0, 2, 3, 1).reshape(-1)]  # a view when dw is channels-last
-    if b is not None:
-        found.append(db.view(-1))
-    return dx, found
