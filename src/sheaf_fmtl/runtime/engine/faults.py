@@ -21,6 +21,8 @@ Both runtimes call this module; it decides nothing about an algorithm's mathemat
 - A :class:`~.schedule.Schedule` (``graph_schedule``, ``join_round``): an edge inactive this round or
   a client that has not joined yet is treated as lost or sitting out, sends nothing (no bits) and is
   not counted as a dropped message; the plan's faults apply on top of the round's active edges.
+  A client that :class:`~.participation.Participation` (``clients_per_round``) did not draw this
+  round is absent the same way (:attr:`Faults.left_out`).
 
 A process holding some clients (a shard) builds ``Faults(plan, graph)`` on the whole graph, calls
 :meth:`Faults.begin_round` each round, :meth:`Faults.sent_bits` on what it sends, :meth:`Faults.accept`
@@ -46,6 +48,7 @@ from ...streams import uniforms
 
 if TYPE_CHECKING:
     from ...config import RunConfig
+    from .participation import Participation
     from .schedule import Schedule
 
 CLIENT_OUT, LINK_DOWN = 11, 12  # stream kinds of the drop draws (see sheaf_fmtl.streams)
@@ -151,10 +154,16 @@ class Faults:
     dropped, but every payload is still validated."""
 
     def __init__(
-        self, plan: DropPlan | None = None, graph: ClientGraph | None = None, schedule: Schedule | None = None
+        self,
+        plan: DropPlan | None = None,
+        graph: ClientGraph | None = None,
+        schedule: Schedule | None = None,
+        participation: Participation | None = None,
     ) -> None:
         self.plan = plan if plan is not None and plan.active and graph is not None else None
         self.schedule = schedule if graph is not None else None
+        self.participation = participation if graph is not None else None
+        self.left_out: np.ndarray | None = None  # [N] not drawn to take part this round (None: all are)
         self.graph = graph
         self.round = 0
         self.dropped = 0
@@ -163,19 +172,25 @@ class Faults:
         self._lost: np.ndarray | None = None  # [2E] scheduled this round but lost to the plan
         self._out: np.ndarray | None = None  # [N] clients sitting this round out, None: none
         self._out_plan: np.ndarray | None = None  # [N] those of them the plan drew (not absent)
+        self._out_kept: np.ndarray | None = None  # [N] those of them not left out by sampling alone
 
     # -- the round ---------------------------------------------------------------------------
     def begin_round(self, round_: int | None = None) -> None:
         """Draw round ``round_`` (default: the one after the last) of the plan."""
         self.round = self.round + 1 if round_ is None else round_
         g = self.graph
-        if (self.plan is None and self.schedule is None) or g is None:
+        self.left_out = self.participation.left_out(self.round) if self.participation else None
+        if (self.plan is None and self.schedule is None and self.left_out is None) or g is None:
             return
         r, n, h = self.round, g.num_nodes, g.num_half_edges
         plan_out = self.plan.sitting_out(r, np.arange(n)) if self.plan else np.zeros(n, bool)
         link_up = self.plan.link_up(r, np.arange(h)) if self.plan else np.ones(h, bool)
         active = self.schedule.active(r) if self.schedule else None
         absent = self.schedule.absent(r) if self.schedule else None
+        kept = plan_out if absent is None else plan_out | absent  # out for a fault or not joined yet
+        self._out_kept = kept if kept.any() else None
+        if self.left_out is not None:  # not drawn this round: absent, as a client yet to join
+            absent = self.left_out if absent is None else absent | self.left_out
         scheduled = np.ones(h, bool) if active is None else active  # what would be sent without faults
         if absent is not None:
             scheduled = scheduled & ~absent[g.src] & ~absent[g.dst]
@@ -268,11 +283,16 @@ class Faults:
         """Put back, for the clients that sat this round out, the rows of every per-client field
         (``state.client_rows``: a list of per-cohort stacks, or one stack) as they were at the start
         of the round (``before``, from :meth:`snapshot`). ``rows[c]``: the global client id of each
-        row of cohort ``c``'s stack (``Cohort.clients``; a shard holds some clients only)."""
-        out = self._out
-        if out is None:
+        row of cohort ``c``'s stack (``Cohort.clients``; a shard holds some clients only). The fields
+        of ``state.server_rows`` (a server's model every client holds) are put back only for the
+        clients out for a fault or not joined: one not drawn by client sampling takes the server's."""
+        if self._out is None:
             return
+        following = getattr(state, "server_rows", ())
         for name, old in before.items():
+            out = self._out_kept if name in following else self._out
+            if out is None:
+                continue
             new = getattr(state, name)
             if new is None:  # a field this run does not use (e.g. no compressor's copies)
                 continue

@@ -104,10 +104,11 @@ class EdgeTransport:
         self.uplink_bits += up
         self.downlink_bits += down
         self.bits += up + down
+        any_row = torch.as_tensor(reached)
         if present is not None:
             reached = reached & present
         rows_in = torch.where(torch.as_tensor(reached).view(-1, 1), avg.unsqueeze(0), item.data)
-        return ServerTensor(rows_in, item.weights)
+        return ServerTensor(rows_in, item.weights, avg, any_row)
 
 
 class InProcessTransport(EdgeTransport):
