@@ -71,7 +71,8 @@ class ServerAlgorithm(Algorithm[ServerState]):
 
     def local(self, state: ServerState, ctx: Context) -> ServerState:
         assert state.global_copies is not None
-        state.anchor = state.global_copies.clone()
+        # (sampled rounds: the copies are replaced, never written in place, so no [N, d] copy is made)
+        state.anchor = state.global_copies if ctx.left_out is not None else state.global_copies.clone()
         # clients_per_round: the participants alone train (the others keep their rows)
         return on_participants(state, ctx, self.local_update, extra=("anchor", "local_rate"))
 
@@ -89,11 +90,15 @@ class ServerAlgorithm(Algorithm[ServerState]):
     def receive(self, state: ServerState, incoming: Payload, phase: int, ctx: Context) -> ServerState:
         got = incoming["model"]
         assert isinstance(got, ServerTensor)
-        avg = got.data.clone()
         if ctx.left_out is not None and got.average is not None and got.reached is not None:
             # client sampling: the server's model is every client's copy, the next participants' start
-            avg = torch.where(got.reached.to(avg.device), got.average.expand_as(avg), avg)
-        return self.after_average(state, avg, ctx)
+            rows = got.data
+            if rows.device.type == "cpu" and bool(got.reached):  # (free to read on the CPU)
+                return self.after_average(state, got.average.expand_as(rows), ctx)  # no [N, d] copy
+            return self.after_average(
+                state, torch.where(got.reached.to(rows.device), got.average.expand_as(rows), rows), ctx
+            )
+        return self.after_average(state, got.data.clone(), ctx)
 
     def after_average(self, state: ServerState, avg: torch.Tensor, ctx: Context) -> ServerState:
         """``avg [N, d]``: the server's average as every client received it."""

@@ -80,15 +80,21 @@ def on_participants(
     size = ctx.fed.cohorts[0].size
     idx = torch.as_tensor(rows, dtype=torch.long)
     sub_state = copy.copy(state)
-    for name in names:
-        setattr(sub_state, name, _rows_of(getattr(state, name), idx))
+    sliced = {name: _rows_of(getattr(state, name), idx) for name in names}
+    for name, rows_now in sliced.items():
+        setattr(sub_state, name, rows_now)
     sub_ctx = dataclasses.replace(
         ctx, fed=sub_federation(ctx.fed, rows), _plans=[], _cursor=0, last_batches=[]
     )
     sub_ctx.static_epoch = None  # its compiled steps and masks are the whole cohort's
     done = update(sub_state, sub_ctx)
+    memo: dict[int, torch.Tensor] = {}  # one merge per tensor (FedAvg's thetas are its global copies)
     for name in names:
-        setattr(done, name, _merged(getattr(state, name), getattr(done, name), idx, size))
+        new = getattr(done, name)
+        if new is sliced[name]:  # untouched by the update (e.g. the round's anchor)
+            setattr(done, name, getattr(state, name))
+            continue
+        setattr(done, name, _merged(getattr(state, name), new, idx, size, memo))
     return done
 
 
@@ -101,13 +107,15 @@ def _rows_of(value: object, idx: torch.Tensor) -> object:
     return value
 
 
-def _merged(old: object, new: object, idx: torch.Tensor, size: int) -> object:
+def _merged(old: object, new: object, idx: torch.Tensor, size: int, memo: dict[int, torch.Tensor]) -> object:
     """``old`` with rows ``idx`` replaced by ``new``; a field the update created (the optimizer's
-    first state) is zero on the other ``size - len(idx)`` rows."""
+    first state) is zero on the other ``size - len(idx)`` rows. ``memo``: the merges made so far."""
     if isinstance(new, list):
         olds = old if isinstance(old, list) and old else [None] * len(new)
-        return [_merged(o, n, idx, size) for o, n in zip(olds, new, strict=True)]
+        return [_merged(o, n, idx, size, memo) for o, n in zip(olds, new, strict=True)]
     if not isinstance(new, torch.Tensor):
         return new
-    base = old if isinstance(old, torch.Tensor) else new.new_zeros((size, *new.shape[1:]))
-    return base.index_copy(0, idx.to(base.device), new)
+    if id(new) not in memo:
+        base = old if isinstance(old, torch.Tensor) else new.new_zeros((size, *new.shape[1:]))
+        memo[id(new)] = base.index_copy(0, idx.to(base.device), new)
+    return memo[id(new)]

@@ -173,6 +173,7 @@ class Faults:
         self._out: np.ndarray | None = None  # [N] clients sitting this round out, None: none
         self._out_plan: np.ndarray | None = None  # [N] those of them the plan drew (not absent)
         self._out_kept: np.ndarray | None = None  # [N] those of them not left out by sampling alone
+        self._pending: np.ndarray | None = None  # [N] the participants whose edge masks are not drawn yet
 
     # -- the round ---------------------------------------------------------------------------
     def begin_round(self, round_: int | None = None) -> None:
@@ -180,7 +181,11 @@ class Faults:
         self.round = self.round + 1 if round_ is None else round_
         g = self.graph
         self.left_out = self.participation.left_out(self.round) if self.participation else None
+        self._pending = None
         if (self.plan is None and self.schedule is None and self.left_out is None) or g is None:
+            return
+        if self.plan is None and self.schedule is None:  # client sampling alone
+            self._sampled_only(g)
             return
         r, n, h = self.round, g.num_nodes, g.num_half_edges
         plan_out = self.plan.sitting_out(r, np.arange(n)) if self.plan else np.zeros(n, bool)
@@ -200,6 +205,24 @@ class Faults:
         out = plan_out if absent is None else plan_out | absent
         self._out = out if out.any() else None
 
+    def _sampled_only(self, g: ClientGraph) -> None:
+        """A round of client sampling alone: the participants' edges are delivered, nothing is lost
+        (the edge masks are drawn when an exchange first asks: a server's round never does)."""
+        assert self.left_out is not None
+        keep = ~self.left_out
+        self._delivered, self._lost = None, None
+        self._pending = keep
+        self._out_plan = self._out_kept = None
+        self._out = self.left_out
+
+    def _masks(self) -> None:
+        """The pending round's edge masks (:meth:`_sampled_only`), drawn on first use."""
+        if self._pending is not None and self.graph is not None:
+            keep, g = self._pending, self.graph
+            self._delivered = keep[g.src] & keep[g.dst]
+            self._lost = np.zeros(g.num_half_edges, bool)
+            self._pending = None
+
     def sitting_out(self) -> np.ndarray | None:
         """``[N]`` bool: the clients that miss this round (``None``: none)."""
         return self._out
@@ -209,10 +232,12 @@ class Faults:
 
     def sent(self, layout: EdgeLayout) -> np.ndarray | None:
         """``[H]`` bool per sending position: its message arrives (``None``: all do)."""
+        self._masks()
         return None if self._delivered is None else self._delivered[self._ids(layout)]
 
     def heard(self, layout: EdgeLayout) -> np.ndarray | None:
         """``[H]`` bool per receiving position ``i -> j``: ``j``'s message along ``j -> i`` arrives."""
+        self._masks()
         if self._delivered is None or self.graph is None:
             return None
         heard: np.ndarray = self._delivered[self.graph.rev[self._ids(layout)]]
@@ -258,11 +283,16 @@ class Faults:
         """A server's uplink ``data [n, d]`` from ``clients`` (global ids; default ``0..n-1``):
         ``(accepted [n] bool, present [n] bool or None, rows sent)``; a non-finite row is rejected,
         an absent client's row never arrives."""
-        ok = torch.isfinite(data).all(1) if data.dim() == 2 else torch.zeros(len(data), dtype=torch.bool)
         out, drawn = self._out, self._out_plan
         if out is not None and clients is not None:
             out = out[clients]
             drawn = None if drawn is None else drawn[clients]
+        if out is None or data.dim() != 2:
+            ok = torch.isfinite(data).all(1) if data.dim() == 2 else torch.zeros(len(data), dtype=torch.bool)
+        else:  # the rows that arrive alone are checked (a round of a few of many clients: a few rows)
+            sent = to_device(np.flatnonzero(~out), data.device)
+            ok = torch.zeros(len(data), dtype=torch.bool, device=data.device)
+            ok.index_copy_(0, sent, torch.isfinite(data.index_select(0, sent)).all(1))
         if out is None:
             self._count(ok)
             return ok, None, len(data)
