@@ -125,10 +125,13 @@ class ServerTensor(NamedTuple):
     """Rows to average at a parameter server: ``data [N, d]`` (row ``k`` from client ``k``) and
     non-negative aggregation ``weights [N]`` (e.g. sample counts), known to the server in advance and
     so not transmitted. What arrives is the same type, each row holding ``sum_k w_k data_k / sum_k w_k``
-    (a read-only broadcast view; clone it before writing in place)."""
+    (a read-only broadcast view; clone it before writing in place). As received, ``average [d]`` is
+    the server's average and ``reached`` (bool scalar) whether any row went into it."""
 
     data: torch.Tensor
     weights: torch.Tensor
+    average: torch.Tensor | None = None
+    reached: torch.Tensor | None = None
 
 
 Payload = dict[str, EdgeTensor | ServerTensor]

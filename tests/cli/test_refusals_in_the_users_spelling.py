@@ -26,6 +26,20 @@ CASES: list[tuple[str, dict[str, Any], list[str], str, str]] = [
     ("range", {"rounds": 0}, ["'rounds'", "= 0", "rounds >= 1"], "--set rounds=200", "rounds=200"),
     ("range-flag", {"seed": -1}, ["'seed'", "= -1", "seed >= 0"], "--seed 0", "seed=0"),
     ("range-open-default", {"lam": -1.0}, ["'lam'", "-1.0", "lam >= 0"], "leave lam out", "leave lam out"),
+    (
+        "clients-per-round-above-clients",
+        {"clients_per_round": 5},
+        ["'clients_per_round'", "= 5", "the 4 clients", "clients_per_round <= clients"],
+        "--set clients_per_round=1",
+        "clients_per_round=1",
+    ),
+    (
+        "clients-per-round-below-one",
+        {"clients_per_round": 0},
+        ["'clients_per_round'", "= 0", "clients_per_round >= 1"],
+        "leave clients_per_round out",
+        "leave clients_per_round out",
+    ),
     ("type", {"rounds": "ten"}, ["'rounds'", "'ten'", "expected int"], "--set rounds=200", "rounds=200"),
     (
         "choice-close",

@@ -37,6 +37,13 @@ class RunKeys(MapKeys):
         "(the coupling step would diverge), naming the keys to change; warn at `>= 1`.",
     )
     drop_prob: float = _key(0.0, "Simulated faults: each round a client sits out with this probability.")
+    clients_per_round: int | None = _key(
+        None,
+        "Client sampling (FedAvg's fraction `C` of the `K` clients): each round this many clients, drawn "
+        "from `seed` and the round alone, take part; the others sit the round out (they train nothing, "
+        "send nothing and keep their models), and the server baselines average the participants' models "
+        "only (their own weights, renormalised over them). Null: every client, every round.",
+    )
     link_drop_prob: float = _key(
         0.0,
         "Simulated faults: each round each directed link is down (its messages lost) with this probability.",

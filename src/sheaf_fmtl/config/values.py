@@ -50,6 +50,7 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool, str]] = {
     "validation": (0.0, True, 1.0, False, "0 <= validation < 1 (0: evaluate on the test split)"),
     "drop_prob": (0.0, True, 1.0, False, "0 <= drop_prob < 1"),
     "link_drop_prob": (0.0, True, 1.0, False, "0 <= link_drop_prob < 1"),
+    "clients_per_round": (1, True, None, False, "clients_per_round >= 1 (null: every client)"),
     "processes": (1, True, None, False, "processes >= 1"),
     "timeout_s": (0.0, False, None, False, "timeout_s > 0"),
     "weight_decay": (0.0, True, None, False, "weight_decay >= 0"),

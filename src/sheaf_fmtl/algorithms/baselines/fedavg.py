@@ -12,6 +12,9 @@ a client that sits a round out keeps its models (:class:`.server.ServerAlgorithm
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
 import torch
 
 from ..protocol.algorithm import Context, register
@@ -19,9 +22,20 @@ from ..training.epoch import local_epochs
 from .server import ServerAlgorithm, ServerState, server_flops
 
 
+@dataclass
+class FedAvgState(ServerState):
+    """FedAvg's: ``thetas`` is the global model, which follows the server under client sampling."""
+
+    server_rows: ClassVar[tuple[str, ...]] = ("global_copies", "thetas")
+
+
 @register("fedavg", display="FedAvg", aggregation=server_flops)
 class FedAvg(ServerAlgorithm):
     name = "fedavg"
+
+    def init(self, ctx: Context) -> ServerState:
+        state = super().init(ctx)
+        return FedAvgState(**{f.name: getattr(state, f.name) for f in fields(state)})
 
     def local_update(self, state: ServerState, ctx: Context) -> ServerState:
         assert state.global_copies is not None

@@ -10,6 +10,7 @@ import torch
 from ...config import RunConfig
 from ...messages import Payload, ServerTensor
 from ..protocol.algorithm import Algorithm, Context, State
+from ..training.participants import on_participants
 from ..training.steps import require_single_cohort
 
 
@@ -27,6 +28,10 @@ class ServerState(State):
     global_copies: torch.Tensor | None = None
     anchor: torch.Tensor | None = None
     client_rows: ClassVar[tuple[str, ...]] = ("thetas", "global_copies", "opt_rows", "opt_scalars", "opt_t")
+    # Rows that follow the server under client sampling: a client not drawn for a round is not put
+    # back to its own (runtime/engine/faults.py); it holds the server's model, which it starts from
+    # when it is next drawn.
+    server_rows: ClassVar[tuple[str, ...]] = ("global_copies",)
     saved_names: ClassVar[dict[str, str]] = {"glob": "global_copies"}
 
 
@@ -42,6 +47,11 @@ class ServerAlgorithm(Algorithm[ServerState]):
     renormalised over them. A client that sits a round out sends nothing, receives nothing and keeps
     its models (``global_copies`` and ``thetas``) as they were. If no row is accepted, every client takes its
     own uplinked row as the average.
+
+    Client sampling (``clients_per_round``): the clients not drawn for the round are absent as above
+    (the average is over the participants, renormalised), and the local update runs on the
+    participants alone (:func:`..training.participants.on_participants`), so a round costs in
+    proportion to them.
     """
 
     uniform: bool = False
@@ -61,8 +71,10 @@ class ServerAlgorithm(Algorithm[ServerState]):
 
     def local(self, state: ServerState, ctx: Context) -> ServerState:
         assert state.global_copies is not None
-        state.anchor = state.global_copies.clone()
-        return self.local_update(state, ctx)
+        # (sampled rounds: the copies are replaced, never written in place, so no [N, d] copy is made)
+        state.anchor = state.global_copies if ctx.left_out is not None else state.global_copies.clone()
+        # clients_per_round: the participants alone train (the others keep their rows)
+        return on_participants(state, ctx, self.local_update, extra=("anchor", "local_rate"))
 
     def local_update(self, state: ServerState, ctx: Context) -> ServerState:
         raise NotImplementedError
@@ -76,7 +88,17 @@ class ServerAlgorithm(Algorithm[ServerState]):
         return {"model": ServerTensor(state.global_copies, self.weights(ctx))}
 
     def receive(self, state: ServerState, incoming: Payload, phase: int, ctx: Context) -> ServerState:
-        return self.after_average(state, incoming["model"].data.clone(), ctx)
+        got = incoming["model"]
+        assert isinstance(got, ServerTensor)
+        if ctx.left_out is not None and got.average is not None and got.reached is not None:
+            # client sampling: the server's model is every client's copy, the next participants' start
+            rows = got.data
+            if rows.device.type == "cpu" and bool(got.reached):  # (free to read on the CPU)
+                return self.after_average(state, got.average.expand_as(rows), ctx)  # no [N, d] copy
+            return self.after_average(
+                state, torch.where(got.reached.to(rows.device), got.average.expand_as(rows), rows), ctx
+            )
+        return self.after_average(state, got.data.clone(), ctx)
 
     def after_average(self, state: ServerState, avg: torch.Tensor, ctx: Context) -> ServerState:
         """``avg [N, d]``: the server's average as every client received it."""

@@ -122,6 +122,9 @@ class Context:
     # Augmentation of each client's training batches (config key ``transform``, sheaf_fmtl.transforms;
     # a BatchTransform), None without: then no batch is touched.
     transform: Any = field(default=None, repr=False)
+    # Client sampling (config key ``clients_per_round``): ``[N]`` bool, by global id, the clients not
+    # drawn to take part in this round (set by the runtime each round); None: every client takes part.
+    left_out: Any = field(default=None, repr=False)
 
     @property
     def batch_source(self) -> ClientStreams | torch.Generator:

@@ -21,6 +21,8 @@ Both runtimes call this module; it decides nothing about an algorithm's mathemat
 - A :class:`~.schedule.Schedule` (``graph_schedule``, ``join_round``): an edge inactive this round or
   a client that has not joined yet is treated as lost or sitting out, sends nothing (no bits) and is
   not counted as a dropped message; the plan's faults apply on top of the round's active edges.
+  A client that :class:`~.participation.Participation` (``clients_per_round``) did not draw this
+  round is absent the same way (:attr:`Faults.left_out`).
 
 A process holding some clients (a shard) builds ``Faults(plan, graph)`` on the whole graph, calls
 :meth:`Faults.begin_round` each round, :meth:`Faults.sent_bits` on what it sends, :meth:`Faults.accept`
@@ -46,6 +48,7 @@ from ...streams import uniforms
 
 if TYPE_CHECKING:
     from ...config import RunConfig
+    from .participation import Participation
     from .schedule import Schedule
 
 CLIENT_OUT, LINK_DOWN = 11, 12  # stream kinds of the drop draws (see sheaf_fmtl.streams)
@@ -151,10 +154,16 @@ class Faults:
     dropped, but every payload is still validated."""
 
     def __init__(
-        self, plan: DropPlan | None = None, graph: ClientGraph | None = None, schedule: Schedule | None = None
+        self,
+        plan: DropPlan | None = None,
+        graph: ClientGraph | None = None,
+        schedule: Schedule | None = None,
+        participation: Participation | None = None,
     ) -> None:
         self.plan = plan if plan is not None and plan.active and graph is not None else None
         self.schedule = schedule if graph is not None else None
+        self.participation = participation if graph is not None else None
+        self.left_out: np.ndarray | None = None  # [N] not drawn to take part this round (None: all are)
         self.graph = graph
         self.round = 0
         self.dropped = 0
@@ -163,19 +172,30 @@ class Faults:
         self._lost: np.ndarray | None = None  # [2E] scheduled this round but lost to the plan
         self._out: np.ndarray | None = None  # [N] clients sitting this round out, None: none
         self._out_plan: np.ndarray | None = None  # [N] those of them the plan drew (not absent)
+        self._out_kept: np.ndarray | None = None  # [N] those of them not left out by sampling alone
+        self._pending: np.ndarray | None = None  # [N] the participants whose edge masks are not drawn yet
 
     # -- the round ---------------------------------------------------------------------------
     def begin_round(self, round_: int | None = None) -> None:
         """Draw round ``round_`` (default: the one after the last) of the plan."""
         self.round = self.round + 1 if round_ is None else round_
         g = self.graph
-        if (self.plan is None and self.schedule is None) or g is None:
+        self.left_out = self.participation.left_out(self.round) if self.participation else None
+        self._pending = None
+        if (self.plan is None and self.schedule is None and self.left_out is None) or g is None:
+            return
+        if self.plan is None and self.schedule is None:  # client sampling alone
+            self._sampled_only(g)
             return
         r, n, h = self.round, g.num_nodes, g.num_half_edges
         plan_out = self.plan.sitting_out(r, np.arange(n)) if self.plan else np.zeros(n, bool)
         link_up = self.plan.link_up(r, np.arange(h)) if self.plan else np.ones(h, bool)
         active = self.schedule.active(r) if self.schedule else None
         absent = self.schedule.absent(r) if self.schedule else None
+        kept = plan_out if absent is None else plan_out | absent  # out for a fault or not joined yet
+        self._out_kept = kept if kept.any() else None
+        if self.left_out is not None:  # not drawn this round: absent, as a client yet to join
+            absent = self.left_out if absent is None else absent | self.left_out
         scheduled = np.ones(h, bool) if active is None else active  # what would be sent without faults
         if absent is not None:
             scheduled = scheduled & ~absent[g.src] & ~absent[g.dst]
@@ -184,6 +204,24 @@ class Faults:
         self._out_plan = plan_out if plan_out.any() else None
         out = plan_out if absent is None else plan_out | absent
         self._out = out if out.any() else None
+
+    def _sampled_only(self, g: ClientGraph) -> None:
+        """A round of client sampling alone: the participants' edges are delivered, nothing is lost
+        (the edge masks are drawn when an exchange first asks: a server's round never does)."""
+        assert self.left_out is not None
+        keep = ~self.left_out
+        self._delivered, self._lost = None, None
+        self._pending = keep
+        self._out_plan = self._out_kept = None
+        self._out = self.left_out
+
+    def _masks(self) -> None:
+        """The pending round's edge masks (:meth:`_sampled_only`), drawn on first use."""
+        if self._pending is not None and self.graph is not None:
+            keep, g = self._pending, self.graph
+            self._delivered = keep[g.src] & keep[g.dst]
+            self._lost = np.zeros(g.num_half_edges, bool)
+            self._pending = None
 
     def sitting_out(self) -> np.ndarray | None:
         """``[N]`` bool: the clients that miss this round (``None``: none)."""
@@ -194,10 +232,12 @@ class Faults:
 
     def sent(self, layout: EdgeLayout) -> np.ndarray | None:
         """``[H]`` bool per sending position: its message arrives (``None``: all do)."""
+        self._masks()
         return None if self._delivered is None else self._delivered[self._ids(layout)]
 
     def heard(self, layout: EdgeLayout) -> np.ndarray | None:
         """``[H]`` bool per receiving position ``i -> j``: ``j``'s message along ``j -> i`` arrives."""
+        self._masks()
         if self._delivered is None or self.graph is None:
             return None
         heard: np.ndarray = self._delivered[self.graph.rev[self._ids(layout)]]
@@ -243,11 +283,16 @@ class Faults:
         """A server's uplink ``data [n, d]`` from ``clients`` (global ids; default ``0..n-1``):
         ``(accepted [n] bool, present [n] bool or None, rows sent)``; a non-finite row is rejected,
         an absent client's row never arrives."""
-        ok = torch.isfinite(data).all(1) if data.dim() == 2 else torch.zeros(len(data), dtype=torch.bool)
         out, drawn = self._out, self._out_plan
         if out is not None and clients is not None:
             out = out[clients]
             drawn = None if drawn is None else drawn[clients]
+        if out is None or data.dim() != 2:
+            ok = torch.isfinite(data).all(1) if data.dim() == 2 else torch.zeros(len(data), dtype=torch.bool)
+        else:  # the rows that arrive alone are checked (a round of a few of many clients: a few rows)
+            sent = to_device(np.flatnonzero(~out), data.device)
+            ok = torch.zeros(len(data), dtype=torch.bool, device=data.device)
+            ok.index_copy_(0, sent, torch.isfinite(data.index_select(0, sent)).all(1))
         if out is None:
             self._count(ok)
             return ok, None, len(data)
@@ -268,11 +313,16 @@ class Faults:
         """Put back, for the clients that sat this round out, the rows of every per-client field
         (``state.client_rows``: a list of per-cohort stacks, or one stack) as they were at the start
         of the round (``before``, from :meth:`snapshot`). ``rows[c]``: the global client id of each
-        row of cohort ``c``'s stack (``Cohort.clients``; a shard holds some clients only)."""
-        out = self._out
-        if out is None:
+        row of cohort ``c``'s stack (``Cohort.clients``; a shard holds some clients only). The fields
+        of ``state.server_rows`` (a server's model every client holds) are put back only for the
+        clients out for a fault or not joined: one not drawn by client sampling takes the server's."""
+        if self._out is None:
             return
+        following = getattr(state, "server_rows", ())
         for name, old in before.items():
+            out = self._out_kept if name in following else self._out
+            if out is None:
+                continue
             new = getattr(state, name)
             if new is None:  # a field this run does not use (e.g. no compressor's copies)
                 continue

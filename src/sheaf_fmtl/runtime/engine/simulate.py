@@ -33,6 +33,7 @@ from ...sheaf.graph import ClientGraph, GraphError, make_graph
 from ...spelling import setting
 from ...transforms import batch_transform
 from .faults import DropPlan, Faults
+from .participation import Participation
 from .schedule import Schedule, schedule_graph
 from .silos import read_silo
 from .transport import InProcessTransport, Transport
@@ -84,9 +85,11 @@ class Simulation(Generic[S]):
 
     def step(self) -> None:
         """One synchronous round: local -> (send -> exchange -> receive) per phase; the clients that
-        sit the round out (``drop_prob``) keep their state and BatchNorm statistics (:mod:`.faults`)."""
+        sit the round out (``drop_prob``, ``clients_per_round``) keep their state and BatchNorm
+        statistics (:mod:`.faults`)."""
         alg, ctx, faults = self.algorithm, self.ctx, self.transport.faults
         faults.begin_round()
+        ctx.left_out = faults.left_out  # clients_per_round: who is not drawn this round
         before = faults.snapshot(self.state)
         stats = [(c, c.norms.stats) for c in ctx.fed.cohorts if c.norms is not None] if before else []
         self.state = alg.local(self.state, ctx)
@@ -277,7 +280,8 @@ def build_simulation(
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
     dataset, graph = _data_and_graph(config, fed, graph, rank_world, dataset)
-    faults = Faults(DropPlan.from_config(config), graph, Schedule.from_config(config, graph))
+    participation = Participation.from_config(config, graph.num_nodes)
+    faults = Faults(DropPlan.from_config(config), graph, Schedule.from_config(config, graph), participation)
     fed, transport = _federation_here(config, dataset, graph, faults, device, rank_world, fed)
     check_models_fit(fed)
     if graph.num_nodes != fed.num_clients:

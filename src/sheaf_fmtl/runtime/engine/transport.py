@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from ...messages import EdgeTensor, Payload, ServerTensor
-from .faults import Faults
+from .faults import Faults, to_device
 
 
 def payload_bits(t: torch.Tensor) -> int:
@@ -104,10 +105,11 @@ class EdgeTransport:
         self.uplink_bits += up
         self.downlink_bits += down
         self.bits += up + down
+        any_row = torch.as_tensor(reached)
         if present is not None:
             reached = reached & present
         rows_in = torch.where(torch.as_tensor(reached).view(-1, 1), avg.unsqueeze(0), item.data)
-        return ServerTensor(rows_in, item.weights)
+        return ServerTensor(rows_in, item.weights, avg, any_row)
 
 
 class InProcessTransport(EdgeTransport):
@@ -122,6 +124,16 @@ class InProcessTransport(EdgeTransport):
 
     def _via_server(self, item: ServerTensor) -> ServerTensor:
         accepted, present, rows = self.faults.server_rows(item.data)
-        avg = server_average(item.data, item.weights, accepted)
+        left_out = self.faults.left_out
+        if left_out is not None and item.data.dim() == 2 and len(left_out) == len(item.data):
+            # client sampling: the average over the participants' rows alone (the others send none)
+            sent = to_device(np.flatnonzero(~left_out), item.data.device)
+            avg = server_average(
+                item.data.index_select(0, sent),
+                item.weights.index_select(0, sent.to(item.weights.device)),
+                accepted.index_select(0, sent),
+            )
+        else:
+            avg = server_average(item.data, item.weights, accepted)
         reached = (item.weights.to(avg.device) * accepted).sum() > 0
         return self._server_rows(item, avg, rows, reached, present)
