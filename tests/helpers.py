@@ -3,6 +3,8 @@ command, the one line a refused or stopped command wrote, and a round step that 
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 import signal
 from collections.abc import Callable
@@ -64,3 +66,38 @@ def signalling(
                 os.kill(os.getpid(), sig)
 
     return step_then_signal
+
+
+#: ``summary.json`` fields that differ between two runs of the same numbers (time, memory, resumption).
+VOLATILE = {"wall_seconds", "peak_rss_bytes", "cuda_max_allocated_bytes", "resumed_from_round"}
+
+
+def run_summary(path: Path) -> dict[str, Any]:
+    """A run folder's ``summary.json`` without its :data:`VOLATILE` fields."""
+    s = json.loads((path / "summary.json").read_text())
+    return {k: v for k, v in s.items() if k not in VOLATILE}
+
+
+def metric_rows(path: Path) -> list[dict[str, str]]:
+    """A run folder's ``metrics.csv`` rows without their wall time."""
+    with open(path / "metrics.csv", newline="") as f:
+        return [{k: v for k, v in r.items() if k != "wall_seconds"} for r in csv.DictReader(f)]
+
+
+def checkpoint_thetas(path: Path) -> Any:  # noqa: ANN401 - the checkpoint's list of tensors
+    """The models a run folder's ``checkpoint.pt`` holds."""
+    import torch
+
+    return torch.load(path / "checkpoint.pt", weights_only=True)["thetas"]
+
+
+class StopAt:
+    """A callback that stops the run after round ``at`` (resumable, ``status: stopped``)."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_round_end(self, round: int, metrics: Any, view: Any) -> Any:  # noqa: ANN401
+        from sheaf_fmtl.callbacks import Stop
+
+        return Stop(f"round {round}") if round == self.at else None

@@ -8,7 +8,6 @@ import copy
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -19,6 +18,7 @@ from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.models.user import ModelError, SeededDropout
 from sheaf_fmtl.runtime.engine.simulate import build_simulation
 from sheaf_fmtl.runtime.run import loop
+from tests.helpers import StopAt
 
 from .test_user_models import tabular
 
@@ -84,15 +84,10 @@ def test_a_clients_masks_do_not_depend_on_the_others() -> None:
 
 
 def test_a_run_with_dropout_resumes_exactly(tmp_path: Path) -> None:
-    from sheaf_fmtl.callbacks import Stop
-
-    class StopAt3:
-        def on_round_end(self, round: int, metrics: Any, view: Any) -> Stop | None:
-            return Stop() if round == 3 else None
 
     fed = sheaf_fmtl.Federation(tabular(), lambda: mlp(0.5), graph="complete")
     full = fed.run(**KEYS)
-    assert fed.run(out=tmp_path / "part", callbacks=[StopAt3()], **KEYS).summary["status"] == "stopped"
+    assert fed.run(out=tmp_path / "part", callbacks=[StopAt(3)], **KEYS).summary["status"] == "stopped"
     resumed = fed.run(resume=tmp_path / "part")
     assert resumed.final == full.final
     assert all(torch.equal(a, b) for a, b in zip(resumed.thetas, full.thetas, strict=True))

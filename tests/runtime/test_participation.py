@@ -12,10 +12,10 @@ import torch
 
 import sheaf_fmtl
 from sheaf_fmtl import ConfigError, RunConfig
-from sheaf_fmtl.callbacks import Stop
 from sheaf_fmtl.runtime.engine.participation import Participation
 from sheaf_fmtl.runtime.engine.simulate import build_simulation
 from sheaf_fmtl.runtime.run.loop import execute
+from tests.helpers import StopAt
 
 from .test_layouts import _assert_same, _config, _on_two
 
@@ -104,11 +104,7 @@ def test_a_resumed_run_draws_the_same_participants(algorithm: str, tmp_path: Pat
     keys = {**PROBLEM, "algorithm": algorithm, "rounds": 6, "clients_per_round": 3}
     whole = sheaf_fmtl.run(**keys)
 
-    class StopAt3:
-        def on_round_end(self, round, metrics, view):  # noqa: ANN001, ANN201
-            return Stop("round 3") if round == 3 else None
-
-    sheaf_fmtl.run(**keys, out=tmp_path / "run", callbacks=[StopAt3()])
+    sheaf_fmtl.run(**keys, out=tmp_path / "run", callbacks=[StopAt(3)])
     resumed = sheaf_fmtl.run(resume=tmp_path / "run")
     assert resumed.summary["resumed_from_round"] == 3
     assert all(torch.equal(a, b) for a, b in zip(whole.thetas, resumed.thetas, strict=True))

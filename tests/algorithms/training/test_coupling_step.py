@@ -17,9 +17,9 @@ import sheaf_fmtl
 from sheaf_fmtl.algorithms.training import coupling_step as cs
 from sheaf_fmtl.algorithms.training import epoch
 from sheaf_fmtl.api import resolve_config
-from sheaf_fmtl.callbacks import Stop
 from sheaf_fmtl.config import ConfigError
 from sheaf_fmtl.runtime.engine.simulate import build_simulation
+from tests.helpers import StopAt
 
 pytestmark = pytest.mark.filterwarnings("ignore:synthetic.*one class:UserWarning")
 
@@ -187,11 +187,7 @@ def test_resume_continues_a_measured_coupling_bit_for_bit(tmp_path):
     keys = {**PROBLEM, "algorithm": "sheaf-fmtl", "rounds": 6, "eval_every": 3, **ADAMW}
     whole = sheaf_fmtl.run(**keys)
 
-    class StopAt3:
-        def on_round_end(self, round, metrics, view):  # noqa: ANN001, ANN201
-            return Stop("round 3") if round == 3 else None
-
-    sheaf_fmtl.run(**keys, out=tmp_path / "run", callbacks=[StopAt3()])
+    sheaf_fmtl.run(**keys, out=tmp_path / "run", callbacks=[StopAt(3)])
     resumed = sheaf_fmtl.run(resume=tmp_path / "run")
     assert resumed.summary["resumed_from_round"] == 3
     assert all(torch.equal(a, b) for a, b in zip(whole.thetas, resumed.thetas, strict=True))

@@ -4,7 +4,6 @@ best-round checkpoint, each checked against the run's own files."""
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -17,10 +16,12 @@ from sheaf_fmtl.callbacks import BestCheckpoint, CSVLogger, EarlyStopping, RunVi
 from sheaf_fmtl.cli import main
 from sheaf_fmtl.config import ConfigError, RunConfig
 from sheaf_fmtl.data.base import DatasetError
+from tests.helpers import checkpoint_thetas as _thetas
+from tests.helpers import metric_rows as _rows
+from tests.helpers import run_summary as _summary
 
 pytestmark = pytest.mark.filterwarnings("ignore:synthetic.*one class:UserWarning")
 
-VOLATILE = {"wall_seconds", "peak_rss_bytes", "cuda_max_allocated_bytes", "resumed_from_round"}
 BASE = {
     "dataset": "synthetic",
     "clients": 5,
@@ -31,20 +32,6 @@ BASE = {
     "stability_check": False,
     "algorithm": "sheaf-fmtl",
 }
-
-
-def _summary(path: Path) -> dict[str, Any]:
-    s = json.loads((path / "summary.json").read_text())
-    return {k: v for k, v in s.items() if k not in VOLATILE}
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    with open(path / "metrics.csv", newline="") as f:
-        return [{k: v for k, v in r.items() if k != "wall_seconds"} for r in csv.DictReader(f)]
-
-
-def _thetas(path: Path) -> list[torch.Tensor]:
-    return torch.load(path / "checkpoint.pt", weights_only=True)["thetas"]
 
 
 class StopAt:

@@ -4,7 +4,6 @@ change the mathematics is refused."""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shutil
@@ -39,12 +38,14 @@ from sheaf_fmtl.runtime.run.checkpoints.checkpoint_read import (
     read_checkpoint,
 )
 from sheaf_fmtl.runtime.run.launching.resume import resume
+from tests.helpers import checkpoint_thetas as _thetas
+from tests.helpers import metric_rows as _rows
+from tests.helpers import run_summary as _summary
 from tests.helpers import signalling
 
 pytestmark = pytest.mark.filterwarnings("ignore:synthetic.*one class:UserWarning")
 
 # Kept out of the comparison: times, memory peaks, and the resume's own note.
-VOLATILE = {"wall_seconds", "peak_rss_bytes", "cuda_max_allocated_bytes", "resumed_from_round"}
 BASE = {
     "dataset": "synthetic",
     "clients": 6,
@@ -86,20 +87,6 @@ CASES = {
 }
 
 SLOW_CASES = ("dfedu-batchnorm", "local-transform")  # (make test-slow)
-
-
-def _summary(path: Path) -> dict[str, Any]:
-    s = json.loads((path / "summary.json").read_text())
-    return {k: v for k, v in s.items() if k not in VOLATILE}
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    with open(path / "metrics.csv", newline="") as f:
-        return [{k: v for k, v in r.items() if k != "wall_seconds"} for r in csv.DictReader(f)]
-
-
-def _thetas(path: Path) -> list[torch.Tensor]:
-    return torch.load(path / "checkpoint.pt", weights_only=True)["thetas"]
 
 
 def _assert_same_run(a: Path, b: Path) -> None:
