@@ -23,7 +23,20 @@ from sheaf_fmtl.models.user import check_module
 L2, LR = 0.01, 0.1
 
 
-def _net(momentum: float | None) -> nn.Module:
+def _net(momentum: float | None, kind: str = "vmap") -> nn.Module:
+    """A BatchNorm1d net (the ``vmap`` path) or a BatchNorm2d-only CNN (the fused kernel)."""
+    if kind == "fused":
+        return nn.Sequential(
+            nn.Conv2d(1, 3, 3),
+            nn.BatchNorm2d(3),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(3, 4, 1),
+            nn.BatchNorm2d(4, momentum=momentum),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(4 * 2 * 2, 2),
+        )
     return nn.Sequential(
         nn.Conv2d(1, 3, 3),
         nn.BatchNorm2d(3),
@@ -55,25 +68,28 @@ def _oracle_step(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
             p -= LR * p.grad
 
 
+@pytest.mark.parametrize("kind", ["vmap", "fused"])
 @pytest.mark.parametrize("momentum", [0.1, None])
-def test_stacked_batchnorm_equals_a_per_client_pytorch_loop(momentum: float | None) -> None:
+def test_stacked_batchnorm_equals_a_per_client_pytorch_loop(momentum: float | None, kind: str) -> None:
     torch.manual_seed(0)
-    ref, sizes = _net(momentum), [5, 7, 4]
+    ref, sizes = _net(momentum, kind), [5, 7, 4]
     n, n_max = torch.tensor(sizes), max(sizes)
     x, y = torch.randn(3, n_max, 1, 6, 6), torch.randint(0, 2, (3, n_max))
     for c, k in enumerate(sizes):
         x[c, k:] = 0  # padding, as the federation pads smaller clients
     cohort = _cohort(ref, x, y, n)
     assert cohort.norms is not None and cohort.dim == sum(p.numel() for p in ref.parameters())
+    assert (cohort._fused is not None) == (kind == "fused")
     thetas = torch.nn.utils.parameters_to_vector(ref.parameters()).expand(3, -1).clone()
     oracles = [copy.deepcopy(ref) for _ in sizes]
-    for _ in range(4):  # batches of 4 positions: padding in them for the smaller clients
-        idx = torch.stack(  # three real samples and a padded position (or a fourth real one)
+    for step in range(4):  # batches of 4 positions: on odd steps padding for the smaller clients
+        pad = step % 2 == 1
+        idx = torch.stack(  # three real samples and a padded position (or four real ones)
             [
                 torch.cat(
                     [
-                        torch.randperm(k)[: 3 if k < n_max else 4],
-                        torch.tensor([n_max - 1] * (k < n_max), dtype=torch.long),
+                        torch.randperm(k)[: 3 if pad and k < n_max else 4],
+                        torch.tensor([n_max - 1] * (pad and k < n_max), dtype=torch.long),
                     ]
                 )
                 for k in sizes
@@ -98,9 +114,10 @@ def test_stacked_batchnorm_equals_a_per_client_pytorch_loop(momentum: float | No
             torch.testing.assert_close(outputs[c], m.eval()(x[c]), atol=1e-5, rtol=0)
 
 
-def test_a_client_left_out_of_a_step_keeps_its_statistics() -> None:
+@pytest.mark.parametrize("kind", ["vmap", "fused"])
+def test_a_client_left_out_of_a_step_keeps_its_statistics(kind: str) -> None:
     torch.manual_seed(1)
-    ref = _net(0.1)
+    ref = _net(0.1, kind)
     n = torch.tensor([4, 4])
     x, y = torch.randn(2, 4, 1, 6, 6), torch.randint(0, 2, (2, 4))
     cohort = _cohort(ref, x, y, n)

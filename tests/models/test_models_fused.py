@@ -156,5 +156,22 @@ def test_a_fused_gradient_dispatches_few_aten_ops():
 
 
 def test_models_it_cannot_take_fall_back_to_im2col():
-    with pytest.raises(ValueError, match="max pools after a convolution"):
+    with pytest.raises(ValueError, match="max pools and BatchNorm after a convolution"):
         FusedCNN(nn.Sequential(nn.MaxPool2d(2), nn.Conv2d(1, 2, 3), nn.Flatten()), "classification")
+
+
+def test_batchnorm_it_cannot_take_falls_back_and_its_statistics_are_required():
+    from sheaf_fmtl.models.batchnorm import client_norms
+
+    def per_client(module: nn.Module) -> nn.Module:
+        client_norms(module)  # BatchNorm as the cohort holds it: statistics per client
+        return module
+
+    before = per_client(nn.Sequential(nn.BatchNorm2d(1), nn.Conv2d(1, 2, 3), nn.Flatten()))
+    with pytest.raises(ValueError, match="BatchNorm after a convolution"):
+        FusedCNN(before, "classification")
+    after = per_client(nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.Flatten()))
+    fused, x = FusedCNN(after, "classification"), torch.randn(2, 3, 1, 5, 5)
+    thetas, y = torch.randn(2, fused.dim), torch.randint(0, 18, (2, 3))
+    with pytest.raises(ValueError, match="pass the clients' statistics"):
+        fused.loss_and_grad(thetas, x, y, torch.ones(2, 3), 0.0)

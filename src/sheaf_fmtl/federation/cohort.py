@@ -15,6 +15,7 @@ masks) and the evaluation share one cohort's stacked data and parameter layout.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from torch.func import functional_call, grad, grad_and_value, vmap
 
 from ..models import grouped
 from ..models.batchnorm import client_norms
-from ..models.fused import FusedCNN
+from ..models.fused import FusedCNN, exact_cudnn
 from ..models.linear import linear_forward, linear_gradients, linear_shape
 from ..models.user import dropout_layers
 from ..streams import ClientStreams, fill_keys
@@ -83,6 +84,8 @@ class Cohort(StackedClients):
         if layers:  # BatchNorm: each client's statistics beside its parameters (federation/norms.py)
             self.norms = CohortNorms(self, layers)
             self._predict = self.norms.outputs
+            with contextlib.suppress(ValueError):  # BatchNorm2d between convolutions: fused kernel
+                self._fused = FusedCNN(self.module, self.task)  # type: ignore[arg-type]
         elif grouped.supports(self.module):  # CNNs: batched im2col convolutions beat vmap(conv2d) on CPU
             self._grad = self._cnn_grad
             self._predict = self._grouped_predict
@@ -148,10 +151,14 @@ class Cohort(StackedClients):
     def _grouped_predict(self, thetas: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Outputs in groups of ``self.group`` clients: on CPU the im2col buffers of all clients at
         once would not fit for large evaluation chunks."""
-        g = min(self.group, CUDA_PREDICT_GROUP) if x.is_cuda else self.group
+        g = self.predict_group(x)
         return torch.cat(
             [self._grouped_forward(thetas[k : k + g], x[k : k + g]) for k in range(0, len(thetas), g)]
         )
+
+    def predict_group(self, x: torch.Tensor) -> int:
+        """Clients per batched CNN prediction on ``x``'s device."""
+        return min(self.group, CUDA_PREDICT_GROUP) if x.is_cuda else self.group
 
     def _grouped_losses(
         self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
@@ -175,14 +182,13 @@ class Cohort(StackedClients):
         y: torch.Tensor,
         mask: torch.Tensor,
         active: torch.Tensor | None,
+        stats: dict[str, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`FusedCNN.loss_and_grad`; on CUDA with cuDNN's TF32 off (float32, like ``bmm``)."""
+        """:meth:`FusedCNN.loss_and_grad` (``stats``: BatchNorm's, replaced by those after the batch);
+        on CUDA with cuDNN's TF32 off (float32, like ``bmm``)."""
         assert self._fused is not None
-        if not x.is_cuda:
-            return self._fused.loss_and_grad(thetas, x, y, mask, self.l2, active)
-        cudnn = torch.backends.cudnn
-        with cudnn.flags(cudnn.enabled, cudnn.benchmark, deterministic=cudnn.deterministic, allow_tf32=False):
-            return self._fused.loss_and_grad(thetas, x, y, mask, self.l2, active)
+        with exact_cudnn(x):
+            return self._fused.loss_and_grad(thetas, x, y, mask, self.l2, active, stats)
 
     def _cnn_grad(
         self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor

@@ -7,6 +7,10 @@ gradient (``vmap`` over the clients of ``grad_and_value``) gives each client's m
 statistics through ``functional_call`` and reads back the ones its forward pass wrote (copies made
 inside the function, returned as the auxiliary output), so the update is functional under
 ``torch.func``. Evaluation passes the statistics in the same way, with no ``weights``: eval mode.
+A CNN the fused kernel takes (:func:`sheaf_fmtl.models.fused.fusable`: ``BatchNorm2d`` after
+convolutions) trains and evaluates there instead, its statistics passed in and out of the call
+(:class:`sheaf_fmtl.models.fused.NormBatch`); the ``vmap`` path stays for the rest (dropout, user
+losses, BatchNorm1d) and is its oracle.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from ..models.batchnorm import norm_buffers
+from ..models.fused import FusedCNN, exact_cudnn
 
 Stats = dict[str, torch.Tensor]
 
@@ -29,9 +34,25 @@ class Stacked(Protocol):
     module: nn.Module
     x_train: torch.Tensor
     l2: float
+    cnn_kernel: str
+    _fused: FusedCNN | None
 
     @property
     def size(self) -> int: ...
+
+    def _fused_now(self) -> bool: ...
+
+    def predict_group(self, x: torch.Tensor) -> int: ...
+
+    def _fused_grad(
+        self,
+        thetas: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor,
+        active: torch.Tensor | None,
+        stats: Stats | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]: ...
 
@@ -109,12 +130,13 @@ class CohortNorms:
         stats = self.stats if own else self.initial(len(thetas))
         if active is not None:
             stats = {k: v.index_select(0, active) for k, v in stats.items()}
+        if noise is None and self.cohort._fused_now():  # takes the active rows itself, full g and f
+            new = dict(stats)
+            g, f = self.cohort._fused_grad(thetas, x, y, mask, active, new)
+            self._keep(own, active, new)
+            return g, f
         g, (f, new) = self._grad(rows, stats, x, y, mask, noise or {})
-        if own:
-            if active is None:
-                self.stats = new
-            else:
-                self.stats = {k: v.index_copy(0, active, new[k]) for k, v in self.stats.items()}
+        self._keep(own, active, new)
         if active is None:
             return g, f
         return (
@@ -122,10 +144,28 @@ class CohortNorms:
             thetas.new_zeros(len(thetas)).index_copy_(0, active, f),
         )
 
+    def _keep(self, own: bool, active: torch.Tensor | None, new: Stats) -> None:
+        """The cohort's statistics after a batch of its own rows (``active``: those clients')."""
+        if own:
+            if active is None:
+                self.stats = new
+            else:
+                self.stats = {k: v.index_copy(0, active, new[k]) for k, v in self.stats.items()}
+
     def outputs(self, thetas: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """Eval-mode outputs ``[C, B, ...]`` with each client's running statistics."""
+        """Eval-mode outputs ``[C, B, ...]`` with each client's running statistics (the fused kernel
+        in groups of ``cohort.group`` clients, as the im2col predictions)."""
         stats = self.stats if len(thetas) == self.cohort.size else self.initial(len(thetas))
-        return self.predict(thetas, stats, x)
+        fused = self.cohort._fused
+        if fused is None or self.cohort.cnn_kernel != "fused":
+            return self.predict(thetas, stats, x)
+        g = self.cohort.predict_group(x)
+        with exact_cudnn(x):
+            parts = [
+                fused.predict(thetas[k : k + g], x[k : k + g], {n: v[k : k + g] for n, v in stats.items()})
+                for k in range(0, len(thetas), g)
+            ]
+        return torch.cat(parts)
 
     def per_client(self) -> list[Stats]:
         """Each client's statistics (CPU copies), in the cohort's order."""

@@ -8,7 +8,10 @@ is one ``bmm`` over the clients on ``[C, B, features]``. The backward pass is wr
 ``max_pool2d_with_indices_backward`` for pools, ``bmm`` for linear layers. Every parameter of every
 client is gathered from the flat ``[C, d]`` stack by one ``index_select`` into layer-major order,
 and the gradient is one ``cat`` back to ``[C, d]``. Per step this issues about 35 aten ops for the
-paper's ``cnn`` (``benchmarks/step_ops.py`` counts them), whatever ``C``.
+paper's ``cnn`` (``benchmarks/step_ops.py`` counts them), whatever ``C``. A ``BatchNorm2d`` after a
+convolution (kept per client, :mod:`sheaf_fmtl.models.batchnorm`) is a few elementwise ops and
+reductions on the grouped layout (:mod:`.fused_norm`); its statistics come in and go out with the
+call (:class:`NormBatch`).
 
 The losses are those of :meth:`sheaf_fmtl.federation.Cohort.gradients`: ``f_i = sum_b w_ib
 loss_ib + (l2 / 2) ||theta_i||^2`` with ``w_ib = mask_ib / sum_b mask_ib`` and the L2 term only for
@@ -22,30 +25,27 @@ grouped layout, in which order conv weights lie); split apart, each half would r
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
+from .fused_norm import NormBatch, norm_backward, norm_forward
+from .fused_plan import fusable, grouped_before, plan
 from .fused_steps import Layer, conv_backward, flatten, linear_backward, to_grouped, unflatten
 from .grouped import supports
 
-__all__ = ["FusedCNN", "supports"]
+__all__ = ["FusedCNN", "NormBatch", "exact_cudnn", "fusable", "supports"]
 
 
-def _pool_before_relu(layers: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
-    """``relu`` then ``max pool`` as ``max pool`` then ``relu`` (equal values and gradients, see
-    :mod:`.grouped`): the relu and its backward run on 4x fewer elements."""
-    out = list(layers)
-    for k in range(len(out) - 1):
-        if isinstance(out[k][1], nn.ReLU) and isinstance(out[k + 1][1], nn.MaxPool2d):
-            out[k], out[k + 1] = out[k + 1], out[k]
-    return out
-
-
-def _pair(v: int | tuple[int, ...]) -> tuple[int, int]:
-    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
+def exact_cudnn(x: torch.Tensor) -> contextlib.AbstractContextManager[object]:
+    """cuDNN with TF32 off on CUDA (float32 convolutions, like ``bmm``); nothing on the CPU."""
+    if not x.is_cuda:
+        return contextlib.nullcontext()
+    cudnn = torch.backends.cudnn
+    return cudnn.flags(cudnn.enabled, cudnn.benchmark, deterministic=cudnn.deterministic, allow_tf32=False)
 
 
 @dataclass(eq=False)
@@ -65,52 +65,7 @@ class FusedCNN:
     _weights: dict[int, tuple[Any, ...]] = field(init=False, default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        if not supports(self.module):
-            raise ValueError("FusedCNN needs a Sequential of plain Conv2d, Linear, ReLU, MaxPool2d, Flatten")
-        slots, offset = {}, 0
-        for name, p in self.module.named_parameters():
-            slots[name] = (offset, p.numel(), tuple(p.shape))
-            offset += p.numel()
-        self.dim = offset
-        layers: list[Layer] = []
-        for name, m in _pool_before_relu(list(self.module.named_children())):
-            if isinstance(m, nn.Conv2d):
-                pad = m.padding
-                assert isinstance(pad, tuple)
-                layers.append(
-                    Layer("conv", slots[f"{name}.weight"], slots.get(f"{name}.bias"), padding=_pair(pad))
-                )
-            elif isinstance(m, nn.Linear):
-                layers.append(Layer("linear", slots[f"{name}.weight"], slots.get(f"{name}.bias")))
-            elif isinstance(m, nn.ReLU):
-                layers.append(Layer("relu"))
-            elif isinstance(m, nn.MaxPool2d):
-                stride = m.stride if m.stride is not None else m.kernel_size
-                spec = (_pair(m.kernel_size), _pair(stride), _pair(m.padding), bool(m.ceil_mode))
-                if _pair(m.dilation) != (1, 1):
-                    raise ValueError("FusedCNN supports max pools without dilation")
-                layers.append(Layer("pool", pool=spec))
-            elif isinstance(m, nn.Flatten):
-                layers.append(Layer("flatten"))
-            elif isinstance(m, nn.Unflatten):
-                sizes = tuple(int(s) for s in m.unflattened_size)
-                layers.append(Layer("unflatten", shape=sizes, dim=int(m.dim)))
-        grouped_layout = False
-        for layer in layers:  # pools only between convolutions; flatten with its default dims
-            grouped_layout = layer.kind == "conv" or (grouped_layout and layer.kind in ("relu", "pool"))
-            if layer.kind == "pool" and not grouped_layout:
-                raise ValueError("FusedCNN supports max pools after a convolution only")
-        flattens = [m for m in self.module if isinstance(m, nn.Flatten)]
-        if any((m.start_dim, m.end_dim) != (1, -1) for m in flattens):
-            raise ValueError("FusedCNN supports Flatten() with its default dimensions only")
-        self.layers = layers
-
-    def _grouped_before(self, k: int) -> bool:
-        """Whether the activations entering layer ``k`` are in the grouped (convolution) layout."""
-        grouped_layout = False
-        for layer in self.layers[:k]:
-            grouped_layout = layer.kind == "conv" or (grouped_layout and layer.kind in ("relu", "pool"))
-        return grouped_layout
+        self.layers, self.dim = plan(self.module)
 
     def _index(self, thetas: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
         """Positions in ``thetas.reshape(-1)`` (``[N, d]``) of the layer-major buffer of clients
@@ -161,7 +116,7 @@ class FusedCNN:
                 if layer.kind == "conv" and is_weight:
                     o, ch, kh, kw = shape
                     t = part.view(clients * o, kh, kw, ch).permute(0, 3, 1, 2)
-                elif layer.kind == "conv":
+                elif layer.kind in ("conv", "norm"):
                     t = part.view(clients * shape[0])
                 else:
                     t = part.view(clients, *shape)
@@ -180,16 +135,21 @@ class FusedCNN:
         mask: torch.Tensor,
         l2: float,
         rows: torch.Tensor | None = None,
+        stats: dict[str, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(grad f_i [N, d], f_i [N])`` of the ``N`` clients of ``thetas`` on rows ``x [C, B,
         *input_shape]``, labels ``y [C, B]`` and ``mask [C, B]`` (1 for a real sample) of clients
         ``rows`` (``None``: all, ``C = N``); the others get a zero gradient and ``f_i = 0``, as in
-        :meth:`sheaf_fmtl.federation.Cohort.gradients`."""
+        :meth:`sheaf_fmtl.federation.Cohort.gradients`. With BatchNorm, ``stats`` holds the ``C``
+        clients' statistics (:class:`NormBatch`), replaced by those after the batch."""
         clients, batch = x.shape[:2]
         _, weight, neg_weight, has, minus_one = self._mask_weights(mask)
         index = self._index(thetas, rows)
         params = self._views(thetas.reshape(-1).index_select(0, index), clients)
-        out, saved = self._forward(params, x, clients, batch)
+        norms = self._norm_batch(stats, mask)
+        out, saved = self._forward(params, x, clients, batch, norms)
+        if norms is not None and stats is not None:
+            stats.update(norms.stats)
         grad_out, f = self._loss(out, y, weight, neg_weight, minus_one)
         flat = torch.cat(self._backward(params, saved, grad_out, clients, batch))  # layer-major
         g_coef, f_coef = self._l2_rows(thetas.shape[0], rows, has, mask, l2)
@@ -201,20 +161,49 @@ class FusedCNN:
         f_full = thetas.new_zeros(thetas.shape[0]) if sq is None else sq.mul_(f_coef)
         return g, f_full.index_add_(0, rows, f.view(-1))
 
+    def _norm_batch(
+        self, stats: dict[str, torch.Tensor] | None, mask: torch.Tensor | None
+    ) -> NormBatch | None:
+        if not any(layer.kind == "norm" for layer in self.layers):
+            return None
+        if stats is None:
+            raise ValueError("this model has BatchNorm layers: pass the clients' statistics (stats=)")
+        # no padding in the batch: plain batch statistics (on CUDA one read of the device a step)
+        full = mask is not None and bool(mask.min() > 0)
+        return NormBatch(dict(stats), mask, full)
+
+    def predict(
+        self, thetas: torch.Tensor, x: torch.Tensor, stats: dict[str, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """Evaluation outputs ``[C, B, k]`` of the ``C`` clients of ``thetas`` on their rows ``x [C,
+        B, *input_shape]``; BatchNorm with the running statistics ``stats`` (``nn.BatchNorm`` in eval
+        mode). Nothing is kept for a backward pass."""
+        clients, batch = x.shape[:2]
+        params = self._views(thetas.reshape(-1).index_select(0, self._index(thetas, None)), clients)
+        return self._forward(params, x, clients, batch, self._norm_batch(stats, None), keep=False)[0]
+
     def _forward(
         self,
         params: list[tuple[torch.Tensor | None, torch.Tensor | None]],
         x: torch.Tensor,
         clients: int,
         batch: int,
+        norms: NormBatch | None = None,
+        keep: bool = True,
     ) -> tuple[torch.Tensor, list[tuple[Any, ...]]]:
         """``(out [C, B, k], saved)``: the network's output on ``x [C, B, *input_shape]`` and, per
-        layer, what :meth:`_backward` needs (tensors, or the shape to restore)."""
+        layer, what :meth:`_backward` needs (tensors, or the shape to restore; only with ``keep``)."""
         h = x
         grouped_layout = False  # h is [B, C*ch, H, W] channels-last, else [C, B, ...]
         saved: list[tuple[Any, ...]] = []
         for layer, (w, b) in zip(self.layers, params, strict=True):
-            if layer.kind == "unflatten":
+            if not keep:  # evaluation: hold no layer's input past its layer
+                saved.clear()
+            if layer.kind == "norm":
+                assert norms is not None
+                h, kept = norm_forward(h, w, b, layer, norms, clients)
+                saved.append(kept)
+            elif layer.kind == "unflatten":
                 saved.append(tuple(h.shape))
                 h = unflatten(h, layer, clients, batch)
             elif layer.kind == "conv":
@@ -325,12 +314,15 @@ class FusedCNN:
             elif layer.kind == "relu":
                 (out,) = kept
                 grad = torch.ops.aten.threshold_backward(grad, out, 0)
+            elif layer.kind == "norm":
+                grad, found = norm_backward(grad, kept, layer.weight is not None, layer.bias is not None)
+                grads[:0] = found
             elif layer.kind == "unflatten":
                 grad = grad.reshape(kept)
             elif layer.kind == "flatten":
                 grad = grad.reshape(kept)  # [C, B, ch, H, W] after convolutions, else the input's shape
-                if len(kept) == 5 and k > 0 and self._grouped_before(k):  # -> [B, C*ch, H, W] channels-last
-                    grad = to_grouped(grad, batch)
+                if len(kept) == 5 and k > 0 and grouped_before(self.layers, k):
+                    grad = to_grouped(grad, batch)  # -> [B, C*ch, H, W] channels-last
             elif layer.kind == "pool":
                 h_in, idx = kept
                 kernel, stride, padding, ceil = layer.pool  # type: ignore[misc]

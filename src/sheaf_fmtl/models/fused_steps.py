@@ -13,13 +13,16 @@ import torch
 class Layer:
     """One layer of the plan: its kind, its parameter slots in the layer-major buffer and shapes."""
 
-    kind: str  # conv, linear, relu, pool, flatten (to [C, B, features]), unflatten
+    kind: str  # conv, linear, relu, pool, flatten (to [C, B, features]), unflatten, norm (BatchNorm2d)
     weight: tuple[int, int, tuple[int, ...]] | None = None  # (offset, numel, shape) in one client
     bias: tuple[int, int, tuple[int, ...]] | None = None
     padding: tuple[int, int] = (0, 0)
     pool: tuple[tuple[int, int], tuple[int, int], tuple[int, int], bool] | None = None
     shape: tuple[int, ...] = ()  # unflatten: the sizes that per-sample dimension ``dim`` becomes
     dim: int = 0
+    name: str = ""  # norm: the layer's name in the module (its statistics' keys)
+    eps: float = 0.0  # norm
+    momentum: float | None = None  # norm (None: the cumulative average)
 
 
 def to_grouped(h: torch.Tensor, batch: int) -> torch.Tensor:
