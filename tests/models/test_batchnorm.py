@@ -108,10 +108,10 @@ def test_stacked_batchnorm_equals_a_per_client_pytorch_loop(momentum: float | No
             thetas[c], nn.utils.parameters_to_vector(m.parameters()), atol=1e-5, rtol=0
         )
         buffers = dict(m.named_buffers())
-        for name, value in cohort.norms.stats.items():
-            torch.testing.assert_close(value[c], buffers[name], atol=1e-5, rtol=0)
+        for name, value in cohort.norms.stats.items():  # running variances of order 2: float32's rtol
+            torch.testing.assert_close(value[c], buffers[name], atol=1e-5, rtol=1e-5)
         with torch.no_grad():
-            torch.testing.assert_close(outputs[c], m.eval()(x[c]), atol=1e-5, rtol=0)
+            torch.testing.assert_close(outputs[c], m.eval()(x[c]), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("kind", ["vmap", "fused"])

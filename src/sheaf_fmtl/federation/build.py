@@ -18,7 +18,7 @@ from ..data.base import ClientSplit, FederatedDataset
 from ..models import build_model, default_model
 from ..streams import ClientStreams
 from .cohort import INIT_STREAM, Cohort, draw_initial
-from .stacked import pad
+from .stacked import hold_once, pad, return_freed_memory
 from .user import UserModels, objective, preflight
 
 
@@ -184,7 +184,8 @@ def build_federation(
     round-robin (heterogeneous models). The dataset's ``loss`` / ``metric`` replace the task's.
     ``clients``: hold only these global client ids (a shard; default all). ``cohort_of`` and
     ``position`` stay indexed by global id, ``-1`` for a client held elsewhere; a cohort's common
-    initial model is seeded by its architecture's first client over the whole federation."""
+    initial model is seeded by its architecture's first client over the whole federation. On the
+    CPU the dataset's arrays become views of the cohorts' padded stacks (the data held once)."""
     names = [default_model(dataset.task) if m.strip() == "auto" else m.strip() for m in model.split(",")]
     outputs = dataset.num_classes if dataset.task == "classification" else 1
     user = UserModels.build(names, dataset, outputs)
@@ -212,6 +213,7 @@ def build_federation(
         if arch is not None or loss is not None or metric is not None:
             preflight(cohort, dataset, user_model=arch is not None)
         cohorts.append(cohort)
+    return_freed_memory()  # the splits' own arrays, now held by the stacks
     archs = _architectures(distinct, first, user, outputs)
     arch_of = np.array([distinct.index(k) for k in keys], np.int64)
     return Cohorts(
@@ -246,10 +248,17 @@ def _padded(dataset: FederatedDataset, members: np.ndarray, device: torch.device
     zero-padded to one ``[C, n_max, ...]`` tensor on ``device`` (:func:`.stacked.pad`)."""
     ydtype = torch.long if dataset.task == "classification" else torch.float32
     splits = [dataset.clients[i] for i in members]
-    x_tr, n_tr = pad([s.x_train for s in splits], torch.float32, device)
-    y_tr, _ = pad([s.y_train for s in splits], ydtype, device)
-    x_te, n_te = pad([s.x_test for s in splits], torch.float32, device)
-    y_te, _ = pad([s.y_test for s in splits], ydtype, device)
+    stacks = []
+    for name, dtype in (
+        ("x_train", torch.float32),
+        ("y_train", ydtype),
+        ("x_test", torch.float32),
+        ("y_test", ydtype),
+    ):
+        stack, n = pad([getattr(s, name) for s in splits], dtype, device)
+        hold_once(splits, name, stack)  # each split's array freed as its stack is built
+        stacks.append((stack, n))
+    (x_tr, n_tr), (y_tr, _), (x_te, n_te), (y_te, _) = stacks
     return x_tr, y_tr, n_tr, x_te, y_te, n_te
 
 

@@ -176,14 +176,9 @@ class Cohort(StackedClients):
         return self._fused is not None and self.cnn_kernel == "fused" and self.loss_fn is None
 
     def _fused_grad(
-        self,
-        thetas: torch.Tensor,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        mask: torch.Tensor,
-        active: torch.Tensor | None,
-        stats: dict[str, torch.Tensor] | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
+        active: torch.Tensor | None, stats: dict[str, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """:meth:`FusedCNN.loss_and_grad` (``stats``: BatchNorm's, replaced by those after the batch);
         on CUDA with cuDNN's TF32 off (float32, like ``bmm``)."""
         assert self._fused is not None
@@ -284,16 +279,26 @@ class Cohort(StackedClients):
         )
 
     def _chunked(
-        self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, n: torch.Tensor, score: str
+        self,
+        thetas: torch.Tensor,
+        data: tuple[torch.Tensor, ...],
+        score: str,
+        idx: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-client sums over the valid samples of ``x`` of the loss or the test score, in sample
+        """Per-client sums over the valid samples of ``data = (x, y, n)`` (``idx [C, k]``: of those
+        at these positions, gathered a chunk at a time) of the loss or the test score, in sample
         chunks so that evaluating large datasets never holds every activation at once."""
-        clients, n_max = x.shape[:2]
+        x, y, n = data
+        clients, n_max = x.shape[0], x.shape[1] if idx is None else idx.shape[1]
         valid = torch.arange(n_max, device=n.device) < n[:, None]
         total = thetas.new_zeros(clients)
         for s in range(0, n_max, EVAL_CHUNK):
-            out = self._predict(thetas, x[:, s : s + EVAL_CHUNK])
-            flat, yy = out.reshape(-1, *out.shape[2:]), y[:, s : s + EVAL_CHUNK].reshape(-1)
+            if idx is None:
+                xs, ys = x[:, s : s + EVAL_CHUNK], y[:, s : s + EVAL_CHUNK]
+            else:
+                xs, ys = self.train_rows(idx[:, s : s + EVAL_CHUNK])
+            out = self._predict(thetas, xs)
+            flat, yy = out.reshape(-1, *out.shape[2:]), ys.reshape(-1)
             if score == "loss":
                 per = self._per_sample(flat, yy)
             elif self.task == "classification":
@@ -306,8 +311,8 @@ class Cohort(StackedClients):
     def train_loss(self, thetas: torch.Tensor, full: bool = False) -> torch.Tensor:
         """``f_i(theta_i)`` per client ``[C]``, on a fixed random subsample of ``EVAL_TRAIN_SAMPLES``
         training samples per client (the reported estimate; ``full=True``: all training data)."""
-        x, y, n = (self.x_train, self.y_train, self.n_train) if full else self._eval_subsample()
-        total, count = self._chunked(thetas, x, y, n, "loss")
+        idx, n = (None, self.n_train) if full else self._eval_subsample()
+        total, count = self._chunked(thetas, (self.x_train, self.y_train, n), "loss", idx)
         reg = (count > 0).to(thetas.dtype) * 0.5 * self.l2 * (thetas * thetas).sum(1)
         return cast("torch.Tensor", total / count.clamp(min=1) + reg)
 
@@ -322,7 +327,7 @@ class Cohort(StackedClients):
                 self.metric_fn(out[c, :n], self.y_test[c, :n]) if n else 0.0 for c, n in enumerate(sizes)
             ]
             return thetas.new_tensor(values)
-        total, count = self._chunked(thetas, self.x_test, self.y_test, self.n_test, "score")
+        total, count = self._chunked(thetas, (self.x_test, self.y_test, self.n_test), "score")
         return cast("torch.Tensor", total / count.clamp(min=1))
 
     def init_thetas(self, seed: int, common: bool = False) -> torch.Tensor:

@@ -6,7 +6,9 @@ fixed evaluation subsample, all indexed with the same row helper (:meth:`Stacked
 
 from __future__ import annotations
 
+import ctypes
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -14,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..data.base import ClientSplit
 from ..streams import ClientStreams, fill_keys
 
 EVAL_TRAIN_SAMPLES = 256  # fixed random training samples per client behind the reported train loss
@@ -51,9 +54,35 @@ def pad(
     n = torch.tensor([len(a) for a in arrays], dtype=torch.long)
     n_max = max(1, int(n.max()))
     out = torch.zeros((len(arrays), n_max, *arrays[0].shape[1:]), dtype=dtype)
+    rows = out.numpy()  # filled through NumPy: any array, read-only ones too, without a warning
     for k, a in enumerate(arrays):
-        out[k, : len(a)] = torch.as_tensor(a, dtype=dtype)
+        rows[k, : len(a)] = a
     return out.to(device), n.to(device)
+
+
+def return_freed_memory() -> None:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing elsewhere):
+    the many small per-client arrays a dataset is read into stay resident after they are freed."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
+
+
+def hold_once(splits: Sequence[ClientSplit], name: str, stack: torch.Tensor) -> None:
+    """Point each split's ``name`` array at its rows of ``stack`` (NumPy views, equal values), so
+    that the data is held once, by the cohort's padded stack: the split's own array is freed when
+    nothing else holds it (writing into the split now writes the cohort's data). On the CPU only,
+    and where the dtype is the array's."""
+    if stack.device.type != "cpu":
+        return
+    rows = stack.numpy()
+    for k, split in enumerate(splits):
+        own = getattr(split, name)
+        if own.dtype != rows.dtype or own.shape[1:] != rows.shape[2:]:
+            continue
+        object.__setattr__(split, name, rows[k, : len(own)])  # a frozen split: same values, shared storage
 
 
 @dataclass(eq=False)
@@ -77,7 +106,7 @@ class StackedClients:
     _epoch_static: dict[int, list[tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]]] = field(
         init=False, default_factory=dict
     )
-    _eval_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = field(init=False, default=None)
+    _eval_rows: tuple[torch.Tensor, torch.Tensor] | None = field(init=False, default=None)
     _key_slots: dict[int, tuple[torch.Tensor, list[int], list[torch.Tensor]]] = field(
         init=False, default_factory=dict, repr=False
     )
@@ -204,17 +233,22 @@ class StackedClients:
         self._plan_rows = (plan, b, steps)
         return steps
 
-    def _eval_subsample(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``EVAL_TRAIN_SAMPLES`` training samples per client (all when fewer), fixed at first use:
-        a random subset per client from a generator seeded by the client's id alone."""
+    def _eval_subsample(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(idx, n)``: the positions ``[C, k]`` of ``EVAL_TRAIN_SAMPLES`` training samples per
+        client (all when fewer; real ones first) and their counts, fixed at first use: a random
+        subset per client from a generator seeded by the client's id alone. Positions only: their
+        rows are gathered a chunk at a time (:meth:`train_rows`), never copied whole."""
         if self._eval_rows is None:
             n_max = self.x_train.shape[1]
             k = min(EVAL_TRAIN_SAMPLES, n_max)
             streams = ClientStreams(EVAL_SUBSAMPLE_SEED, self.clients.tolist())
             idx = self._random_keys(streams).argsort(dim=1)[:, :k]
-            self._eval_rows = (
-                self._rows(self.x_train, idx),
-                self._rows(self.y_train, idx),
-                self.n_train.clamp(max=k),
-            )
+            self._eval_rows = (idx, self.n_train.clamp(max=k))
         return self._eval_rows
+
+    def train_rows(
+        self, idx: torch.Tensor, clients: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x, y)`` of the training samples at positions ``idx [R, k]`` of the clients at
+        positions ``clients`` (every client, in order, when ``None``)."""
+        return self._rows(self.x_train, idx, clients), self._rows(self.y_train, idx, clients)

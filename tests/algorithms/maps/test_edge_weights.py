@@ -75,7 +75,9 @@ def test_one_round_equals_a_dense_numpy_oracle(chunk: int, monkeypatch: pytest.M
     start = {i: state.initial[0][int(sim.ctx.fed.position[i])].double().numpy() for i in range(4)}
     ema = torch.cat(state.relatedness).double().numpy()
     cohort = sim.ctx.fed.cohorts[0]
-    x, y, n = (t.numpy() for t in cohort._eval_subsample())
+    idx, n = cohort._eval_subsample()
+    x, y = (t.numpy() for t in cohort.train_rows(idx))
+    n = n.numpy()
     classes = sim.ctx.fed.dataset.num_classes
     where = {(int(i), int(j)): h for h, (i, j) in enumerate(zip(src, dst, strict=True))}
     alpha, lam = sim.config.alpha, sim.config.lam_value

@@ -63,14 +63,15 @@ PROBE_CHUNK = 4096
 def probe_losses(model: Cohort, rows: torch.Tensor, clients: torch.Tensor) -> torch.Tensor:
     """``f`` (the data term, mean over the probe) of each row of ``rows [R, d]`` on the probe of the
     cohort's client at position ``clients[r]``, :data:`PROBE_CHUNK` rows at a time."""
-    x, y, n = model._eval_subsample()
-    k = min(PROBE_SAMPLES, x.shape[1])
+    idx, n = model._eval_subsample()
+    k = min(PROBE_SAMPLES, idx.shape[1])
     out = []
     for s in range(0, len(rows), PROBE_CHUNK):
         part, who = rows[s : s + PROBE_CHUNK], clients[s : s + PROBE_CHUNK]
         valid = (torch.arange(k, device=n.device) < n[who, None].clamp(max=k)).to(rows.dtype)
-        pred = model._predict(part, x[who, :k])
-        per = model._per_sample(pred.reshape(-1, *pred.shape[2:]), y[who, :k].reshape(-1)).view(len(part), k)
+        x, y = model.train_rows(idx.index_select(0, who)[:, :k], who)
+        pred = model._predict(part, x)
+        per = model._per_sample(pred.reshape(-1, *pred.shape[2:]), y.reshape(-1)).view(len(part), k)
         out.append((per * valid).sum(1) / valid.sum(1).clamp(min=1))
     return torch.cat(out) if out else rows.new_zeros(0)
 
