@@ -135,13 +135,13 @@ class SelectionDraws:
         self.offset_hash = int(_mix32(torch.tensor(1)))  # hash_uniform32 of counter 0: the rotation
         self._kept: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}
 
-    def positions(self, round_: int) -> torch.Tensor:
+    def positions(self, round_: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
         """This round's positions (see the class docstring), drawn once per distinct ``(edge, m,
         d)`` and :data:`HASH_CHUNK` elements at a time: each chunk's edges, strata and counters come
         from per-edge numbers, so nothing per element is kept between rounds and the temporaries
-        stay small at any number of edges."""
+        stay small at any number of edges. ``dtype``: the positions' (``torch.int32`` halves them)."""
         drawn = self._drawn(round_)
-        out = torch.empty(self.rows.total, dtype=torch.long, device=self.device)
+        out = torch.empty(self.rows.total, dtype=dtype, device=self.device)
         for s in range(0, self.rows.total, HASH_CHUNK):
             (at,) = self._index("rows", s)
             out[s : s + len(at)] = drawn.index_select(0, at)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from sheaf_fmtl.algorithms.maps.coordinate_stability import refresh_limit
-from sheaf_fmtl.algorithms.maps.coordinate_state import CoordinateState
+from sheaf_fmtl.algorithms.maps.coordinate_state import CoordinateState, flat_index
 from sheaf_fmtl.config import ConfigError, RunConfig
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 from sheaf_fmtl.data.synthetic import clusters_feature_sets
@@ -20,6 +20,7 @@ from sheaf_fmtl.runtime.run.loop import execute
 from sheaf_fmtl.scenarios import shared_feature_maps
 from sheaf_fmtl.sheaf.graph import ClientGraph
 from sheaf_fmtl.sheaf.selection import (
+    SelectionDraws,
     dense_maps,
     selection_positions,
 )
@@ -143,6 +144,22 @@ def test_redrawn_rounds_equal_the_dense_oracle_with_lost_messages(
     pairs = zip(graph.edges.tolist(), graph.weights, strict=True)
     energy = sum(a * d_e / d * np.sum((theta[i] - theta[j]) ** 2) for (i, j), a in pairs)
     assert sim.evaluate()["sheaf_energy"] == pytest.approx(energy, rel=1e-4)
+
+
+def test_int32_positions_and_in_place_flat_index_equal_the_int64_ones() -> None:
+    sim = sim_of(GRAPH, map_kind="selection", stability_check=False)
+    state = sim.state
+    assert isinstance(state, CoordinateState) and state.layout is not None
+    m = state.layout.node_dims[state.layout.graph.src[state.layout.order]]
+    draws = SelectionDraws(5, state.layout.order // 2, m, state.layout.messages.sizes, "cpu")
+    wide, narrow = draws.positions(3), draws.positions(3, torch.int32)
+    assert narrow.dtype == torch.int32 and torch.equal(narrow.long(), wide)
+    layout, thetas = state.layout, state.thetas
+    expected = flat_index(layout, thetas, layout.bucket_messages(wide))
+    got = flat_index(layout, thetas, layout.bucket_messages(narrow), in_place=True)
+    for e, g in zip(expected, got, strict=True):
+        assert g.dtype == torch.int32 and torch.equal(g.long(), e)
+    assert got[0].data_ptr() == narrow.data_ptr()  # written over the draws: no second buffer
 
 
 @pytest.mark.slow

@@ -64,14 +64,15 @@ class CoordinateState(State):
 
 
 def flat_index(
-    layout: SheafLayout, thetas: list[torch.Tensor], coords: list[torch.Tensor]
+    layout: SheafLayout, thetas: list[torch.Tensor], coords: list[torch.Tensor], in_place: bool = False
 ) -> list[torch.Tensor]:
     """Per bucket ``[H_b, d_e]``: positions in ``thetas[c].view(-1)`` of each half-edge's source
-    coordinates ``coords[b]``."""
+    coordinates ``coords[b]`` (of ``coords``' dtype; ``in_place``: written over ``coords``)."""
     out = []
     for b, c in zip(layout.buckets, coords, strict=True):
         t = thetas[b.cohort]
-        out.append(b.src_pos_on(t.device)[:, None] * t.shape[1] + c)
+        row = (b.src_pos_on(t.device) * t.shape[1]).to(c.dtype)[:, None]
+        out.append(c.add_(row) if in_place else c + row)
     return out
 
 

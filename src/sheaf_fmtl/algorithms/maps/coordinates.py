@@ -82,7 +82,6 @@ from .coordinate_state import (
     flat_index,
     refresh_copies,
 )
-from .messages import spread_heard
 
 
 @dataclass(frozen=True)
@@ -174,8 +173,9 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
             if state.draws is None:  # the round-independent part of the draws, once per run
                 m = layout.node_dims[layout.graph.src[layout.order]]
                 state.draws = SelectionDraws(self.seed, layout.order // 2, m, layout.messages.sizes, dev)
-            pos = state.draws.positions(state.round)
-            coords = flat_index(layout, state.thetas, list(layout.bucket_messages(pos)))
+            small = all(t.numel() < 2**31 for t in state.thetas)  # int32 positions: half the bytes
+            pos = state.draws.positions(state.round, torch.int32 if small else torch.long)
+            coords = flat_index(layout, state.thetas, layout.bucket_messages(pos), in_place=True)
             state.maps_now = (coords, None)
         else:
             dense = [
@@ -227,7 +227,8 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
     def send(self, state: CoordinateState, phase: int, ctx: Context) -> Payload:
         assert state.layout is not None
         state.own = self._messages(state)
-        flat = torch.cat([m.reshape(-1) for m in state.own]) if state.own else state.thetas[0].new_zeros(0)
+        own = [m.reshape(-1) for m in state.own] or [state.thetas[0].new_zeros(0)]
+        flat = own[0] if len(own) == 1 else torch.cat(own)  # one bucket: its messages, no copy
         payload: Payload = {"msg": EdgeTensor(flat, state.layout.messages)}
         if self.relate is not None and state.round % relate.EVERY == 0:  # this end's averages (N, R)
             payload["relatedness"] = self.relate.payload(state)
@@ -239,15 +240,13 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         msg = incoming["msg"]
         assert isinstance(msg, EdgeTensor)
         theirs = list(layout.bucket_messages(msg.data))
-        heard = spread_heard(msg)
-        heard_b = None if heard is None else list(layout.bucket_messages(heard))
-        held = None if msg.heard is None else self._per_bucket(layout, msg.heard)
+        held = None if msg.heard is None else self._per_bucket(layout, msg.heard)  # [H_b] bool
         if state.estimates is not None:
             refresh_copies(state, self._maps(state), own, theirs, held, self.kind)
         weights = state.weights
         if self.relate is not None:
             models = self.models if self.models is not None else ctx.fed.cohorts
-            weights = self.relate.weights(state, models, self._maps(state)[0], incoming, theirs, heard_b)
+            weights = self.relate.weights(state, models, self._maps(state)[0], incoming, theirs, held)
         grads = state.grads
         for step in range(1 if grads is None else self.local_steps):
             if step > 0:  # further local steps: fresh gradients, own messages from the current theta
@@ -256,7 +255,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
                     state.thetas = sgd_step(state.thetas, grads, self.alpha)
                     continue
                 own = self._messages(state)
-            pull = self._pull(state, own, theirs, heard_b, held, weights)
+            pull = self._pull(state, own, theirs, held, weights)
             own_step = self.coupling.steps(state, state.thetas) if grads is None else None
             state.thetas = coupled_step(state.thetas, grads, pull, self.alpha, self.lam, own_step)
         state.own = state.grads = None
@@ -273,20 +272,21 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         state: CoordinateState,
         own: list[torch.Tensor],
         theirs: list[torch.Tensor],
-        heard: list[torch.Tensor] | None,
         held: list[torch.Tensor] | None,
         weights: list[torch.Tensor] | None,
     ) -> list[torch.Tensor]:
         """The coupling term per cohort: ``sum_j a_ij S^T (S theta_i - S theta_j)``, or with
-        estimates ``sum_j a_ij (xhat_(i|e) - xhat_(j|e))``, over the neighbours heard (``a_ij``:
-        ``weights`` per bucket, the graph's and the learned ones; ``None``: 1)."""
+        estimates ``sum_j a_ij (xhat_(i|e) - xhat_(j|e))``, over the neighbours heard (``held``
+        ``[H_b]`` per bucket; ``a_ij``: ``weights`` per bucket, the graph's and the learned ones;
+        ``None``: 1). One residual per bucket, scaled and masked in place."""
         assert state.layout is not None
         if state.estimates is None:
             r = [o - t for o, t in zip(own, theirs, strict=True)]
-            if weights is not None:
-                r = [x * w[:, None] for x, w in zip(r, weights, strict=True)]
-            if heard is not None:
-                r = [torch.where(h.view_as(x), x, x.new_zeros(())) for h, x in zip(heard, r, strict=True)]
+            for k, x in enumerate(r):
+                if weights is not None:
+                    x.mul_(weights[k][:, None])
+                if held is not None:
+                    x.masked_fill_(~held[k][:, None], 0.0)
             return self._spread(state, r)
         out = [torch.zeros_like(t) for t in state.thetas]
         assert state.own_copies is not None

@@ -181,7 +181,7 @@ class Relatedness:
         heard: list[torch.Tensor] | None,
     ) -> None:
         """New weights from both ends' averages, and this round's probes averaged in; an edge whose
-        message did not arrive keeps its weight and its average."""
+        message did not arrive (``heard [H_b]`` False) keeps its weight and its average."""
         layout = state.layout
         assert layout is not None and state.initial is not None
         got = incoming["relatedness"]
@@ -196,9 +196,8 @@ class Relatedness:
         now = signals(models, layout, state.thetas, state.initial, coords, theirs)
         updated = now if before is None else [averaged(p, n) for p, n in zip(before, now, strict=True)]
         if heard is not None and before is not None and kept is not None:
-            rows = [h.view(len(w), -1)[:, 0] for h, w in zip(heard, kept, strict=True)]
-            learned = [torch.where(r, n, o) for r, n, o in zip(rows, learned, kept, strict=True)]
-            updated = [torch.where(r[:, None], n, o) for r, n, o in zip(rows, updated, before, strict=True)]
+            learned = [torch.where(h, n, o) for h, n, o in zip(heard, learned, kept, strict=True)]
+            updated = [torch.where(h[:, None], n, o) for h, n, o in zip(heard, updated, before, strict=True)]
         state.learned_weights, state.relatedness = learned, updated
 
     def saved(self, state: CoordinateState, layout: SheafLayout) -> dict[str, torch.Tensor]:

@@ -51,7 +51,7 @@ def masked_residual(
     Returns:
         ``[sum d_ij]`` residuals, weighted.
     """
-    r = mine - theirs
+    r = mine - theirs  # scaled and masked in place: one buffer
     if weights is not None:
-        r = r * weights
-    return r if heard is None else torch.where(heard, r, r.new_zeros(()))
+        r.mul_(weights)
+    return r if heard is None else r.masked_fill_(~heard, 0.0)
