@@ -33,6 +33,7 @@ RANK = {
     "spelling": 0,
     "component_keys": 0,
     "streams": 0,
+    "heap": 0,
     "transforms": 0,
     "plugins": 0,
     "progress": 0,

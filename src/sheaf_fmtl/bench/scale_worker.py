@@ -1,7 +1,8 @@
 """One point of ``sheaf-fmtl bench scale``, measured in a process of its own (so its peak memory is
 its own): ``python -m sheaf_fmtl.bench.scale_worker '{"problem": ..., "clients": N, ...}'`` prints
 one JSON line: start-up seconds (data, graph, models, maps, the round-0 evaluation: what a run does
-before its first round), each round's seconds, an evaluation's seconds, the peak resident memory,
+before its first round), each round's seconds, an evaluation's seconds, the peak resident memory
+(under the program's heap policy, :mod:`sheaf_fmtl.heap`),
 the interpreter's resident memory before any data, and the floor a run cannot go below (the data
 once, the models, the graph, one round's messages)."""
 
@@ -115,8 +116,11 @@ def measure(problem: str, clients: int, rounds: int, degree: float, seed: int = 
 
 
 def main(argv: list[str]) -> int:
+    from ..heap import keep_freed_pages
+
     args = json.loads(argv[0])
-    print(json.dumps(measure(**args)), flush=True)
+    heap = "kept" if keep_freed_pages() else "system"  # as the program runs (sheaf_fmtl.heap)
+    print(json.dumps({**measure(**args), "heap": heap}), flush=True)
     return 0
 
 

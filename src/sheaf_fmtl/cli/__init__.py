@@ -25,6 +25,7 @@ from typing import Any
 
 from .._version import __version__
 from ..commandline import COMMON_FLAGS, PROG, Parser, UsageError, error_line
+from ..heap import keep_freed_pages
 from ..runtime.run.stopping.interrupt import SecondSignal
 from ..spelling import command_line
 from .certs import HELP as CERTS_HELP
@@ -191,6 +192,7 @@ def entry() -> None:
     interpreter's own exit, the destructors of the communication library's threads can abort a rank
     that has finished its run (SIGABRT, ``terminate called without an active exception``, seen under
     CPU load), which its launcher would report as a lost rank."""
+    keep_freed_pages()  # a round's large temporaries reuse heap pages (SHEAF_FMTL_HEAP=system: glibc's)
     code = main()
     if _is_rank():
         atexit._run_exitfuncs()

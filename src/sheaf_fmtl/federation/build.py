@@ -15,10 +15,11 @@ import torch
 from torch import nn
 
 from ..data.base import ClientSplit, FederatedDataset
+from ..heap import return_freed_memory
 from ..models import build_model, default_model
 from ..streams import ClientStreams
 from .cohort import INIT_STREAM, Cohort, draw_initial
-from .stacked import hold_once, pad, return_freed_memory
+from .stacked import hold_once, pad
 from .user import UserModels, objective, preflight
 
 

@@ -6,7 +6,6 @@ fixed evaluation subsample, all indexed with the same row helper (:meth:`Stacked
 
 from __future__ import annotations
 
-import ctypes
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,16 +57,6 @@ def pad(
     for k, a in enumerate(arrays):
         rows[k, : len(a)] = a
     return out.to(device), n.to(device)
-
-
-def return_freed_memory() -> None:
-    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing elsewhere):
-    the many small per-client arrays a dataset is read into stay resident after they are freed."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim(0)
 
 
 def hold_once(splits: Sequence[ClientSplit], name: str, stack: torch.Tensor) -> None:

@@ -1,0 +1,52 @@
+"""How the C heap serves the large, short-lived tensors of a round (glibc only; nothing elsewhere).
+
+glibc maps every allocation above its mmap threshold (at most 32 MiB) afresh and unmaps it when
+freed, so each round's large temporaries (a cohort's mini-batch, the messages, the gradients) fault
+in new zeroed pages: at 30,000 clients this is about 40 % of a round. :func:`keep_freed_pages`
+serves them from the heap instead and keeps what is freed there for the next round (the program's
+default: ``sheaf-fmtl`` calls it at start); ``SHEAF_FMTL_HEAP=system`` leaves glibc's policy.
+:func:`return_freed_memory` hands the free pages back once, after the data is read.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+#: ``mallopt`` parameters (glibc's malloc.h).
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+#: Free bytes at the heap's top kept rather than returned (glibc's default: 128 KiB, moving with use).
+KEEP_FREED = 2**31 - 1
+#: Environment variable: ``system`` keeps glibc's own policy.
+POLICY_ENV = "SHEAF_FMTL_HEAP"
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(None)
+        for name in ("mallopt", "malloc_trim"):  # glibc's: absent elsewhere
+            getattr(libc, name)
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def keep_freed_pages() -> bool:
+    """Serve every allocation from the heap (``M_MMAP_MAX = 0``) and keep its freed pages
+    (``M_TRIM_THRESHOLD``), for this process; ``False`` where not applied (not glibc, or
+    ``SHEAF_FMTL_HEAP=system``). The cost: memory freed in a round is not returned until
+    :func:`return_freed_memory` (about 10 % more peak memory at 30,000 clients)."""
+    if os.environ.get(POLICY_ENV, "").strip().lower() == "system":
+        return False
+    libc = _libc()
+    if libc is None:
+        return False
+    return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, KEEP_FREED))
+
+
+def return_freed_memory() -> None:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing elsewhere):
+    the many small per-client arrays a dataset is read into stay resident after they are freed."""
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)

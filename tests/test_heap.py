@@ -1,0 +1,48 @@
+"""The heap policy (:mod:`sheaf_fmtl.heap`): with it a large tensor comes from the heap, without it
+glibc maps it afresh; each case in a fresh interpreter, read back through glibc's ``mallinfo2``."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import ctypes, json
+import torch
+from sheaf_fmtl.heap import keep_freed_pages
+
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Info
+applied = keep_freed_pages()
+before = libc.mallinfo2().hblks
+big = torch.ones(64 << 20, dtype=torch.uint8)  # 64 MiB: above glibc's largest mmap threshold
+print(json.dumps({"applied": applied, "mapped": libc.mallinfo2().hblks - before, "sum": int(big.sum())}))
+"""
+
+
+def _has_mallinfo2() -> bool:
+    try:
+        ctypes.CDLL(None).mallinfo2  # noqa: B018 - glibc >= 2.33
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not _has_mallinfo2(), reason="glibc >= 2.33 only")
+@pytest.mark.parametrize(("policy", "applied", "mapped"), [("", True, 0), ("system", False, 1)])
+def test_large_tensors_come_from_the_heap_unless_the_system_policy_is_asked(
+    policy: str, applied: bool, mapped: int
+) -> None:
+    env = {**os.environ, "SHEAF_FMTL_HEAP": policy}
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"applied": applied, "mapped": mapped, "sum": 64 << 20}
