@@ -63,17 +63,26 @@ PROBE_CHUNK = 4096
 def probe_losses(model: Cohort, rows: torch.Tensor, clients: torch.Tensor) -> torch.Tensor:
     """``f`` (the data term, mean over the probe) of each row of ``rows [R, d]`` on the probe of the
     cohort's client at position ``clients[r]``, :data:`PROBE_CHUNK` rows at a time."""
+    return probe_losses_of(model, [rows], clients)[0]
+
+
+def probe_losses_of(
+    model: Cohort, row_sets: Sequence[torch.Tensor], clients: torch.Tensor
+) -> list[torch.Tensor]:
+    """:func:`probe_losses` of several ``[R, d]`` row sets on the same clients' probes: each chunk's
+    probe samples gathered once for all the sets."""
     idx, n = model._eval_subsample()
     k = min(PROBE_SAMPLES, idx.shape[1])
-    out = []
-    for s in range(0, len(rows), PROBE_CHUNK):
-        part, who = rows[s : s + PROBE_CHUNK], clients[s : s + PROBE_CHUNK]
-        valid = (torch.arange(k, device=n.device) < n[who, None].clamp(max=k)).to(rows.dtype)
+    out: list[list[torch.Tensor]] = [[] for _ in row_sets]
+    for s in range(0, len(clients), PROBE_CHUNK):
+        who = clients[s : s + PROBE_CHUNK]
+        valid = (torch.arange(k, device=n.device) < n[who, None].clamp(max=k)).to(row_sets[0].dtype)
         x, y = model.train_rows(idx.index_select(0, who)[:, :k], who)
-        pred = model._predict(part, x)
-        per = model._per_sample(pred.reshape(-1, *pred.shape[2:]), y.reshape(-1)).view(len(part), k)
-        out.append((per * valid).sum(1) / valid.sum(1).clamp(min=1))
-    return torch.cat(out) if out else rows.new_zeros(0)
+        for losses, rows in zip(out, row_sets, strict=True):
+            pred = model._predict(rows[s : s + PROBE_CHUNK], x)
+            per = model._per_sample(pred.reshape(-1, *pred.shape[2:]), y.reshape(-1)).view(len(who), k)
+            losses.append((per * valid).sum(1) / valid.sum(1).clamp(min=1))
+    return [torch.cat(o) if o else rows.new_zeros(0) for o, rows in zip(out, row_sets, strict=True)]
 
 
 def signals(
@@ -104,9 +113,9 @@ def signals(
                 start = initial[b.cohort].index_select(0, at)
                 neighbour = rows.scatter(1, local, v[part].to(rows.dtype))
                 forgotten = rows.scatter(1, local, start.gather(1, local))
-                f = probe_losses(model, torch.cat([neighbour, forgotten]), torch.cat([at, at]))
-                nb.append(f[: len(at)])
-                fg.append(f[len(at) :])
+                f_nb, f_fg = probe_losses_of(model, [neighbour, forgotten], at)  # one gather of the probes
+                nb.append(f_nb)
+                fg.append(f_fg)
             both = [torch.cat(nb), torch.cat(fg)] if nb else [own, own]
             out.append(torch.stack([both[0] - own, both[1] - own], 1))
     return out
