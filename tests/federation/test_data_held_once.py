@@ -40,7 +40,7 @@ def test_the_train_loss_subsample_is_positions_into_the_stack(monkeypatch) -> No
     fed = build_federation(load_dataset(RunConfig(dataset="synthetic", clients=4)), "auto")
     cohort = fed.cohorts[0]
     idx, n = cohort._eval_subsample()
-    assert idx.shape == (4, 7) and idx.dtype == torch.long and bool((n == 7).all())
+    assert idx.shape == (4, 7) and idx.dtype == torch.int32 and bool((n == 7).all())
     for c in range(4):  # distinct real samples of the client
         assert len(set(idx[c].tolist())) == 7 and int(idx[c].max()) < int(cohort.n_train[c])
     thetas = cohort.init_thetas(0)

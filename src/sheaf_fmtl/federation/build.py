@@ -18,7 +18,8 @@ from ..data.base import ClientSplit, FederatedDataset
 from ..heap import return_freed_memory
 from ..models import build_model, default_model
 from ..streams import ClientStreams
-from .cohort import INIT_STREAM, Cohort, draw_initial
+from .cohort import INIT_STREAM, Cohort
+from .initial import draw_initial
 from .stacked import hold_once, pad
 from .user import UserModels, objective, preflight
 
@@ -199,6 +200,7 @@ def build_federation(
     position = np.full(len(keys), -1, np.int64)
     dev = torch.device(device)
     loss, metric = objective(dataset)
+    return_freed_memory()  # what reading the data freed: the stacks would not fit in its small gaps
     cohorts = []
     for c, (name, shape, arch) in enumerate(local):
         members = np.flatnonzero(cohort_of == c)

@@ -16,7 +16,6 @@ masks) and the evaluation share one cohort's stacked data and parameter layout.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,12 +30,14 @@ from ..models import grouped
 from ..models.batchnorm import client_norms
 from ..models.fused import FusedCNN, exact_cudnn
 from ..models.linear import linear_forward, linear_gradients, linear_shape
-from ..models.user import dropout_layers
+from ..models.user import dropout_input_shapes, dropout_layers
 from ..streams import ClientStreams, fill_keys
+from .initial import draw_initial
 from .norms import CohortNorms
 from .stacked import Batch, StackedClients
 
 EVAL_CHUNK = 512  # samples per client per evaluation chunk
+EVAL_ELEMENTS = 1 << 22  # input elements (clients x samples x features) an evaluation chunk gathers
 GROUP_CLIENTS = 4  # clients per batched im2col CNN call on CPU (see Cohort._grouped_grad); all on CUDA
 # CNN gradients per device: "fused" (grouped convolutions, hand-written backward: about 35 aten ops a
 # step on CPU, as fast as im2col there) or "im2col" (bmm convolutions, torch.func.grad); on CUDA too
@@ -136,9 +137,18 @@ class Cohort(StackedClients):
     def _linear_grad(
         self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Closed-form gradients of ``f_i`` (:func:`sheaf_fmtl.models.linear.linear_gradients`)."""
+        """Closed-form gradients of ``f_i`` (:func:`sheaf_fmtl.models.linear.linear_gradients`), a
+        block of clients at a time (:meth:`eval_block`'s budget): the temporaries stay bounded."""
         assert self._linear_io is not None
-        return linear_gradients(thetas, x, y, mask, self._linear_io, self.task, self.l2)
+        io, task, l2 = self._linear_io, self.task, self.l2
+        block = self.eval_block(int(x.shape[1]), extra=int(thetas.shape[1]))
+        if len(thetas) <= block:
+            return linear_gradients(thetas, x, y, mask, io, task, l2)
+        g, f = torch.empty_like(thetas), thetas.new_empty(len(thetas))
+        for lo in range(0, len(thetas), block):
+            part = slice(lo, lo + block)
+            g[part], f[part] = linear_gradients(thetas[part], x[part], y[part], mask[part], io, task, l2)
+        return g, f
 
     def _grouped_forward(self, thetas: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         parts = torch.split(thetas, self.numels, dim=1)
@@ -242,7 +252,7 @@ class Cohort(StackedClients):
         if not self.dropout or batch is None:
             return None
         if self._noise_shapes is None:  # each layer's input shape per sample, from one sample
-            self._noise_shapes = _dropout_inputs(self.module, self.x_train[0, :1], self.dropout)
+            self._noise_shapes = dropout_input_shapes(self.module, self.x_train[0, :1], self.dropout)
         rows = (
             self._client_ids if batch.active is None else [self._client_ids[k] for k in batch.active.tolist()]
         )
@@ -285,27 +295,45 @@ class Cohort(StackedClients):
         idx: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-client sums over the valid samples of ``data = (x, y, n)`` (``idx [C, k]``: of those
-        at these positions, gathered a chunk at a time) of the loss or the test score, in sample
-        chunks so that evaluating large datasets never holds every activation at once."""
+        at these positions) of the loss or the test score, a block of clients and a chunk of their
+        samples at a time (about :data:`EVAL_ELEMENTS` input elements), so that evaluating many
+        clients or large datasets never holds every sample or activation at once."""
         x, y, n = data
         clients, n_max = x.shape[0], x.shape[1] if idx is None else idx.shape[1]
         valid = torch.arange(n_max, device=n.device) < n[:, None]
         total = thetas.new_zeros(clients)
-        for s in range(0, n_max, EVAL_CHUNK):
-            if idx is None:
-                xs, ys = x[:, s : s + EVAL_CHUNK], y[:, s : s + EVAL_CHUNK]
-            else:
-                xs, ys = self.train_rows(idx[:, s : s + EVAL_CHUNK])
-            out = self._predict(thetas, xs)
-            flat, yy = out.reshape(-1, *out.shape[2:]), ys.reshape(-1)
-            if score == "loss":
-                per = self._per_sample(flat, yy)
-            elif self.task == "classification":
-                per = (flat.argmax(-1) == yy).to(out.dtype)
-            else:
-                per = (flat.squeeze(-1) - yy) ** 2
-            total += (per.view(clients, -1) * valid[:, s : s + EVAL_CHUNK]).sum(1)
+        block = self.eval_block(min(EVAL_CHUNK, n_max))
+        for c in range(0, clients, block):
+            rows = slice(c, min(c + block, clients))
+            at = None if idx is None else torch.arange(rows.start, rows.stop, device=idx.device)
+            for s in range(0, n_max, EVAL_CHUNK):
+                if idx is None:
+                    xs, ys = x[rows, s : s + EVAL_CHUNK], y[rows, s : s + EVAL_CHUNK]
+                else:
+                    xs, ys = self.train_rows(idx[rows, s : s + EVAL_CHUNK], at)
+                out = self.predict_rows(thetas[rows], xs, rows)
+                flat, yy = out.reshape(-1, *out.shape[2:]), ys.reshape(-1)
+                if score == "loss":
+                    per = self._per_sample(flat, yy)
+                elif self.task == "classification":
+                    per = (flat.argmax(-1) == yy).to(out.dtype)
+                else:
+                    per = (flat.squeeze(-1) - yy) ** 2
+                total[rows] += (per.view(len(xs), -1) * valid[rows, s : s + EVAL_CHUNK]).sum(1)
         return total, n.to(total.dtype)
+
+    def eval_block(self, width: int, extra: int = 0) -> int:
+        """Clients per chunk of ``width`` samples each, plus ``extra`` elements a client (its
+        gradient), within :data:`EVAL_ELEMENTS` (16x that on CUDA, where larger launches pay)."""
+        budget = EVAL_ELEMENTS * (16 if self.x_train.is_cuda else 1)
+        return max(1, budget // max(1, width * int(np.prod(self.x_train.shape[2:])) + extra))
+
+    def predict_rows(self, thetas: torch.Tensor, x: torch.Tensor, rows: slice) -> torch.Tensor:
+        """Outputs of the cohort's clients at positions ``rows`` (their parameters ``thetas``, their
+        BatchNorm statistics) on ``x [len(rows), B, ...]``."""
+        if self.norms is not None:
+            return self.norms.outputs(thetas, x, rows)
+        return self._predict(thetas, x)
 
     def train_loss(self, thetas: torch.Tensor, full: bool = False) -> torch.Tensor:
         """``f_i(theta_i)`` per client ``[C]``, on a fixed random subsample of ``EVAL_TRAIN_SAMPLES``
@@ -350,48 +378,3 @@ class Cohort(StackedClients):
                 "was built; the model factory must build the same architecture each time"
             )
         return rows.to(self.x_train.device)
-
-
-def _dropout_inputs(module: nn.Module, x: torch.Tensor, names: list[str]) -> dict[str, tuple[int, ...]]:
-    """The per-sample input shape of each layer ``names`` of ``module`` on the sample batch ``x``."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    hooks = [
-        module.get_submodule(n).register_forward_pre_hook(
-            lambda _m, args, n=n: shapes.__setitem__(n, tuple(args[0].shape[1:]))
-        )
-        for n in names
-    ]
-    try:
-        with torch.no_grad():
-            module(x)
-    finally:
-        for h in hooks:
-            h.remove()
-    return shapes
-
-
-def draw_initial(
-    module: nn.Module, factory: Callable[[int], nn.Module] | None, clients: list[int], seed: int, stream: int
-) -> torch.Tensor:
-    """``[len(clients), d]`` flat initial models on the CPU, each from the module's default
-    initialiser (or a user model's ``factory``) under a seed of ``(seed, stream, client)``: the same
-    draw in whichever process holds the client."""
-    module = copy.deepcopy(module).cpu()
-    rows = []
-    for client in clients:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(np.random.SeedSequence([seed, stream, client]).generate_state(1)[0]))
-            if factory is not None:  # a user model: its own initialisation, under the seed
-                module = factory(client)
-            else:
-                for m in module.modules():
-                    reset = getattr(m, "reset_parameters", None)
-                    if callable(reset):
-                        reset()
-            rows.append(torch.cat([p.detach().reshape(-1).float() for p in module.parameters()]))
-        if len(rows[-1]) != len(rows[0]):
-            raise ValueError(
-                f"model of client {client}: {len(rows[-1])} parameters, {len(rows[0])} for client "
-                f"{clients[0]}; the model factory must build the same architecture each time"
-            )
-    return torch.stack(rows)

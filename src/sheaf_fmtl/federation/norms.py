@@ -152,10 +152,15 @@ class CohortNorms:
             else:
                 self.stats = {k: v.index_copy(0, active, new[k]) for k, v in self.stats.items()}
 
-    def outputs(self, thetas: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    def outputs(self, thetas: torch.Tensor, x: torch.Tensor, rows: slice | None = None) -> torch.Tensor:
         """Eval-mode outputs ``[C, B, ...]`` with each client's running statistics (the fused kernel
-        in groups of ``cohort.group`` clients, as the im2col predictions)."""
-        stats = self.stats if len(thetas) == self.cohort.size else self.initial(len(thetas))
+        in groups of ``cohort.group`` clients, as the im2col predictions); ``rows``: ``thetas`` are
+        the cohort's clients at these positions (else all of them, or rows that are not its clients,
+        which take the initial statistics)."""
+        if rows is not None:
+            stats = {n: v[rows] for n, v in self.stats.items()}
+        else:
+            stats = self.stats if len(thetas) == self.cohort.size else self.initial(len(thetas))
         fused = self.cohort._fused
         if fused is None or self.cohort.cnn_kernel != "fused":
             return self.predict(thetas, stats, x)

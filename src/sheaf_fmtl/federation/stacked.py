@@ -20,6 +20,7 @@ from ..streams import ClientStreams, fill_keys
 
 EVAL_TRAIN_SAMPLES = 256  # fixed random training samples per client behind the reported train loss
 EVAL_SUBSAMPLE_SEED = 1_000_003  # their streams: per client, independent of the run's seed
+STREAM_BLOCK = 4096  # clients whose subsample generators (about 5 KB each) exist at once
 
 
 class Batch(NamedTuple):
@@ -223,16 +224,23 @@ class StackedClients:
         return steps
 
     def _eval_subsample(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(idx, n)``: the positions ``[C, k]`` of ``EVAL_TRAIN_SAMPLES`` training samples per
-        client (all when fewer; real ones first) and their counts, fixed at first use: a random
-        subset per client from a generator seeded by the client's id alone. Positions only: their
-        rows are gathered a chunk at a time (:meth:`train_rows`), never copied whole."""
+        """``(idx, n)``: the positions ``[C, k]`` (int32) of ``EVAL_TRAIN_SAMPLES`` training samples
+        per client (all when fewer; real ones first) and their counts, fixed at first use: a random
+        subset per client from a generator seeded by the client's id alone, the generators made
+        :data:`STREAM_BLOCK` clients at a time. Positions only: their rows are gathered a chunk at a
+        time (:meth:`train_rows`), never copied whole."""
         if self._eval_rows is None:
             n_max = self.x_train.shape[1]
             k = min(EVAL_TRAIN_SAMPLES, n_max)
-            streams = ClientStreams(EVAL_SUBSAMPLE_SEED, self.clients.tolist())
-            idx = self._random_keys(streams).argsort(dim=1)[:, :k]
-            self._eval_rows = (idx, self.n_train.clamp(max=k))
+            sizes = self.n_host.tolist()
+            keys = torch.full((len(sizes), n_max), 2.0)  # 2 on padding: sorts last
+            keys.masked_fill_(torch.arange(n_max) < self.n_host[:, None], 0.0)
+            for lo in range(0, len(sizes), STREAM_BLOCK):
+                ids = self._client_ids[lo : lo + STREAM_BLOCK]
+                rows = [keys[lo + j, : sizes[lo + j]] for j in range(len(ids))]
+                ClientStreams(EVAL_SUBSAMPLE_SEED, ids).fill(ids, rows)
+            idx = keys.argsort(dim=1)[:, :k].to(torch.int32)
+            self._eval_rows = (idx.to(self.x_train.device), self.n_train.clamp(max=k))
         return self._eval_rows
 
     def train_rows(

@@ -300,3 +300,21 @@ class UserMetric:
             ) from None
         if not math.isfinite(value):
             raise ModelError(f"config key 'metric' = '{self.label}' is not finite on the first samples")
+
+
+def dropout_input_shapes(module: nn.Module, x: torch.Tensor, names: list[str]) -> dict[str, tuple[int, ...]]:
+    """The per-sample input shape of each layer ``names`` of ``module`` on the sample batch ``x``."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    hooks = [
+        module.get_submodule(n).register_forward_pre_hook(
+            lambda _m, args, n=n: shapes.__setitem__(n, tuple(args[0].shape[1:]))
+        )
+        for n in names
+    ]
+    try:
+        with torch.no_grad():
+            module(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return shapes

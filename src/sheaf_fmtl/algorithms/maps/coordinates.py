@@ -137,7 +137,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         assert layout is not None
         if self.use_estimates:  # both copies of an edge start equal (zero) at both ends
             require_estimates_fit(layout, thetas[0].element_size(), cfg.device)
-            state.estimates = [b.sources(thetas).new_zeros(b.size, b.node_dim) for b in layout.buckets]
+            state.estimates = [thetas[b.cohort].new_zeros(b.size, b.node_dim) for b in layout.buckets]
             state.own_copies = [e.clone() for e in state.estimates]
         if graph.weighted:  # a_ij per half-edge of each bucket
             a, buckets = graph.half_edge_weights(), layout.buckets
@@ -278,10 +278,11 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         """The coupling term per cohort: ``sum_j a_ij S^T (S theta_i - S theta_j)``, or with
         estimates ``sum_j a_ij (xhat_(i|e) - xhat_(j|e))``, over the neighbours heard (``held``
         ``[H_b]`` per bucket; ``a_ij``: ``weights`` per bucket, the graph's and the learned ones;
-        ``None``: 1). One residual per bucket, scaled and masked in place."""
+        ``None``: 1). One residual per bucket, written over ``own`` (used up: a further local step
+        sends afresh), scaled and masked in place."""
         assert state.layout is not None
         if state.estimates is None:
-            r = [o - t for o, t in zip(own, theirs, strict=True)]
+            r = [o.sub_(t) for o, t in zip(own, theirs, strict=True)]
             for k, x in enumerate(r):
                 if weights is not None:
                     x.mul_(weights[k][:, None])

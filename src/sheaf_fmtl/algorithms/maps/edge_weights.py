@@ -154,7 +154,7 @@ class Relatedness:
         """This end's averages ``(N, R)`` of each half-edge (zeros before the first probe)."""
         assert state.layout is not None
         buckets = state.layout.buckets
-        mine = state.relatedness or [b.sources(state.thetas).new_zeros(b.size, 2) for b in buckets]
+        mine = state.relatedness or [state.thetas[b.cohort].new_zeros(b.size, 2) for b in buckets]
         pairs = torch.cat(mine) if mine else state.thetas[0].new_zeros(0, 2)
         return EdgeTensor(pairs.reshape(-1), self.pair_layout)
 

@@ -40,7 +40,7 @@ from ...component_keys import Keys, key
 from ...config import ConfigError, RunConfig
 from ...config.registry import MapModeSpec, edge_weights_of
 from ...federation import Batch, Cohort, Cohorts
-from ...federation.cohort import draw_initial
+from ...federation.initial import draw_initial
 from ...messages import Payload
 from ...models import MODELS, build_model, default_model
 from ..protocol.algorithm import Algorithm, Context, PerSampleFlops, State, register_maps

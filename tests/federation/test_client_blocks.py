@@ -1,0 +1,65 @@
+"""Evaluation and closed-form gradients a block of clients at a time (``EVAL_ELEMENTS``) give what
+one call over every client gives, and what a client-by-client computation gives."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sheaf_fmtl.federation import build_federation
+
+from ..conftest import make_dataset
+
+BLOCKS = "sheaf_fmtl.federation.cohort.EVAL_ELEMENTS"
+
+
+def _scores(cohort, thetas):
+    return cohort.train_loss(thetas), cohort.train_loss(thetas, full=True), cohort.test_metric(thetas)
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_blocked_evaluation_and_gradients_equal_one_block(monkeypatch, task) -> None:
+    cohort = build_federation(make_dataset([4] * 7, task=task, n=10), "auto", l2=0.02).cohorts[0]
+    thetas = torch.randn(7, cohort.dim, generator=torch.Generator().manual_seed(0))
+    batch = cohort.sample(6, torch.Generator().manual_seed(1))
+    whole, (g, f) = _scores(cohort, thetas), cohort.gradients(thetas, batch)
+    monkeypatch.setattr(BLOCKS, 1)  # one client a block
+    assert cohort.eval_block(6, extra=cohort.dim) == 1
+    for got, want in zip(_scores(cohort, thetas), whole, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+    g1, f1 = cohort.gradients(thetas, batch)
+    torch.testing.assert_close(g1, g, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(f1, f, rtol=1e-6, atol=1e-7)
+    for c in range(7):  # each client alone
+        g_c, f_c = cohort.gradients(thetas[c : c + 1], tuple(t[c : c + 1] for t in batch[:3]))
+        torch.testing.assert_close(g_c[0], g[c], rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(f_c[0], f[c], rtol=1e-6, atol=1e-7)
+        n = int(cohort.n_test[c])
+        out = cohort._predict(thetas[c : c + 1], cohort.x_test[c : c + 1, :n])[0]
+        y = cohort.y_test[c, :n]
+        hits = (out.argmax(-1) == y).float() if task == "classification" else (out[:, 0] - y) ** 2
+        want = hits.mean()
+        torch.testing.assert_close(whole[2][c], want)
+
+
+def test_blocked_evaluation_keeps_each_clients_batchnorm_statistics(monkeypatch) -> None:
+    dataset = make_dataset([5] * 6, n=8)
+    cohort = build_federation(dataset, "tests._baselines_problems:mlp_bn").cohorts[0]
+    assert cohort.norms is not None
+    gen = torch.Generator().manual_seed(2)
+    for name, value in cohort.norms.stats.items():  # every client's own statistics, all different
+        if value.is_floating_point():
+            cohort.norms.stats[name] = torch.rand(value.shape, generator=gen) + 0.5
+    thetas = cohort.init_thetas(0)
+    whole = _scores(cohort, thetas)
+    monkeypatch.setattr(BLOCKS, 5)  # one client a block (8 samples of 5 features exceed 5)
+    for got, want in zip(_scores(cohort, thetas), whole, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+    module = cohort.module.eval()
+    for c in range(6):  # client c alone, in plain PyTorch with its statistics loaded
+        params = cohort.unflatten(thetas[c])
+        buffers = {name: value[c] for name, value in cohort.norms.stats.items()}
+        n = int(cohort.n_test[c])
+        out = torch.func.functional_call(module, {**params, **buffers}, (cohort.x_test[c, :n],))
+        want = (out.argmax(-1) == cohort.y_test[c, :n]).float().mean()
+        torch.testing.assert_close(whole[2][c], want)
