@@ -1,6 +1,6 @@
 """The data held once: after ``build_federation`` the dataset's arrays are views of the cohorts'
-padded stacks (same values), and the training-loss subsample is positions into the stack, its
-estimate equal to the same samples gathered by hand."""
+stacks (same values, no padding; a run never builds the padded ones), and the training-loss
+subsample is positions into the stack, its estimate equal to the same samples gathered by hand."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 
 from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.federation import build_federation
-from sheaf_fmtl.runtime.engine.simulate import load_dataset
+from sheaf_fmtl.runtime.engine.simulate import build_simulation, load_dataset
 
 
 def test_the_datasets_arrays_become_views_of_the_stacks() -> None:
@@ -19,20 +19,39 @@ def test_the_datasets_arrays_become_views_of_the_stacks() -> None:
     before = copy.deepcopy(dataset.clients)
     fed = build_federation(dataset, "auto")
     cohort = fed.cohorts[0]
-    stacks = {
+    stored = {
+        "x_train": cohort.train.x,
+        "y_train": cohort.train.y,
+        "x_test": cohort.test.x,
+        "y_test": cohort.test.y,
+    }
+    for name, values in stored.items():  # end to end: exactly the data's bytes, no padding
+        assert values.numpy().nbytes == sum(getattr(c, name).nbytes for c in before), name
+    padded = {
         "x_train": cohort.x_train,
         "y_train": cohort.y_train,
         "x_test": cohort.x_test,
         "y_test": cohort.y_test,
     }
     for k, (split, old) in enumerate(zip(dataset.clients, before, strict=True)):
-        for name, stack in stacks.items():
+        for name, values in stored.items():
             array = getattr(split, name)
             assert np.array_equal(array, getattr(old, name)) and array.dtype == getattr(old, name).dtype
-            assert np.shares_memory(array, stack.numpy()), name
-            assert torch.equal(stack[k, : len(array)], torch.as_tensor(array))
+            assert np.shares_memory(array, values.numpy()), name
+            assert torch.equal(padded[name][k, : len(array)], torch.as_tensor(array))
+            assert not padded[name][k, len(array) :].any()  # the padded stack's padding: zeros
     again = build_federation(dataset, "auto")  # from the views: the same stacks
-    assert torch.equal(again.cohorts[0].x_train, cohort.x_train)
+    assert torch.equal(again.cohorts[0].train.x, cohort.train.x)
+
+
+def test_a_run_never_builds_the_padded_stacks() -> None:
+    for keys in ({"local_epochs": 1}, {"local_epochs": 0, "local_steps": 2}):
+        sim = build_simulation(RunConfig(dataset="synthetic", clients=6, rounds=2, batch_size=8, **keys))
+        sim.evaluate()
+        sim.step()
+        sim.step()
+        sim.evaluate()
+        assert all(not c._padded for c in sim.ctx.fed.cohorts), keys
 
 
 def test_the_train_loss_subsample_is_positions_into_the_stack(monkeypatch) -> None:

@@ -15,6 +15,7 @@ from torch import nn
 import sheaf_fmtl
 from sheaf_fmtl.export import export
 from sheaf_fmtl.federation.cohort import Cohort
+from sheaf_fmtl.federation.ragged import Ragged
 from sheaf_fmtl.federation.stacked import Batch
 from sheaf_fmtl.models import build_model
 from sheaf_fmtl.models.batchnorm import ClientBatchNorm
@@ -50,9 +51,8 @@ def _net(momentum: float | None, kind: str = "vmap") -> nn.Module:
 
 def _cohort(ref: nn.Module, x: torch.Tensor, y: torch.Tensor, n: torch.Tensor) -> Cohort:
     clients = np.arange(len(n))
-    cohort = Cohort(
-        0, clients, "m", check_module(copy.deepcopy(ref), "m"), "classification", L2, x, y, n, x, y, n
-    )
+    data = Ragged.from_padded(x, y, n)
+    cohort = Cohort(0, clients, "m", check_module(copy.deepcopy(ref), "m"), "classification", L2, data, data)
     cohort.init_thetas(0)  # a run's start: the statistics afresh
     return cohort
 

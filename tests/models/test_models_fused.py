@@ -101,7 +101,7 @@ def test_sgd_steps_of_a_cohort_equal_per_client_torch_sgd():
     fed = build_federation(make_dataset(s), "cnn", l2=1e-3, device="cpu")
     cohort = fed.cohorts[0]
     assert cohort.cnn_kernel == "fused"
-    cohort.x_train, cohort.x_test = cohort.x_train.double(), cohort.x_test.double()
+    cohort.train.x, cohort.test.x = cohort.train.x.double(), cohort.test.x.double()
     thetas = cohort.init_thetas(0, common=False).double()
     module = copy.deepcopy(cohort.module).double()
     models = [copy.deepcopy(module) for _ in range(cohort.size)]

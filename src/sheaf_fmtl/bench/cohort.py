@@ -91,9 +91,8 @@ def _mini_batches(fed: Cohorts, batch_size: int) -> tuple[int, list[_Part]]:
         n_min = int(cohort.n_train.min())
         idx = torch.stack([torch.randperm(n_min, generator=gen)[:b] for _ in range(cohort.size)])
         idx = idx.to(thetas.device)
-        rows = torch.arange(cohort.size, device=idx.device)[:, None]
         ones = torch.ones(idx.shape, device=idx.device)
-        parts.append((cohort, thetas, idx, (cohort.x_train[rows, idx], cohort.y_train[rows, idx], ones)))
+        parts.append((cohort, thetas, idx, (*cohort.train_rows(idx), ones)))
     return b, parts
 
 

@@ -1,10 +1,11 @@
-"""Clients stacked by architecture (*cohorts*): padded data, flat thetas, batched local gradients.
+"""Clients stacked by architecture (*cohorts*): their data end to end, flat thetas, batched local gradients.
 
 A cohort's thetas are ``[C, d]``; its local losses ``f_i`` and their mini-batch gradients are
 computed for all ``C`` clients at once, never client by client.
 
-- :mod:`.stacked`: a cohort's padded, stacked data, its mini-batches (random and epoch-wise,
-  :class:`Batch`, :class:`EpochPlan`) and the fixed evaluation subsample;
+- :mod:`.ragged`: one split of a cohort's clients, stored end to end (no padding), gathered by position;
+- :mod:`.stacked`: a cohort's data, its mini-batches (random and epoch-wise, :class:`Batch`,
+  :class:`EpochPlan`) and the fixed evaluation subsample;
 - :mod:`.cohort`: :class:`Cohort`, the batched losses, gradients, evaluation and initial models;
 - :mod:`.build`: :class:`Cohorts` (all clients, or a shard) and :func:`build_federation`.
 """

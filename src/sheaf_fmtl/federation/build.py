@@ -20,7 +20,8 @@ from ..models import build_model, default_model
 from ..streams import ClientStreams
 from .cohort import INIT_STREAM, Cohort
 from .initial import draw_initial
-from .stacked import hold_once, pad
+from .ragged import Ragged
+from .stacked import hold_once
 from .user import UserModels, objective, preflight
 
 
@@ -187,7 +188,7 @@ def build_federation(
     ``clients``: hold only these global client ids (a shard; default all). ``cohort_of`` and
     ``position`` stay indexed by global id, ``-1`` for a client held elsewhere; a cohort's common
     initial model is seeded by its architecture's first client over the whole federation. On the
-    CPU the dataset's arrays become views of the cohorts' padded stacks (the data held once)."""
+    CPU the dataset's arrays become views of the cohorts' stacks (the data held once)."""
     names = [default_model(dataset.task) if m.strip() == "auto" else m.strip() for m in model.split(",")]
     outputs = dataset.num_classes if dataset.task == "classification" else 1
     user = UserModels.build(names, dataset, outputs)
@@ -205,7 +206,7 @@ def build_federation(
     for c, (name, shape, arch) in enumerate(local):
         members = np.flatnonzero(cohort_of == c)
         position[members] = np.arange(len(members))
-        data = _padded(dataset, members, dev)
+        data = _stacked(dataset, members, dev)
         lead = first[(name, shape, arch)]
         module = build_model(name, shape, outputs) if arch is None else user.modules[lead]
         cohort = Cohort(c, members, name, module.to(dev), dataset.task, l2, *data)
@@ -246,23 +247,19 @@ def _layout(
     return held, distinct, local, cohort_of
 
 
-def _padded(dataset: FederatedDataset, members: np.ndarray, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """``(x_train, y_train, n_train, x_test, y_test, n_test)`` of clients ``members``, each split
-    zero-padded to one ``[C, n_max, ...]`` tensor on ``device`` (:func:`.stacked.pad`)."""
+def _stacked(dataset: FederatedDataset, members: np.ndarray, device: torch.device) -> tuple[Ragged, Ragged]:
+    """``(train, test)`` of clients ``members``: each split's samples end to end on ``device``
+    (:class:`.ragged.Ragged`), the dataset's arrays then views of them (:func:`.stacked.hold_once`)."""
     ydtype = torch.long if dataset.task == "classification" else torch.float32
     splits = [dataset.clients[i] for i in members]
-    stacks = []
-    for name, dtype in (
-        ("x_train", torch.float32),
-        ("y_train", ydtype),
-        ("x_test", torch.float32),
-        ("y_test", ydtype),
-    ):
-        stack, n = pad([getattr(s, name) for s in splits], dtype, device)
-        hold_once(splits, name, stack)  # each split's array freed as its stack is built
-        stacks.append((stack, n))
-    (x_tr, n_tr), (y_tr, _), (x_te, n_te), (y_te, _) = stacks
-    return x_tr, y_tr, n_tr, x_te, y_te, n_te
+    out = []
+    for names in (("x_train", "y_train"), ("x_test", "y_test")):
+        xs, ys = ([getattr(s, name) for s in splits] for name in names)
+        stack = Ragged.of(xs, ys, (torch.float32, ydtype), device)
+        del xs, ys
+        hold_once(splits, names, stack)  # each split's arrays freed as its stack is built
+        out.append(stack)
+    return out[0], out[1]
 
 
 def _architectures(

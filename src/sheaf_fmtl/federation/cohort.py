@@ -34,6 +34,7 @@ from ..models.user import dropout_input_shapes, dropout_layers
 from ..streams import ClientStreams, fill_keys
 from .initial import draw_initial
 from .norms import CohortNorms
+from .ragged import Ragged
 from .stacked import Batch, StackedClients
 
 EVAL_CHUNK = 512  # samples per client per evaluation chunk
@@ -66,7 +67,7 @@ class Cohort(StackedClients):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.group = self.size if self.x_train.is_cuda else GROUP_CLIENTS
+        self.group = self.size if self.device.type == "cuda" else GROUP_CLIENTS
         params = dict(self.module.named_parameters())
         self.names = list(params)
         self.shapes = [p.shape for p in params.values()]
@@ -79,7 +80,7 @@ class Cohort(StackedClients):
             grad_and_value(self._noisy_loss)
         )
         self._fused: FusedCNN | None = None
-        self.cnn_kernel = CNN_KERNEL.get(self.x_train.device.type, "im2col")
+        self.cnn_kernel = CNN_KERNEL.get(self.device.type, "im2col")
         layers = client_norms(self.module)
         if layers:  # BatchNorm: each client's statistics beside its parameters (federation/norms.py)
             self.norms = CohortNorms(self, layers)
@@ -109,12 +110,12 @@ class Cohort(StackedClients):
         if loss is not None and self._linear_io is not None and not grouped.supports(self.module):
             self._grad = vmap(grad_and_value(self._loss))
 
-    def with_train(self, x_train: torch.Tensor, y_train: torch.Tensor, n_train: torch.Tensor) -> Cohort:
+    def with_train(self, train: Ragged) -> Cohort:
         """The same cohort (model, objective, user factory, architecture's first client, kernel) on other
         training samples. ``dataclasses.replace`` alone resets the fields set after construction: the
         initial models of ``init = common`` would then come from the first client held here, which
         differs between process layouts."""
-        out = dataclasses.replace(self, x_train=x_train, y_train=y_train, n_train=n_train)
+        out = dataclasses.replace(self, train=train)
         out.use_objective(self.loss_fn, self.metric_fn)
         out.factory, out.first_client, out.cnn_kernel = self.factory, self.first_client, self.cnn_kernel
         return out
@@ -252,7 +253,7 @@ class Cohort(StackedClients):
         if not self.dropout or batch is None:
             return None
         if self._noise_shapes is None:  # each layer's input shape per sample, from one sample
-            self._noise_shapes = dropout_input_shapes(self.module, self.x_train[0, :1], self.dropout)
+            self._noise_shapes = dropout_input_shapes(self.module, self.train.x[:1], self.dropout)
         rows = (
             self._client_ids if batch.active is None else [self._client_ids[k] for k in batch.active.tolist()]
         )
@@ -260,7 +261,7 @@ class Cohort(StackedClients):
         for name in self.dropout:
             buf = torch.empty(len(rows), batch.x.shape[1], *self._noise_shapes[name])
             fill_keys(source, rows, [b.view(-1) for b in buf])
-            out[name] = buf.to(self.x_train.device)
+            out[name] = buf.to(self.device)
         return out
 
     def gradients(
@@ -288,29 +289,30 @@ class Cohort(StackedClients):
         )
 
     def _chunked(
-        self,
-        thetas: torch.Tensor,
-        data: tuple[torch.Tensor, ...],
-        score: str,
-        idx: torch.Tensor | None = None,
+        self, thetas: torch.Tensor, split: Ragged, score: str, idx: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-client sums over the valid samples of ``data = (x, y, n)`` (``idx [C, k]``: of those
-        at these positions) of the loss or the test score, a block of clients and a chunk of their
-        samples at a time (about :data:`EVAL_ELEMENTS` input elements), so that evaluating many
-        clients or large datasets never holds every sample or activation at once."""
-        x, y, n = data
-        clients, n_max = x.shape[0], x.shape[1] if idx is None else idx.shape[1]
+        """Per-client sums over the valid samples of ``split`` (``idx [C, k]``: of those at these
+        positions; its counts ``n`` then ``min(n_i, k)``) of the loss or the test score, a block of
+        clients and a chunk of their samples at a time (about :data:`EVAL_ELEMENTS` input
+        elements), so that evaluating many clients or large datasets never holds every sample or
+        activation at once."""
+        clients = split.size
+        n = split.n if idx is None else split.n.clamp(max=idx.shape[1])
+        n_max = split.n_max if idx is None else idx.shape[1]
         valid = torch.arange(n_max, device=n.device) < n[:, None]
         total = thetas.new_zeros(clients)
         block = self.eval_block(min(EVAL_CHUNK, n_max))
+        every = torch.arange(n_max, device=n.device)
         for c in range(0, clients, block):
             rows = slice(c, min(c + block, clients))
-            at = None if idx is None else torch.arange(rows.start, rows.stop, device=idx.device)
+            at = torch.arange(rows.start, rows.stop, device=n.device)
             for s in range(0, n_max, EVAL_CHUNK):
-                if idx is None:
-                    xs, ys = x[rows, s : s + EVAL_CHUNK], y[rows, s : s + EVAL_CHUNK]
-                else:
-                    xs, ys = self.train_rows(idx[rows, s : s + EVAL_CHUNK], at)
+                pos = (
+                    every[s : s + EVAL_CHUNK].expand(len(at), -1)
+                    if idx is None
+                    else idx[rows, s : s + EVAL_CHUNK]
+                )
+                xs, ys = split.gather(pos, at)
                 out = self.predict_rows(thetas[rows], xs, rows)
                 flat, yy = out.reshape(-1, *out.shape[2:]), ys.reshape(-1)
                 if score == "loss":
@@ -325,8 +327,8 @@ class Cohort(StackedClients):
     def eval_block(self, width: int, extra: int = 0) -> int:
         """Clients per chunk of ``width`` samples each, plus ``extra`` elements a client (its
         gradient), within :data:`EVAL_ELEMENTS` (16x that on CUDA, where larger launches pay)."""
-        budget = EVAL_ELEMENTS * (16 if self.x_train.is_cuda else 1)
-        return max(1, budget // max(1, width * int(np.prod(self.x_train.shape[2:])) + extra))
+        budget = EVAL_ELEMENTS * (16 if self.device.type == "cuda" else 1)
+        return max(1, budget // max(1, width * int(np.prod(self.feature_shape)) + extra))
 
     def predict_rows(self, thetas: torch.Tensor, x: torch.Tensor, rows: slice) -> torch.Tensor:
         """Outputs of the cohort's clients at positions ``rows`` (their parameters ``thetas``, their
@@ -338,8 +340,8 @@ class Cohort(StackedClients):
     def train_loss(self, thetas: torch.Tensor, full: bool = False) -> torch.Tensor:
         """``f_i(theta_i)`` per client ``[C]``, on a fixed random subsample of ``EVAL_TRAIN_SAMPLES``
         training samples per client (the reported estimate; ``full=True``: all training data)."""
-        idx, n = (None, self.n_train) if full else self._eval_subsample()
-        total, count = self._chunked(thetas, (self.x_train, self.y_train, n), "loss", idx)
+        idx = None if full else self._eval_subsample()[0]
+        total, count = self._chunked(thetas, self.train, "loss", idx)
         reg = (count > 0).to(thetas.dtype) * 0.5 * self.l2 * (thetas * thetas).sum(1)
         return cast("torch.Tensor", total / count.clamp(min=1) + reg)
 
@@ -347,14 +349,13 @@ class Cohort(StackedClients):
         """Per client: test accuracy (classification) or test MSE (regression), ``[C]``; with a user
         metric, its value on the client's whole test set."""
         if self.metric_fn is not None:
-            chunks = range(0, self.x_test.shape[1], EVAL_CHUNK)
-            out = torch.cat([self._predict(thetas, self.x_test[:, s : s + EVAL_CHUNK]) for s in chunks], 1)
-            sizes = self.n_test.tolist()
-            values = [
-                self.metric_fn(out[c, :n], self.y_test[c, :n]) if n else 0.0 for c, n in enumerate(sizes)
-            ]
+            x_test, y_test = self.test.padded()
+            chunks = range(0, x_test.shape[1], EVAL_CHUNK)
+            out = torch.cat([self._predict(thetas, x_test[:, s : s + EVAL_CHUNK]) for s in chunks], 1)
+            sizes = self.test.n_host.tolist()
+            values = [self.metric_fn(out[c, :n], y_test[c, :n]) if n else 0.0 for c, n in enumerate(sizes)]
             return thetas.new_tensor(values)
-        total, count = self._chunked(thetas, (self.x_test, self.y_test, self.n_test), "score")
+        total, count = self._chunked(thetas, self.test, "score")
         return cast("torch.Tensor", total / count.clamp(min=1))
 
     def init_thetas(self, seed: int, common: bool = False) -> torch.Tensor:
@@ -377,4 +378,4 @@ class Cohort(StackedClients):
                 f"model of client {clients[0]}: {rows.shape[1]} parameters, {self.dim} when the federation "
                 "was built; the model factory must build the same architecture each time"
             )
-        return rows.to(self.x_train.device)
+        return rows.to(self.device)

@@ -32,13 +32,15 @@ class Stacked(Protocol):
     """What these statistics read of their :class:`~sheaf_fmtl.federation.Cohort`."""
 
     module: nn.Module
-    x_train: torch.Tensor
     l2: float
     cnn_kernel: str
     _fused: FusedCNN | None
 
     @property
     def size(self) -> int: ...
+
+    @property
+    def device(self) -> torch.device: ...
 
     def _fused_now(self) -> bool: ...
 
@@ -75,7 +77,7 @@ class CohortNorms:
     def initial(self, size: int) -> Stats:
         """The module's own statistics (``running_mean = 0``, ``running_var = 1`` for a fresh layer),
         repeated for ``size`` clients."""
-        device = self.cohort.x_train.device
+        device = self.cohort.device
         return {
             k: v.detach().to(device).expand(size, *v.shape).clone()
             for k, v in norm_buffers(self.cohort.module, self.layers).items()
@@ -179,5 +181,5 @@ class CohortNorms:
 
     def load(self, per_client: list[Stats]) -> None:
         """Put back :meth:`per_client` (one mapping per client of the cohort, in its order)."""
-        device = self.cohort.x_train.device
+        device = self.cohort.device
         self.stats = {k: torch.stack([s[k] for s in per_client]).to(device) for k in self.stats}

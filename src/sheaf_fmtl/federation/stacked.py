@@ -1,5 +1,6 @@
-"""A cohort's clients stacked: padded data tensors, mini-batches (random and epoch-wise) and the
-fixed evaluation subsample, all indexed with the same row helper (:meth:`StackedClients._rows`).
+"""A cohort's clients stacked: their samples end to end (:class:`.ragged.Ragged`, no padding),
+mini-batches (random and epoch-wise) and the fixed evaluation subsample, all gathered by position
+in each client's own data (:meth:`.ragged.Ragged.gather`).
 
 :class:`sheaf_fmtl.federation.Cohort` adds the model: batched local gradients and evaluation.
 """
@@ -17,6 +18,7 @@ from torch import nn
 
 from ..data.base import ClientSplit
 from ..streams import ClientStreams, fill_keys
+from .ragged import Ragged
 
 EVAL_TRAIN_SAMPLES = 256  # fixed random training samples per client behind the reported train loss
 EVAL_SUBSAMPLE_SEED = 1_000_003  # their streams: per client, independent of the run's seed
@@ -47,32 +49,18 @@ class EpochPlan:
     steps: int  # ceil(max n_i / B)
 
 
-def pad(
-    arrays: list[np.ndarray], dtype: torch.dtype, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-client arrays zero-padded to one ``[C, n_max, ...]`` tensor on ``device``, and the ``n_i``."""
-    n = torch.tensor([len(a) for a in arrays], dtype=torch.long)
-    n_max = max(1, int(n.max()))
-    out = torch.zeros((len(arrays), n_max, *arrays[0].shape[1:]), dtype=dtype)
-    rows = out.numpy()  # filled through NumPy: any array, read-only ones too, without a warning
-    for k, a in enumerate(arrays):
-        rows[k, : len(a)] = a
-    return out.to(device), n.to(device)
-
-
-def hold_once(splits: Sequence[ClientSplit], name: str, stack: torch.Tensor) -> None:
-    """Point each split's ``name`` array at its rows of ``stack`` (NumPy views, equal values), so
-    that the data is held once, by the cohort's padded stack: the split's own array is freed when
-    nothing else holds it (writing into the split now writes the cohort's data). On the CPU only,
-    and where the dtype is the array's."""
-    if stack.device.type != "cpu":
+def hold_once(splits: Sequence[ClientSplit], names: tuple[str, str], stack: Ragged) -> None:
+    """Point each split's arrays ``names`` (inputs, labels) at its rows of ``stack`` (NumPy views,
+    equal values), so that the data is held once, by the cohort's stack: the split's own arrays are
+    freed when nothing else holds them (writing into the split now writes the cohort's data). On
+    the CPU only, and where the dtypes are the arrays'."""
+    if stack.x.device.type != "cpu":
         return
-    rows = stack.numpy()
-    for k, split in enumerate(splits):
-        own = getattr(split, name)
-        if own.dtype != rows.dtype or own.shape[1:] != rows.shape[2:]:
-            continue
-        object.__setattr__(split, name, rows[k, : len(own)])  # a frozen split: same values, shared storage
+    for split, views in zip(splits, stack.client_views(), strict=True):
+        for name, view in zip(names, views, strict=True):
+            own = getattr(split, name)
+            if own.dtype == view.dtype and own.shape[1:] == view.shape[1:] and len(own) == len(view):
+                object.__setattr__(split, name, view)  # a frozen split: same values, shared storage
 
 
 @dataclass(eq=False)
@@ -86,13 +74,8 @@ class StackedClients:
     module: nn.Module
     task: str
     l2: float
-    x_train: torch.Tensor  # [C, n_max, *feature_shape]
-    y_train: torch.Tensor  # [C, n_max]
-    n_train: torch.Tensor  # [C]
-    x_test: torch.Tensor
-    y_test: torch.Tensor
-    n_test: torch.Tensor
-    n_host: torch.Tensor = field(init=False)  # n_train on the CPU: plans need no device sync
+    train: Ragged
+    test: Ragged
     _epoch_static: dict[int, list[tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]]] = field(
         init=False, default_factory=dict
     )
@@ -104,35 +87,75 @@ class StackedClients:
     _active_rows: dict[int, tuple[torch.Tensor, list[int]]] = field(
         init=False, default_factory=dict, repr=False
     )
+    _padded: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(
+        init=False, default_factory=dict, repr=False
+    )
     _client_ids: list[int] = field(init=False, repr=False)
     first_client: int = field(init=False, default=-1)  # global id of the architecture's first client
 
     def __post_init__(self) -> None:
-        self.n_host = self.n_train.cpu()
         self._client_ids = [int(c) for c in self.clients]
+
+    # -- the splits: sizes, and padded stacks for code that wants them ---------------------------
+    @property
+    def n_train(self) -> torch.Tensor:
+        return self.train.n
+
+    @property
+    def n_test(self) -> torch.Tensor:
+        return self.test.n
+
+    @property
+    def n_host(self) -> torch.Tensor:
+        """``n_train`` on the CPU: plans need no device sync."""
+        return self.train.n_host
+
+    @property
+    def device(self) -> torch.device:
+        return self.train.x.device
+
+    @property
+    def feature_shape(self) -> tuple[int, ...]:
+        return self.train.feature_shape
+
+    def _stack(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        if split not in self._padded:  # built on request, kept (the full-batch step reads it each round)
+            self._padded[split] = getattr(self, split).padded()
+        return self._padded[split]
+
+    @property
+    def x_train(self) -> torch.Tensor:
+        """The training inputs zero-padded ``[C, n_max, ...]``, built at first use and kept (the
+        round's own paths gather from :attr:`train` and never build it, except a full batch)."""
+        return self._stack("train")[0]
+
+    @property
+    def y_train(self) -> torch.Tensor:
+        return self._stack("train")[1]
+
+    @property
+    def x_test(self) -> torch.Tensor:
+        return self._stack("test")[0]
+
+    @property
+    def y_test(self) -> torch.Tensor:
+        return self._stack("test")[1]
 
     @property
     def size(self) -> int:
         return len(self.clients)
 
-    def _rows(self, t: torch.Tensor, idx: torch.Tensor, clients: torch.Tensor | None = None) -> torch.Tensor:
-        """``t[c, idx[k]]`` for ``c = clients[k]`` (every client when ``None``), without copying the
-        other rows (``index_select`` is ~3x faster than ``t[r, idx]``)."""
-        first = torch.arange(len(idx), device=idx.device) if clients is None else clients
-        flat = (idx + t.shape[1] * first[:, None]).flatten()
-        return t.flatten(0, 1).index_select(0, flat).view(*idx.shape, *t.shape[2:])
-
     def batch_len(self, batch_size: int) -> int:
         """Samples per client in a mini-batch (``batch_size <= 0``: all of them)."""
-        n_max = int(self.x_train.shape[1])
+        n_max = self.train.n_max
         return n_max if batch_size <= 0 else min(batch_size, n_max)
 
     def steps_per_epoch(self, batch_size: int) -> int:
         """Steps of one pass over the largest client's data: ``ceil(max n_i / B)``."""
-        return max(1, math.ceil(int(self.n_host.max()) / max(1, self.batch_len(batch_size))))
+        return max(1, math.ceil(self.train.n_max / max(1, self.batch_len(batch_size))))
 
     def _valid(self) -> torch.Tensor:
-        return torch.arange(self.x_train.shape[1], device=self.n_train.device) < self.n_train[:, None]
+        return torch.arange(self.train.n_max, device=self.n_train.device) < self.n_train[:, None]
 
     def _random_keys(self, source: ClientStreams | torch.Generator, draw_above: int = 0) -> torch.Tensor:
         """Uniform keys per (client, sample), each client's from its own stream
@@ -140,7 +163,7 @@ class StackedClients:
         draw nothing (their keys are 0: a batch of at least ``n_i`` takes all their samples)."""
         if draw_above not in self._key_slots:  # from the n_i alone: built once, no sync afterwards
             n, sizes = self.n_host, self.n_host.tolist()
-            pos = torch.arange(self.x_train.shape[1])
+            pos = torch.arange(self.train.n_max)
             buf = torch.full((len(n), len(pos)), 2.0).masked_fill_(pos < n[:, None], 0.0)
             drawn = [k for k, nk in enumerate(sizes) if nk > draw_above]
             rows = [buf[k, : sizes[k]] for k in drawn]  # views: each call redraws exactly these
@@ -148,21 +171,19 @@ class StackedClients:
         buf, ids, rows = self._key_slots[draw_above]
         fill_keys(source, ids, rows)  # in place, client after client
         # drawn on the CPU (same batches on every device), copied without a host-device sync
-        keys = buf.pin_memory() if self.x_train.is_cuda else buf.clone()  # buf is redrawn next call
-        return keys.to(self.x_train.device, non_blocking=True)
+        keys = buf.pin_memory() if self.device.type == "cuda" else buf.clone()  # buf is redrawn next call
+        return keys.to(self.device, non_blocking=True)
 
     def sample(self, batch_size: int, source: ClientStreams | torch.Generator) -> Batch:
         """A mini-batch per client: ``min(batch_size, n_i)`` samples drawn without replacement, from
         the client's own stream (only clients with ``n_i > batch_size`` draw). ``batch_size <= 0``
         (or at least every client's size) gives the full local data."""
-        n_max = self.x_train.shape[1]
-        if batch_size <= 0 or batch_size >= n_max:
-            return Batch(self.x_train, self.y_train, self._valid().to(self.x_train.dtype))
+        if batch_size <= 0 or batch_size >= self.train.n_max:
+            return Batch(self.x_train, self.y_train, self._valid().to(self.train.x.dtype))
         keys = self._random_keys(source, draw_above=batch_size)
         idx = keys.topk(batch_size, dim=1, largest=False, sorted=False).indices
-        valid = self._valid()
-        mask = self._rows(valid, idx).to(self.x_train.dtype)
-        return Batch(self._rows(self.x_train, idx), self._rows(self.y_train, idx), mask)
+        mask = (idx < self.n_train[:, None]).to(self.train.x.dtype)
+        return Batch(*self.train.gather(idx), mask)
 
     def epoch(self, batch_size: int, source: ClientStreams | torch.Generator) -> EpochPlan:
         """A fresh random order of every client's samples for one local epoch (see :class:`EpochPlan`),
@@ -176,20 +197,20 @@ class StackedClients:
             return None
         b = self.batch_len(batch_size)
         if b not in self._epoch_static:  # active clients and masks per step: from the n_i alone
-            n, n_max = self.n_host, int(self.x_train.shape[1])
+            n, n_max = self.n_host, self.train.n_max
             static = []
             for s in range(plan.steps):
                 rows = torch.nonzero(n > s * b).flatten()
                 pos = torch.arange(s * b, min((s + 1) * b, n_max))
-                mask = (pos[None, :] < n[rows][:, None]).to(self.x_train.dtype)
+                mask = (pos[None, :] < n[rows][:, None]).to(self.train.x.dtype)
                 idx = None if len(rows) == self.size else rows.to(self.n_train.device)
                 static.append((idx, mask.to(self.n_train.device), rows))
             self._epoch_static[b] = static
         active, mask, rows = self._epoch_static[b][step]
-        flat = self._plan_index(plan, b)[step]  # [C or active, b'] rows of x_train.flatten(0, 1)
+        flat = self._plan_index(plan, b)[step]  # [C or active, b'] stored rows of train
         idx = flat.reshape(-1)  # a view, except on a last, shorter step
-        x = self.x_train.flatten(0, 1).index_select(0, idx).view(*flat.shape, *self.x_train.shape[2:])
-        y = self.y_train.flatten().index_select(0, idx).view(flat.shape)
+        x = self.train.x.index_select(0, idx).view(*flat.shape, *self.feature_shape)
+        y = self.train.y.index_select(0, idx).view(flat.shape)
         return Batch(x, y, mask, active)
 
     def active_host(self, active: torch.Tensor) -> torch.Tensor:
@@ -202,16 +223,15 @@ class StackedClients:
         return active.cpu()
 
     def _plan_index(self, plan: EpochPlan, b: int) -> list[torch.Tensor]:
-        """Per step of ``plan``, ``[active clients, b']``: its positions as rows of
-        ``x_train.flatten(0, 1)`` (``c * n_max + order[c, s b + k]``), built once per plan (two ops)
-        so that a step gathers its batch with one ``index_select`` per tensor."""
+        """Per step of ``plan``, ``[active clients, b']``: its positions as stored rows of
+        :attr:`train` (:meth:`.ragged.Ragged.rows`), built once per plan (a few ops) so that a step
+        gathers its batch with one ``index_select`` per tensor."""
         cached = self._plan_rows
         if cached is not None and cached[0] is plan and cached[1] == b:
             return cached[2]
         static = self._epoch_static[b]
         n_max, size = plan.order.shape[1], self.size
-        first = torch.arange(size, device=plan.order.device)[:, None] * n_max
-        flat = torch.nn.functional.pad(plan.order + first, (0, plan.steps * b - n_max))
+        flat = torch.nn.functional.pad(self.train.rows(plan.order), (0, plan.steps * b - n_max))
         by_step = flat.view(size, plan.steps, b).transpose(0, 1)  # [steps, C, b]
         if b not in self._active_rows:  # rows (s * C + c) of the steps' active clients, from the n_i
             parts = [torch.arange(size) if a is None else rows for a, _, rows in static]
@@ -230,7 +250,7 @@ class StackedClients:
         :data:`STREAM_BLOCK` clients at a time. Positions only: their rows are gathered a chunk at a
         time (:meth:`train_rows`), never copied whole."""
         if self._eval_rows is None:
-            n_max = self.x_train.shape[1]
+            n_max = self.train.n_max
             k = min(EVAL_TRAIN_SAMPLES, n_max)
             sizes = self.n_host.tolist()
             keys = torch.full((len(sizes), n_max), 2.0)  # 2 on padding: sorts last
@@ -240,7 +260,7 @@ class StackedClients:
                 rows = [keys[lo + j, : sizes[lo + j]] for j in range(len(ids))]
                 ClientStreams(EVAL_SUBSAMPLE_SEED, ids).fill(ids, rows)
             idx = keys.argsort(dim=1)[:, :k].to(torch.int32)
-            self._eval_rows = (idx.to(self.x_train.device), self.n_train.clamp(max=k))
+            self._eval_rows = (idx.to(self.device), self.n_train.clamp(max=k))
         return self._eval_rows
 
     def train_rows(
@@ -248,4 +268,4 @@ class StackedClients:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(x, y)`` of the training samples at positions ``idx [R, k]`` of the clients at
         positions ``clients`` (every client, in order, when ``None``)."""
-        return self._rows(self.x_train, idx, clients), self._rows(self.y_train, idx, clients)
+        return self.train.gather(idx, clients)

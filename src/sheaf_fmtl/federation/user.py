@@ -80,7 +80,8 @@ def preflight(cohort: Cohort, dataset: FederatedDataset, user_model: bool) -> No
     sizes = cohort.n_host.tolist()
     row = int(np.argmax(sizes))  # the client with the most samples: the loss check wants two
     client, b = int(cohort.clients[row]), min(2, sizes[row])
-    x, y = cohort.x_train[row, :b].cpu(), cohort.y_train[row, :b].cpu()
+    at = torch.tensor([row], device=cohort.device)
+    x, y = (t[0].cpu() for t in cohort.train_rows(torch.arange(b, device=at.device)[None], at))
     out = probe(copy.deepcopy(cohort.module).cpu(), x, f"{label}: client {client}'s model")
     classify = dataset.task == "classification"
     if classify and (cohort.loss_fn is None or cohort.metric_fn is None):
@@ -118,11 +119,13 @@ def _check_batched(cohort: Cohort, label: str) -> None:
     """One batched gradient on two samples of at most two clients, from the template's parameters."""
     k = min(2, cohort.size)
     theta = torch.cat([p.detach().reshape(-1) for p in cohort.module.parameters()])
-    thetas = theta.to(cohort.x_train.device).expand(k, -1).clone()
-    b = min(2, int(cohort.x_train.shape[1]))
+    thetas = theta.to(cohort.device).expand(k, -1).clone()
+    b = min(2, cohort.train.n_max)
     mask = (torch.arange(b, device=cohort.n_train.device) < cohort.n_train[:k, None]).to(torch.float32)
     try:
-        g, _ = cohort.gradients(thetas, (cohort.x_train[:k, :b], cohort.y_train[:k, :b], mask))
+        dev = cohort.device
+        x, y = cohort.train_rows(torch.arange(b, device=dev).expand(k, -1), torch.arange(k, device=dev))
+        g, _ = cohort.gradients(thetas, (x, y, mask))
     except Exception as e:
         raise ModelError(
             f"{label}: the clients' batched gradient (torch.func vmap + grad) failed: {type(e).__name__}: "

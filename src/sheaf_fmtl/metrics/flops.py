@@ -104,7 +104,7 @@ class SampleCounter:
 
     def __init__(self, fed: Cohorts) -> None:
         self.fed = fed
-        self.counts = [torch.zeros((), dtype=torch.int64, device=c.x_train.device) for c in fed.cohorts]
+        self.counts = [torch.zeros((), dtype=torch.int64, device=c.device) for c in fed.cohorts]
         for k, cohort in enumerate(fed.cohorts):
             cohort.gradients = self._wrap(k, cohort.gradients)  # type: ignore[method-assign]
 
@@ -130,7 +130,7 @@ def local_flops(fed: Cohorts, samples: list[int]) -> int:
     total = 0
     for cohort, n in zip(fed.cohorts, samples, strict=True):
         if n:
-            shape = tuple(cohort.x_train.shape[2:])
+            shape = cohort.feature_shape
             total += per_sample_flops(cohort.module, shape, cohort.task, cohort.loss_fn) * n
     return total
 

@@ -34,6 +34,7 @@ import torch
 from ...component_keys import Keys, key
 from ...config import RunConfig
 from ...federation import Cohort, Cohorts
+from ...federation.ragged import Ragged
 from ...messages import Payload
 from ..gossip.payload import GossipState, gossip_init
 from ..protocol.algorithm import Algorithm, Context, register
@@ -79,14 +80,11 @@ def split_holdout(fed: Cohorts, fraction: float, seed: int) -> tuple[Cohorts, li
         ]
         keep = _padded([o[k:] for o, k in zip(order, h, strict=True)])
         out = _padded([o[:k] for o, k in zip(order, h, strict=True)])
-        rows = torch.arange(c.size, device=c.x_train.device)[:, None]
-        kept = torch.as_tensor(keep, device=rows.device)
-        x, y = c.x_train[rows, kept].contiguous(), c.y_train[rows, kept].contiguous()
-        cohorts.append(c.with_train(x, y, torch.as_tensor(n - h, device=c.n_train.device)))
-        idx = torch.as_tensor(out, device=rows.device)
-        held.append(
-            Holdout(c.x_train[rows, idx], c.y_train[rows, idx], torch.as_tensor(h, device=c.n_train.device))
-        )
+        kept = torch.as_tensor(keep, device=c.device)
+        x, y = c.train_rows(kept)
+        cohorts.append(c.with_train(Ragged.from_padded(x, y, torch.as_tensor(n - h, device=c.device))))
+        x_out, y_out = c.train_rows(torch.as_tensor(out, device=c.device))
+        held.append(Holdout(x_out, y_out, torch.as_tensor(h, device=c.device)))
     view.cohorts = cohorts
     view.train_sizes = np.asarray(train_sizes_of(fed), dtype=np.int64) - holdout_counts(
         train_sizes_of(fed), fraction

@@ -76,7 +76,7 @@ class FunctionalState(State):
         total = 0
         for b in self.layout.buckets:
             cohort = fed.cohorts[b.cohort]
-            per = per_sample(cohort.module, tuple(cohort.x_train.shape[2:]), cohort.task, cohort.loss_fn)
+            per = per_sample(cohort.module, cohort.feature_shape, cohort.task, cohort.loss_fn)
             total += b.size * config.probe_size * per
         return None, total * steps * rounds
 

@@ -78,7 +78,7 @@ class ProxyState(State):
         assert self.proxy_module is not None and self.coupling is not None
         local = 0
         for cohort, n in zip(fed.cohorts, self.samples, strict=True):
-            shape = tuple(cohort.x_train.shape[2:])
+            shape = cohort.feature_shape
             per = per_sample(cohort.module, shape, cohort.task, cohort.loss_fn)
             per += per_sample(self.proxy_module, shape, cohort.task, cohort.loss_fn)
             local += per * int(n)
@@ -222,7 +222,7 @@ class ProxySheaf(Algorithm[ProxyState]):
             )
         self.proxy_cohorts = []
         for c in fed.cohorts:
-            module = modules[tuple(c.x_train.shape[2:])].to(c.x_train.device)
+            module = modules[c.feature_shape].to(c.device)
             proxy = dataclasses.replace(c, module=module, model_name=name)
             proxy.use_objective(c.loss_fn, c.metric_fn)
             self.proxy_cohorts.append(proxy)

@@ -159,7 +159,7 @@ class StaticEpoch:
                         continue
                     rate = torch.full((), lr, dtype=thetas[k].dtype, device=thetas[k].device)
                     out, f = self._step(k, cohort, config)(
-                        thetas[k], cohort.x_train, cohort.y_train, idx[s], masks[s], rate
+                        thetas[k], cohort.train.x, cohort.train.y, idx[s], masks[s], rate
                     )
                     if grad_sum is not None and not sgd:
                         grad_sum[k].add_(out)
@@ -170,17 +170,16 @@ class StaticEpoch:
         return thetas
 
     def _inputs(self, k: int, cohort: Cohort, plan: EpochPlan, batch_size: int) -> Inputs:
-        """Per step of ``plan``: rows ``[C, B]`` of ``x_train.flatten(0, 1)``, weights ``[C, B]`` and
+        """Per step of ``plan``: stored rows ``[C, B]`` of ``cohort.train``, weights ``[C, B]`` and
         active flags ``[C]`` on the CPU (the masks from the ``n_i``, once per batch length)."""
         b = cohort.batch_len(batch_size)
         size, n_max = plan.order.shape
-        first = torch.arange(size, device=plan.order.device)[:, None] * n_max
-        flat = torch.nn.functional.pad(plan.order + first, (0, plan.steps * b - n_max))
+        flat = torch.nn.functional.pad(cohort.train.rows(plan.order), (0, plan.steps * b - n_max))
         idx = list(flat.view(size, plan.steps, b).transpose(0, 1).contiguous().unbind(0))
         if (k, b) not in self._masks:
             pos = torch.arange(plan.steps * b).view(plan.steps, 1, b)
-            mask = (pos < cohort.n_host.view(1, -1, 1)).to(cohort.x_train.dtype)
-            device = cohort.x_train.device
+            mask = (pos < cohort.n_host.view(1, -1, 1)).to(cohort.train.x.dtype)
+            device = cohort.device
             self._masks[(k, b)] = (
                 [m.to(device) for m in mask.unbind(0)],
                 [m.sum(1) > 0 for m in mask.unbind(0)],
@@ -210,8 +209,8 @@ def static_step(cohort: Cohort, config: RunConfig) -> StepFn:
         lr: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         flat = idx.reshape(-1)
-        x = x_rows.flatten(0, 1).index_select(0, flat).view(*idx.shape, *x_rows.shape[2:])
-        y = y_rows.flatten().index_select(0, flat).view(idx.shape)
+        x = x_rows.index_select(0, flat).view(*idx.shape, *x_rows.shape[1:])
+        y = y_rows.index_select(0, flat).view(idx.shape)
         g, f = cohort.gradients(theta, Batch(x, y, mask))
         if sgd:  # a client without a sample has g = 0: theta stays as it is
             return theta - lr * g, f

@@ -40,15 +40,13 @@ def participant_rows(ctx: Context) -> np.ndarray | None:
 def sub_cohort(cohort: Cohort, rows: np.ndarray) -> Cohort:
     """``cohort`` restricted to ``rows`` (its model and objective shared, its data copied)."""
     sub = copy.copy(cohort)
-    idx = torch.as_tensor(rows, dtype=torch.long, device=cohort.x_train.device)
-    for name in ("x_train", "y_train", "n_train", "x_test", "y_test", "n_test"):
-        setattr(sub, name, getattr(cohort, name).index_select(0, idx))
+    idx = torch.as_tensor(rows, dtype=torch.long, device=cohort.device)
+    sub.train, sub.test = cohort.train.select(idx), cohort.test.select(idx)
     sub.clients = cohort.clients[rows]
-    sub.n_host = cohort.n_host[torch.as_tensor(rows, dtype=torch.long)]
     sub._client_ids = [int(c) for c in sub.clients]
-    sub._epoch_static, sub._key_slots, sub._active_rows = {}, {}, {}
+    sub._epoch_static, sub._key_slots, sub._active_rows, sub._padded = {}, {}, {}, {}
     sub._eval_rows, sub._plan_rows = None, None
-    if cohort.x_train.is_cuda:
+    if cohort.device.type == "cuda":
         sub.group = sub.size
     return sub
 
