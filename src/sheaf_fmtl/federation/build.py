@@ -17,7 +17,7 @@ from torch import nn
 from ..data.base import ClientSplit, FederatedDataset
 from ..heap import return_freed_memory
 from ..models import build_model, default_model
-from ..streams import ClientStreams
+from ..streams import ClientStreams, CounterStreams
 from .cohort import INIT_STREAM, Cohort
 from .initial import draw_initial
 from .ragged import Ragged
@@ -64,13 +64,13 @@ class Cohorts:
         client held here gets a mini-batch stream from ``seed`` and its id. Two runs built on one
         federation thus never share a stream."""
         out = copy.copy(self)
-        out.batch_streams = ClientStreams(seed, [int(c) for cohort in self.cohorts for c in cohort.clients])
+        out.batch_streams = CounterStreams(seed, [int(c) for cohort in self.cohorts for c in cohort.clients])
         return out
 
     def random_state(self) -> dict[str, Any]:
         """All random state a run advances after it is built (what a checkpoint must keep):
-        ``{"batch": {client id: generator state}}``. Initial models and maps are drawn once from
-        ``seed`` and global ids, so they need no state."""
+        ``{"batch": {client id: draw counter}}`` (:class:`~sheaf_fmtl.streams.CounterStreams`).
+        Initial models and maps are drawn once from ``seed`` and global ids, so they need no state."""
         if self.batch_streams is None:
             raise ValueError("the federation's random streams are not seeded (see with_streams)")
         return {"batch": self.batch_streams.state()}

@@ -18,7 +18,7 @@ from sheaf_fmtl.reference.dense import dense_laplacian
 from sheaf_fmtl.runtime.engine.simulate import build_simulation
 from sheaf_fmtl.sheaf.graph import make_graph
 from sheaf_fmtl.sheaf.stability import laplacian_lambda_max
-from sheaf_fmtl.streams import ClientStreams
+from sheaf_fmtl.streams import CounterStreams
 from tests.conftest import make_dataset
 
 SIZES = [23, 7, 16, 5, 11, 30]  # unequal clients: ceil(n/4) = 6, 2, 4, 2, 3, 8 steps a pass
@@ -104,7 +104,7 @@ def test_local_epoch_equals_per_client_sgd_loops_on_the_same_batches():
     sim = _sim(cfg, _unequal())
     (cohort,) = sim.ctx.fed.cohorts
     start = [_client(sim, i).double() for i in range(len(SIZES))]
-    streams = ClientStreams(0, range(len(SIZES)))  # a copy of the run's per-client batch streams
+    streams = CounterStreams(0, range(len(SIZES)))  # a copy of the run's per-client batch streams
     streams.load_state(sim.ctx.fed.random_state()["batch"])
     order = cohort.epoch(4, streams).order  # the order the run will draw
     sim.step()
