@@ -23,6 +23,7 @@ from .ragged import Ragged
 EVAL_TRAIN_SAMPLES = 256  # fixed random training samples per client behind the reported train loss
 EVAL_SUBSAMPLE_SEED = 1_000_003  # their streams: per client, independent of the run's seed
 STREAM_BLOCK = 4096  # clients whose subsample generators (about 5 KB each) exist at once
+SORT_BLOCK = 8192  # clients whose epoch keys are sorted at once
 
 
 class Batch(NamedTuple):
@@ -45,7 +46,7 @@ class EpochPlan:
     steps; the clients still active at step ``s`` and their masks depend only on the ``n_i``, so they
     are built once."""
 
-    order: torch.Tensor  # [C, n_max] random permutation of each client's valid positions first
+    order: torch.Tensor  # [C, n_max] int32: a random permutation of each client's positions, real ones first
     steps: int  # ceil(max n_i / B)
 
 
@@ -81,10 +82,6 @@ class StackedClients:
     )
     _eval_rows: tuple[torch.Tensor, torch.Tensor] | None = field(init=False, default=None)
     _key_slots: dict[int, tuple[torch.Tensor, list[int], list[torch.Tensor]]] = field(
-        init=False, default_factory=dict, repr=False
-    )
-    _plan_rows: tuple[EpochPlan, int, list[torch.Tensor]] | None = field(init=False, default=None, repr=False)
-    _active_rows: dict[int, tuple[torch.Tensor, list[int]]] = field(
         init=False, default_factory=dict, repr=False
     )
     _padded: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(
@@ -170,9 +167,11 @@ class StackedClients:
             self._key_slots[draw_above] = (buf, [self._client_ids[k] for k in drawn], rows)
         buf, ids, rows = self._key_slots[draw_above]
         fill_keys(source, ids, rows)  # in place, client after client
-        # drawn on the CPU (same batches on every device), copied without a host-device sync
-        keys = buf.pin_memory() if self.device.type == "cuda" else buf.clone()  # buf is redrawn next call
-        return keys.to(self.device, non_blocking=True)
+        # drawn on the CPU (same batches on every device), copied without a host-device sync; on the
+        # CPU the buffer itself, redrawn at the next call: every caller reads it at once
+        if self.device.type != "cuda":
+            return buf
+        return buf.pin_memory().to(self.device, non_blocking=True)
 
     def sample(self, batch_size: int, source: ClientStreams | torch.Generator) -> Batch:
         """A mini-batch per client: ``min(batch_size, n_i)`` samples drawn without replacement, from
@@ -188,7 +187,11 @@ class StackedClients:
     def epoch(self, batch_size: int, source: ClientStreams | torch.Generator) -> EpochPlan:
         """A fresh random order of every client's samples for one local epoch (see :class:`EpochPlan`),
         each from the client's own stream."""
-        return EpochPlan(self._random_keys(source).argsort(dim=1), self.steps_per_epoch(batch_size))
+        keys = self._random_keys(source)
+        order = torch.empty(keys.shape, dtype=torch.int32, device=keys.device)
+        for lo in range(0, len(keys), SORT_BLOCK):  # a block of clients at a time: small temporaries
+            order[lo : lo + SORT_BLOCK] = keys[lo : lo + SORT_BLOCK].argsort(dim=1)
+        return EpochPlan(order, self.steps_per_epoch(batch_size))
 
     def epoch_batch(self, plan: EpochPlan, step: int, batch_size: int) -> Batch | None:
         """Step ``step`` of ``plan``: the clients with samples left and their next batch; ``None``
@@ -206,11 +209,11 @@ class StackedClients:
                 idx = None if len(rows) == self.size else rows.to(self.n_train.device)
                 static.append((idx, mask.to(self.n_train.device), rows))
             self._epoch_static[b] = static
-        active, mask, rows = self._epoch_static[b][step]
-        flat = self._plan_index(plan, b)[step]  # [C or active, b'] stored rows of train
-        idx = flat.reshape(-1)  # a view, except on a last, shorter step
-        x = self.train.x.index_select(0, idx).view(*flat.shape, *self.feature_shape)
-        y = self.train.y.index_select(0, idx).view(flat.shape)
+        active, mask, _ = self._epoch_static[b][step]
+        cols = plan.order[:, step * b : (step + 1) * b]  # this step's positions, [C, b']
+        if active is not None:
+            cols = cols.index_select(0, active)
+        x, y = self.train.gather(cols, active)
         return Batch(x, y, mask, active)
 
     def active_host(self, active: torch.Tensor) -> torch.Tensor:
@@ -221,27 +224,6 @@ class StackedClients:
             if hit is not None:
                 return hit
         return active.cpu()
-
-    def _plan_index(self, plan: EpochPlan, b: int) -> list[torch.Tensor]:
-        """Per step of ``plan``, ``[active clients, b']``: its positions as stored rows of
-        :attr:`train` (:meth:`.ragged.Ragged.rows`), built once per plan (a few ops) so that a step
-        gathers its batch with one ``index_select`` per tensor."""
-        cached = self._plan_rows
-        if cached is not None and cached[0] is plan and cached[1] == b:
-            return cached[2]
-        static = self._epoch_static[b]
-        n_max, size = plan.order.shape[1], self.size
-        flat = torch.nn.functional.pad(self.train.rows(plan.order), (0, plan.steps * b - n_max))
-        by_step = flat.view(size, plan.steps, b).transpose(0, 1)  # [steps, C, b]
-        if b not in self._active_rows:  # rows (s * C + c) of the steps' active clients, from the n_i
-            parts = [torch.arange(size) if a is None else rows for a, _, rows in static]
-            rows = torch.cat([p + s * size for s, p in enumerate(parts)]).to(plan.order.device)
-            self._active_rows[b] = (rows, [len(p) for p in parts])
-        rows, counts = self._active_rows[b]
-        picked = by_step.reshape(-1, b).index_select(0, rows).split(counts)  # type: ignore[no-untyped-call]
-        steps = [p[:, : m.shape[1]] for p, (_, m, _) in zip(picked, static, strict=True)]
-        self._plan_rows = (plan, b, steps)
-        return steps
 
     def _eval_subsample(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(idx, n)``: the positions ``[C, k]`` (int32) of ``EVAL_TRAIN_SAMPLES`` training samples

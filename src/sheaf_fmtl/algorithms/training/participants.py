@@ -44,8 +44,8 @@ def sub_cohort(cohort: Cohort, rows: np.ndarray) -> Cohort:
     sub.train, sub.test = cohort.train.select(idx), cohort.test.select(idx)
     sub.clients = cohort.clients[rows]
     sub._client_ids = [int(c) for c in sub.clients]
-    sub._epoch_static, sub._key_slots, sub._active_rows, sub._padded = {}, {}, {}, {}
-    sub._eval_rows, sub._plan_rows = None, None
+    sub._epoch_static, sub._key_slots, sub._padded = {}, {}, {}
+    sub._eval_rows = None
     if cohort.device.type == "cuda":
         sub.group = sub.size
     return sub

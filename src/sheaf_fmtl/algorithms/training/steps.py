@@ -56,12 +56,14 @@ def coupled_step(
     ``theta <- theta - alpha (g + lam c)``, or without gradients (after the local epochs)
     ``theta <- theta - s lam c`` with the coupling's own step ``s`` (a number, or per cohort ``[C, 1]``;
     :mod:`.coupling_step`; ``None``: ``alpha``); ``c``: the coupling term ``pull``."""
-    if grads is None:
+    if grads is None:  # one new [C, d] a cohort (``torch.add`` / ``addcmul``), no temporaries
         s = alpha if step is None else step
         if isinstance(s, float):
-            return [t - (s * lam) * c for t, c in zip(thetas, pull, strict=True)]
-        return [t - (r * lam) * c for t, r, c in zip(thetas, s, pull, strict=True)]
-    return [t - alpha * (g + lam * c) for t, g, c in zip(thetas, grads, pull, strict=True)]
+            return [torch.add(t, c, alpha=-(s * lam)) for t, c in zip(thetas, pull, strict=True)]
+        return [torch.addcmul(t, r, c, value=-lam) for t, r, c in zip(thetas, s, pull, strict=True)]
+    return [
+        torch.add(g, c, alpha=lam).mul_(-alpha).add_(t) for t, g, c in zip(thetas, grads, pull, strict=True)
+    ]
 
 
 def sgd_steps(ctx: Context, state: State, theta: torch.Tensor, steps: int, alpha: float) -> torch.Tensor:
