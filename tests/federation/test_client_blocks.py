@@ -6,11 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.federation import build_federation
+from sheaf_fmtl.runtime.engine.simulate import build_simulation
 
 from ..conftest import make_dataset
 
-BLOCKS = "sheaf_fmtl.federation.cohort.EVAL_ELEMENTS"
+BLOCKS = "sheaf_fmtl.federation.evaluation.EVAL_ELEMENTS"
 
 
 def _scores(cohort, thetas):
@@ -63,3 +65,33 @@ def test_blocked_evaluation_keeps_each_clients_batchnorm_statistics(monkeypatch)
         out = torch.func.functional_call(module, {**params, **buffers}, (cohort.x_test[c, :n],))
         want = (out.argmax(-1) == cohort.y_test[c, :n]).float().mean()
         torch.testing.assert_close(whole[2][c], want)
+
+
+def test_a_lazy_batch_gives_the_gradients_of_the_gathered_one(monkeypatch) -> None:
+    dataset = make_dataset([4] * 6, n=10)
+    cohort = build_federation(dataset, "auto", l2=0.01).cohorts[0]
+    assert cohort.lazy_inputs
+    thetas = torch.randn(6, cohort.dim, generator=torch.Generator().manual_seed(3))
+    plan = cohort.epoch(4, torch.Generator().manual_seed(4))
+    pairs = [(cohort.sample(4, torch.Generator().manual_seed(5), lazy), lazy) for lazy in (False, True)]
+    pairs += [
+        (cohort.epoch_batch(plan, s, 4, lazy), lazy) for s in range(plan.steps) for lazy in (False, True)
+    ]
+    monkeypatch.setattr(BLOCKS, 50)  # two clients a block
+    for (eager, _), (lazy, _) in zip(pairs[::2], pairs[1::2], strict=True):
+        assert eager.source is None and lazy.source is cohort.train and lazy.x.dtype == torch.long
+        assert torch.equal(lazy.y, eager.y) and torch.equal(lazy.mask, eager.mask)
+        g, f = cohort.gradients(thetas, eager)
+        g_lazy, f_lazy = cohort.gradients(thetas, lazy)
+        torch.testing.assert_close(g_lazy, g, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(f_lazy, f, rtol=1e-6, atol=1e-7)
+
+
+def test_a_run_reads_lazy_batches_where_its_gradients_can() -> None:
+    keys = {"dataset": "synthetic", "clients": 4, "rounds": 1, "algorithm": "local"}
+    linear = build_simulation(RunConfig(**keys))
+    linear.step()
+    assert all(b is not None and b.source is not None for b in linear.ctx.last_batches)
+    net = build_simulation(RunConfig(**keys, model="tests._baselines_problems:mlp"))
+    net.step()
+    assert all(b is not None and b.source is None for b in net.ctx.last_batches)

@@ -80,7 +80,7 @@ def test_vmapped_cohort_gradients_equal_per_client_autograd(name: str) -> None:
     batch = cohort.sample(8, torch.Generator().manual_seed(1))
     grads, losses = cohort.gradients(thetas, batch)
     module = copy.deepcopy(cohort.module).double()
-    x, y, mask, _ = batch
+    x, y, mask = batch[:3]
     for k in range(cohort.size):
         theta = thetas[k].double().requires_grad_(True)
         keep = mask[k].bool()

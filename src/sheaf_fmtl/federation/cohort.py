@@ -32,13 +32,13 @@ from ..models.fused import FusedCNN, exact_cudnn
 from ..models.linear import linear_forward, linear_gradients, linear_shape
 from ..models.user import dropout_input_shapes, dropout_layers
 from ..streams import ClientStreams, fill_keys
+from . import evaluation
+from .evaluation import EVAL_CHUNK, chunked_sums
 from .initial import draw_initial
 from .norms import CohortNorms
 from .ragged import Ragged
 from .stacked import Batch, StackedClients
 
-EVAL_CHUNK = 512  # samples per client per evaluation chunk
-EVAL_ELEMENTS = 1 << 22  # input elements (clients x samples x features) an evaluation chunk gathers
 GROUP_CLIENTS = 4  # clients per batched im2col CNN call on CPU (see Cohort._grouped_grad); all on CUDA
 # CNN gradients per device: "fused" (grouped convolutions, hand-written backward: about 35 aten ops a
 # step on CPU, as fast as im2col there) or "im2col" (bmm convolutions, torch.func.grad); on CUDA too
@@ -98,6 +98,12 @@ class Cohort(StackedClients):
             self._grad = self._linear_grad
             self._predict = self._linear_forward
 
+    @property
+    def lazy_inputs(self) -> bool:
+        """Whether the gradients read lazy batches: the closed-form linear path is the one in use
+        (no BatchNorm, dropout or user loss), which gathers its inputs a block of clients at a time."""
+        return self._grad == self._linear_grad and self.norms is None and not self.dropout
+
     def use_objective(
         self,
         loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
@@ -136,19 +142,32 @@ class Cohort(StackedClients):
         return linear_forward(thetas, x, self._linear_io)
 
     def _linear_grad(
-        self, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
+        self,
+        thetas: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor,
+        source: Ragged | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Closed-form gradients of ``f_i`` (:func:`sheaf_fmtl.models.linear.linear_gradients`), a
-        block of clients at a time (:meth:`eval_block`'s budget): the temporaries stay bounded."""
+        block of clients at a time (:meth:`eval_block`'s budget): the temporaries stay bounded.
+        ``source``: ``x`` is the inputs' stored rows ``[C, B]`` there, gathered block by block."""
         assert self._linear_io is not None
         io, task, l2 = self._linear_io, self.task, self.l2
         block = self.eval_block(int(x.shape[1]), extra=int(thetas.shape[1]))
+
+        def inputs(part: slice) -> torch.Tensor:
+            if source is None:
+                return x[part]
+            rows = x[part]
+            return source.x.index_select(0, rows.reshape(-1)).view(*rows.shape, *source.feature_shape)
+
         if len(thetas) <= block:
-            return linear_gradients(thetas, x, y, mask, io, task, l2)
+            return linear_gradients(thetas, inputs(slice(None)), y, mask, io, task, l2)
         g, f = torch.empty_like(thetas), thetas.new_empty(len(thetas))
         for lo in range(0, len(thetas), block):
             part = slice(lo, lo + block)
-            g[part], f[part] = linear_gradients(thetas[part], x[part], y[part], mask[part], io, task, l2)
+            g[part], f[part] = linear_gradients(thetas[part], inputs(part), y[part], mask[part], io, task, l2)
         return g, f
 
     def _grouped_forward(self, thetas: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -273,8 +292,21 @@ class Cohort(StackedClients):
         """``(grad f_i [C, d], f_i [C])`` on the batch, all clients batched (see the module docstring);
         with ``noise`` (:meth:`draw_noise`), in train mode: dropout masks drawn from it. Clients left out
         of an ``active`` batch get a zero gradient and ``f_i = 0``."""
-        x, y, mask, *rest = batch
-        active = rest[0] if rest else None
+        source: Ragged | None = None
+        if isinstance(batch, Batch):
+            x, y, mask, active, source = batch
+        else:
+            x, y, mask, *rest = batch
+            active = rest[0] if rest else None
+        if source is not None:  # a lazy batch (only where lazy_inputs: the closed form, the task's loss)
+            rows = thetas if active is None else thetas.index_select(0, active)
+            g, f = self._linear_grad(rows, x, y, mask, source)
+            if active is None:
+                return g, f
+            return (
+                torch.zeros_like(thetas).index_copy_(0, active, g),
+                thetas.new_zeros(len(thetas)).index_copy_(0, active, f),
+            )
         if self.norms is not None:  # BatchNorm: each client's statistics updated by its batch
             return self.norms.gradients(thetas, x, y, mask, active, noise)
         if noise is None and self._fused_now():  # takes the active clients' rows itself
@@ -288,46 +320,10 @@ class Cohort(StackedClients):
             thetas.new_zeros(len(thetas)).index_copy_(0, active, f),
         )
 
-    def _chunked(
-        self, thetas: torch.Tensor, split: Ragged, score: str, idx: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-client sums over the valid samples of ``split`` (``idx [C, k]``: of those at these
-        positions; its counts ``n`` then ``min(n_i, k)``) of the loss or the test score, a block of
-        clients and a chunk of their samples at a time (about :data:`EVAL_ELEMENTS` input
-        elements), so that evaluating many clients or large datasets never holds every sample or
-        activation at once."""
-        clients = split.size
-        n = split.n if idx is None else split.n.clamp(max=idx.shape[1])
-        n_max = split.n_max if idx is None else idx.shape[1]
-        valid = torch.arange(n_max, device=n.device) < n[:, None]
-        total = thetas.new_zeros(clients)
-        block = self.eval_block(min(EVAL_CHUNK, n_max))
-        every = torch.arange(n_max, device=n.device)
-        for c in range(0, clients, block):
-            rows = slice(c, min(c + block, clients))
-            at = torch.arange(rows.start, rows.stop, device=n.device)
-            for s in range(0, n_max, EVAL_CHUNK):
-                pos = (
-                    every[s : s + EVAL_CHUNK].expand(len(at), -1)
-                    if idx is None
-                    else idx[rows, s : s + EVAL_CHUNK]
-                )
-                xs, ys = split.gather(pos, at)
-                out = self.predict_rows(thetas[rows], xs, rows)
-                flat, yy = out.reshape(-1, *out.shape[2:]), ys.reshape(-1)
-                if score == "loss":
-                    per = self._per_sample(flat, yy)
-                elif self.task == "classification":
-                    per = (flat.argmax(-1) == yy).to(out.dtype)
-                else:
-                    per = (flat.squeeze(-1) - yy) ** 2
-                total[rows] += (per.view(len(xs), -1) * valid[rows, s : s + EVAL_CHUNK]).sum(1)
-        return total, n.to(total.dtype)
-
     def eval_block(self, width: int, extra: int = 0) -> int:
         """Clients per chunk of ``width`` samples each, plus ``extra`` elements a client (its
-        gradient), within :data:`EVAL_ELEMENTS` (16x that on CUDA, where larger launches pay)."""
-        budget = EVAL_ELEMENTS * (16 if self.device.type == "cuda" else 1)
+        gradient), within :data:`.evaluation.EVAL_ELEMENTS` (16x that on CUDA, where larger launches pay)."""
+        budget = evaluation.EVAL_ELEMENTS * (16 if self.device.type == "cuda" else 1)
         return max(1, budget // max(1, width * int(np.prod(self.feature_shape)) + extra))
 
     def predict_rows(self, thetas: torch.Tensor, x: torch.Tensor, rows: slice) -> torch.Tensor:
@@ -341,7 +337,7 @@ class Cohort(StackedClients):
         """``f_i(theta_i)`` per client ``[C]``, on a fixed random subsample of ``EVAL_TRAIN_SAMPLES``
         training samples per client (the reported estimate; ``full=True``: all training data)."""
         idx = None if full else self._eval_subsample()[0]
-        total, count = self._chunked(thetas, self.train, "loss", idx)
+        total, count = chunked_sums(self, thetas, self.train, "loss", idx)
         reg = (count > 0).to(thetas.dtype) * 0.5 * self.l2 * (thetas * thetas).sum(1)
         return cast("torch.Tensor", total / count.clamp(min=1) + reg)
 
@@ -355,7 +351,7 @@ class Cohort(StackedClients):
             sizes = self.test.n_host.tolist()
             values = [self.metric_fn(out[c, :n], y_test[c, :n]) if n else 0.0 for c, n in enumerate(sizes)]
             return thetas.new_tensor(values)
-        total, count = self._chunked(thetas, self.test, "score")
+        total, count = chunked_sums(self, thetas, self.test, "score")
         return cast("torch.Tensor", total / count.clamp(min=1))
 
     def init_thetas(self, seed: int, common: bool = False) -> torch.Tensor:

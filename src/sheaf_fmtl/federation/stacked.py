@@ -30,12 +30,15 @@ class Batch(NamedTuple):
     """One mini-batch per client of a cohort: rows ``[C, B, ...]``, labels ``[C, B]``, ``mask [C, B]``
     (1 for a real sample). ``active``: when set, the rows are those of these clients only (the
     others have no sample at this step and take no step; :meth:`StackedClients.active_host` has them
-    on the CPU)."""
+    on the CPU). ``source``: when set, ``x`` holds not the inputs but their stored rows ``[C, B]`` in
+    this split, gathered a block of clients at a time by the gradient that reads them (a lazy batch:
+    :meth:`StackedClients.sample` and :meth:`StackedClients.epoch_batch` with ``lazy``)."""
 
     x: torch.Tensor
     y: torch.Tensor
     mask: torch.Tensor
     active: torch.Tensor | None = None
+    source: Ragged | None = None
 
 
 @dataclass(eq=False)
@@ -173,16 +176,31 @@ class StackedClients:
             return buf
         return buf.pin_memory().to(self.device, non_blocking=True)
 
-    def sample(self, batch_size: int, source: ClientStreams | torch.Generator) -> Batch:
+    @property
+    def lazy_inputs(self) -> bool:
+        """Whether this cohort's gradients read a lazy batch (:class:`Batch` ``source``)."""
+        return False
+
+    def _batch(self, pos: torch.Tensor, mask: torch.Tensor, active: torch.Tensor | None, lazy: bool) -> Batch:
+        """The batch of training positions ``pos [C', b]`` of the clients ``active`` (all: ``None``),
+        its inputs gathered now, or with ``lazy`` (where :attr:`lazy_inputs`) by the gradient."""
+        if lazy and self.lazy_inputs:
+            rows = self.train.rows(pos, active)
+            return Batch(
+                rows, self.train.y.index_select(0, rows.view(-1)).view(rows.shape), mask, active, self.train
+            )
+        return Batch(*self.train.gather(pos, active), mask, active)
+
+    def sample(self, batch_size: int, source: ClientStreams | torch.Generator, lazy: bool = False) -> Batch:
         """A mini-batch per client: ``min(batch_size, n_i)`` samples drawn without replacement, from
         the client's own stream (only clients with ``n_i > batch_size`` draw). ``batch_size <= 0``
-        (or at least every client's size) gives the full local data."""
+        (or at least every client's size) gives the full local data. ``lazy``: see :meth:`_batch`."""
         if batch_size <= 0 or batch_size >= self.train.n_max:
             return Batch(self.x_train, self.y_train, self._valid().to(self.train.x.dtype))
         keys = self._random_keys(source, draw_above=batch_size)
         idx = keys.topk(batch_size, dim=1, largest=False, sorted=False).indices
         mask = (idx < self.n_train[:, None]).to(self.train.x.dtype)
-        return Batch(*self.train.gather(idx), mask)
+        return self._batch(idx, mask, None, lazy)
 
     def epoch(self, batch_size: int, source: ClientStreams | torch.Generator) -> EpochPlan:
         """A fresh random order of every client's samples for one local epoch (see :class:`EpochPlan`),
@@ -193,9 +211,10 @@ class StackedClients:
             order[lo : lo + SORT_BLOCK] = keys[lo : lo + SORT_BLOCK].argsort(dim=1)
         return EpochPlan(order, self.steps_per_epoch(batch_size))
 
-    def epoch_batch(self, plan: EpochPlan, step: int, batch_size: int) -> Batch | None:
+    def epoch_batch(self, plan: EpochPlan, step: int, batch_size: int, lazy: bool = False) -> Batch | None:
         """Step ``step`` of ``plan``: the clients with samples left and their next batch; ``None``
-        when no client of the cohort has any left (the cohort then takes no step)."""
+        when no client of the cohort has any left (the cohort then takes no step). ``lazy``: see
+        :meth:`_batch`."""
         if step >= plan.steps:
             return None
         b = self.batch_len(batch_size)
@@ -213,8 +232,7 @@ class StackedClients:
         cols = plan.order[:, step * b : (step + 1) * b]  # this step's positions, [C, b']
         if active is not None:
             cols = cols.index_select(0, active)
-        x, y = self.train.gather(cols, active)
-        return Batch(x, y, mask, active)
+        return self._batch(cols, mask, active, lazy)
 
     def active_host(self, active: torch.Tensor) -> torch.Tensor:
         """A batch's ``active`` clients on the CPU: the host copy an epoch step was built from (no

@@ -147,16 +147,19 @@ class Context:
             return self.config.local_epochs * self.steps_per_epoch()
         return self.config.local_steps
 
-    def next_batches(self) -> list[Batch | None]:
-        """The next mini-batch of every cohort (``None``: the cohort sits this step out)."""
+    def next_batches(self, lazy: bool = False) -> list[Batch | None]:
+        """The next mini-batch of every cohort (``None``: the cohort sits this step out); ``lazy``:
+        a cohort whose gradients can gathers its inputs itself (:class:`Batch` ``source``)."""
         b = self.config.batch_size
         if not self.epoch_mode:
-            return [c.sample(b, self.batch_source) for c in self.fed.cohorts]
+            return [c.sample(b, self.batch_source, lazy) for c in self.fed.cohorts]
         step = self._cursor % self.steps_per_epoch()
         if step == 0:
             self._plans = [c.epoch(b, self.batch_source) for c in self.fed.cohorts]
         self._cursor += 1
-        return [c.epoch_batch(plan, step, b) for c, plan in zip(self.fed.cohorts, self._plans, strict=True)]
+        return [
+            c.epoch_batch(plan, step, b, lazy) for c, plan in zip(self.fed.cohorts, self._plans, strict=True)
+        ]
 
     def epoch_plans(self) -> list[EpochPlan]:
         """The plans of a whole pass at once, drawn as :meth:`next_batches` draws them at its first
@@ -196,7 +199,7 @@ class Context:
         or ``gradient_source(thetas)`` when a gradient source is set."""
         if self.gradient_source is not None:
             return self.gradient_source(thetas)
-        return self.gradients_on(thetas, self.next_batches())
+        return self.gradients_on(thetas, self.next_batches(lazy=self.transform is None))
 
     def init_thetas(self) -> list[torch.Tensor]:
         """Initial models: one common model per architecture (``init = common``, the default, as
