@@ -3,6 +3,8 @@ one call over every client gives, and what a client-by-client computation gives.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -68,8 +70,13 @@ def test_blocked_evaluation_keeps_each_clients_batchnorm_statistics(monkeypatch)
 
 
 def test_a_lazy_batch_gives_the_gradients_of_the_gathered_one(monkeypatch) -> None:
-    dataset = make_dataset([4] * 6, n=10)
-    cohort = build_federation(dataset, "auto", l2=0.01).cohorts[0]
+    full = make_dataset([4] * 6, n=10)
+    sizes = [10, 3, 7, 10, 1, 5]  # clients run out of samples at different steps: active subsets
+    clients = tuple(
+        dataclasses.replace(c, x_train=c.x_train[:k], y_train=c.y_train[:k])
+        for c, k in zip(full.clients, sizes, strict=True)
+    )
+    cohort = build_federation(dataclasses.replace(full, clients=clients), "auto", l2=0.01).cohorts[0]
     assert cohort.lazy_inputs
     thetas = torch.randn(6, cohort.dim, generator=torch.Generator().manual_seed(3))
     plan = cohort.epoch(4, torch.Generator().manual_seed(4))
@@ -78,13 +85,16 @@ def test_a_lazy_batch_gives_the_gradients_of_the_gathered_one(monkeypatch) -> No
         (cohort.epoch_batch(plan, s, 4, lazy), lazy) for s in range(plan.steps) for lazy in (False, True)
     ]
     monkeypatch.setattr(BLOCKS, 50)  # two clients a block
+    active = []
     for (eager, _), (lazy, _) in zip(pairs[::2], pairs[1::2], strict=True):
         assert eager.source is None and lazy.source is cohort.train and lazy.x.dtype == torch.long
+        active.append(lazy.active is not None)
         assert torch.equal(lazy.y, eager.y) and torch.equal(lazy.mask, eager.mask)
         g, f = cohort.gradients(thetas, eager)
         g_lazy, f_lazy = cohort.gradients(thetas, lazy)
         torch.testing.assert_close(g_lazy, g, rtol=1e-6, atol=1e-7)
         torch.testing.assert_close(f_lazy, f, rtol=1e-6, atol=1e-7)
+    assert any(active)  # some step had only some clients
 
 
 def test_a_run_reads_lazy_batches_where_its_gradients_can() -> None:
