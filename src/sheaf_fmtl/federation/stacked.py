@@ -259,7 +259,9 @@ class StackedClients:
                 ids = self._client_ids[lo : lo + STREAM_BLOCK]
                 rows = [keys[lo + j, : sizes[lo + j]] for j in range(len(ids))]
                 ClientStreams(EVAL_SUBSAMPLE_SEED, ids).fill(ids, rows)
-            idx = keys.argsort(dim=1)[:, :k].to(torch.int32)
+            idx = torch.empty((len(sizes), k), dtype=torch.int32)
+            for lo in range(0, len(sizes), SORT_BLOCK):  # small temporaries
+                idx[lo : lo + SORT_BLOCK] = keys[lo : lo + SORT_BLOCK].argsort(dim=1)[:, :k]
             self._eval_rows = (idx.to(self.device), self.n_train.clamp(max=k))
         return self._eval_rows
 

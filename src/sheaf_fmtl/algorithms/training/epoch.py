@@ -115,6 +115,7 @@ def loop_epochs(
             for total, g in zip(grad_sum, grads, strict=True):
                 total.add_(g)
         thetas = local_step(ctx, state, thetas, grads, alpha)
+        del grads  # before the next step's: its memory serves the next gradients
     return thetas
 
 

@@ -40,8 +40,8 @@ def gradient(ctx: Context, theta: torch.Tensor, state: State) -> torch.Tensor:
 
 
 def sgd_step(thetas: list[torch.Tensor], grads: list[torch.Tensor], alpha: float) -> list[torch.Tensor]:
-    """``theta <- theta - alpha g`` per cohort stack."""
-    return [t - alpha * g for t, g in zip(thetas, grads, strict=True)]
+    """``theta <- theta - alpha g`` per cohort stack (one new ``[C, d]`` each, no temporary)."""
+    return [torch.add(t, g, alpha=-alpha) for t, g in zip(thetas, grads, strict=True)]
 
 
 def coupled_step(
@@ -70,5 +70,5 @@ def sgd_steps(ctx: Context, state: State, theta: torch.Tensor, steps: int, alpha
     """``steps`` plain local SGD steps ``theta <- theta - alpha g(theta)`` of a one-cohort stack from
     fresh mini-batches."""
     for _ in range(steps):
-        theta = theta - alpha * gradient(ctx, theta, state)
+        theta = torch.add(theta, gradient(ctx, theta, state), alpha=-alpha)
     return theta
