@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
-import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, grad, grad_and_value, vmap
@@ -324,7 +324,7 @@ class Cohort(StackedClients):
         """Clients per chunk of ``width`` samples each, plus ``extra`` elements a client (its
         gradient), within :data:`.evaluation.EVAL_ELEMENTS` (16x that on CUDA, where larger launches pay)."""
         budget = evaluation.EVAL_ELEMENTS * (16 if self.device.type == "cuda" else 1)
-        return max(1, budget // max(1, width * int(np.prod(self.feature_shape)) + extra))
+        return max(1, budget // max(1, width * math.prod(self.feature_shape) + extra))
 
     def predict_rows(self, thetas: torch.Tensor, x: torch.Tensor, rows: slice) -> torch.Tensor:
         """Outputs of the cohort's clients at positions ``rows`` (their parameters ``thetas``, their

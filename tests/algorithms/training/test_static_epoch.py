@@ -153,7 +153,7 @@ def _graph_breaks(sim: Simulation) -> int:
     (plan,) = sim.ctx.epoch_plans()
     idx, masks, active = runner._inputs(0, cohort, plan, sim.config.batch_size)
     theta = sim.state.thetas[0]
-    args = (theta, cohort.x_train, cohort.y_train, idx[-1], masks[-1])
+    args = (theta, cohort.train.x, cohort.train.y, idx[-1], masks[-1])
     explained = torch._dynamo.explain(static_step(cohort, sim.config))(*args, torch.tensor(0.05))
     return int(explained.graph_break_count)
 
