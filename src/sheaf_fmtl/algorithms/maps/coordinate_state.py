@@ -223,20 +223,38 @@ def expected_energy(state: CoordinateState, comm: Comm) -> float:
                 state.thetas[b.cohort].index_select(0, r) for b, r in zip(layout.buckets, rows, strict=True)
             ]
             mine = torch.cat([p.reshape(-1) for p in parts]) if parts else per_half.new_zeros(0).float()
-            per_half += _squared_differences(layout, mine, np.where(inside, sizes, 0), comm)
+            held = [b.first + np.flatnonzero(inside[b.first : b.first + b.size]) for b in layout.buckets]
+            rows_of = [
+                (torch.as_tensor(h, device=per_half.device), b.node_dim)
+                for h, b in zip(held, layout.buckets, strict=True)
+            ]
+            per_half += _squared_differences(layout, mine, np.where(inside, sizes, 0), comm, rows_of)
     a = layout.graph.half_edge_weights()[layout.order]
     weight = torch.as_tensor(a * layout.messages.sizes / sizes, dtype=torch.float64, device=per_half.device)
     return 0.5 * float(comm.all_sum((weight * per_half).sum()))  # each edge from both ends
 
 
 def _squared_differences(
-    layout: SheafLayout, mine: torch.Tensor, sizes: np.ndarray, comm: Comm
+    layout: SheafLayout,
+    mine: torch.Tensor,
+    sizes: np.ndarray,
+    comm: Comm,
+    rows_of: list[tuple[torch.Tensor, int]] | None = None,
 ) -> torch.Tensor:
     """``[H]`` float64: ``||mine_h - theirs_h||^2`` per held half-edge, ``theirs`` the reverse
-    half-edge's payload of ``sizes[h]`` elements (the same size at both ends) by an uncounted exchange."""
+    half-edge's payload of ``sizes[h]`` elements (the same size at both ends) by an uncounted exchange.
+    ``rows_of``: the payload is per bucket ``[r_b, d_b]`` rows of the half-edges ``h [r_b]`` (whole
+    models), summed row by row rather than through an element-to-half-edge index."""
     sent = EdgeTensor(mine, layout.messages.with_sizes(sizes, sizes))
     theirs = comm.peek({"s": sent})["s"].data
     per_half = torch.zeros(len(sizes), dtype=torch.float64, device=mine.device)
+    if rows_of is not None:
+        diff, at = mine - theirs, 0
+        for half_edges, d in rows_of:
+            block = diff[at : at + len(half_edges) * d].view(len(half_edges), d)
+            per_half.index_copy_(0, half_edges, block.double().pow_(2).sum(1))
+            at += len(half_edges) * d
+        return per_half
     counts = torch.as_tensor(sizes, device=mine.device)
     where = torch.repeat_interleave(torch.arange(len(sizes), device=mine.device), counts)
     per_half.index_add_(0, where, (mine - theirs).double().pow_(2))
