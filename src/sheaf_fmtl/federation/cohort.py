@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -298,23 +299,22 @@ class Cohort(StackedClients):
         else:
             x, y, mask, *rest = batch
             active = rest[0] if rest else None
-        if source is not None:  # a lazy batch (only where lazy_inputs: the closed form, the task's loss)
-            rows = thetas if active is None else thetas.index_select(0, active)
-            g, f = self._linear_grad(rows, x, y, mask, source)
-            if active is None:
-                return g, f
-            return (
-                torch.zeros_like(thetas).index_copy_(0, active, g),
-                thetas.new_zeros(len(thetas)).index_copy_(0, active, f),
-            )
         if self.norms is not None:  # BatchNorm: each client's statistics updated by its batch
             return self.norms.gradients(thetas, x, y, mask, active, noise)
         if noise is None and self._fused_now():  # takes the active clients' rows itself
             return self._fused_grad(thetas, x, y, mask, active)
-        grad = self._grad if noise is None else lambda *a: self._noisy_grad(*a, noise)
+        grad: Callable[..., tuple[torch.Tensor, torch.Tensor]] = self._grad
+        if source is not None:  # a lazy batch: only where lazy_inputs (the closed form, the task's loss)
+            grad = functools.partial(self._linear_grad, source=source)
+        elif noise is not None:  # the masks vmapped with the rows: passed by position
+
+            def noisy(*a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                return self._noisy_grad(*a, noise)
+
+            grad = noisy
         if active is None:
-            return grad(thetas, x, y, mask)  # type: ignore[no-untyped-call]
-        g, f = grad(thetas.index_select(0, active), x, y, mask)  # type: ignore[no-untyped-call]
+            return grad(thetas, x, y, mask)
+        g, f = grad(thetas.index_select(0, active), x, y, mask)
         return (
             torch.zeros_like(thetas).index_copy_(0, active, g),
             thetas.new_zeros(len(thetas)).index_copy_(0, active, f),
