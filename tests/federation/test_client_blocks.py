@@ -105,3 +105,17 @@ def test_a_run_reads_lazy_batches_where_its_gradients_can() -> None:
     net = build_simulation(RunConfig(**keys, model="tests._baselines_problems:mlp"))
     net.step()
     assert all(b is not None and b.source is None for b in net.ctx.last_batches)
+
+
+def test_a_user_metric_is_scored_a_block_of_clients_at_a_time(monkeypatch) -> None:
+    cohort = build_federation(make_dataset([4] * 5, n=10), "auto").cohorts[0]
+    cohort.use_objective(None, lambda out, y: float((out.argmax(-1) == y).float().sum() + out.mean()))
+    thetas = torch.randn(5, cohort.dim, generator=torch.Generator().manual_seed(6))
+    whole = cohort.test_metric(thetas)
+    monkeypatch.setattr(BLOCKS, 1)  # one client a block
+    torch.testing.assert_close(cohort.test_metric(thetas), whole)
+    for c in range(5):  # each client's whole test set, alone
+        n = int(cohort.n_test[c])
+        out = cohort._predict(thetas[c : c + 1], cohort.x_test[c : c + 1, :n])[0]
+        want = float((out.argmax(-1) == cohort.y_test[c, :n]).float().sum() + out.mean())
+        assert float(whole[c]) == pytest.approx(want, rel=1e-6)

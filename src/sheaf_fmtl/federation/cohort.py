@@ -34,7 +34,7 @@ from ..models.linear import linear_forward, linear_gradients, linear_shape
 from ..models.user import dropout_input_shapes, dropout_layers
 from ..streams import ClientStreams, fill_keys
 from . import evaluation
-from .evaluation import EVAL_CHUNK, chunked_sums
+from .evaluation import chunked_sums
 from .initial import draw_initial
 from .norms import CohortNorms
 from .ragged import Ragged
@@ -344,12 +344,17 @@ class Cohort(StackedClients):
     def test_metric(self, thetas: torch.Tensor) -> torch.Tensor:
         """Per client: test accuracy (classification) or test MSE (regression), ``[C]``; with a user
         metric, its value on the client's whole test set."""
-        if self.metric_fn is not None:
-            x_test, y_test = self.test.padded()
-            chunks = range(0, x_test.shape[1], EVAL_CHUNK)
-            out = torch.cat([self._predict(thetas, x_test[:, s : s + EVAL_CHUNK]) for s in chunks], 1)
-            sizes = self.test.n_host.tolist()
-            values = [self.metric_fn(out[c, :n], y_test[c, :n]) if n else 0.0 for c, n in enumerate(sizes)]
+        if self.metric_fn is not None:  # a block of clients at a time, each client's test set whole
+            sizes, width, values = self.test.n_host.tolist(), self.test.n_max, []
+            block = self.eval_block(width)
+            for c in range(0, self.size, block):
+                rows = slice(c, min(c + block, self.size))
+                at = torch.arange(rows.start, rows.stop, device=self.device)
+                xs, ys = self.test.gather(torch.arange(width, device=self.device).expand(len(at), -1), at)
+                out = self.predict_rows(thetas[rows], xs, rows)
+                values += [
+                    self.metric_fn(out[k, :n], ys[k, :n]) if n else 0.0 for k, n in enumerate(sizes[rows])
+                ]
             return thetas.new_tensor(values)
         total, count = chunked_sums(self, thetas, self.test, "score")
         return cast("torch.Tensor", total / count.clamp(min=1))
