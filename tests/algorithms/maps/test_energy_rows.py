@@ -22,7 +22,7 @@ def test_row_sums_equal_the_element_index_and_a_dense_sum(monkeypatch) -> None:
     monkeypatch.setattr(
         state_module,
         "_squared_differences",
-        lambda *a, rows_of=None: original(*a[:4]),  # noqa: ARG005
+        lambda layout, mine, comm, blocks=None: original(layout, mine, comm),  # noqa: ARG005
     )
     elements = state_module.expected_energy(sim.state, sim.ctx.comm)
     assert rows == pytest.approx(elements, rel=1e-12)

@@ -3,6 +3,7 @@ structure-aware modes per half-edge, and its FLOP count."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +12,7 @@ import torch
 
 from ...config import ConfigError, RunConfig
 from ...federation import Cohorts
-from ...messages import Comm, EdgeTensor
+from ...messages import Comm, EdgeLayout, EdgeTensor
 from ...sheaf.layout import SheafLayout
 from ...sheaf.selection import SelectionDraws, Support
 from ...sheaf.supports import aligned_support, feature_support
@@ -196,7 +197,7 @@ def _refresh(
 
 #: Model coordinates compared at once by :func:`expected_energy` when the supports change each round:
 #: whole models are exchanged a group of edges at a time, never ``[H, d]`` at once.
-ENERGY_CHUNK = 1 << 22
+ENERGY_CHUNK = 1 << 21
 
 
 def expected_energy(state: CoordinateState, comm: Comm) -> float:
@@ -210,52 +211,72 @@ def expected_energy(state: CoordinateState, comm: Comm) -> float:
             for b, c in zip(layout.buckets, state.constant_coords, strict=True)
         ]
         sizes = layout.messages.sizes
-        per_half = _squared_differences(layout, torch.cat([p.reshape(-1) for p in parts]), sizes, comm)
+        per_half = _squared_differences(layout.messages, torch.cat([p.reshape(-1) for p in parts]), comm)
     else:  # whole models: a group of edges at a time (the same groups on every process)
         sizes = layout.node_dims[layout.graph.src[layout.order]]
-        step = max(1, ENERGY_CHUNK // (2 * int(layout.node_dims.max(initial=1))))
-        edge_of = layout.order // 2
-        per_half = torch.zeros(len(sizes), dtype=torch.float64, device=state.thetas[0].device)
-        for lo in range(0, layout.graph.num_edges, step):
-            inside = (edge_of >= lo) & (edge_of < lo + step)  # (a collective: every process, every group)
-            rows = [b.src_pos_on(per_half.device)[inside[b.first : b.first + b.size]] for b in layout.buckets]
+        device = state.thetas[0].device
+        per_half = torch.zeros(len(sizes), dtype=torch.float64, device=device)
+        for pos, local in _edge_groups(layout, ENERGY_CHUNK):
             parts = [
-                state.thetas[b.cohort].index_select(0, r) for b, r in zip(layout.buckets, rows, strict=True)
+                state.thetas[b.cohort].index_select(
+                    0, b.src_pos_on(device)[torch.as_tensor(r, device=device)]
+                )
+                for b, r in zip(layout.buckets, local, strict=True)
             ]
-            mine = torch.cat([p.reshape(-1) for p in parts]) if parts else per_half.new_zeros(0).float()
-            held = [b.first + np.flatnonzero(inside[b.first : b.first + b.size]) for b in layout.buckets]
-            rows_of = [
-                (torch.as_tensor(h, device=per_half.device), b.node_dim)
-                for h, b in zip(held, layout.buckets, strict=True)
-            ]
-            per_half += _squared_differences(layout, mine, np.where(inside, sizes, 0), comm, rows_of)
+            mine = parts[0].view(-1) if len(parts) == 1 else torch.cat([p.reshape(-1) for p in parts])
+            group = _group_layout(layout.messages, pos, sizes[pos])
+            blocks = [(len(r), b.node_dim) for b, r in zip(layout.buckets, local, strict=True)]
+            per_half[torch.as_tensor(pos, device=device)] = _squared_differences(group, mine, comm, blocks)
     a = layout.graph.half_edge_weights()[layout.order]
     weight = torch.as_tensor(a * layout.messages.sizes / sizes, dtype=torch.float64, device=per_half.device)
     return 0.5 * float(comm.all_sum((weight * per_half).sum()))  # each edge from both ends
 
 
+def _edge_groups(layout: SheafLayout, elements: int) -> Iterator[tuple[np.ndarray, list[np.ndarray]]]:
+    """Groups of whole edges, about ``elements`` model coordinates each (both ends; by global edge
+    id, so every process walks the same groups): the buffer positions held here, ascending, and per
+    bucket their positions within it."""
+    graph = layout.graph
+    step = max(1, elements // (2 * int(layout.node_dims.max(initial=1))))
+    edge_of = layout.order // 2
+    by_edge = np.argsort(edge_of, kind="stable")
+    starts = np.searchsorted(edge_of[by_edge], np.arange(0, graph.num_edges + step, step))
+    firsts = np.array([b.first for b in layout.buckets], np.int64)
+    for lo, hi in zip(starts[:-1], starts[1:], strict=True):
+        pos = np.sort(by_edge[lo:hi])
+        cuts = np.searchsorted(pos, np.append(firsts, len(layout.order)))
+        local = [pos[cuts[k] : cuts[k + 1]] - b.first for k, b in enumerate(layout.buckets)]
+        yield pos, local
+
+
+def _group_layout(messages: EdgeLayout, pos: np.ndarray, sizes: np.ndarray) -> EdgeLayout:
+    """The layout of the half-edges at buffer positions ``pos`` (ascending, whole edges) with payloads
+    of ``sizes`` elements (the same at both ends): reverse half-edges by position within the group,
+    ``-1`` where held elsewhere; global half-edge ids kept for the transport's plan."""
+    rev = messages.rev[pos]
+    at = np.minimum(np.searchsorted(pos, rev), max(len(pos) - 1, 0))
+    inside = (rev >= 0) & (pos[at] == rev) if len(pos) else np.zeros(0, bool)
+    assert messages.half_edges is not None
+    return EdgeLayout(sizes, np.where(inside, at, -1), messages.half_edges[pos], sizes)
+
+
 def _squared_differences(
-    layout: SheafLayout,
-    mine: torch.Tensor,
-    sizes: np.ndarray,
-    comm: Comm,
-    rows_of: list[tuple[torch.Tensor, int]] | None = None,
+    layout: EdgeLayout, mine: torch.Tensor, comm: Comm, blocks: list[tuple[int, int]] | None = None
 ) -> torch.Tensor:
-    """``[H]`` float64: ``||mine_h - theirs_h||^2`` per held half-edge, ``theirs`` the reverse
-    half-edge's payload of ``sizes[h]`` elements (the same size at both ends) by an uncounted exchange.
-    ``rows_of``: the payload is per bucket ``[r_b, d_b]`` rows of the half-edges ``h [r_b]`` (whole
-    models), summed row by row rather than through an element-to-half-edge index."""
-    sent = EdgeTensor(mine, layout.messages.with_sizes(sizes, sizes))
-    theirs = comm.peek({"s": sent})["s"].data
-    per_half = torch.zeros(len(sizes), dtype=torch.float64, device=mine.device)
-    if rows_of is not None:
-        diff, at = mine - theirs, 0
-        for half_edges, d in rows_of:
-            block = diff[at : at + len(half_edges) * d].view(len(half_edges), d)
-            per_half.index_copy_(0, half_edges, block.double().pow_(2).sum(1))
-            at += len(half_edges) * d
-        return per_half
-    counts = torch.as_tensor(sizes, device=mine.device)
-    where = torch.repeat_interleave(torch.arange(len(sizes), device=mine.device), counts)
-    per_half.index_add_(0, where, (mine - theirs).double().pow_(2))
+    """``[H]`` float64: ``||mine_h - theirs_h||^2`` per half-edge of ``layout``, ``theirs`` the
+    reverse half-edge's payload (the same size at both ends) by an uncounted exchange. ``blocks``:
+    the payload is ``[r, d]`` blocks of rows, one row a half-edge (whole models), summed row by row
+    rather than through an element-to-half-edge index."""
+    theirs = comm.peek({"s": EdgeTensor(mine, layout)})["s"].data
+    diff = mine - theirs
+    if blocks is not None:
+        sums, at = [], 0
+        for rows, d in blocks:
+            sums.append(diff[at : at + rows * d].view(rows, d).double().pow_(2).sum(1))
+            at += rows * d
+        return torch.cat(sums) if sums else diff.new_zeros(0, dtype=torch.float64)
+    per_half = torch.zeros(len(layout.sizes), dtype=torch.float64, device=mine.device)
+    counts = torch.as_tensor(layout.sizes, device=mine.device)
+    where = torch.repeat_interleave(torch.arange(len(layout.sizes), device=mine.device), counts)
+    per_half.index_add_(0, where, diff.double().pow_(2))
     return per_half
