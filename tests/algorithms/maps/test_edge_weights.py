@@ -59,12 +59,18 @@ def _half_edges(sim: Simulation) -> tuple[np.ndarray, np.ndarray, list[np.ndarra
     return src, dst, [row.numpy() for row in local]
 
 
-@pytest.mark.parametrize("chunk", [4096, 3])
-def test_one_round_equals_a_dense_numpy_oracle(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("chunk", "elements"), [(4096, 1 << 22), (3, 1 << 22), (4096, 1000)])
+def test_one_round_equals_a_dense_numpy_oracle(
+    chunk: int, elements: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An exchange round (the averages under way): weights from both ends' averages, the step with
     them, and the averages updated from this round's probe losses, by hand in float64; the next
-    round keeps the weights. The probes are evaluated in chunks of ``chunk`` rows."""
+    round keeps the weights. The probes are evaluated in chunks of ``chunk`` rows, or of what an
+    evaluation budget of ``elements`` input elements holds."""
+    from sheaf_fmtl.federation import evaluation
+
     monkeypatch.setattr(edge_weights, "PROBE_CHUNK", chunk)
+    monkeypatch.setattr(evaluation, "EVAL_ELEMENTS", elements)
     sim, grads = _sim()
     for _ in range(2 * EVERY):
         sim.step()

@@ -55,14 +55,21 @@ RELATED_BELOW = 0.7
 PROBE_SAMPLES = 64
 
 
-#: Rows evaluated at once by :func:`probe_losses`: each gathers its client's probe, so memory is
-#: bounded by a chunk (``PROBE_CHUNK x PROBE_SAMPLES`` samples), not by the number of half-edges.
+#: Most rows evaluated at once by :func:`probe_losses`: each gathers its client's probe, so memory
+#: is bounded by a chunk (at most ``PROBE_CHUNK x PROBE_SAMPLES`` samples, and within the cohort's
+#: evaluation budget, :meth:`~sheaf_fmtl.federation.Cohort.eval_block`), not by the half-edges.
 PROBE_CHUNK = 4096
+
+
+def probe_chunk(model: Cohort) -> int:
+    """Rows a probe chunk holds: :data:`PROBE_CHUNK`, fewer where the cohort's evaluation budget
+    (input elements of :data:`PROBE_SAMPLES` samples a row) says so."""
+    return min(PROBE_CHUNK, model.eval_block(PROBE_SAMPLES))
 
 
 def probe_losses(model: Cohort, rows: torch.Tensor, clients: torch.Tensor) -> torch.Tensor:
     """``f`` (the data term, mean over the probe) of each row of ``rows [R, d]`` on the probe of the
-    cohort's client at position ``clients[r]``, :data:`PROBE_CHUNK` rows at a time."""
+    cohort's client at position ``clients[r]``, :func:`probe_chunk` rows at a time."""
     return probe_losses_of(model, [rows], clients)[0]
 
 
@@ -74,12 +81,13 @@ def probe_losses_of(
     idx, n = model._eval_subsample()
     k = min(PROBE_SAMPLES, idx.shape[1])
     out: list[list[torch.Tensor]] = [[] for _ in row_sets]
-    for s in range(0, len(clients), PROBE_CHUNK):
-        who = clients[s : s + PROBE_CHUNK]
+    chunk = probe_chunk(model)
+    for s in range(0, len(clients), chunk):
+        who = clients[s : s + chunk]
         valid = (torch.arange(k, device=n.device) < n[who, None].clamp(max=k)).to(row_sets[0].dtype)
         x, y = model.train_rows(idx.index_select(0, who)[:, :k], who)
         for losses, rows in zip(out, row_sets, strict=True):
-            pred = model._predict(rows[s : s + PROBE_CHUNK], x)
+            pred = model._predict(rows[s : s + chunk], x)
             per = model._per_sample(pred.reshape(-1, *pred.shape[2:]), y.reshape(-1)).view(len(who), k)
             losses.append((per * valid).sum(1) / valid.sum(1).clamp(min=1))
     return [torch.cat(o) if o else rows.new_zeros(0) for o, rows in zip(out, row_sets, strict=True)]
@@ -96,7 +104,7 @@ def signals(
     """Per bucket ``[H_b, 2]``: ``(n_ij, r_ij)`` of each half-edge (module docstring); ``coords``:
     the flat positions in ``thetas[c].view(-1)`` of the coordinates each half-edge coupled. The
     probed models (a neighbour's values, or the start's, in place of the coupled coordinates) are
-    built :data:`PROBE_CHUNK` half-edges at a time, never ``[H, d]`` at once."""
+    built :func:`probe_chunk` half-edges at a time, never ``[H, d]`` at once."""
     out = []
     with torch.no_grad():
         for b, c, v in zip(layout.buckets, coords, theirs, strict=True):
@@ -104,9 +112,9 @@ def signals(
             pos = b.src_pos_on(theta.device)
             every = torch.arange(len(theta), device=theta.device)  # each client's own loss, once
             own = probe_losses(model, theta, every).index_select(0, pos)
-            nb, fg = [], []
-            for s in range(0, len(pos), PROBE_CHUNK):
-                part = slice(s, s + PROBE_CHUNK)
+            nb, fg, chunk = [], [], probe_chunk(model)
+            for s in range(0, len(pos), chunk):
+                part = slice(s, s + chunk)
                 at = pos[part]
                 local = c[part] - at[:, None] * theta.shape[1]
                 rows = theta.index_select(0, at)
