@@ -31,8 +31,6 @@ _MASK32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B9
 #: Elements hashed at once by :meth:`SelectionDraws.positions` (int64 temporaries of 4 MiB).
 HASH_CHUNK = 1 << 19
-#: Chunks up to which their index tensors are kept on the device between rounds.
-KEPT_CHUNKS = 4
 
 
 def _mix32(x: torch.Tensor) -> torch.Tensor:
@@ -103,12 +101,27 @@ class Support:
         return cls(m, torch.as_tensor(flat, dtype=torch.long, device=device), offsets)
 
 
+@dataclass(frozen=True, eq=False)
+class _Shape:
+    """The distinct edges of one ``(m, d)``: their base keys, and the per-stratum numbers every
+    round shares (stratum starts and sizes, the hashed counters ``k + 1``)."""
+
+    m: int
+    d: int
+    base: torch.Tensor  # [E_s] keys of (seed, stream, edge)
+    start: torch.Tensor  # [d] first position of each stratum
+    size: torch.Tensor  # [d] positions in each stratum
+    counter: torch.Tensor  # [d] hash of counter k + 1 (hash_uniform32's inner mix)
+
+
 class SelectionDraws:
     """The ``selection`` maps of a fixed list of edges, round after round (:meth:`positions`): for
     each listed edge ``e`` (global id), ``d[e]`` distinct positions in ``0..m[e]-1``, one uniformly
     in each stratum ``[floor(k m/d), floor((k+1) m/d))`` of a ``0..m-1`` rotated by a uniform
-    offset, concatenated edge after edge (``[sum d]`` int64). Every position is drawn with
-    probability ``d/m``; integer arithmetic only. The keys up to the round are computed once."""
+    offset, concatenated edge after edge (``[sum d]``). Every position is drawn with probability
+    ``d/m``; integer arithmetic only. The distinct edges are drawn once a round, grouped by ``(m,
+    d)`` as ``[E_s, d]`` blocks (the strata's numbers broadcast, no per-element index), and each
+    listed edge's row copied from its block."""
 
     def __init__(
         self,
@@ -121,85 +134,63 @@ class SelectionDraws:
     ) -> None:
         rows = np.stack([np.asarray(edges), np.asarray(m), np.asarray(d)], 1).astype(np.int64).reshape(-1, 3)
         unique, inverse = np.unique(rows, axis=0, return_inverse=True)  # the two half-edges of an edge: once
-
-        def as_long(a: np.ndarray) -> torch.Tensor:
-            return torch.as_tensor(a, dtype=torch.long, device=device)
-
+        inverse = inverse.reshape(-1)
+        shapes, shape_of = np.unique(unique[:, 1:], axis=0, return_inverse=True)
+        shape_of = shape_of.reshape(-1)
         self.device = torch.device(device)
-        self.m, self.d = as_long(unique[:, 1]), as_long(unique[:, 2])
-        self.base = _base_keys(seed, as_long(unique[:, 0]), stream=stream)
-        # the bookkeeping of chunks on the host (numpy): a round reads nothing back from a device
-        self.runs = _Runs(unique[:, 2])  # the distinct rows' elements, drawn
-        self.rows = _Runs(rows[:, 2])  # every row's elements, expanded from the drawn ones
-        self.drawn_first = self.runs.first[inverse.reshape(-1)]
+        self.total = int(rows[:, 2].sum())
+        self.shapes: list[_Shape] = []
+        within = np.zeros(len(unique), np.int64)  # a distinct edge's row in its shape's block
+        for s, (m_s, d_s) in enumerate(shapes.tolist()):
+            members = np.flatnonzero(shape_of == s)
+            within[members] = np.arange(len(members))
+            k = torch.arange(d_s, dtype=torch.long, device=self.device)
+            start = k * m_s // d_s
+            edge_ids = torch.as_tensor(unique[members, 0], dtype=torch.long, device=self.device)
+            self.shapes.append(
+                _Shape(
+                    m_s,
+                    d_s,
+                    _base_keys(seed, edge_ids, stream=stream),
+                    start,
+                    (k + 1) * m_s // d_s - start,
+                    _mix32((k + 1) * _GOLDEN + 1),
+                )
+            )
+        # the listed rows in runs of consecutive rows of one shape: (shape, first element, block rows)
+        shape_of_row, row_in_shape = shape_of[inverse], within[inverse]
+        firsts = np.concatenate([[0], np.cumsum(rows[:, 2])[:-1]]).astype(np.int64)
+        cuts = np.flatnonzero(np.diff(shape_of_row)) + 1 if len(rows) else np.zeros(0, np.int64)
+        self.runs = [
+            (int(shape_of_row[a]), int(firsts[a]), torch.as_tensor(row_in_shape[a:b], device=self.device))
+            for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(rows)], strict=True)
+            if b > a
+        ]
         self.offset_hash = int(_mix32(torch.tensor(1)))  # hash_uniform32 of counter 0: the rotation
-        self._kept: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}
 
     def positions(self, round_: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
-        """This round's positions (see the class docstring), drawn once per distinct ``(edge, m,
-        d)`` and :data:`HASH_CHUNK` elements at a time: each chunk's edges, strata and counters come
-        from per-edge numbers, so nothing per element is kept between rounds and the temporaries
-        stay small at any number of edges. ``dtype``: the positions' (``torch.int32`` halves them)."""
-        drawn = self._drawn(round_)
-        out = torch.empty(self.rows.total, dtype=dtype, device=self.device)
-        for s in range(0, self.rows.total, HASH_CHUNK):
-            (at,) = self._index("rows", s)
-            out[s : s + len(at)] = drawn.index_select(0, at)
+        """This round's positions (see the class docstring), :data:`HASH_CHUNK` elements hashed at
+        a time, so that the temporaries stay small at any number of edges. ``dtype``: the
+        positions' (``torch.int32`` halves them)."""
+        blocks = [self._drawn(shape, round_, dtype) for shape in self.shapes]
+        out = torch.empty(self.total, dtype=dtype, device=self.device)
+        for s, first, rows in self.runs:
+            d = self.shapes[s].d
+            torch.index_select(blocks[s], 0, rows, out=out[first : first + len(rows) * d].view(len(rows), d))
         return out
 
-    def _chunk(self, kind: str, s: int) -> tuple[np.ndarray, ...]:
-        """``runs``: each drawn element's edge and stratum; ``rows``: where each row's element is
-        among the drawn ones."""
-        if kind == "runs":
-            return self.runs.chunk(s, min(s + HASH_CHUNK, self.runs.total))
-        row, k = self.rows.chunk(s, min(s + HASH_CHUNK, self.rows.total))
-        return (k + self.drawn_first[row],)
-
-    def _index(self, kind: str, s: int) -> tuple[torch.Tensor, ...]:
-        """A chunk's index tensors on the device: kept while the draws fit in :data:`KEPT_CHUNKS`
-        chunks (a round then reads and copies nothing from the host), built each round beyond
-        (nothing per element kept at scale; a host-to-device copy a chunk)."""
-        if (kind, s) in self._kept:
-            return self._kept[(kind, s)]
-        made = tuple(torch.as_tensor(a).to(self.device, non_blocking=True) for a in self._chunk(kind, s))
-        if max(self.rows.total, self.runs.total) <= KEPT_CHUNKS * HASH_CHUNK:
-            self._kept[(kind, s)] = made
-        return made
-
-    def _drawn(self, round_: int) -> torch.Tensor:
-        """The positions of the distinct rows, in their order."""
-        keys = _mix32(self.base ^ (round_ & _MASK32))
-        offset = (_mix32(keys ^ self.offset_hash) * self.m) >> 32  # rotation per edge
-        out = torch.empty(self.runs.total, dtype=torch.long, device=self.device)
-        for s in range(0, self.runs.total, HASH_CHUNK):
-            edge, stratum = self._index("runs", s)
-            k = stratum.clone()  # the stratum within its edge (changed in place below)
-            m, d = self.m.index_select(0, edge), self.d.index_select(0, edge)
-            start = k * m // d
-            size = (k + 1) * m // d - start
-            counter = _mix32_(k.add_(1).mul_(_GOLDEN).add_(1))  # hash_uniform32's counters k + 1
-            u = _mix32_(counter.bitwise_xor_(keys.index_select(0, edge)))
-            x = u.mul_(size).bitwise_right_shift_(32).add_(start).add_(offset.index_select(0, edge))
-            out[s : s + len(x)] = torch.where(x >= m, x - m, x)  # x mod m: x < 2m (stratum end <= m)
+    def _drawn(self, shape: _Shape, round_: int, dtype: torch.dtype) -> torch.Tensor:
+        """``[E_s, d]``: the positions of one shape's distinct edges."""
+        keys = _mix32(shape.base ^ (round_ & _MASK32))
+        offset = (_mix32(keys ^ self.offset_hash) * shape.m) >> 32  # rotation per edge
+        out = torch.empty((len(keys), shape.d), dtype=dtype, device=self.device)
+        step = max(1, HASH_CHUNK // max(1, shape.d))
+        for lo in range(0, len(keys), step):
+            part = slice(lo, lo + step)
+            u = _mix32_(keys[part, None] ^ shape.counter)  # hash_uniform32(key, k + 1)
+            x = u.mul_(shape.size).bitwise_right_shift_(32).add_(shape.start).add_(offset[part, None])
+            out[part] = torch.where(x >= shape.m, x - shape.m, x)  # x mod m: x < 2m
         return out
-
-
-class _Runs:
-    """Consecutive runs of ``lengths`` elements (host arrays): which run, and where in it, each
-    element of a chunk is."""
-
-    def __init__(self, lengths: np.ndarray) -> None:
-        self.lengths = np.asarray(lengths, dtype=np.int64)
-        self.ends = np.cumsum(self.lengths)
-        self.first = self.ends - self.lengths
-        self.total = int(self.ends[-1]) if len(self.ends) else 0
-
-    def chunk(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(run, position within it)`` of the elements ``lo .. hi - 1``."""
-        a, b = np.searchsorted(self.ends, [lo, hi - 1], side="right").tolist()
-        counts = np.minimum(self.ends[a : b + 1], hi) - np.maximum(self.first[a : b + 1], lo)
-        run = np.repeat(np.arange(a, b + 1), counts)
-        return run, np.arange(lo, hi) - self.first[run]
 
 
 def selection_positions(

@@ -453,11 +453,9 @@ def test_selection_positions_hashed_in_chunks_equal_one_pass(monkeypatch) -> Non
     m, d = np.array([50, 7, 1000, 33]), np.array([5, 7, 10, 4])
     whole = [selection_positions(3, np.arange(4) * 5, t, m, d, "cpu") for t in range(5)]
     monkeypatch.setattr(selection, "HASH_CHUNK", 7)
-    for kept in (4, 0):  # chunks' index tensors kept between rounds, or built each round
-        monkeypatch.setattr(selection, "KEPT_CHUNKS", kept)
-        draws = selection.SelectionDraws(3, np.arange(4) * 5, m, d, "cpu")
-        for t, want in enumerate(whole):
-            torch.testing.assert_close(draws.positions(t), want)
+    draws = selection.SelectionDraws(3, np.arange(4) * 5, m, d, "cpu")
+    for t, want in enumerate(whole):
+        torch.testing.assert_close(draws.positions(t), want)
     twins = selection.SelectionDraws(
         3, np.repeat(np.arange(4) * 5, 2), np.repeat(m, 2), np.repeat(d, 2), "cpu"
     )
@@ -465,6 +463,27 @@ def test_selection_positions_hashed_in_chunks_equal_one_pass(monkeypatch) -> Non
     for i, want in enumerate(whole[2].split(d.tolist())):
         torch.testing.assert_close(pairs[2 * i], want)
         torch.testing.assert_close(pairs[2 * i + 1], want)
+
+
+def test_selection_positions_equal_the_formula_element_by_element() -> None:
+    """Each position by hand from the class docstring's formula (a Python loop over edges and
+    strata): rotation ``hash(key, 0) m >> 32``, stratum ``k``'s draw ``start_k + hash(key, k + 1)
+    size_k >> 32``, modulo ``m``; edges of several ``(m, d)``, interleaved, and repeated."""
+    from sheaf_fmtl.sheaf import selection
+
+    edges = np.array([9, 2, 9, 40, 7, 2])
+    m, d = np.array([50, 7, 50, 1000, 33, 7]), np.array([5, 7, 5, 10, 4, 3])
+    for t in (0, 3):
+        got = selection.SelectionDraws(11, edges, m, d, "cpu").positions(t).tolist()
+        want = []
+        for e, mm, dd in zip(edges.tolist(), m.tolist(), d.tolist(), strict=True):
+            key = selection.edge_keys(11, torch.tensor([e]), t, stream=1)
+            offset = int(selection.hash_uniform32(key, torch.tensor([0]))) * mm >> 32
+            for k in range(dd):
+                start, size = k * mm // dd, (k + 1) * mm // dd - k * mm // dd
+                x = start + (int(selection.hash_uniform32(key, torch.tensor([k + 1]))) * size >> 32) + offset
+                want.append(x % mm)
+        assert got == want
 
 
 def test_energy_of_redrawn_maps_by_groups_of_edges_equals_one_exchange(monkeypatch) -> None:
