@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .coordinate_rows import DrawnRows
+
 MAP_KINDS = ("selection", "orthonormal", "gaussian")
 _MASK32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B9
@@ -166,13 +168,35 @@ class SelectionDraws:
             for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(rows)], strict=True)
             if b > a
         ]
+        self.shape_of_row, self.row_in_shape = shape_of_row, row_in_shape
         self.offset_hash = int(_mix32(torch.tensor(1)))  # hash_uniform32 of counter 0: the rotation
+        self._rows: dict[tuple[int, int], tuple[int, torch.Tensor]] = {}
+
+    def blocks(self, round_: int, dtype: torch.dtype = torch.long) -> list[torch.Tensor]:
+        """This round's ``[E_s, d]`` positions of each shape's distinct edges (:meth:`rows` reads
+        the listed rows from them), :data:`HASH_CHUNK` elements hashed at a time."""
+        return [self._drawn(shape, round_, dtype) for shape in self.shapes]
+
+    def rows(
+        self, lo: int, hi: int, blocks: list[torch.Tensor], offset: torch.Tensor | None = None
+    ) -> DrawnRows:
+        """The listed rows ``lo .. hi - 1`` (all of one ``(m, d)``) as rows of ``blocks``, plus a
+        per-row ``offset`` (:class:`~sheaf_fmtl.sheaf.coordinate_rows.DrawnRows`)."""
+        if (lo, hi) not in self._rows:
+            shapes = np.unique(self.shape_of_row[lo:hi])
+            if len(shapes) > 1:
+                raise ValueError(f"rows {lo}..{hi - 1} have {len(shapes)} shapes (m, d); one was expected")
+            at = torch.as_tensor(self.row_in_shape[lo:hi], device=self.device)
+            self._rows[(lo, hi)] = (int(shapes[0]) if len(shapes) else -1, at)
+        s, at = self._rows[(lo, hi)]
+        if s < 0:  # no rows
+            return DrawnRows(torch.zeros(0, 1, dtype=torch.int32, device=self.device), at, offset)
+        return DrawnRows(blocks[s], at, offset)
 
     def positions(self, round_: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
-        """This round's positions (see the class docstring), :data:`HASH_CHUNK` elements hashed at
-        a time, so that the temporaries stay small at any number of edges. ``dtype``: the
-        positions' (``torch.int32`` halves them)."""
-        blocks = [self._drawn(shape, round_, dtype) for shape in self.shapes]
+        """This round's positions of every listed row (see the class docstring), ``[sum d]``.
+        ``dtype``: the positions' (``torch.int32`` halves them)."""
+        blocks = self.blocks(round_, dtype)
         out = torch.empty(self.total, dtype=dtype, device=self.device)
         for s, first, rows in self.runs:
             d = self.shapes[s].d

@@ -53,7 +53,10 @@ def _half_edges(sim: Simulation) -> tuple[np.ndarray, np.ndarray, list[np.ndarra
     coords = sim.algorithm._maps(state)[0]  # type: ignore[attr-defined]
     d = int(layout.node_dims[0])
     local = torch.cat(
-        [c - b.src_pos_on("cpu")[:, None] * d for b, c in zip(layout.buckets, coords, strict=True)]
+        [
+            c[0 : len(c)] - b.src_pos_on("cpu")[:, None] * d
+            for b, c in zip(layout.buckets, coords, strict=True)
+        ]
     )
     src, dst = layout.graph.src[layout.order], layout.graph.dst[layout.order]
     return src, dst, [row.numpy() for row in local]

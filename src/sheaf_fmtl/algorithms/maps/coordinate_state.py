@@ -3,7 +3,7 @@ structure-aware modes per half-edge, and its FLOP count."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +13,7 @@ import torch
 from ...config import ConfigError, RunConfig
 from ...federation import Cohorts
 from ...messages import Comm, EdgeLayout, EdgeTensor
+from ...sheaf.coordinate_rows import Rows
 from ...sheaf.layout import SheafLayout
 from ...sheaf.selection import SelectionDraws, Support
 from ...sheaf.supports import aligned_support, feature_support
@@ -35,7 +36,7 @@ class CoordinateState(State):
     # features/aligned: per bucket [H_b, d_e], the flat coordinates coupled, the same every round
     constant_coords: list[torch.Tensor] | None = field(default=None, repr=False)
     weights: list[torch.Tensor] | None = field(default=None, repr=False)  # per bucket [H_b] a_ij, weighted
-    maps_now: tuple[list[torch.Tensor], list[torch.Tensor] | None] | None = field(default=None, repr=False)
+    maps_now: tuple[Sequence[Rows], list[torch.Tensor] | None] | None = field(default=None, repr=False)
     draws: SelectionDraws | None = field(default=None, repr=False)  # maps=redrawn, map_kind=selection
     # edge_weights = relatedness (algorithms/maps/edge_weights.py): per bucket [H_b, 2] the averaged signals
     # (n, r) of each half-edge, per bucket [H_b] this round's weights a_e, and the weights over rounds
@@ -150,7 +151,7 @@ def coupling_flops(config: RunConfig, state: CoordinateState, rounds: int) -> in
 
 def refresh_copies(
     state: CoordinateState,
-    maps: tuple[list[torch.Tensor], list[torch.Tensor] | None],
+    maps: tuple[Sequence[Rows], list[torch.Tensor] | None],
     own: list[torch.Tensor],
     theirs: list[torch.Tensor],
     held: list[torch.Tensor] | None,
@@ -168,7 +169,7 @@ def refresh_copies(
 
 def _refresh(
     state: CoordinateState,
-    maps: tuple[list[torch.Tensor], list[torch.Tensor] | None],
+    maps: tuple[Sequence[Rows], list[torch.Tensor] | None],
     copies: list[torch.Tensor],
     new: list[torch.Tensor],
     held: list[torch.Tensor] | None,
@@ -179,7 +180,7 @@ def _refresh(
     coords, dense = maps
     for k, (b, x) in enumerate(zip(state.layout.buckets, copies, strict=True)):
         if dense is None:  # selection: overwrite the round's coordinates
-            local = coords[k] - b.src_pos_on(x.device)[:, None] * x.shape[1]  # row-local
+            local = coords[k][0 : b.size] - b.src_pos_on(x.device)[:, None] * x.shape[1]  # row-local
             values = new[k]
             if held is not None:
                 values = torch.where(held[k][:, None], values, x.gather(1, local))

@@ -52,7 +52,7 @@ are drawn again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,26 +60,24 @@ import numpy as np
 import torch
 
 from ...component_keys import Keys, key
-from ...config import ConfigError, RunConfig
+from ...config import RunConfig
 from ...config.registry import MapModeSpec, edge_weights_of
 from ...federation import Cohort
 from ...messages import EdgeTensor, Payload
-from ...sheaf.layout import SheafLayout, build_layout
-from ...sheaf.selection import MAP_KINDS, SelectionDraws, Support, dense_maps
-from ...sheaf.supports import align_initial_models
+from ...sheaf.coordinate_rows import Rows, add_at, gather_at
+from ...sheaf.layout import SheafLayout
+from ...sheaf.selection import MAP_KINDS, SelectionDraws, dense_maps
 from ..protocol.algorithm import Algorithm, Context, register_maps
 from ..training.coupling_step import CouplingStep, measured
 from ..training.epoch import local_epochs
 from ..training.footprint import require_estimates_fit
 from ..training.steps import coupled_step, sgd_step
 from . import edge_weights as relate
+from .coordinate_modes import COUPLED
 from .coordinate_stability import check_coordinate_coupling, largest_pull
 from .coordinate_state import (
     CoordinateState,
-    aligned_supports,
     expected_energy,
-    feature_supports,
-    flat_index,
     refresh_copies,
 )
 
@@ -159,7 +157,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         return state
 
     # -- this round's maps -------------------------------------------------------------------------
-    def _maps(self, state: CoordinateState) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+    def _maps(self, state: CoordinateState) -> tuple[Sequence[Rows], list[torch.Tensor] | None]:
         """Per bucket: flat coordinates ``[H_b, d_e]`` (selections) or the whole rows' positions with
         dense ``S [H_b, d_e, d]``; drawn once per round from ``(seed, edge, round)``."""
         if state.constant_coords is not None:
@@ -174,9 +172,13 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
                 m = layout.node_dims[layout.graph.src[layout.order]]
                 state.draws = SelectionDraws(self.seed, layout.order // 2, m, layout.messages.sizes, dev)
             small = all(t.numel() < 2**31 for t in state.thetas)  # int32 positions: half the bytes
-            pos = state.draws.positions(state.round, torch.int32 if small else torch.long)
-            coords = flat_index(layout, state.thetas, layout.bucket_messages(pos), in_place=True)
-            state.maps_now = (coords, None)
+            dtype = torch.int32 if small else torch.long
+            blocks = state.draws.blocks(state.round, dtype)  # each edge once; rows built when read
+            rows = [
+                state.draws.rows(b.first, b.first + b.size, blocks, b.src_pos_on(dev).to(dtype) * t.shape[1])
+                for b, t in ((b, state.thetas[b.cohort]) for b in layout.buckets)
+            ]
+            state.maps_now = (rows, None)
         else:
             dense = [
                 dense_maps(
@@ -192,8 +194,8 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         assert state.layout is not None
         coords, dense = self._maps(state)
         if dense is None:
-            return [  # index_select: ~2.7x the advanced indexing's speed on a large gather
-                state.thetas[b.cohort].reshape(-1).index_select(0, c.reshape(-1)).view(c.shape)
+            return [
+                gather_at(state.thetas[b.cohort].reshape(-1), c, b.edge_dim)
                 for b, c in zip(state.layout.buckets, coords, strict=True)
             ]
         return [
@@ -209,7 +211,7 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         for k, (b, v) in enumerate(zip(state.layout.buckets, per_bucket, strict=True)):
             target = out[b.cohort]
             if dense is None:
-                target.view(-1).index_add_(0, coords[k].reshape(-1), v.reshape(-1))
+                add_at(target.view(-1), coords[k], v)
             else:
                 back = torch.bmm(dense[k].transpose(1, 2), v.unsqueeze(-1)).squeeze(-1)
                 target.index_add_(0, b.src_pos_on(target.device), back)
@@ -255,7 +257,8 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
                     state.thetas = sgd_step(state.thetas, grads, self.alpha)
                     continue
                 own = self._messages(state)
-            pull = self._pull(state, own, theirs, held, weights)
+            last = grads is None or step == self.local_steps - 1  # the messages heard are used up
+            pull = self._pull(state, own, theirs, held, weights, used_up=last)
             own_step = self.coupling.steps(state, state.thetas) if grads is None else None
             state.thetas = coupled_step(state.thetas, grads, pull, self.alpha, self.lam, own_step)
         state.own = state.grads = None
@@ -274,15 +277,21 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
         theirs: list[torch.Tensor],
         held: list[torch.Tensor] | None,
         weights: list[torch.Tensor] | None,
+        used_up: bool = False,
     ) -> list[torch.Tensor]:
         """The coupling term per cohort: ``sum_j a_ij S^T (S theta_i - S theta_j)``, or with
         estimates ``sum_j a_ij (xhat_(i|e) - xhat_(j|e))``, over the neighbours heard (``held``
         ``[H_b]`` per bucket; ``a_ij``: ``weights`` per bucket, the graph's and the learned ones;
-        ``None``: 1). One residual per bucket, written over ``own`` (used up: a further local step
-        sends afresh), scaled and masked in place."""
+        ``None``: 1). One residual per bucket, written over ``own`` (a further local step sends
+        afresh), scaled and masked in place; ``used_up`` (no further step reads ``theirs``): written
+        over ``theirs`` instead and ``own`` emptied, so the messages sent are freed before the spread."""
         assert state.layout is not None
         if state.estimates is None:
-            r = [o.sub_(t) for o, t in zip(own, theirs, strict=True)]
+            if used_up:
+                r = [torch.sub(o, t, out=t) for o, t in zip(own, theirs, strict=True)]
+                own.clear()  # (the list state.own holds: the sent messages go now)
+            else:
+                r = [o.sub_(t) for o, t in zip(own, theirs, strict=True)]
             for k, x in enumerate(r):
                 if weights is not None:
                     x.mul_(weights[k][:, None])
@@ -330,67 +339,3 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
             out.update(learned)
         norms[order] = torch.as_tensor(np.sqrt(a * layout.messages.sizes), dtype=torch.float64)
         return out
-
-
-def whole_models(ctx: Context, thetas: list[torch.Tensor]) -> CoordinateState:
-    """``maps = redrawn``: every edge couples its whole models (``d_i = d_j``), ``d_e = max(1,
-    floor(gamma d))`` coordinates a round, drawn afresh each round."""
-    fed, graph, cfg = ctx.fed, ctx.graph, ctx.config
-    dims, cohorts = fed.node_dims(), fed.cohort_of.tolist()
-    bad = np.flatnonzero(dims[graph.edges[:, 0]] != dims[graph.edges[:, 1]])
-    if len(bad):
-        i, j = graph.edges[int(bad[0])]
-        raise ConfigError(
-            f"maps=redrawn couples whole models, but clients {i} and {j} have {dims[i]} and "
-            f"{dims[j]} parameters; use maps=features (tabular) or maps=aligned (CNNs)"
-        )
-    edge_dims = np.maximum(1, np.floor(cfg.gamma * dims[graph.edges[:, 0]])).astype(np.int64)
-    layout = build_layout(graph, dims.tolist(), cohorts, cfg.gamma, edge_dim_override=edge_dims)
-    return CoordinateState(thetas=thetas, layout=layout, support=Support.whole(dims[graph.src[layout.order]]))
-
-
-def aligned_start(ctx: Context, thetas: list[torch.Tensor]) -> list[torch.Tensor]:
-    """``maps = aligned``: the shared slices start equal, from every architecture's initial model
-    (the same in any process)."""
-    fed, cfg = ctx.fed, ctx.config
-    archs = fed.architectures
-    references = [a.initial_model(cfg.seed, cfg.init == "common") for a in archs]
-    arch_of = [int(fed.arch_of[c.clients[0]]) for c in fed.cohorts]
-    return align_initial_models(
-        [a.module for a in archs], references, list(zip(arch_of, thetas, strict=True))
-    )
-
-
-def shared_coordinates(
-    supports: Callable[[Context], list[np.ndarray]],
-    start: Callable[[Context, list[torch.Tensor]], list[torch.Tensor]] = lambda ctx, thetas: thetas,
-) -> Callable[[Context, list[torch.Tensor]], CoordinateState]:
-    """``maps = features`` or ``aligned``: each edge couples the coordinates ``supports`` gives
-    its half-edges, all of them every round; ``start`` sets the initial models."""
-
-    def build(ctx: Context, thetas: list[torch.Tensor]) -> CoordinateState:
-        fed, graph, mode = ctx.fed, ctx.graph, ctx.config.maps
-        lists = supports(ctx)
-        edge_dims = np.array([len(lists[2 * e]) for e in range(graph.num_edges)], np.int64)
-        if (edge_dims == 0).any():
-            i, j = graph.edges[int(np.flatnonzero(edge_dims == 0)[0])]
-            raise ConfigError(f"maps={mode}: clients {i} and {j} share no parameter to couple")
-        dims, cohorts = fed.node_dims(), fed.cohort_of.tolist()
-        layout = build_layout(graph, dims.tolist(), cohorts, 1.0, edge_dim_override=edge_dims)
-        support = Support.from_lists([lists[h] for h in layout.order.tolist()], thetas[0].device)
-        thetas = start(ctx, thetas)
-        state = CoordinateState(thetas=thetas, layout=layout, support=support)
-        assert support.index is not None
-        blocks = layout.bucket_messages(support.index)  # [H_b, d_e] coordinates of each bucket
-        state.constant_coords = flat_index(layout, thetas, list(blocks))
-        return state
-
-    return build
-
-
-#: Each mode's initial state: the models, the layout of the coordinates its edges couple, the supports.
-COUPLED: dict[str, Callable[[Context, list[torch.Tensor]], CoordinateState]] = {
-    "redrawn": whole_models,
-    "features": shared_coordinates(feature_supports),
-    "aligned": shared_coordinates(aligned_supports, aligned_start),
-}

@@ -41,6 +41,7 @@ import torch
 
 from ...federation import Cohort
 from ...messages import EdgeTensor, Payload
+from ...sheaf.coordinate_rows import Rows
 from ...sheaf.layout import SheafLayout
 from .coordinate_state import CoordinateState
 
@@ -98,7 +99,7 @@ def signals(
     layout: SheafLayout,
     thetas: list[torch.Tensor],
     initial: list[torch.Tensor],
-    coords: list[torch.Tensor],
+    coords: Sequence[Rows],
     theirs: list[torch.Tensor],
 ) -> list[torch.Tensor]:
     """Per bucket ``[H_b, 2]``: ``(n_ij, r_ij)`` of each half-edge (module docstring); ``coords``:
@@ -170,7 +171,7 @@ class Relatedness:
         self,
         state: CoordinateState,
         models: Sequence[Cohort],
-        coords: list[torch.Tensor],
+        coords: Sequence[Rows],
         incoming: Payload,
         theirs: list[torch.Tensor],
         heard: list[torch.Tensor] | None,
@@ -192,7 +193,7 @@ class Relatedness:
     def _exchange_round(
         state: CoordinateState,
         models: Sequence[Cohort],
-        coords: list[torch.Tensor],
+        coords: Sequence[Rows],
         incoming: Payload,
         theirs: list[torch.Tensor],
         heard: list[torch.Tensor] | None,
