@@ -38,11 +38,30 @@ def _has_mallinfo2() -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or not _has_mallinfo2(), reason="glibc >= 2.33 only")
-@pytest.mark.parametrize(("policy", "applied", "mapped"), [("", True, 0), ("system", False, 1)])
-def test_large_tensors_come_from_the_heap_unless_the_system_policy_is_asked(
+@pytest.mark.parametrize(
+    ("policy", "applied", "mapped"),
+    [("", True, 0), ("kept", True, 0), ("lean", True, 1), ("system", False, 1)],
+)
+def test_large_tensors_come_from_the_heap_unless_the_system_or_lean_policy_is_asked(
     policy: str, applied: bool, mapped: int
 ) -> None:
     env = {**os.environ, "SHEAF_FMTL_HEAP": policy}
     out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got == {"applied": applied, "mapped": mapped, "sum": 64 << 20}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not _has_mallinfo2(), reason="glibc >= 2.33 only")
+def test_the_lean_policy_serves_tensors_below_its_threshold_from_the_heap() -> None:
+    small = PROBE.replace("64 << 20", "16 << 20")
+    env = {**os.environ, "SHEAF_FMTL_HEAP": "lean"}
+    out = subprocess.run([sys.executable, "-c", small], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"applied": True, "mapped": 0, "sum": 16 << 20}
+
+
+def test_an_unknown_policy_warns_and_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sheaf_fmtl import heap
+
+    monkeypatch.setenv("SHEAF_FMTL_HEAP", "greedy")
+    with pytest.warns(UserWarning, match="greedy"):
+        assert heap.heap_policy() == "kept"

@@ -5,6 +5,10 @@ freed, so each round's large temporaries (a cohort's mini-batch, the messages, t
 in new zeroed pages: at 30,000 clients this is about 40 % of a round. :func:`keep_freed_pages`
 serves them from the heap instead and keeps what is freed there for the next round (the program's
 default: ``sheaf-fmtl`` calls it at start); ``SHEAF_FMTL_HEAP=system`` leaves glibc's policy.
+``SHEAF_FMTL_HEAP=lean`` keeps the heap for everything below :data:`LEAN_MAPPED` (32 MiB) and maps
+what is larger afresh, returned when freed: the few largest tensors of a round (messages, model
+stacks) then leave no holes in the heap that smaller ones cannot fill, for less peak memory at many
+clients and page faults on those tensors each round (``benchmarks/README.md`` measures both).
 :func:`return_freed_memory` hands the free pages back once, after the data is read.
 """
 
@@ -12,13 +16,29 @@ from __future__ import annotations
 
 import ctypes
 import os
+import warnings
 
 #: ``mallopt`` parameters (glibc's malloc.h).
-M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4
 #: Free bytes at the heap's top kept rather than returned (glibc's default: 128 KiB, moving with use).
 KEEP_FREED = 2**31 - 1
-#: Environment variable: ``system`` keeps glibc's own policy.
+#: Environment variable: ``kept`` (the default), ``lean`` or ``system`` (glibc's own policy).
 POLICY_ENV = "SHEAF_FMTL_HEAP"
+POLICIES = ("kept", "lean", "system")
+#: ``lean``: allocations of at least this many bytes are mapped afresh (and returned when freed).
+LEAN_MAPPED = 32 << 20
+
+
+def heap_policy() -> str:
+    """The policy :data:`POLICY_ENV` asks for (``kept`` when unset; an unknown value warns and keeps)."""
+    asked = os.environ.get(POLICY_ENV, "").strip().lower() or "kept"
+    if asked not in POLICIES:
+        warnings.warn(
+            f"{POLICY_ENV}={asked!r} is not one of {', '.join(POLICIES)}; the heap policy stays 'kept'",
+            stacklevel=2,
+        )
+        return "kept"
+    return asked
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -32,16 +52,18 @@ def _libc() -> ctypes.CDLL | None:
 
 
 def keep_freed_pages() -> bool:
-    """Serve every allocation from the heap (``M_MMAP_MAX = 0``) and keep its freed pages
-    (``M_TRIM_THRESHOLD``), for this process; ``False`` where not applied (not glibc, or
-    ``SHEAF_FMTL_HEAP=system``). The cost: memory freed in a round is not returned until
-    :func:`return_freed_memory` (about 10 % more peak memory at 30,000 clients)."""
-    if os.environ.get(POLICY_ENV, "").strip().lower() == "system":
-        return False
-    libc = _libc()
+    """Serve every allocation from the heap (``M_MMAP_MAX = 0``; ``lean``: those below
+    :data:`LEAN_MAPPED`, ``M_MMAP_THRESHOLD``) and keep its freed pages (``M_TRIM_THRESHOLD``), for
+    this process; ``False`` where not applied (not glibc, or ``SHEAF_FMTL_HEAP=system``). The cost:
+    memory freed in a round is not returned until :func:`return_freed_memory`."""
+    policy = heap_policy()
+    libc = _libc() if policy != "system" else None
     if libc is None:
         return False
-    return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, KEEP_FREED))
+    kept = bool(libc.mallopt(M_TRIM_THRESHOLD, KEEP_FREED))
+    if policy == "lean":
+        return kept and bool(libc.mallopt(M_MMAP_THRESHOLD, LEAN_MAPPED))
+    return kept and bool(libc.mallopt(M_MMAP_MAX, 0))
 
 
 def return_freed_memory() -> None:
