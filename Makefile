@@ -23,8 +23,11 @@ $(DOCS_STAMP): $(STAMP)
 demo: $(STAMP)
 	$(BIN)/sheaf-fmtl demo configs/demo.yaml --out $(OUT) --overwrite
 
+# The default suite on a worker per CPU, at most four (pytest-xdist); benchmarks/suite_time.py times the same.
+TEST_WORKERS := -n logical --maxprocesses 4
+
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(TEST_WORKERS)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow

@@ -1,5 +1,6 @@
-"""The test suite's line in the README, measured: run `make test`'s selection once, then write its
-counts, its wall and CPU time, the machine and the commit between the README's `test-suite` marks.
+"""The test suite's line in the README, measured: run `make test`'s selection once, on its workers
+(the Makefile's `TEST_WORKERS`), then write its counts, its wall and CPU time, the machine and the
+commit between the README's `test-suite` marks.
 
     .venv/bin/python benchmarks/suite_time.py            # run the suite, then update README.md
     .venv/bin/python benchmarks/suite_time.py --dry-run  # run the suite, print the line only
@@ -54,12 +55,36 @@ def machine() -> str:
     return f"{cpus} CPUs ({model or 'unknown model'}), {platform.system()}"
 
 
-def sentence(found: dict[str, int], wall: float, cpu: float, where: str, commit: str, data: bool) -> str:
+def worker_options(makefile: str) -> list[str]:
+    """The pytest options ``make test`` adds (the Makefile's ``TEST_WORKERS := ...`` line)."""
+    for line in makefile.splitlines():
+        name, sep, value = line.partition(":=")
+        if sep and name.strip() == "TEST_WORKERS":
+            return value.split()
+    raise ValueError("the Makefile has no TEST_WORKERS := ... line")
+
+
+def workers(options: list[str], cpus: int) -> int:
+    """How many pytest-xdist workers ``options`` start on ``cpus`` CPUs (``-n auto|logical|N``,
+    ``--maxprocesses``; without ``-n``: 0, the suite in one process)."""
+    if "-n" not in options:
+        return 0
+    n = options[options.index("-n") + 1]
+    count = cpus if n in ("auto", "logical") else int(n)
+    if n in ("auto", "logical") and "--maxprocesses" in options:
+        count = min(count, int(options[options.index("--maxprocesses") + 1]))
+    return count
+
+
+def sentence(
+    found: dict[str, int], wall: float, cpu: float, where: str, commit: str, data: bool, n_workers: int = 0
+) -> str:
     """The README's line."""
     skipped = found.get("skipped", 0)
     datasets = "the real datasets found" if data else "without the real datasets (their tests skip)"
+    side = f" in {n_workers} workers" if n_workers else ""
     return (
-        f"{found.get('passed', 0)} tests pass and {skipped} skip in {duration(wall)} "
+        f"{found.get('passed', 0)} tests pass and {skipped} skip in {duration(wall)}{side} "
         f"({duration(cpu)} of CPU time) on {where}, {datasets}, at commit {commit}"
     )
 
@@ -76,10 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true", help="print the line, leave README.md alone")
     args = parser.parse_args(argv)
+    options = worker_options((ROOT / "Makefile").read_text())
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *options],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -95,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
     data = bool(os.environ.get("SHEAF_FMTL_DATA"))
-    line = sentence(counts(done.stdout), wall, cpu, machine(), commit or "unknown", data)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    found, n_workers = counts(done.stdout), workers(options, cpus)
+    line = sentence(found, wall, cpu, machine(), commit or "unknown", data, n_workers)
     print(line)
     if not args.dry_run:
         readme = ROOT / "README.md"

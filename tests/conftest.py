@@ -12,7 +12,9 @@ import torch
 import sheaf_fmtl.algorithms  # noqa: F401 - the tests read configs directly: fill the registries as entry points do
 from sheaf_fmtl.data.base import ClientSplit, FederatedDataset
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+#: Threads a test's process may use: two, or one per worker where pytest-xdist runs workers side by side.
+TEST_THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, torch.get_num_threads())
+torch.set_num_threads(TEST_THREADS)
 
 
 def make_dataset(

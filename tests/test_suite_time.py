@@ -50,3 +50,32 @@ def test_the_readme_holds_the_marks_and_a_line_of_that_form() -> None:
     start, end = SCRIPT["START"], SCRIPT["END"]
     assert readme.count(start) == readme.count(end) == 1
     assert LINE.match(readme.split(start)[1].split(end)[0])
+
+
+def test_the_suite_is_timed_with_the_workers_make_test_starts() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    options = SCRIPT["worker_options"](makefile)
+    assert options[0] == "-n"
+    recipe = makefile.split("\ntest: ", 1)[1].split("\n\n", 1)[0]
+    assert "$(TEST_WORKERS)" in recipe  # make test runs what the script times
+    with pytest.raises(ValueError, match="TEST_WORKERS"):
+        SCRIPT["worker_options"]("test:\n\tpytest\n")
+
+
+@pytest.mark.parametrize(
+    "options, cpus, want",
+    [
+        (["-n", "logical", "--maxprocesses", "4"], 2, 2),
+        (["-n", "logical", "--maxprocesses", "4"], 16, 4),
+        (["-n", "auto"], 3, 3),
+        (["-n", "5", "--maxprocesses", "2"], 16, 5),  # (pytest-xdist caps auto and logical only)
+        ([], 8, 0),
+    ],
+)
+def test_workers_are_counted_as_pytest_xdist_starts_them(options: list[str], cpus: int, want: int) -> None:
+    assert SCRIPT["workers"](options, cpus) == want
+
+
+def test_the_line_names_its_workers() -> None:
+    line = SCRIPT["sentence"]({"passed": 3}, 61.0, 100.0, "2 CPUs (x), Linux", "abc1234", True, 2)
+    assert LINE.match(line) and "in 1 min 1 s in 2 workers (1 min 40 s of CPU time)" in line
