@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -65,3 +66,16 @@ def test_an_unknown_policy_warns_and_keeps(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("SHEAF_FMTL_HEAP", "greedy")
     with pytest.warns(UserWarning, match="greedy"):
         assert heap.heap_policy() == "kept"
+
+
+def test_the_policy_applied_is_named_and_an_unknown_one_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sheaf_fmtl import heap
+
+    monkeypatch.setenv("SHEAF_FMTL_HEAP", "greedy")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        named = heap.applied_policy()
+    assert [str(w.message).count("greedy") for w in caught] == [1]
+    assert named == ("kept" if heap._libc() is not None else "system")
+    monkeypatch.setenv("SHEAF_FMTL_HEAP", "system")
+    assert heap.applied_policy() == "system"  # (nothing applied: glibc's own policy)

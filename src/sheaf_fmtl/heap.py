@@ -51,12 +51,14 @@ def _libc() -> ctypes.CDLL | None:
     return libc
 
 
-def keep_freed_pages() -> bool:
+def keep_freed_pages(policy: str | None = None) -> bool:
     """Serve every allocation from the heap (``M_MMAP_MAX = 0``; ``lean``: those below
     :data:`LEAN_MAPPED`, ``M_MMAP_THRESHOLD``) and keep its freed pages (``M_TRIM_THRESHOLD``), for
     this process; ``False`` where not applied (not glibc, or ``SHEAF_FMTL_HEAP=system``). The cost:
-    memory freed in a round is not returned until :func:`return_freed_memory`."""
-    policy = heap_policy()
+    memory freed in a round is not returned until :func:`return_freed_memory`. ``policy``: one of
+    :data:`POLICIES` (``None``: :func:`heap_policy`'s)."""
+    if policy is None:
+        policy = heap_policy()
     libc = _libc() if policy != "system" else None
     if libc is None:
         return False
@@ -64,6 +66,13 @@ def keep_freed_pages() -> bool:
     if policy == "lean":
         return kept and bool(libc.mallopt(M_MMAP_THRESHOLD, LEAN_MAPPED))
     return kept and bool(libc.mallopt(M_MMAP_MAX, 0))
+
+
+def applied_policy() -> str:
+    """Apply :func:`heap_policy`'s policy (:func:`keep_freed_pages`) and name what this process runs
+    under: that policy, or ``system`` where it could not be applied. An unknown value warns once."""
+    policy = heap_policy()
+    return policy if keep_freed_pages(policy) else "system"
 
 
 def return_freed_memory() -> None:

@@ -116,10 +116,10 @@ def measure(problem: str, clients: int, rounds: int, degree: float, seed: int = 
 
 
 def main(argv: list[str]) -> int:
-    from ..heap import heap_policy, keep_freed_pages
+    from ..heap import applied_policy
 
     args = json.loads(argv[0])
-    heap = heap_policy() if keep_freed_pages() else "system"  # as the program runs (sheaf_fmtl.heap)
+    heap = applied_policy()  # as the program runs (sheaf_fmtl.heap)
     print(json.dumps({**measure(**args), "heap": heap}), flush=True)
     return 0
 
