@@ -43,6 +43,11 @@ def duration(seconds: float) -> str:
     return f"{minutes} min {rest} s" if minutes else f"{rest} s"
 
 
+def cpu_count() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def machine() -> str:
     """``2 CPUs (Intel(R) Xeon(R) ...), Linux``: what the times were measured on."""
     model = platform.processor()
@@ -51,8 +56,7 @@ def machine() -> str:
         lines = cpuinfo.read_text().splitlines()
         names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
         model = names[0] if names else model
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{cpus} CPUs ({model or 'unknown model'}), {platform.system()}"
+    return f"{cpu_count()} CPUs ({model or 'unknown model'}), {platform.system()}"
 
 
 def worker_options(makefile: str) -> list[str]:
@@ -124,8 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
     data = bool(os.environ.get("SHEAF_FMTL_DATA"))
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    found, n_workers = counts(done.stdout), workers(options, cpus)
+    found, n_workers = counts(done.stdout), workers(options, cpu_count())
     line = sentence(found, wall, cpu, machine(), commit or "unknown", data, n_workers)
     print(line)
     if not args.dry_run:
