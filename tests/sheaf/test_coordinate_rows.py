@@ -12,7 +12,7 @@ from sheaf_fmtl.config import RunConfig
 from sheaf_fmtl.runtime.engine.simulate import build_simulation
 from sheaf_fmtl.sheaf import coordinate_rows
 from sheaf_fmtl.sheaf.coordinate_rows import add_at, gather_at
-from sheaf_fmtl.sheaf.selection import SelectionDraws
+from sheaf_fmtl.sheaf.selection import SelectionDraws, position_dtype
 
 
 def _draws() -> tuple[SelectionDraws, np.ndarray]:
@@ -32,6 +32,28 @@ def test_rows_of_the_blocks_equal_the_positions_with_their_offsets(dtype: torch.
     torch.testing.assert_close(rows[3:5], whole[5:7] + offset[5:7, None])
     assert rows[0:7].dtype == dtype
     assert len(draws.rows(3, 3, draws.blocks(4, dtype))) == 0
+
+
+@pytest.mark.parametrize("offset_dtype", [torch.long, torch.int32, None])
+def test_int16_blocks_give_the_positions_in_the_offsets_dtype(offset_dtype: torch.dtype | None) -> None:
+    draws, _ = _draws()
+    whole = draws.positions(4, torch.long).view(10, 6)
+    blocks = draws.blocks(4, torch.int16)
+    assert blocks[0].dtype == torch.int16
+    offset = None if offset_dtype is None else torch.arange(10, dtype=offset_dtype) * 40_000  # past int16
+    rows = draws.rows(0, 10, blocks, offset)
+    expected = whole if offset is None else whole + offset[:, None].long()
+    got = rows[1:8]
+    assert got.dtype == (torch.int32 if offset is None else offset_dtype)  # an index dtype
+    assert torch.equal(got.long(), expected[1:8])
+
+
+@pytest.mark.parametrize(
+    ("largest", "dtype"), [(1, torch.int16), (2**15, torch.int16), (2**15 + 1, torch.int32)]
+)
+def test_position_dtype_is_the_narrowest_that_holds_every_position(largest: int, dtype: torch.dtype) -> None:
+    assert position_dtype(largest) == dtype
+    assert position_dtype(2**31 + 1) == torch.long
 
 
 def test_rows_of_two_shapes_are_refused() -> None:

@@ -20,6 +20,10 @@ import torch
 ROW_ELEMENTS = 1 << 20
 
 
+#: The dtypes an index of ``index_select`` / ``index_add_`` may have.
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
 class Rows(Protocol):
     """``[H_b, d_e]`` flat positions, read by row slices."""
 
@@ -30,7 +34,8 @@ class Rows(Protocol):
 
 class DrawnRows:
     """Rows ``rows [H_b]`` of a draw's block ``[E, d]`` plus a per-row ``offset [H_b]`` (the row's
-    model in a flat stack): ``self[part]`` builds those rows' positions ``[len, d]``."""
+    model in a flat stack): ``self[part]`` builds those rows' positions ``[len, d]``, in the offset's
+    dtype (a block may hold its positions within a model narrower, e.g. ``int16``)."""
 
     def __init__(self, block: torch.Tensor, rows: torch.Tensor, offset: torch.Tensor | None = None) -> None:
         self.block, self.rows, self.offset = block, rows, offset
@@ -40,7 +45,11 @@ class DrawnRows:
 
     def __getitem__(self, part: slice) -> torch.Tensor:
         out = self.block.index_select(0, self.rows[part])
-        return out if self.offset is None else out.add_(self.offset[part, None])
+        if self.offset is None:
+            return out if out.dtype in INDEX_DTYPES else out.int()
+        if out.dtype == self.offset.dtype:
+            return out.add_(self.offset[part, None])
+        return torch.add(out, self.offset[part, None])  # promoted to the offset's wider dtype
 
 
 def row_parts(count: int, width: int, device: torch.device) -> Iterator[slice]:

@@ -217,6 +217,16 @@ class SelectionDraws:
         return out
 
 
+def position_dtype(largest: int) -> torch.dtype:
+    """The narrowest integer dtype of positions ``0 .. largest - 1`` within a model (``int16`` up to
+    2^15 coordinates, then ``int32``, ``int64``): a round's blocks of positions in half the bytes of
+    ``int32`` for models of up to 32,768 parameters."""
+    for dtype in (torch.int16, torch.int32):
+        if largest <= torch.iinfo(dtype).max + 1:
+            return dtype
+    return torch.long
+
+
 def selection_positions(
     seed: int, edges: np.ndarray, round_: int, m: np.ndarray, d: np.ndarray, device: torch.device | str
 ) -> torch.Tensor:

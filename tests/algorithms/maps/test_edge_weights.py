@@ -169,3 +169,21 @@ def test_related_neighbours_weigh_more_than_unrelated_ones() -> None:
     last = saved["edge_weight_history"][-1].double()  # the last exchange's weights, per graph edge
     edge_of = layout.order // 2
     assert last[edge_of].numpy() == pytest.approx(a, abs=1e-6)
+
+
+def test_common_initial_models_are_held_once_and_per_client_ones_in_full() -> None:
+    """``init = common``: what forgetting returns to is one row a cohort (a stride-0 view), equal to
+    the models the run started from and untouched by the steps; ``init = per-client``: a full copy."""
+    sim, _ = _sim()
+    start = [t.clone() for t in sim.state.thetas]
+    held = sim.state.initial
+    assert all(h.stride(0) == 0 and h.untyped_storage().nbytes() == h.shape[1] * 4 for h in held)
+    for _ in range(3):
+        sim.step()
+    assert all(torch.equal(h, s) for h, s in zip(held, start, strict=True))
+    assert not all(torch.equal(t, s) for t, s in zip(sim.state.thetas, start, strict=True))
+    per_client = build_simulation(RunConfig(**{**LEARNED, "init": "per-client"}), graph=GRAPH)
+    copies = per_client.state.initial
+    assert all(c.stride(0) == c.shape[1] for c in copies)
+    assert all(torch.equal(c, t) for c, t in zip(copies, per_client.state.thetas, strict=True))
+    assert edge_weights.held_once(torch.ones(1, 3)).stride(0) == 3  # one row: a plain copy

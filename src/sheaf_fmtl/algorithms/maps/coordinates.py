@@ -66,7 +66,7 @@ from ...federation import Cohort
 from ...messages import EdgeTensor, Payload
 from ...sheaf.coordinate_rows import Rows, add_at, gather_at
 from ...sheaf.layout import SheafLayout
-from ...sheaf.selection import MAP_KINDS, SelectionDraws, dense_maps
+from ...sheaf.selection import MAP_KINDS, SelectionDraws, dense_maps, position_dtype
 from ..protocol.algorithm import Algorithm, Context, register_maps
 from ..training.coupling_step import CouplingStep, measured
 from ..training.epoch import local_epochs
@@ -173,7 +173,8 @@ class CoordinateSheaf(Algorithm[CoordinateState]):
                 state.draws = SelectionDraws(self.seed, layout.order // 2, m, layout.messages.sizes, dev)
             small = all(t.numel() < 2**31 for t in state.thetas)  # int32 positions: half the bytes
             dtype = torch.int32 if small else torch.long
-            blocks = state.draws.blocks(state.round, dtype)  # each edge once; rows built when read
+            # each edge once, positions within a model (narrowest dtype); rows built when read
+            blocks = state.draws.blocks(state.round, position_dtype(int(layout.node_dims.max(initial=1))))
             rows = [
                 state.draws.rows(b.first, b.first + b.size, blocks, b.src_pos_on(dev).to(dtype) * t.shape[1])
                 for b, t in ((b, state.thetas[b.cohort]) for b in layout.buckets)

@@ -145,6 +145,14 @@ def weights(mine: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
     return torch.where(total[:, 1] > 0, a, torch.zeros_like(a))
 
 
+def held_once(stack: torch.Tensor) -> torch.Tensor:
+    """A copy of the models ``stack [C, d]``; one row read ``C`` times (a stride-0 view) where every
+    row is the same (``init = common``, the default): ``d`` floats a cohort instead of ``C d``."""
+    if len(stack) > 1 and bool((stack == stack[:1]).all()):
+        return stack[:1].clone().expand_as(stack)
+    return stack.clone()
+
+
 class Relatedness:
     """The learned weights of one run's coordinate coupling: what is sent, the weights of a round,
     and what ``checkpoint.pt`` records (the weights of every exchange round, ``EVERY`` apart)."""
@@ -153,9 +161,10 @@ class Relatedness:
         self.pair_layout: Any = None
 
     def start(self, state: CoordinateState) -> None:
-        """The initial models (what forgetting returns to) and the layout of two numbers a half-edge."""
+        """The initial models (what forgetting returns to; :func:`held_once`) and the layout of two
+        numbers a half-edge."""
         assert state.layout is not None
-        state.initial = [t.clone() for t in state.thetas]
+        state.initial = [held_once(t) for t in state.thetas]
         twos = np.full(len(state.layout.messages.sizes), 2, np.int64)
         self.pair_layout = state.layout.messages.with_sizes(twos, twos)
 
