@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 TOY = "algorithm=tests.algorithms.toy_algorithm:ToyShrink"
 FAST = [
@@ -32,6 +34,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # (several processes of its own: make test-slow, CI's second step)
 def test_a_toy_algorithm_from_one_file_runs_from_the_command_line(tmp_path: Path) -> None:
     toy, local, shrunk = tmp_path / "toy", tmp_path / "local", tmp_path / "shrunk"
     assert _run(*FAST, "--set", TOY, "--out", str(toy)).returncode == 0

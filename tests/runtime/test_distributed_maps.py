@@ -11,7 +11,8 @@ import pytest
 from .test_distributed import TINY, _compare, three_cnns
 
 
-@pytest.mark.parametrize("processes", [2, pytest.param(3, marks=pytest.mark.slow)])
+@pytest.mark.slow  # (three CNNs over processes: make test-slow, CI's second step)
+@pytest.mark.parametrize("processes", [2, 3])
 def test_processes_match_one_proxy_maps_between_three_cnns_with_faults(
     tmp_path: Path, processes: int
 ) -> None:
