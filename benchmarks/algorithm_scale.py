@@ -22,7 +22,8 @@ ALGORITHMS = "sheaf-fmtl,dfedu,dpsgd,local,fedavg,ditto,pfedme,perfedavg"
 
 POINT = r"""
 import json, resource, statistics, sys, time
-from sheaf_fmtl.heap import keep_freed_pages
+from sheaf_fmtl.heap import keep_freed_pages, run_under_tunables
+run_under_tunables()
 keep_freed_pages()
 from sheaf_fmtl import algorithms  # noqa: F401 - the interpreter's part of the baseline
 from sheaf_fmtl.bench.scale_worker import SYNTHETIC_DATA, rss_bytes

@@ -69,8 +69,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
 
-    from sheaf_fmtl.heap import heap_policy, keep_freed_pages
+    from sheaf_fmtl.heap import heap_policy, keep_freed_pages, run_under_tunables
 
+    run_under_tunables()  # as the program starts
     keep_freed_pages()
     from sheaf_fmtl import algorithms  # noqa: F401 - the interpreter's part of the baseline
     from sheaf_fmtl.bench.scale_worker import SYNTHETIC_DATA

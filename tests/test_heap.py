@@ -79,3 +79,62 @@ def test_the_policy_applied_is_named_and_an_unknown_one_warns_once(monkeypatch: 
     assert named == ("kept" if heap._libc() is not None else "system")
     monkeypatch.setenv("SHEAF_FMTL_HEAP", "system")
     assert heap.applied_policy() == "system"  # (nothing applied: glibc's own policy)
+
+
+def test_the_heap_policies_add_their_glibc_tunables_after_any_already_set() -> None:
+    from sheaf_fmtl.heap import TUNABLES, _is_glibc, tunables_env
+
+    if not _is_glibc():
+        pytest.skip("glibc only: elsewhere nothing is to change")
+    ours = ":".join(TUNABLES)
+    assert tunables_env({})["GLIBC_TUNABLES"] == ours
+    assert tunables_env({"SHEAF_FMTL_HEAP": "lean", "X": "1"}) == {
+        "SHEAF_FMTL_HEAP": "lean", "X": "1", "GLIBC_TUNABLES": ours
+    }  # fmt: skip
+    other = "glibc.malloc.arena_max=2"
+    assert tunables_env({"GLIBC_TUNABLES": other})["GLIBC_TUNABLES"] == f"{other}:{ours}"
+    name = TUNABLES[0].split("=")[0]
+    assert tunables_env({"GLIBC_TUNABLES": f"{name}=5"}) is None  # the user's own value stays
+    assert tunables_env({"GLIBC_TUNABLES": ours}) is None
+    assert tunables_env({"SHEAF_FMTL_HEAP": "system"}) is None
+    assert tunables_env({"SHEAF_FMTL_HEAP": "no-such-policy"}) is None
+
+
+RESTART = """
+import os, sys
+print("started", os.environ.get("GLIBC_TUNABLES"), flush=True)
+from sheaf_fmtl.heap import run_under_tunables
+run_under_tunables()
+print("ran", os.environ.get("GLIBC_TUNABLES"), os.getpid(), sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("policy", ["", "system"])
+def test_a_process_starts_again_under_the_tunables_with_its_own_arguments(policy: str) -> None:
+    from sheaf_fmtl.heap import TUNABLES, _is_glibc
+
+    if not _is_glibc():
+        pytest.skip("glibc only")
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"} | {"SHEAF_FMTL_HEAP": policy}
+    done = subprocess.run(
+        [sys.executable, "-c", RESTART, "a b", "c"], env=env, capture_output=True, text=True, check=True
+    )
+    lines = done.stdout.splitlines()
+    if policy == "system":  # glibc's own policy: no restart, no tunables
+        assert lines[0] == "started None" and lines[1].startswith("ran None ")
+        return
+    ours = ":".join(TUNABLES)
+    assert lines[:2] == ["started None", f"started {ours}"]  # the same program, started once more
+    assert lines[2].startswith(f"ran {ours} ") and lines[2].endswith("['a b', 'c']")
+
+
+def test_the_command_line_starts_under_the_tunables(tmp_path) -> None:
+    from sheaf_fmtl.heap import TUNABLES, _is_glibc
+
+    if not _is_glibc():
+        pytest.skip("glibc only")
+    program = tmp_path / "sheaf-fmtl"  # the name the package knows its command line by
+    program.write_text("import os, sheaf_fmtl\nprint(os.environ.get('GLIBC_TUNABLES'))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "SHEAF_FMTL_HEAP")}
+    done = subprocess.run([sys.executable, str(program)], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.split() == [":".join(TUNABLES)]

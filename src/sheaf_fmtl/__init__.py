@@ -45,6 +45,11 @@ def _is_command_line() -> bool:
     return module == "sheaf_fmtl" or _os.path.basename(_sys.argv[0] if _sys.argv else "") == "sheaf-fmtl"
 
 
+if _is_command_line():  # glibc reads the heap policy's tunables only at start (sheaf_fmtl.heap)
+    from .heap import run_under_tunables
+
+    run_under_tunables()
+
 if _is_command_line() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
     _signal.signal(_signal.SIGINT, _interrupted_at_start_up)  # cli.main restores Python's handler
 

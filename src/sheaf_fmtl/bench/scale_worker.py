@@ -116,8 +116,9 @@ def measure(problem: str, clients: int, rounds: int, degree: float, seed: int = 
 
 
 def main(argv: list[str]) -> int:
-    from ..heap import applied_policy
+    from ..heap import applied_policy, run_under_tunables
 
+    run_under_tunables()  # as the program starts (sheaf_fmtl.heap)
     args = json.loads(argv[0])
     heap = applied_policy()  # as the program runs (sheaf_fmtl.heap)
     print(json.dumps({**measure(**args), "heap": heap}), flush=True)
