@@ -41,7 +41,7 @@ TUNABLES = ("glibc.malloc.tcache_count=0",)
 
 def heap_policy() -> str:
     """The policy :data:`POLICY_ENV` asks for (``kept`` when unset; an unknown value warns and keeps)."""
-    asked = os.environ.get(POLICY_ENV, "").strip().lower() or "kept"
+    asked = _asked(os.environ)
     if asked not in POLICIES:
         warnings.warn(
             f"{POLICY_ENV}={asked!r} is not one of {', '.join(POLICIES)}; the heap policy stays 'kept'",
@@ -49,6 +49,11 @@ def heap_policy() -> str:
         )
         return "kept"
     return asked
+
+
+def _asked(environ: Mapping[str, str]) -> str:
+    """The value :data:`POLICY_ENV` holds in ``environ`` (``kept`` when unset), unchecked."""
+    return environ.get(POLICY_ENV, "").strip().lower() or "kept"
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -97,8 +102,7 @@ def tunables_env(environ: Mapping[str, str]) -> dict[str, str] | None:
     """``environ`` with :data:`TUNABLES` added to ``GLIBC_TUNABLES`` (after any already there), or
     ``None`` where nothing is to change: not glibc, ``SHEAF_FMTL_HEAP=system`` (or a value that is
     no policy, which :func:`heap_policy` warns about), or every tunable already named there."""
-    policy = environ.get(POLICY_ENV, "").strip().lower() or "kept"
-    if policy not in ("kept", "lean") or not _is_glibc():
+    if _asked(environ) not in ("kept", "lean") or not _is_glibc():
         return None
     present = environ.get("GLIBC_TUNABLES", "")
     names = {t.split("=", 1)[0] for t in present.split(":") if t}
